@@ -1,0 +1,135 @@
+#include "framework/autograd/variable.h"
+
+#include <unordered_map>
+
+#include "framework/ops/tensor_math.h"
+
+namespace minidp {
+
+namespace {
+thread_local bool gGradMode = true;
+}  // namespace
+
+bool gradModeEnabled() { return gGradMode; }
+NoGradGuard::NoGradGuard() : previous_(gGradMode) { gGradMode = false; }
+NoGradGuard::~NoGradGuard() { gGradMode = previous_; }
+
+Variable::Variable(Tensor data, bool requiresGrad) : impl_(std::make_shared<Impl>()) {
+  impl_->data = std::move(data);
+  impl_->requiresGrad = requiresGrad;
+}
+
+Variable Variable::fromOp(Tensor data, std::vector<Variable> inputs, BackwardFn backward) {
+  bool needsGrad = false;
+  if (gGradMode) {
+    for (const Variable& in : inputs) needsGrad = needsGrad || (in.defined() && in.requiresGrad());
+  }
+  Variable out(std::move(data), needsGrad);
+  if (needsGrad) {
+    out.impl_->inputs = std::move(inputs);
+    out.impl_->backward = std::move(backward);
+  }
+  return out;
+}
+
+void Variable::setGrad(Tensor grad) {
+  MINIDP_CHECK(grad.shape() == shape() && grad.dtype() == dtype() && grad.device() == device(),
+               "gradient " << dtypeName(grad.dtype()) << shapeString(grad.shape())
+                           << " does not match variable " << dtypeName(dtype()) << shapeString(shape()));
+  impl_->grad = std::move(grad);
+}
+
+void Variable::zeroGrad() {
+  if (impl_->grad.defined()) impl_->grad.zero();
+}
+
+void Variable::addGradReadyHook(GradReadyHook hook) { impl_->hooks.push_back(std::move(hook)); }
+void Variable::clearGradReadyHooks() { impl_->hooks.clear(); }
+
+/// The backward pass: an iterative topological sort, then nodes in reverse order; each node's
+/// pending-consumer count decides when a leaf's gradient is final and its hooks fire.
+class BackwardEngine {
+ public:
+  static void run(Variable& root, const Tensor& seed) {
+    using Impl = Variable::Impl;
+    MINIDP_CHECK(root.requiresGrad(), "backward from a variable that does not require grad");
+    // Iterative DFS post-order: a node is emitted after all of its inputs. `order` owns the nodes, since
+    // freeing a node's inputs below would otherwise destroy nodes still waiting in the list.
+    std::vector<std::shared_ptr<Impl>> order;
+    std::unordered_map<Impl*, int> pending;  // consumer edges still owing a gradient
+    std::vector<std::pair<std::shared_ptr<Impl>, size_t>> stack{{root.impl_, 0}};
+    pending[root.impl_.get()] = 0;
+    while (!stack.empty()) {
+      auto& [node, next] = stack.back();
+      if (next < node->inputs.size()) {
+        std::shared_ptr<Impl> child = node->inputs[next++].impl_;
+        if (!child || !child->requiresGrad) continue;
+        auto [it, inserted] = pending.emplace(child.get(), 0);
+        ++it->second;
+        if (inserted) stack.emplace_back(std::move(child), 0);
+      } else {
+        order.push_back(std::move(node));
+        stack.pop_back();
+      }
+    }
+    std::unordered_map<Impl*, Tensor> grads;  // gradients of non-leaf nodes
+    grads[root.impl_.get()] = seed;
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      Impl* node = it->get();
+      if (!node->backward) continue;  // leaves receive, they do not propagate
+      Tensor gradOut = std::move(grads[node]);
+      grads.erase(node);
+      std::vector<Tensor> inGrads = node->backward(gradOut);
+      MINIDP_CHECK(inGrads.size() == node->inputs.size(),
+                   "backward returned " << inGrads.size() << " gradients for " << node->inputs.size()
+                                        << " inputs");
+      for (size_t i = 0; i < inGrads.size(); ++i) {
+        Variable& input = node->inputs[i];
+        Impl* in = input.impl_.get();
+        if (!in || !in->requiresGrad) continue;
+        MINIDP_CHECK(inGrads[i].defined(), "an op returned no gradient for an input that requires it");
+        if (!in->backward) {
+          accumulateLeaf(*in, inGrads[i]);
+        } else {
+          Tensor& g = grads[in];
+          g = g.defined() ? ops::add(g, inGrads[i]) : inGrads[i];  // out of place: g may be shared
+        }
+        if (--pending[in] == 0 && !in->backward) {
+          for (auto& hook : in->hooks) hook(input);
+        }
+      }
+      // Free the graph as we go: captured activations are released after their last use.
+      node->inputs.clear();
+      node->backward = nullptr;
+    }
+  }
+
+ private:
+  static void accumulateLeaf(Variable::Impl& leaf, const Tensor& g) {
+    if (!leaf.grad.defined()) {
+      leaf.grad = g.clone();
+    } else {
+      ops::addInPlace(leaf.grad, g);
+    }
+  }
+};
+
+void Variable::backward() {
+  MINIDP_CHECK(impl_->data.numel() == 1,
+               "backward() without a gradient needs a scalar, got " << shapeString(shape()));
+  Tensor seed = Tensor::empty(shape(), dtype(), Device::CPU);
+  if (dtype() == DType::F32) {
+    *seed.data<float>() = 1.0f;
+  } else {
+    *seed.data<double>() = 1.0;
+  }
+  backward(seed.to(device()));
+}
+
+void Variable::backward(const Tensor& gradOutput) {
+  MINIDP_CHECK(gradOutput.shape() == shape(), "output gradient " << shapeString(gradOutput.shape())
+                                                                 << " for output " << shapeString(shape()));
+  BackwardEngine::run(*this, gradOutput);
+}
+
+}  // namespace minidp

@@ -1,0 +1,85 @@
+// Variable: a tensor with a gradient and the node that produced it; ops record a dynamic graph.
+//
+// Gradient convention, stated once here: backward ACCUMULATES into a leaf's gradient (`grad += g`);
+// zeroing is explicit (`zeroGrad`, or the reducer zeroing its buckets at the start of a step).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/tensor/tensor.h"
+
+namespace minidp {
+
+class Variable {
+ public:
+  /// Computes the gradients of an op's inputs from the gradient of its output; an undefined Tensor
+  /// for an input means "no gradient". Captures only what it needs (flashlight style).
+  using BackwardFn = std::function<std::vector<Tensor>(const Tensor& gradOutput)>;
+  /// Called once per backward when a leaf's gradient is final: its producing kernels are enqueued on
+  /// the compute stream (not necessarily finished). Must not read gradient values on the host.
+  using GradReadyHook = std::function<void(Variable&)>;
+
+  Variable() = default;
+  /// A leaf.
+  explicit Variable(Tensor data, bool requiresGrad = false);
+  /// The output of an op: requires grad when any input does and grad mode is on.
+  static Variable fromOp(Tensor data, std::vector<Variable> inputs, BackwardFn backward);
+
+  bool defined() const { return impl_ != nullptr; }
+  const Tensor& data() const { return impl_->data; }
+  Tensor& data() { return impl_->data; }
+  const Shape& shape() const { return impl_->data.shape(); }
+  DType dtype() const { return impl_->data.dtype(); }
+  Device device() const { return impl_->data.device(); }
+  bool requiresGrad() const { return impl_->requiresGrad; }
+  bool isLeaf() const { return !impl_->backward; }
+
+  /// The accumulated gradient (undefined before the first backward that reaches this leaf).
+  const Tensor& grad() const { return impl_->grad; }
+  /// Installs the tensor gradients accumulate into (the reducer passes a view of its bucket).
+  void setGrad(Tensor grad);
+  /// Zeroes the gradient in place if there is one.
+  void zeroGrad();
+
+  void addGradReadyHook(GradReadyHook hook);
+  void clearGradReadyHooks();
+
+  /// Backpropagates from this scalar (seed 1) or with an explicit output gradient.
+  void backward();
+  void backward(const Tensor& gradOutput);
+
+  /// Identity for maps and comparisons.
+  const void* id() const { return impl_.get(); }
+
+ private:
+  struct Impl {
+    Tensor data;
+    Tensor grad;
+    bool requiresGrad = false;
+    std::vector<Variable> inputs;
+    BackwardFn backward;
+    std::vector<GradReadyHook> hooks;
+  };
+  friend class BackwardEngine;
+  std::shared_ptr<Impl> impl_;
+};
+
+/// Disables graph recording while alive (evaluation, optimizer updates).
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+/// Whether ops record the graph on this thread.
+bool gradModeEnabled();
+
+}  // namespace minidp

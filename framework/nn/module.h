@@ -1,0 +1,63 @@
+// Module: named parameters in a deterministic registration order, PyTorch-style dotted names.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "framework/autograd/variable.h"
+
+namespace minidp::nn {
+
+using NamedParameters = std::vector<std::pair<std::string, Variable>>;
+
+/// Base of every layer and model. Parameters come before submodules' parameters, each in the order
+/// registered, as torch.nn.Module.named_parameters() yields them.
+class Module {
+ public:
+  virtual ~Module() = default;
+  /// (dotted name, parameter) in registration order, e.g. "layers.0.weight".
+  NamedParameters namedParameters() const;
+  std::vector<Variable> parameters() const;
+  /// Moves and converts every parameter in place (the Variables stay the same objects).
+  void to(Device device, DType dtype);
+  /// Zeroes every parameter's gradient.
+  void zeroGrad();
+  /// Total number of parameter elements.
+  int64_t numParameters() const;
+
+ protected:
+  /// Adds a leaf that requires grad.
+  Variable registerParameter(const std::string& name, Tensor value);
+  template <typename M>
+  std::shared_ptr<M> registerModule(const std::string& name, std::shared_ptr<M> module) {
+    children_.emplace_back(name, module);
+    return module;
+  }
+
+ private:
+  void collect(const std::string& prefix, NamedParameters& out) const;
+  std::vector<std::pair<std::string, Variable>> params_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+};
+
+/// The seeded generator every initialiser draws from; the same seed gives the same weights anywhere.
+using Rng = std::mt19937_64;
+/// U(-bound, bound), float32 on the CPU, drawn in row-major order.
+Tensor uniform(const Shape& shape, double bound, Rng& rng);
+/// N(0, std^2), float32 on the CPU (Box-Muller, portable across standard libraries).
+Tensor normal(const Shape& shape, double stddev, Rng& rng);
+
+/// y = x W^T + b with W stored [out, in] as torch.nn.Linear; PyTorch's default initialisation
+/// (weight and bias uniform in +-1/sqrt(in)).
+class Linear : public Module {
+ public:
+  Linear(int64_t in, int64_t out, bool bias, Rng& rng);
+  Variable forward(const Variable& x) const;
+  Variable weight, bias;
+};
+
+}  // namespace minidp::nn

@@ -1,0 +1,46 @@
+// Dtype and device dispatch used by every op: one switch, one place that knows CUDA may be absent.
+#pragma once
+
+#include "framework/runtime/device.h"
+#include "framework/tensor/tensor.h"
+
+/// Runs the block with `T` bound to float or double according to `dtype`.
+#define MINIDP_DISPATCH_FLOAT(dtype, T, ...)                                                       \
+  do {                                                                                             \
+    switch (dtype) {                                                                               \
+      case ::minidp::DType::F32: { using T = float; __VA_ARGS__; break; }                          \
+      case ::minidp::DType::F64: { using T = double; __VA_ARGS__; break; }                         \
+      default: ::minidp::throwError(std::string("expected a float tensor, got ") +                 \
+                                        ::minidp::dtypeName(dtype), __FILE__, __LINE__);           \
+    }                                                                                              \
+  } while (0)
+
+#if MINIDP_WITH_CUDA
+/// The statement, in a CUDA build; an error naming the op otherwise.
+#define MINIDP_ON_CUDA(...) __VA_ARGS__
+#else
+#define MINIDP_ON_CUDA(...) ::minidp::throwError("minidp was built without CUDA", __FILE__, __LINE__)
+#endif
+
+namespace minidp::ops {
+
+/// Checks that all tensors share device and dtype with the first, naming the op.
+void checkSame(const char* op, const Tensor& a, const Tensor& b);
+
+}  // namespace minidp::ops
+
+/// Calls kernels::cuda::kernel(args..., computeStream()) for a CUDA tensor, kernels::cpu::kernel(args...)
+/// otherwise. `kernel` may carry template arguments.
+#define MINIDP_LAUNCH(tensor, kernel, ...)                                                  \
+  do {                                                                                      \
+    if ((tensor).isCuda()) {                                                                \
+      MINIDP_ON_CUDA(::minidp::kernels::cuda::kernel(__VA_ARGS__,                           \
+                                                     ::minidp::runtime::computeStream()));  \
+    } else {                                                                                \
+      ::minidp::kernels::cpu::kernel(__VA_ARGS__);                                          \
+    }                                                                                       \
+  } while (0)
+
+/// MINIDP_LAUNCH of kernel<T> with T bound by the float dtype of `tensor`.
+#define MINIDP_LAUNCH_FLOAT(tensor, T, kernel, ...) \
+  MINIDP_DISPATCH_FLOAT((tensor).dtype(), T, MINIDP_LAUNCH(tensor, kernel<T>, __VA_ARGS__))

@@ -1,0 +1,40 @@
+// Whole-tensor reductions and shape changes.
+#include "framework/ops/dispatch.h"
+#include "framework/ops/ops.h"
+#include "framework/ops/tensor_math.h"
+#include "kernels/reduce.h"
+
+namespace minidp::ops {
+
+Tensor sumAll(const Tensor& x) {
+  Tensor out = Tensor::empty({1}, x.dtype(), x.device());
+  MINIDP_LAUNCH_FLOAT(x, T, sumAll, x.data<T>(), out.data<T>(), x.numel());
+  return out;
+}
+
+namespace {
+// sum(x) * s, with backward g * s broadcast to x's shape.
+Variable scaledSum(const Variable& v, double s) {
+  Tensor x = v.data();
+  Tensor out = sumAll(x);
+  if (s != 1.0) scaleInPlace(out, s);
+  const Shape shape = x.shape();
+  return Variable::fromOp(out, {v}, [shape, s](const Tensor& g) {
+    Tensor dx = Tensor::empty(shape, g.dtype(), g.device());
+    MINIDP_LAUNCH_FLOAT(g, T, broadcastScalar, g.data<T>(), static_cast<T>(s), dx.data<T>(), dx.numel());
+    return std::vector<Tensor>{dx};
+  });
+}
+}  // namespace
+
+Variable sum(const Variable& x) { return scaledSum(x, 1.0); }
+
+Variable mean(const Variable& x) { return scaledSum(x, 1.0 / static_cast<double>(x.data().numel())); }
+
+Variable reshape(const Variable& x, const Shape& shape) {
+  const Shape original = x.shape();
+  return Variable::fromOp(x.data().view(shape), {x},
+                          [original](const Tensor& g) { return std::vector<Tensor>{g.view(original)}; });
+}
+
+}  // namespace minidp::ops

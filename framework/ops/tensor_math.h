@@ -1,0 +1,23 @@
+// Tensor-level math without autograd: the building blocks of backward functions and optimizers.
+#pragma once
+
+#include "framework/tensor/tensor.h"
+
+namespace minidp::ops {
+
+/// a + b (same shape).
+Tensor add(const Tensor& a, const Tensor& b);
+/// dst += src.
+void addInPlace(Tensor& dst, const Tensor& src);
+/// a * b elementwise.
+Tensor mul(const Tensor& a, const Tensor& b);
+/// x * s.
+Tensor scale(const Tensor& x, double s);
+/// x *= s.
+void scaleInPlace(Tensor& x, double s);
+/// Sum of all elements as a tensor of shape [1] on x's device.
+Tensor sumAll(const Tensor& x);
+/// A tensor of `shape` filled with `value`.
+Tensor full(const Shape& shape, double value, DType dtype, Device device);
+
+}  // namespace minidp::ops

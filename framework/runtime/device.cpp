@@ -1,0 +1,165 @@
+#include "framework/runtime/device.h"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "kernels/check.h"
+
+#if MINIDP_WITH_CUDA
+#include "kernels/cuda_check.h"
+#endif
+
+namespace minidp::runtime {
+
+#if MINIDP_WITH_CUDA
+
+namespace {
+
+struct Context {
+  int device = 0;
+  cudaStream_t compute = nullptr;
+  cudaStream_t copy = nullptr;
+  cublasHandle_t blas = nullptr;
+  // Caching allocator: rounded size -> free blocks.
+  std::mutex mutex;
+  std::multimap<size_t, void*> freeBlocks;
+  AllocatorStats stats;
+};
+
+Context& context() {
+  static Context* ctx = new Context();  // never destroyed: CUDA may be torn down before static dtors
+  return *ctx;
+}
+
+// Small blocks round to 512 B, large ones to 2 MiB, so that shapes that vary a little share blocks.
+size_t roundSize(size_t bytes) {
+  const size_t small = 512, large = size_t(2) << 20;
+  if (bytes < (size_t(1) << 20)) return (bytes + small - 1) / small * small;
+  return (bytes + large - 1) / large * large;
+}
+
+}  // namespace
+
+bool cudaAvailable() { return cudaDeviceCount() > 0; }
+
+int cudaDeviceCount() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return 0;
+  }
+  return n;
+}
+
+void setDevice(int device) {
+  Context& ctx = context();
+  MINIDP_CHECK(ctx.compute == nullptr, "setDevice after the CUDA context was created");
+  CUDA_CHECK(cudaSetDevice(device));
+  ctx.device = device;
+}
+
+int currentDevice() { return context().device; }
+
+cudaStream_t computeStream() {
+  Context& ctx = context();
+  if (!ctx.compute) {
+    CUDA_CHECK(cudaSetDevice(ctx.device));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&ctx.compute, cudaStreamNonBlocking));
+  }
+  return ctx.compute;
+}
+
+cudaStream_t copyStream() {
+  Context& ctx = context();
+  if (!ctx.copy) {
+    computeStream();
+    CUDA_CHECK(cudaStreamCreateWithFlags(&ctx.copy, cudaStreamNonBlocking));
+  }
+  return ctx.copy;
+}
+
+void synchronize() { CUDA_CHECK(cudaStreamSynchronize(computeStream())); }
+
+cublasHandle_t cublas() {
+  Context& ctx = context();
+  if (!ctx.blas) {
+    CUBLAS_CHECK(cublasCreate(&ctx.blas));
+    CUBLAS_CHECK(cublasSetStream(ctx.blas, computeStream()));
+  }
+  return ctx.blas;
+}
+
+void* deviceAllocate(size_t bytes) {
+  Context& ctx = context();
+  computeStream();
+  const size_t size = roundSize(bytes == 0 ? 1 : bytes);
+  std::lock_guard<std::mutex> lock(ctx.mutex);
+  auto it = ctx.freeBlocks.find(size);
+  if (it != ctx.freeBlocks.end()) {
+    void* ptr = it->second;
+    ctx.freeBlocks.erase(it);
+    ctx.stats.cachedBytes -= size;
+    return ptr;
+  }
+  void* ptr = nullptr;
+  cudaError_t err = cudaMalloc(&ptr, size);
+  if (err == cudaErrorMemoryAllocation) {
+    // Give the cache back to the driver once, then retry.
+    cudaGetLastError();
+    for (auto& block : ctx.freeBlocks) cudaFree(block.second);
+    ctx.freeBlocks.clear();
+    ctx.stats.cachedBytes = 0;
+    err = cudaMalloc(&ptr, size);
+  }
+  CUDA_CHECK(err);
+  ++ctx.stats.mallocCalls;
+  return ptr;
+}
+
+void deviceRelease(void* ptr, size_t bytes) {
+  Context& ctx = context();
+  const size_t size = roundSize(bytes == 0 ? 1 : bytes);
+  std::lock_guard<std::mutex> lock(ctx.mutex);
+  ctx.freeBlocks.emplace(size, ptr);
+  ctx.stats.cachedBytes += size;
+}
+
+void* pinnedAllocate(size_t bytes) {
+  void* ptr = nullptr;
+  CUDA_CHECK(cudaMallocHost(&ptr, bytes == 0 ? 1 : bytes));
+  return ptr;
+}
+
+void pinnedRelease(void* ptr) { cudaFreeHost(ptr); }
+
+AllocatorStats allocatorStats() {
+  std::lock_guard<std::mutex> lock(context().mutex);
+  return context().stats;
+}
+
+#else  // CPU-only build
+
+namespace {
+[[noreturn]] void noCuda(const char* what) {
+  throwError(std::string(what) + ": minidp was built without CUDA", __FILE__, __LINE__);
+}
+}  // namespace
+
+bool cudaAvailable() { return false; }
+int cudaDeviceCount() { return 0; }
+void setDevice(int) { noCuda("setDevice"); }
+int currentDevice() { return 0; }
+cudaStream_t computeStream() { return nullptr; }
+cudaStream_t copyStream() { return nullptr; }
+void synchronize() {}
+void* deviceAllocate(size_t) { noCuda("deviceAllocate"); }
+void deviceRelease(void*, size_t) {}
+void* pinnedAllocate(size_t bytes) { return std::malloc(bytes == 0 ? 1 : bytes); }
+void pinnedRelease(void* ptr) { std::free(ptr); }
+AllocatorStats allocatorStats() { return {}; }
+
+#endif
+
+}  // namespace minidp::runtime

@@ -1,0 +1,50 @@
+// The per-process CUDA context: the device this rank drives, its compute and copy streams, cuBLAS.
+#pragma once
+
+#include <cstddef>
+
+#include "kernels/stream.h"
+
+#if MINIDP_WITH_CUDA
+#include <cublas_v2.h>
+#endif
+
+namespace minidp::runtime {
+
+/// True when minidp was built with CUDA and at least one device is visible.
+bool cudaAvailable();
+/// Number of visible CUDA devices (0 without CUDA).
+int cudaDeviceCount();
+/// Selects the device this process uses; call before any CUDA tensor exists.
+void setDevice(int device);
+/// The device selected by setDevice (0 by default).
+int currentDevice();
+/// The stream every forward, backward and optimizer kernel runs on (non-default, created lazily).
+cudaStream_t computeStream();
+/// The stream host-to-device batch copies run on.
+cudaStream_t copyStream();
+/// Blocks the host until the compute stream has drained (logging, tests, end of run).
+void synchronize();
+
+/// Device memory from the caching allocator: freed blocks are kept by size and reused, so steady-state
+/// training makes no cudaMalloc. Blocks are reused in compute-stream order; memory another stream
+/// reads must be owned by that stream's user for as long as it reads it (see reducer buckets).
+void* deviceAllocate(size_t bytes);
+/// Returns a block obtained from deviceAllocate.
+void deviceRelease(void* ptr, size_t bytes);
+/// Pinned host memory for asynchronous copies.
+void* pinnedAllocate(size_t bytes);
+void pinnedRelease(void* ptr);
+/// Counters of the caching allocator: cudaMalloc calls and bytes currently cached.
+struct AllocatorStats {
+  size_t mallocCalls = 0;
+  size_t cachedBytes = 0;
+};
+AllocatorStats allocatorStats();
+
+#if MINIDP_WITH_CUDA
+/// cuBLAS handle bound to the compute stream.
+cublasHandle_t cublas();
+#endif
+
+}  // namespace minidp::runtime

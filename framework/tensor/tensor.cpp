@@ -1,0 +1,214 @@
+#include "framework/tensor/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "framework/runtime/device.h"
+
+#if MINIDP_WITH_CUDA
+#include "kernels/cuda_check.h"
+#endif
+
+namespace minidp {
+
+size_t dtypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return 4;
+    case DType::F64: return 8;
+    case DType::I32: return 4;
+  }
+  throwError("unknown dtype", __FILE__, __LINE__);
+}
+
+const char* dtypeName(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return "F32";
+    case DType::F64: return "F64";
+    case DType::I32: return "I32";
+  }
+  return "?";
+}
+
+const char* deviceName(Device device) { return device == Device::CPU ? "cpu" : "cuda"; }
+
+std::string shapeString(const Shape& shape) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  os << "]";
+  return os.str();
+}
+
+int64_t shapeNumel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+Storage::Storage(size_t bytes_, Device device_) : bytes(bytes_), device(device_) {
+  if (device == Device::CUDA) {
+    ptr = runtime::deviceAllocate(bytes);
+  } else {
+    // 64-byte alignment for Eigen's vectorised loads; aligned_alloc wants a multiple of the alignment.
+    ptr = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+    MINIDP_CHECK(ptr != nullptr, "out of host memory allocating " << bytes << " bytes");
+  }
+}
+
+Storage::~Storage() {
+  if (device == Device::CUDA) {
+    runtime::deviceRelease(ptr, bytes);
+  } else {
+    std::free(ptr);
+  }
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  for (int64_t d : shape) MINIDP_CHECK(d >= 0, "negative extent in shape " << shapeString(shape));
+  Tensor t;
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  t.device_ = device;
+  t.storage_ = std::make_shared<Storage>(shapeNumel(shape) * dtypeSize(dtype), device);
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  t.zero();
+  return t;
+}
+
+Tensor Tensor::fromHost(const void* data, const Shape& shape, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  if (device == Device::CPU) {
+    std::memcpy(t.raw(), data, t.nbytes());
+  } else {
+#if MINIDP_WITH_CUDA
+    // Pageable source: cudaMemcpyAsync returns once the source was staged, so `data` may go away.
+    CUDA_CHECK(cudaMemcpyAsync(t.raw(), data, t.nbytes(), cudaMemcpyHostToDevice, runtime::computeStream()));
+#endif
+  }
+  return t;
+}
+
+Tensor Tensor::alias(const Tensor& base, int64_t offset, const Shape& shape) {
+  MINIDP_CHECK(base.defined(), "alias of an undefined tensor");
+  MINIDP_CHECK(offset >= 0 && offset + shapeNumel(shape) <= base.numel(),
+               "alias of " << shapeNumel(shape) << " elements at " << offset << " exceeds base of "
+                           << base.numel());
+  Tensor t = base;
+  t.offsetBytes_ = base.offsetBytes_ + offset * static_cast<int64_t>(dtypeSize(base.dtype_));
+  t.shape_ = shape;
+  return t;
+}
+
+int64_t Tensor::size(int d) const {
+  const int n = ndim();
+  const int i = d < 0 ? d + n : d;
+  MINIDP_CHECK(i >= 0 && i < n, "dimension " << d << " of shape " << shapeString(shape_));
+  return shape_[i];
+}
+
+void* Tensor::raw() const {
+  MINIDP_CHECK(defined(), "undefined tensor");
+  return static_cast<char*>(storage_->ptr) + offsetBytes_;
+}
+
+Tensor Tensor::view(Shape shape) const {
+  int64_t known = 1;
+  int inferred = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      MINIDP_CHECK(inferred < 0, "more than one -1 in view " << shapeString(shape));
+      inferred = static_cast<int>(i);
+    } else {
+      known *= shape[i];
+    }
+  }
+  if (inferred >= 0) {
+    MINIDP_CHECK(known > 0 && numel() % known == 0, "cannot view " << shapeString(shape_) << " as "
+                                                                    << shapeString(shape));
+    shape[inferred] = numel() / known;
+  }
+  MINIDP_CHECK(shapeNumel(shape) == numel(), "cannot view " << shapeString(shape_) << " as "
+                                                            << shapeString(shape));
+  Tensor t = *this;
+  t.shape_ = shape;
+  return t;
+}
+
+Tensor Tensor::to(Device device) const {
+  if (device == device_) return *this;
+  Tensor t = empty(shape_, dtype_, device);
+  t.copyFrom(*this);
+  return t;
+}
+
+Tensor Tensor::toDType(DType dtype) const {
+  if (dtype == dtype_) return clone();
+  MINIDP_CHECK(dtype != DType::I32 && dtype_ != DType::I32, "toDType converts float types only");
+  Tensor host = to(Device::CPU);
+  Tensor out = empty(shape_, dtype, Device::CPU);
+  const int64_t n = numel();
+  if (dtype == DType::F64) {
+    const float* s = host.data<float>();
+    double* d = out.data<double>();
+    for (int64_t i = 0; i < n; ++i) d[i] = s[i];
+  } else {
+    const double* s = host.data<double>();
+    float* d = out.data<float>();
+    for (int64_t i = 0; i < n; ++i) d[i] = static_cast<float>(s[i]);
+  }
+  return out.to(device_);
+}
+
+Tensor Tensor::clone() const {
+  Tensor t = empty(shape_, dtype_, device_);
+  t.copyFrom(*this);
+  return t;
+}
+
+void Tensor::copyFrom(const Tensor& src) {
+  MINIDP_CHECK(src.shape_ == shape_ && src.dtype_ == dtype_,
+               "copy of " << dtypeName(src.dtype_) << shapeString(src.shape_) << " into "
+                          << dtypeName(dtype_) << shapeString(shape_));
+  if (device_ == Device::CPU && src.device_ == Device::CPU) {
+    std::memmove(raw(), src.raw(), nbytes());
+    return;
+  }
+#if MINIDP_WITH_CUDA
+  cudaStream_t stream = runtime::computeStream();
+  if (device_ == Device::CPU) {
+    CUDA_CHECK(cudaMemcpyAsync(raw(), src.raw(), nbytes(), cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+  } else {
+    CUDA_CHECK(cudaMemcpyAsync(raw(), src.raw(), nbytes(), cudaMemcpyDefault, stream));
+  }
+#endif
+}
+
+void Tensor::zero() {
+  if (device_ == Device::CPU) {
+    std::memset(raw(), 0, nbytes());
+    return;
+  }
+#if MINIDP_WITH_CUDA
+  CUDA_CHECK(cudaMemsetAsync(raw(), 0, nbytes(), runtime::computeStream()));
+#endif
+}
+
+void Tensor::copyToHost(const void* src, void* dst) const {
+  if (device_ == Device::CPU) {
+    std::memcpy(dst, src, nbytes());
+    return;
+  }
+#if MINIDP_WITH_CUDA
+  cudaStream_t stream = runtime::computeStream();
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes(), cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+#endif
+}
+
+}  // namespace minidp

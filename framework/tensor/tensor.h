@@ -1,0 +1,112 @@
+// Tensor: a typed, contiguous, shaped view of a storage block on the CPU or on a CUDA device.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/check.h"
+
+namespace minidp {
+
+/// Element types. I32 carries token ids and class labels.
+enum class DType : uint8_t { F32, F64, I32 };
+/// Where a tensor's memory lives.
+enum class Device : uint8_t { CPU, CUDA };
+using Shape = std::vector<int64_t>;
+
+/// Bytes per element of `dtype`.
+size_t dtypeSize(DType dtype);
+/// Short name as safetensors spells it: "F32", "F64", "I32".
+const char* dtypeName(DType dtype);
+/// "cpu" or "cuda".
+const char* deviceName(Device device);
+/// "[2, 3, 4]".
+std::string shapeString(const Shape& shape);
+/// Product of the extents.
+int64_t shapeNumel(const Shape& shape);
+
+template <typename T> constexpr DType dtypeOf();
+template <> constexpr DType dtypeOf<float>() { return DType::F32; }
+template <> constexpr DType dtypeOf<double>() { return DType::F64; }
+template <> constexpr DType dtypeOf<int32_t>() { return DType::I32; }
+
+/// A block of memory returned to its allocator when the last tensor using it goes away.
+struct Storage {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  Device device = Device::CPU;
+  Storage(size_t bytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+};
+
+/// A contiguous tensor. Copies share storage; `clone()` copies data. CUDA work runs on the compute stream.
+class Tensor {
+ public:
+  Tensor() = default;
+  /// Uninitialised memory.
+  static Tensor empty(const Shape& shape, DType dtype, Device device);
+  /// Zero-filled.
+  static Tensor zeros(const Shape& shape, DType dtype, Device device);
+  /// Copies `numel(shape)` elements from host memory.
+  static Tensor fromHost(const void* data, const Shape& shape, DType dtype, Device device);
+  template <typename T>
+  static Tensor fromVector(const std::vector<T>& values, const Shape& shape, Device device = Device::CPU) {
+    MINIDP_CHECK(static_cast<int64_t>(values.size()) == shapeNumel(shape),
+                 values.size() << " values for shape " << shapeString(shape));
+    return fromHost(values.data(), shape, dtypeOf<T>(), device);
+  }
+  /// A tensor over `numel(shape)` elements of `base`'s storage starting at element `offset` (no copy).
+  static Tensor alias(const Tensor& base, int64_t offset, const Shape& shape);
+
+  bool defined() const { return storage_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  /// Extent of dimension `d`; negative counts from the end.
+  int64_t size(int d) const;
+  int ndim() const { return static_cast<int>(shape_.size()); }
+  int64_t numel() const { return shapeNumel(shape_); }
+  size_t nbytes() const { return numel() * dtypeSize(dtype_); }
+  DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
+  bool isCuda() const { return device_ == Device::CUDA; }
+  void* raw() const;
+  template <typename T>
+  T* data() const {
+    MINIDP_CHECK(dtype_ == dtypeOf<T>(), "tensor holds " << dtypeName(dtype_) << ", asked for "
+                                                          << dtypeName(dtypeOf<T>()));
+    return static_cast<T*>(raw());
+  }
+  /// True when both tensors use the same memory block.
+  bool sharesStorage(const Tensor& other) const { return storage_ == other.storage_; }
+
+  /// Same elements under another shape (one extent may be -1).
+  Tensor view(Shape shape) const;
+  /// A copy on `device` (synchronous when it crosses devices).
+  Tensor to(Device device) const;
+  /// A copy converted to `dtype` (float types only).
+  Tensor toDType(DType dtype) const;
+  Tensor clone() const;
+  /// Copies `src` (same shape and dtype, any device) into this tensor.
+  void copyFrom(const Tensor& src);
+  void zero();
+  /// Host copy of the values (synchronises with the compute stream for CUDA tensors).
+  template <typename T>
+  std::vector<T> toVector() const {
+    std::vector<T> out(numel());
+    copyToHost(data<T>(), out.data());
+    return out;
+  }
+
+ private:
+  void copyToHost(const void* src, void* dst) const;
+  std::shared_ptr<Storage> storage_;
+  int64_t offsetBytes_ = 0;
+  Shape shape_;
+  DType dtype_ = DType::F32;
+  Device device_ = Device::CPU;
+};
+
+}  // namespace minidp

@@ -1,0 +1,233 @@
+"""PyTorch side-by-side benchmark for minidp: the same MLP/GPT, same step, timed the same way.
+
+One training step = forward + loss + backward + gradient all-reduce + optimizer step,
+on synthetic data (generated once, on the device, before timing). Per bucket size it
+alternates overlap "off" and "on" runs (as minidp does), excluding warmup steps:
+  on:  DDP(bucket_cap_mb=bucket) - all-reduce overlapped with backward.
+  off: backward under ddp.no_sync(), then the grads are packed into buckets of
+       bucket_mb (reverse parameter order), all-reduced (SUM, then /world) and
+       copied back - same communication volume, no overlap.
+World size 1: plain model, no communication; one row (overlap "off").
+Step time of a step = max over ranks; reported median/p90 in ms.
+
+    python3 train/torch_bench.py --model gpt --layers 2 --embd 64 --device cpu --steps 5
+    torchrun --nproc_per_node 8 train/torch_bench.py --model gpt --bucket-mb 1 25 --json out.json
+    mpirun -np 2 python3 train/torch_bench.py --model mlp --device cpu   # gloo
+"""
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
+from models import GPT, MLP  # noqa: E402
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description="PyTorch DDP benchmark matching minidp")
+    ap.add_argument("--model", choices=["mlp", "gpt"], default="mlp")
+    ap.add_argument("--dims", default="784,256,256,10", help="MLP layer sizes")
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--embd", type=int, default=768)
+    ap.add_argument("--context", type=int, default=1024)
+    ap.add_argument("--vocab", type=int, default=50304)
+    ap.add_argument("--batch-size", type=int, default=8, help="per rank")
+    ap.add_argument("--bucket-mb", type=float, nargs="+", default=[25.0])
+    ap.add_argument("--steps", type=int, default=20, help="timed steps per run")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed steps per run")
+    ap.add_argument("--dtype", choices=["fp32"], default="fp32")
+    ap.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
+    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", help="write results here (rank 0)")
+    return ap.parse_args()
+
+
+def dist_env():
+    """(rank, world, local_rank) from torchrun or OpenMPI environment variables."""
+    env = os.environ
+    rank = int(env.get("RANK", env.get("OMPI_COMM_WORLD_RANK", 0)))
+    world = int(env.get("WORLD_SIZE", env.get("OMPI_COMM_WORLD_SIZE", 1)))
+    local = int(env.get("LOCAL_RANK", env.get("OMPI_COMM_WORLD_LOCAL_RANK", 0)))
+    return rank, world, local
+
+
+def build_model(args, device):
+    torch.manual_seed(args.seed)
+    if args.model == "mlp":
+        model = MLP([int(d) for d in args.dims.split(",")])
+    else:
+        model = GPT(args.vocab, args.context, args.layers, args.heads, args.embd)
+    model.init_weights()
+    return model.to(device)
+
+
+def make_batches(args, device, rank, n=4):
+    g = torch.Generator().manual_seed(1000 + rank)
+    B, out = args.batch_size, []
+    for _ in range(n):
+        if args.model == "mlp":
+            dims = [int(d) for d in args.dims.split(",")]
+            x = torch.randn(B, dims[0], generator=g)
+            y = torch.randint(0, dims[-1], (B,), generator=g)
+        else:
+            x = torch.randint(0, args.vocab, (B, args.context), generator=g)
+            y = torch.randint(0, args.vocab, (B, args.context), generator=g)
+        out.append((x.to(device), y.to(device)))
+    return out
+
+
+def make_buckets(params, bucket_mb):
+    """Group params (reverse registration order) into flat fp32 buffers of <= bucket_mb."""
+    cap = max(1, int(bucket_mb * 1024 * 1024) // 4)
+    buckets, cur, size = [], [], 0
+    for p in reversed(params):
+        if cur and size + p.numel() > cap:
+            buckets.append(cur)
+            cur, size = [], 0
+        cur.append(p)
+        size += p.numel()
+    if cur:
+        buckets.append(cur)
+    return [(b, torch.empty(sum(p.numel() for p in b), device=b[0].device)) for b in buckets]
+
+
+def allreduce_buckets(buckets, world):
+    for params, flat in buckets:
+        off = 0
+        for p in params:
+            flat[off:off + p.numel()].copy_(p.grad.reshape(-1))
+            off += p.numel()
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        flat.div_(world)
+        off = 0
+        for p in params:
+            p.grad.copy_(flat[off:off + p.numel()].view_as(p.grad))
+            off += p.numel()
+
+
+def run(args, device, world, overlap, bucket_mb, batches):
+    """One run; returns per-step times in ms (max over ranks), warmup excluded."""
+    model = build_model(args, device)
+    wrapped = model
+    if world > 1:
+        ids = [device.index] if device.type == "cuda" else None
+        wrapped = DDP(model, device_ids=ids, bucket_cap_mb=bucket_mb)
+    if args.optimizer == "adamw":
+        opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=args.lr)
+    buckets = make_buckets(list(model.parameters()), bucket_mb) if world > 1 and overlap == "off" else None
+    cuda = device.type == "cuda"
+    times = []
+    for step in range(args.warmup + args.steps):
+        x, y = batches[step % len(batches)]
+        if cuda:
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+        else:
+            t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        if buckets is not None:
+            with wrapped.no_sync():
+                _, loss = wrapped(x, y)
+                loss.backward()
+            allreduce_buckets(buckets, world)
+        else:
+            _, loss = wrapped(x, y)
+            loss.backward()
+        opt.step()
+        if cuda:
+            end.record()
+            torch.cuda.synchronize()
+            ms = start.elapsed_time(end)
+        else:
+            ms = (time.perf_counter() - t0) * 1e3
+        if step >= args.warmup:
+            times.append(ms)
+    t = torch.tensor(times, dtype=torch.float64, device=device)
+    if world > 1:
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    del wrapped, model, opt, buckets
+    gc.collect()
+    return t.tolist()
+
+
+def summarize(times, samples_per_step, tokens_per_step):
+    s = sorted(times)
+    med = statistics.median(s)
+    p90 = s[min(len(s) - 1, int(round(0.9 * (len(s) - 1))))]
+    row = {"step_ms_median": med, "step_ms_p90": p90,
+           "samples_per_s": samples_per_step / (med / 1e3)}
+    if tokens_per_step:
+        row["tokens_per_s"] = tokens_per_step / (med / 1e3)
+    return row
+
+
+def main():
+    args = parse_args()
+    rank, world, local = dist_env()
+    if args.device == "cuda":
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
+        torch.backends.cuda.matmul.allow_tf32 = False  # plain fp32, like minidp --dtype fp32
+        torch.backends.cudnn.allow_tf32 = False
+    else:
+        device = torch.device("cpu")
+    if world > 1:
+        os.environ.setdefault("MASTER_ADDR", "localhost")
+        os.environ.setdefault("MASTER_PORT", "29511")
+        dist.init_process_group("nccl" if args.device == "cuda" else "gloo",
+                                rank=rank, world_size=world)
+
+    batches = make_batches(args, device, rank)
+    samples = args.batch_size * world
+    tokens = samples * args.context if args.model == "gpt" else 0
+    rows = []
+    for bucket_mb in args.bucket_mb:
+        for overlap in (["off", "on"] if world > 1 else ["off"]):
+            times = run(args, device, world, overlap, bucket_mb, batches)
+            rows.append({"overlap": overlap, "bucket_mb": bucket_mb, **summarize(times, samples, tokens)})
+        if world == 1:
+            break  # no communication: bucket size and overlap do not matter
+
+    if rank == 0:
+        model_name = args.model
+        hdr = ["framework", "model", "world", "overlap", "bucket_mb",
+               "step_ms_median", "step_ms_p90", "samples_per_s"]
+        print(" ".join(f"{h:>14}" for h in hdr))
+        for r in rows:
+            vals = ["pytorch", model_name, world, r["overlap"], f"{r['bucket_mb']:g}",
+                    f"{r['step_ms_median']:.3f}", f"{r['step_ms_p90']:.3f}", f"{r['samples_per_s']:.1f}"]
+            print(" ".join(f"{str(v):>14}" for v in vals))
+        n_params = sum(p.numel() for p in build_model(args, torch.device("cpu")).parameters())
+        config = {k: v for k, v in vars(args).items() if k != "json"}
+        config.update({"n_params": n_params, "torch_version": torch.__version__,
+                       "backend": dist.get_backend() if world > 1 else None,
+                       "step_time": "max over ranks of per-step time; warmup excluded",
+                       "ddp_first_bucket_mb": 1.0 if world > 1 else None})
+        if args.device == "cuda":
+            config["gpu"] = torch.cuda.get_device_name(device)
+        result = {"framework": "pytorch", "model": model_name, "world": world,
+                  "device": args.device, "rows": rows, "config": config}
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(result, f, indent=2)
+            print(f"wrote {args.json}")
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
