@@ -1,0 +1,23 @@
+// Fashion-MNIST: 28x28 grey clothing images in 10 classes, read from the IDX files.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace minidp {
+
+/// Where the Debian package dataset-fashion-mnist installs the four .gz files.
+inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+
+/// A labelled image dataset held on the host.
+struct ImageDataset {
+  int64_t count = 0, rows = 0, cols = 0;
+  std::vector<float> images;    // (count, rows*cols), pixel/255 in [0, 1]
+  std::vector<int32_t> labels;  // (count)
+};
+
+/// Loads split "train" (train-*-ubyte.gz) or "test" (t10k-*-ubyte.gz) from `dir`.
+ImageDataset loadFashionMnist(const std::string& dir, const std::string& split);
+
+}  // namespace minidp
