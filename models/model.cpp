@@ -1,0 +1,11 @@
+#include "models/model.h"
+
+#include "framework/ops/ops.h"
+
+namespace minidp::models {
+
+Variable Model::loss(const Tensor& inputs, const Tensor& targets) const {
+  return ops::crossEntropy(forward(inputs), targets.view({-1}));
+}
+
+}  // namespace minidp::models

@@ -1,0 +1,17 @@
+// Model: a Module that maps a batch of inputs to logits and a mean cross-entropy loss.
+#pragma once
+
+#include "framework/nn/module.h"
+
+namespace minidp::models {
+
+/// What the trainer needs of a model.
+class Model : public nn::Module {
+ public:
+  /// Logits as (N, classes): N = batch rows (MLP) or batch * context positions (GPT).
+  virtual Variable forward(const Tensor& inputs) const = 0;
+  /// Mean cross-entropy of forward(inputs) against int32 targets, flattened to (N).
+  Variable loss(const Tensor& inputs, const Tensor& targets) const;
+};
+
+}  // namespace minidp::models

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what minidp needs from Debian's packages (and the safetensors Python package for the PyTorch
+# interop check), skipping what is already there. Runs apt-get as root, or through sudo.
+set -euo pipefail
+
+packages=(build-essential cmake libeigen3-dev libgtest-dev libcli11-dev nlohmann-json3-dev libopenmpi-dev
+          openmpi-bin zlib1g-dev dataset-fashion-mnist fortunes python3-torch python3-numpy python3-pip)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if ! /usr/bin/python3 -c "import safetensors" 2>/dev/null; then
+  /usr/bin/python3 -m pip install -q safetensors 2>/dev/null || /usr/bin/python3 -m pip install -q --break-system-packages safetensors
+fi
+if command -v nvidia-smi >/dev/null && ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  echo "install-deps: a GPU is present but no CUDA compiler: install nvidia-cuda-toolkit and libnccl-dev (non-free)" >&2
+fi

@@ -1,0 +1,103 @@
+// safetensors checkpoints: bit-exact round trip, clear errors, and exchange with PyTorch in both directions.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "framework/nn/checkpoint.h"
+#include "models/gpt.h"
+#include "models/mlp.h"
+
+namespace minidp {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string sourceDir() {
+  const char* root = std::getenv("MINIDP_SOURCE_DIR");
+  return root ? root : ".";
+}
+
+std::string scratch(const std::string& name) {
+  fs::path dir = fs::path(::testing::TempDir()) / "minidp_checkpoint";
+  fs::create_directories(dir);
+  return (dir / name).string();
+}
+
+std::string readBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+models::GptConfig tinyGpt() { return models::GptConfig{32, 8, 2, 2, 16}; }
+
+TEST(Checkpoint, SaveThenLoadIsBitExact) {
+  models::GPT a(tinyGpt(), 1), b(tinyGpt(), 2);
+  const std::string path = scratch("gpt.safetensors");
+  nn::saveCheckpoint(a, path);
+  nn::loadCheckpoint(b, path);
+  auto pa = a.namedParameters(), pb = b.namedParameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_EQ(pa[i].second.data().toVector<float>(), pb[i].second.data().toVector<float>()) << pa[i].first;
+  }
+  // Saving the loaded model again gives the same bytes.
+  const std::string again = scratch("gpt2.safetensors");
+  nn::saveCheckpoint(b, again);
+  EXPECT_EQ(readBytes(path), readBytes(again));
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+}
+
+TEST(Checkpoint, WrongShapeMissingAndExtraNamesAreNamed) {
+  const std::string path = scratch("mlp.safetensors");
+  nn::saveCheckpoint(models::MLP({4, 8, 3}, 1), path);
+  models::MLP wider({4, 9, 3}, 1);
+  try {
+    nn::loadCheckpoint(wider, path);
+    FAIL() << "expected a shape error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layers.0.weight"), std::string::npos) << e.what();
+  }
+  models::MLP deeper({4, 8, 3, 3}, 1);
+  try {
+    nn::loadCheckpoint(deeper, path);
+    FAIL() << "expected a missing-tensor error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layers.2.weight"), std::string::npos) << e.what();
+  }
+  const std::string deepPath = scratch("deep.safetensors");
+  nn::saveCheckpoint(deeper, deepPath);
+  models::MLP shallow({4, 8, 3}, 1);
+  try {
+    nn::loadCheckpoint(shallow, deepPath);
+    FAIL() << "expected an extra-tensor error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layers.2"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Checkpoint, LoadsAFileWrittenByPyTorch) {
+  // tests/reference/check_interop.py --write: a torch MLP [12, 16, 5] state_dict.
+  const std::string path = sourceDir() + "/tests/fixtures/torch_mlp_12_16_5.safetensors";
+  models::MLP mlp({12, 16, 5}, 7);
+  nn::loadCheckpoint(mlp, path);
+  const SafeTensorFile f = readSafetensors(path);
+  for (auto& [name, p] : mlp.namedParameters()) {
+    EXPECT_EQ(p.data().toVector<float>(), nn::fromSafeTensor(f.at(name), name).toVector<float>()) << name;
+  }
+}
+
+TEST(Checkpoint, PyTorchLoadsAFileWrittenByMinidp) {
+  if (std::system("/usr/bin/python3 -c 'import torch, safetensors.torch' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "python3 with torch and safetensors is not installed (.ci/run installs them)";
+  }
+  const std::string path = scratch("for_torch.safetensors");
+  nn::saveCheckpoint(models::GPT(tinyGpt(), 3), path);
+  const std::string cmd = "/usr/bin/python3 " + sourceDir() + "/tests/reference/check_interop.py --model gpt:32,8,2,2,16 " + path;
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
+}  // namespace
+}  // namespace minidp
