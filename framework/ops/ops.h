@@ -25,18 +25,18 @@ Variable sum(const Variable& x);
 Variable mean(const Variable& x);
 /// Same elements, new shape (one extent may be -1). Shares storage in forward.
 Variable reshape(const Variable& x, const Shape& shape);
-/// Swaps the last two dimensions of a (..., M, N) tensor: (..., N, M).
-Variable transpose(const Variable& x);
-
 // ---- linear algebra (framework/ops/linear.cpp) ----
 /// x (..., in) @ weight(out, in)^T + bias(out) -> (..., out). `bias` may be undefined.
 Variable linear(const Variable& x, const Variable& weight, const Variable& bias);
+/// Swaps the last two dimensions of a (..., M, N) tensor: (..., N, M).
+Variable transpose(const Variable& x);
 /// a (..., M, K) @ b (..., K, N) -> (..., M, N); leading dimensions equal (batched).
 Variable matmul(const Variable& a, const Variable& b);
 
 // ---- losses (framework/ops/loss.cpp) ----
 /// Fused, numerically stable softmax cross-entropy: logits (N, V), targets int32 (N) in [0, V);
-/// returns the mean over N as shape [1].
+/// returns the mean over N as shape [1]. A target out of range is an error on the CPU; on CUDA (no host
+/// synchronisation to check it) that row's loss and gradient are NaN.
 Variable crossEntropy(const Variable& logits, const Tensor& targets);
 
 // ---- transformer ops (framework/ops/transformer.cpp) ----

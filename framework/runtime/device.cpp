@@ -21,7 +21,6 @@ struct Context {
   int device = 0;
   cudaStream_t compute = nullptr;
   cudaStream_t copy = nullptr;
-  cublasHandle_t blas = nullptr;
   // Caching allocator: rounded size -> free blocks.
   std::mutex mutex;
   std::multimap<size_t, void*> freeBlocks;
@@ -81,15 +80,6 @@ cudaStream_t copyStream() {
 }
 
 void synchronize() { CUDA_CHECK(cudaStreamSynchronize(computeStream())); }
-
-cublasHandle_t cublas() {
-  Context& ctx = context();
-  if (!ctx.blas) {
-    CUBLAS_CHECK(cublasCreate(&ctx.blas));
-    CUBLAS_CHECK(cublasSetStream(ctx.blas, computeStream()));
-  }
-  return ctx.blas;
-}
 
 void* deviceAllocate(size_t bytes) {
   Context& ctx = context();

@@ -1,13 +1,10 @@
-// The per-process CUDA context: the device this rank drives, its compute and copy streams, cuBLAS.
+// The per-process CUDA context: the device this rank drives, its compute and copy streams, memory.
 #pragma once
 
 #include <cstddef>
 
 #include "kernels/stream.h"
 
-#if MINIDP_WITH_CUDA
-#include <cublas_v2.h>
-#endif
 
 namespace minidp::runtime {
 
@@ -41,10 +38,5 @@ struct AllocatorStats {
   size_t cachedBytes = 0;
 };
 AllocatorStats allocatorStats();
-
-#if MINIDP_WITH_CUDA
-/// cuBLAS handle bound to the compute stream.
-cublasHandle_t cublas();
-#endif
 
 }  // namespace minidp::runtime

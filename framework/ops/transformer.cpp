@@ -1,0 +1,137 @@
+// Transformer ops: token + position embedding, LayerNorm and the causal self-attention core.
+#include <algorithm>
+#include <cmath>
+
+#include "framework/ops/dispatch.h"
+#include "framework/ops/ops.h"
+#include "kernels/attention.h"
+#include "kernels/embedding.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+
+namespace minidp::ops {
+
+Variable embedding(const Variable& wteVar, const Variable& wpeVar, const Tensor& tokens) {
+  const Tensor& wte = wteVar.data();
+  const Tensor& wpe = wpeVar.data();
+  checkSame("embedding", wte, wpe);
+  MINIDP_CHECK(wte.ndim() == 2 && wpe.ndim() == 2 && wte.size(1) == wpe.size(1),
+               "embedding: wte " << shapeString(wte.shape()) << " and wpe " << shapeString(wpe.shape())
+                                 << " must be (V, C) and (Tmax, C)");
+  MINIDP_CHECK(tokens.dtype() == DType::I32 && tokens.ndim() == 2 && tokens.device() == wte.device(),
+               "embedding: tokens must be I32 (B, T) on " << deviceName(wte.device()) << ", got "
+                                                           << dtypeName(tokens.dtype())
+                                                           << shapeString(tokens.shape()) << " on "
+                                                           << deviceName(tokens.device()));
+  const int64_t B = tokens.size(0), seqLen = tokens.size(1), C = wte.size(1);
+  const int64_t V = wte.size(0), Tmax = wpe.size(0);
+  MINIDP_CHECK(seqLen <= Tmax, "embedding: " << seqLen << " positions, but wpe has only " << Tmax);
+  Tensor out = Tensor::empty({B, seqLen, C}, wte.dtype(), wte.device());  // (B, T, C)
+  MINIDP_LAUNCH_FLOAT(wte, T, embeddingForward, wte.data<T>(), wpe.data<T>(), tokens.data<int32_t>(),
+                      out.data<T>(), B, seqLen, C, V);
+  return Variable::fromOp(out, {wteVar, wpeVar}, [tokens, B, seqLen, V, Tmax, C](const Tensor& g) {
+    Tensor dwte = Tensor::empty({V, C}, g.dtype(), g.device());
+    Tensor dwpe = Tensor::empty({Tmax, C}, g.dtype(), g.device());
+    MINIDP_LAUNCH_FLOAT(g, T, embeddingBackwardTokens, g.data<T>(), tokens.data<int32_t>(), dwte.data<T>(), B,
+                        seqLen, C, V);
+    MINIDP_LAUNCH_FLOAT(g, T, embeddingBackwardPositions, g.data<T>(), dwpe.data<T>(), B, seqLen, C, Tmax);
+    return std::vector<Tensor>{dwte, dwpe};
+  });
+}
+
+Variable layerNorm(const Variable& xVar, const Variable& weightVar, const Variable& biasVar, double eps) {
+  const Tensor& x = xVar.data();
+  const Tensor& weight = weightVar.data();
+  const Tensor& bias = biasVar.data();
+  checkSame("layerNorm", x, weight);
+  checkSame("layerNorm", x, bias);
+  MINIDP_CHECK(x.ndim() >= 1, "layerNorm: x must have a channel dimension");
+  const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
+  MINIDP_CHECK(weight.shape() == Shape{C} && bias.shape() == Shape{C},
+               "layerNorm: x " << shapeString(x.shape()) << " needs weight and bias [" << C << "], got "
+                               << shapeString(weight.shape()) << " and " << shapeString(bias.shape()));
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor mean = Tensor::empty({N}, x.dtype(), x.device());
+  Tensor rstd = Tensor::empty({N}, x.dtype(), x.device());
+  MINIDP_LAUNCH_FLOAT(x, T, layerNormForward, x.data<T>(), weight.data<T>(), bias.data<T>(), y.data<T>(),
+                      mean.data<T>(), rstd.data<T>(), N, C, static_cast<T>(eps));
+  return Variable::fromOp(y, {xVar, weightVar, biasVar}, [x, weight, mean, rstd, N, C](const Tensor& g) {
+    Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+    Tensor dweight = Tensor::empty({C}, x.dtype(), x.device());
+    Tensor dbias = Tensor::empty({C}, x.dtype(), x.device());
+    MINIDP_LAUNCH_FLOAT(x, T, layerNormBackward, g.data<T>(), x.data<T>(), weight.data<T>(), mean.data<T>(),
+                        rstd.data<T>(), dx.data<T>(), dweight.data<T>(), dbias.data<T>(), N, C);
+    return std::vector<Tensor>{dx, dweight, dbias};
+  });
+}
+
+namespace {
+
+// Sizes of one attention call: B sequences of T = seqLen tokens, H heads of d channels.
+struct AttentionShape {
+  int64_t B, seqLen, H, d;
+  int64_t C() const { return H * d; }
+  int64_t matrices() const { return B * H; }
+};
+
+// (B, H, T, d) tensors, the layout the batched GEMMs run over.
+Tensor headTensor(const AttentionShape& s, const Tensor& like) {
+  return Tensor::empty({s.B, s.H, s.seqLen, s.d}, like.dtype(), like.device());
+}
+
+// C[m] = alpha * op(A[m]) @ op(B[m]) for every (b, h) matrix m, operands packed one matrix after another.
+void headGemm(const AttentionShape& s, bool transA, bool transB, int64_t M, int64_t N, int64_t K, double alpha,
+              const Tensor& A, const Tensor& B, Tensor& C) {
+  MINIDP_LAUNCH_FLOAT(A, T, gemm, transA, transB, M, N, K, static_cast<T>(alpha), A.data<T>(), M * K, B.data<T>(),
+                      K * N, T(0), C.data<T>(), M * N, s.matrices());
+}
+
+}  // namespace
+
+Variable causalSelfAttention(const Variable& qkvVar, int numHeads) {
+  const Tensor& qkv = qkvVar.data();
+  MINIDP_CHECK(qkv.ndim() == 3 && qkv.size(2) % 3 == 0 && numHeads > 0 && qkv.size(2) / 3 % numHeads == 0,
+               "causalSelfAttention: qkv " << shapeString(qkv.shape())
+                                           << " must be (B, T, 3C) with C divisible by " << numHeads << " heads");
+  const AttentionShape s{qkv.size(0), qkv.size(1), numHeads, qkv.size(2) / 3 / numHeads};
+  const int64_t C = s.C();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
+  Tensor q = headTensor(s, qkv), k = headTensor(s, qkv), v = headTensor(s, qkv);  // (B, H, T, d)
+  Tensor* parts[3] = {&q, &k, &v};
+  for (int p = 0; p < 3; ++p) {
+    MINIDP_LAUNCH_FLOAT(qkv, T, splitHeads, qkv.data<T>() + p * C, parts[p]->data<T>(), s.B, s.seqLen, s.H, s.d,
+                        3 * C);
+  }
+  // (B, H, T, T): the scores, then their causal softmax in place
+  Tensor probs = Tensor::empty({s.B, s.H, s.seqLen, s.seqLen}, qkv.dtype(), qkv.device());
+  headGemm(s, false, true, s.seqLen, s.seqLen, s.d, scale, q, k, probs);
+  MINIDP_LAUNCH_FLOAT(qkv, T, causalSoftmaxForward, probs.data<T>(), probs.data<T>(), s.matrices(), s.seqLen);
+  Tensor yHeads = headTensor(s, qkv);
+  headGemm(s, false, false, s.seqLen, s.d, s.seqLen, 1.0, probs, v, yHeads);
+  Tensor y = Tensor::empty({s.B, s.seqLen, C}, qkv.dtype(), qkv.device());  // (B, T, C)
+  MINIDP_LAUNCH_FLOAT(qkv, T, mergeHeads, yHeads.data<T>(), y.data<T>(), s.B, s.seqLen, s.H, s.d, C);
+
+  return Variable::fromOp(y, {qkvVar}, [s, scale, q, k, v, probs](const Tensor& g) {
+    const int64_t C = s.C();
+    Tensor dyHeads = headTensor(s, g);
+    MINIDP_LAUNCH_FLOAT(g, T, splitHeads, g.data<T>(), dyHeads.data<T>(), s.B, s.seqLen, s.H, s.d, C);
+    Tensor dscores = Tensor::empty(probs.shape(), g.dtype(), g.device());  // dP, then dS in place
+    headGemm(s, false, true, s.seqLen, s.seqLen, s.d, 1.0, dyHeads, v, dscores);
+    Tensor dv = headTensor(s, g);
+    headGemm(s, true, false, s.seqLen, s.d, s.seqLen, 1.0, probs, dyHeads, dv);
+    MINIDP_LAUNCH_FLOAT(g, T, causalSoftmaxBackward, probs.data<T>(), dscores.data<T>(), dscores.data<T>(),
+                        s.matrices(), s.seqLen);
+    Tensor dq = headTensor(s, g), dk = headTensor(s, g);
+    headGemm(s, false, false, s.seqLen, s.d, s.seqLen, scale, dscores, k, dq);
+    headGemm(s, true, false, s.seqLen, s.d, s.seqLen, scale, dscores, q, dk);
+    Tensor dqkv = Tensor::empty({s.B, s.seqLen, 3 * C}, g.dtype(), g.device());  // fully written below
+    const Tensor* parts[3] = {&dq, &dk, &dv};
+    for (int p = 0; p < 3; ++p) {
+      MINIDP_LAUNCH_FLOAT(g, T, mergeHeads, parts[p]->data<T>(), dqkv.data<T>() + p * C, s.B, s.seqLen, s.H, s.d,
+                          3 * C);
+    }
+    return std::vector<Tensor>{dqkv};
+  });
+}
+
+}  // namespace minidp::ops

@@ -1,0 +1,62 @@
+// CPU twins of kernels/layernorm.cu.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/layernorm.h"
+
+namespace minidp::kernels::cpu {
+
+template <typename T>
+void layerNormForward(const T* x, const T* weight, const T* bias, T* y, T* mean, T* rstd, int64_t N, int64_t C,
+                      T eps) {
+  for (int64_t n = 0; n < N; ++n) {
+    const T* xr = x + n * C;
+    T sum = 0;
+    for (int64_t c = 0; c < C; ++c) sum += xr[c];
+    const T m = sum / static_cast<T>(C);
+    T sq = 0;  // two passes: the variance of shifted values does not cancel catastrophically
+    for (int64_t c = 0; c < C; ++c) sq += (xr[c] - m) * (xr[c] - m);
+    const T s = T(1) / std::sqrt(sq / static_cast<T>(C) + eps);
+    T* yr = y + n * C;
+    for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * s * weight[c] + bias[c];
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+template <typename T>
+void layerNormBackward(const T* dy, const T* x, const T* weight, const T* mean, const T* rstd, T* dx,
+                       T* dweight, T* dbias, int64_t N, int64_t C) {
+  std::fill(dweight, dweight + C, T(0));
+  std::fill(dbias, dbias + C, T(0));
+  for (int64_t n = 0; n < N; ++n) {
+    const T* xr = x + n * C;
+    const T* dyr = dy + n * C;
+    // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * weight
+    T sumG = 0, sumGx = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      const T xhat = (xr[c] - mean[n]) * rstd[n];
+      const T g = dyr[c] * weight[c];
+      sumG += g;
+      sumGx += g * xhat;
+      dweight[c] += dyr[c] * xhat;
+      dbias[c] += dyr[c];
+    }
+    const T meanG = sumG / static_cast<T>(C), meanGx = sumGx / static_cast<T>(C);
+    T* dxr = dx + n * C;
+    for (int64_t c = 0; c < C; ++c) {
+      const T xhat = (xr[c] - mean[n]) * rstd[n];
+      dxr[c] = rstd[n] * (dyr[c] * weight[c] - meanG - xhat * meanGx);
+    }
+  }
+}
+
+#define MINIDP_INSTANTIATE(T)                                                                            \
+  template void layerNormForward<T>(const T*, const T*, const T*, T*, T*, T*, int64_t, int64_t, T);     \
+  template void layerNormBackward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*, int64_t, \
+                                     int64_t);
+MINIDP_INSTANTIATE(float)
+MINIDP_INSTANTIATE(double)
+#undef MINIDP_INSTANTIATE
+
+}  // namespace minidp::kernels::cpu

@@ -1,0 +1,28 @@
+// Row-major (batched) GEMM: cuBLAS on the GPU, Eigen on the CPU.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/stream.h"
+
+namespace minidp::kernels {
+
+/// C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] for b in [0, batch), all row-major and contiguous:
+/// op(A) is (M, K) (A stored (K, M) when transA), op(B) is (K, N) (B stored (N, K) when transB),
+/// C is (M, N); A[b] = A + b * strideA, likewise B and C (strides in elements; 0 broadcasts).
+#define MINIDP_GEMM_ARGS                                                                    \
+  bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t strideA, \
+      const T *B, int64_t strideB, T beta, T *C, int64_t strideC, int64_t batch
+
+namespace cpu {
+template <typename T> void gemm(MINIDP_GEMM_ARGS);
+}  // namespace cpu
+namespace cuda {
+/// Uses a cuBLAS handle of this thread bound to `stream`; fp32 math without TF32, so results track
+/// the CPU twin to fp32 rounding.
+template <typename T> void gemm(MINIDP_GEMM_ARGS, cudaStream_t stream);
+}  // namespace cuda
+
+#undef MINIDP_GEMM_ARGS
+
+}  // namespace minidp::kernels

@@ -1,0 +1,52 @@
+// CPU twin of kernels/softmax_xent.cu.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/check.h"
+#include "kernels/softmax_xent.h"
+
+namespace minidp::kernels::cpu {
+
+namespace {
+void checkTargets(const int32_t* targets, int64_t N, int64_t V) {
+  for (int64_t r = 0; r < N; ++r) {
+    MINIDP_CHECK(targets[r] >= 0 && targets[r] < V,
+                 "cross-entropy: target " << targets[r] << " of row " << r << " is outside [0, " << V << ")");
+  }
+}
+}  // namespace
+
+template <typename T>
+void softmaxXentForward(const T* logits, const int32_t* targets, T* loss, T* lse, int64_t N, int64_t V) {
+  MINIDP_CHECK(V > 0, "cross-entropy over " << V << " classes");
+  checkTargets(targets, N, V);
+  for (int64_t r = 0; r < N; ++r) {
+    const T* x = logits + r * V;  // (V)
+    const T maxValue = *std::max_element(x, x + V);
+    T sum = 0;
+    for (int64_t j = 0; j < V; ++j) sum += std::exp(x[j] - maxValue);
+    lse[r] = maxValue + std::log(sum);
+    loss[r] = lse[r] - x[targets[r]];
+  }
+}
+
+template <typename T>
+void softmaxXentBackward(const T* logits, const int32_t* targets, const T* lse, const T* g, T* dlogits,
+                         int64_t N, int64_t V) {
+  checkTargets(targets, N, V);
+  const T scale = g[0] / static_cast<T>(N);
+  for (int64_t r = 0; r < N; ++r) {
+    const T* x = logits + r * V;  // (V)
+    T* dx = dlogits + r * V;      // (V)
+    for (int64_t j = 0; j < V; ++j) dx[j] = (std::exp(x[j] - lse[r]) - T(j == targets[r])) * scale;
+  }
+}
+
+#define MINIDP_INSTANTIATE(T)                                                              \
+  template void softmaxXentForward<T>(const T*, const int32_t*, T*, T*, int64_t, int64_t); \
+  template void softmaxXentBackward<T>(const T*, const int32_t*, const T*, const T*, T*, int64_t, int64_t);
+MINIDP_INSTANTIATE(float)
+MINIDP_INSTANTIATE(double)
+#undef MINIDP_INSTANTIATE
+
+}  // namespace minidp::kernels::cpu

@@ -1,0 +1,317 @@
+// linear, matmul, transpose and crossEntropy: forward against naive loops, backward against float64
+// finite differences, hand-computable losses, and CUDA against the CPU twin in float32 and float64.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "framework/ops/dispatch.h"
+#include "framework/ops/ops.h"
+#include "framework/runtime/device.h"
+#include "kernels/matmul.h"
+#include "kernels/tiled_gemm.h"
+#include "tests/support/gradcheck.h"
+
+namespace minidp {
+namespace {
+
+using testing::gradcheck;
+using testing::randomIndices;
+using testing::randomTensor;
+using testing::relativeError;
+using Fn = std::function<Variable(const std::vector<Variable>&)>;
+
+Variable leaf(const Shape& shape, uint64_t seed) { return Variable(randomTensor(shape, seed), true); }
+
+// Finite differences in float64 with h = 1e-6 leave errors near 1e-9; a wrong gradient is off by O(1).
+constexpr double kGradTolerance = 1e-6;
+
+void expectGradcheck(const Fn& f, const std::vector<Variable>& inputs) {
+  std::string report;
+  EXPECT_LT(gradcheck(f, inputs, &report), kGradTolerance) << report;
+}
+
+// Naive reference: y[r, o] = sum_i x[r, i] w[o, i] + b[o].
+std::vector<double> naiveLinear(const Tensor& x, const Tensor& w, const Tensor* b) {
+  const int64_t in = w.size(1), out = w.size(0), rows = x.numel() / in;
+  std::vector<double> xv = x.toVector<double>(), wv = w.toVector<double>(), y(rows * out);
+  std::vector<double> bv = b ? b->toVector<double>() : std::vector<double>(out, 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t o = 0; o < out; ++o) {
+      double s = bv[o];
+      for (int64_t i = 0; i < in; ++i) s += xv[r * in + i] * wv[o * in + i];
+      y[r * out + o] = s;
+    }
+  return y;
+}
+
+void expectNear(const std::vector<double>& actual, const std::vector<double>& expected, double tol) {
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < actual.size(); ++i) EXPECT_NEAR(actual[i], expected[i], tol) << "element " << i;
+}
+
+TEST(Linear, ForwardMatchesNaiveLoops) {
+  Tensor x = randomTensor({2, 3, 4}, 1), w = randomTensor({5, 4}, 2), b = randomTensor({5}, 3);
+  Variable y = ops::linear(Variable(x), Variable(w), Variable(b));
+  EXPECT_EQ(y.shape(), (Shape{2, 3, 5}));
+  expectNear(y.data().toVector<double>(), naiveLinear(x, w, &b), 1e-12);
+  Variable noBias = ops::linear(Variable(x), Variable(w), Variable());
+  expectNear(noBias.data().toVector<double>(), naiveLinear(x, w, nullptr), 1e-12);
+}
+
+TEST(Linear, GradcheckWithAndWithoutBias) {
+  for (const Shape& xShape : {Shape{4, 3}, Shape{2, 3, 3}}) {
+    SCOPED_TRACE(shapeString(xShape));
+    expectGradcheck([](const std::vector<Variable>& in) { return ops::linear(in[0], in[1], in[2]); },
+                    {leaf(xShape, 4), leaf({5, 3}, 5), leaf({5}, 6)});
+    expectGradcheck([](const std::vector<Variable>& in) { return ops::linear(in[0], in[1], Variable()); },
+                    {leaf(xShape, 7), leaf({5, 3}, 8)});
+  }
+}
+
+TEST(Linear, SkipsGradientsNobodyWants) {
+  Variable x(randomTensor({3, 2}, 9)), w = leaf({4, 2}, 10), b(randomTensor({4}, 11));
+  ops::sum(ops::linear(x, w, b)).backward();
+  EXPECT_FALSE(x.grad().defined());
+  EXPECT_FALSE(b.grad().defined());
+  EXPECT_EQ(w.grad().shape(), (Shape{4, 2}));
+}
+
+TEST(Linear, RejectsMismatchedShapes) {
+  Variable x(randomTensor({3, 2}, 12)), w(randomTensor({4, 3}, 13)), b(randomTensor({5}, 14));
+  EXPECT_THROW(ops::linear(x, w, Variable()), Error);
+  EXPECT_THROW(ops::linear(x, Variable(randomTensor({4, 2}, 15)), b), Error);
+}
+
+TEST(Matmul, ForwardMatchesNaiveLoops) {
+  const int64_t B = 3, M = 2, K = 4, N = 5;
+  Tensor a = randomTensor({B, M, K}, 16), b = randomTensor({B, K, N}, 17);
+  std::vector<double> av = a.toVector<double>(), bv = b.toVector<double>(), expected(B * M * N, 0.0);
+  for (int64_t i = 0; i < B; ++i)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t k = 0; k < K; ++k)
+          expected[(i * M + m) * N + n] += av[(i * M + m) * K + k] * bv[(i * K + k) * N + n];
+  Variable c = ops::matmul(Variable(a), Variable(b));
+  EXPECT_EQ(c.shape(), (Shape{B, M, N}));
+  expectNear(c.data().toVector<double>(), expected, 1e-12);
+}
+
+TEST(Matmul, GradcheckBatchedAndPlain) {
+  const Fn f = [](const std::vector<Variable>& in) { return ops::matmul(in[0], in[1]); };
+  expectGradcheck(f, {leaf({2, 3, 4, 5}, 18), leaf({2, 3, 5, 2}, 19)});
+  expectGradcheck(f, {leaf({3, 4}, 20), leaf({4, 6}, 21)});
+}
+
+TEST(Matmul, RejectsMismatchedShapes) {
+  Variable a(randomTensor({2, 3, 4}, 22));
+  EXPECT_THROW(ops::matmul(a, Variable(randomTensor({2, 5, 2}, 23))), Error);  // K differs
+  EXPECT_THROW(ops::matmul(a, Variable(randomTensor({3, 4, 2}, 24))), Error);  // batch differs
+}
+
+TEST(Transpose, SwapsTheLastTwoDimensions) {
+  const int64_t B = 2, M = 3, N = 4;
+  Tensor x = randomTensor({B, M, N}, 25);
+  Variable y = ops::transpose(Variable(x));
+  EXPECT_EQ(y.shape(), (Shape{B, N, M}));
+  std::vector<double> xv = x.toVector<double>(), yv = y.data().toVector<double>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) EXPECT_EQ(yv[(b * N + n) * M + m], xv[(b * M + m) * N + n]);
+  expectGradcheck([](const std::vector<Variable>& in) { return ops::transpose(in[0]); },
+                  {leaf({B, M, N}, 26)});
+}
+
+TEST(CrossEntropy, UniformLogitsGiveLogV) {
+  const int64_t N = 3, V = 7;
+  Variable logits(Tensor::fromVector(std::vector<double>(N * V, 2.5), {N, V}), true);
+  Variable loss = ops::crossEntropy(logits, Tensor::fromVector<int32_t>({0, 6, 3}, {N}));
+  EXPECT_EQ(loss.shape(), (Shape{1}));
+  EXPECT_NEAR(loss.data().toVector<double>()[0], std::log(double(V)), 1e-14);
+}
+
+TEST(CrossEntropy, HandComputedValueAndGradient) {
+  // Row 0: logits [0, ln 3], target 0: softmax [1/4, 3/4], loss ln 4. Row 1: [ln 3, 0], target 0: loss
+  // ln(4/3). Mean ln(4) / 2 + ln(4/3) / 2; dlogits = (softmax - onehot) / N.
+  const double l3 = std::log(3.0);
+  Variable logits(Tensor::fromVector<double>({0, l3, l3, 0}, {2, 2}), true);
+  Variable loss = ops::crossEntropy(logits, Tensor::fromVector<int32_t>({0, 0}, {2}));
+  EXPECT_NEAR(loss.data().toVector<double>()[0], 0.5 * (std::log(4.0) + std::log(4.0 / 3.0)), 1e-14);
+  loss.backward();
+  expectNear(logits.grad().toVector<double>(), {(0.25 - 1) / 2, 0.75 / 2, (0.75 - 1) / 2, 0.25 / 2}, 1e-14);
+}
+
+TEST(CrossEntropy, LargeLogitsStayFinite) {
+  // Without subtracting the row maximum, exp(1e4) overflows. Loss = 1 + ln(1 + e^-1 + e^-2).
+  const double expected = 1 + std::log(1 + std::exp(-1.0) + std::exp(-2.0));
+  for (DType dtype : {DType::F64, DType::F32}) {
+    SCOPED_TRACE(dtypeName(dtype));
+    Tensor values = Tensor::fromVector<double>({1e4, 1e4 - 1, 1e4 - 2}, {1, 3}).toDType(dtype);
+    Variable logits(values, true);
+    Variable loss = ops::crossEntropy(logits, Tensor::fromVector<int32_t>({1}, {1}));
+    // float32 stores the row's logsumexp near 1e4, whose spacing is about 1e-3.
+    EXPECT_NEAR(loss.data().toDType(DType::F64).toVector<double>()[0], expected,
+                dtype == DType::F32 ? 2e-3 : 1e-10);
+    loss.backward();
+    for (double g : logits.grad().toDType(DType::F64).toVector<double>()) EXPECT_TRUE(std::isfinite(g));
+  }
+}
+
+TEST(CrossEntropy, Gradcheck) {
+  Tensor targets = randomIndices({5}, 7, 27);
+  expectGradcheck([targets](const std::vector<Variable>& in) { return ops::crossEntropy(in[0], targets); },
+                  {Variable(randomTensor({5, 7}, 28, -3.0, 3.0), true)});
+}
+
+TEST(CrossEntropy, RejectsOutOfRangeTargetsAndBadShapes) {
+  Variable logits(randomTensor({2, 4}, 29), true);
+  EXPECT_THROW(ops::crossEntropy(logits, Tensor::fromVector<int32_t>({0, 4}, {2})), Error);
+  EXPECT_THROW(ops::crossEntropy(logits, Tensor::fromVector<int32_t>({-1, 0}, {2})), Error);
+  EXPECT_THROW(ops::crossEntropy(logits, Tensor::fromVector<int32_t>({0}, {1})), Error);
+  EXPECT_THROW(ops::crossEntropy(logits, randomTensor({2}, 30)), Error);  // float targets
+}
+
+// ---- CUDA against the CPU twin ----
+
+struct DeviceComparison {
+  double output = 0;          // relative error of the forward output
+  std::vector<double> grads;  // relative error of each input's gradient
+};
+
+// Runs f forward and backward (same random upstream gradient) on CPU and CUDA copies of float64 `inputs`
+// converted to `dtype`, and compares the CUDA results against the CPU ones.
+DeviceComparison compareDevices(const Fn& f, const std::vector<Tensor>& inputs, DType dtype) {
+  std::vector<Variable> onCpu, onCuda;
+  for (const Tensor& t : inputs) {
+    Tensor converted = t.toDType(dtype);
+    onCpu.emplace_back(converted, true);
+    onCuda.emplace_back(converted.to(Device::CUDA), true);
+  }
+  Variable cpuOut = f(onCpu), cudaOut = f(onCuda);
+  Tensor g = randomTensor(cpuOut.shape(), 31, 0.5, 1.5, dtype);
+  cpuOut.backward(g);
+  cudaOut.backward(g.to(Device::CUDA));
+  DeviceComparison result;
+  result.output = relativeError(cudaOut.data(), cpuOut.data());
+  for (size_t i = 0; i < inputs.size(); ++i)
+    result.grads.push_back(relativeError(onCuda[i].grad(), onCpu[i].grad()));
+  return result;
+}
+
+// Tolerance for a result that sums `terms` products, relative to the largest output. The rounding error
+// of such a sum is at worst about terms * eps times the sum of magnitudes, and in practice (random signs)
+// about sqrt(terms) * eps; cuBLAS and Eigen block the sum differently, so they differ by that much. A bound
+// of 4 * terms * eps (float32: 2.4e-7 * K, i.e. about 1.6e-5 at K = 65) leaves a wide margin over the
+// practical error, while a real defect (wrong transpose, stride or batch) is off by O(1).
+double sumTolerance(DType dtype, int64_t terms) {
+  const double eps = dtype == DType::F32 ? 6e-8 : 1.2e-16;
+  return 4.0 * static_cast<double>(terms) * eps;
+}
+
+class CudaVsCpu : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  }
+  void expectClose(const DeviceComparison& c, double tolerance) {
+    EXPECT_LE(c.output, tolerance) << "forward";
+    for (size_t i = 0; i < c.grads.size(); ++i) EXPECT_LE(c.grads[i], tolerance) << "gradient of input " << i;
+  }
+};
+
+TEST_P(CudaVsCpu, Linear) {
+  const DType dtype = GetParam();
+  // rows = 6 * 20, in = 48, out = 33: dx sums over out, dW over rows, y over in.
+  const Fn withBias = [](const std::vector<Variable>& in) { return ops::linear(in[0], in[1], in[2]); };
+  expectClose(compareDevices(
+                  withBias,
+                  {randomTensor({6, 20, 48}, 32), randomTensor({33, 48}, 33), randomTensor({33}, 34)}, dtype),
+              sumTolerance(dtype, 6 * 20));
+  const Fn noBias = [](const std::vector<Variable>& in) { return ops::linear(in[0], in[1], Variable()); };
+  expectClose(compareDevices(noBias, {randomTensor({37, 48}, 35), randomTensor({33, 48}, 36)}, dtype),
+              sumTolerance(dtype, 48));
+}
+
+TEST_P(CudaVsCpu, MatmulBatched) {
+  const Fn f = [](const std::vector<Variable>& in) { return ops::matmul(in[0], in[1]); };
+  expectClose(
+      compareDevices(f, {randomTensor({3, 4, 17, 65}, 37), randomTensor({3, 4, 65, 23}, 38)}, GetParam()),
+      sumTolerance(GetParam(), 65));
+}
+
+TEST_P(CudaVsCpu, TransposeIsExact) {
+  const Fn f = [](const std::vector<Variable>& in) { return ops::transpose(in[0]); };
+  const DeviceComparison c = compareDevices(f, {randomTensor({3, 45, 70}, 39)}, GetParam());
+  EXPECT_EQ(c.output, 0.0);
+  EXPECT_EQ(c.grads[0], 0.0);
+}
+
+TEST_P(CudaVsCpu, CrossEntropy) {
+  // V = 1000 spans several block-strides; logits in [-8, 8] make the softmax far from uniform.
+  const int64_t N = 37, V = 1000;
+  Tensor targets = randomIndices({N}, V, 40);
+  const Fn f = [targets](const std::vector<Variable>& in) {
+    return ops::crossEntropy(in[0], targets.to(in[0].device()));
+  };
+  expectClose(compareDevices(f, {randomTensor({N, V}, 41, -8.0, 8.0)}, GetParam()),
+              sumTolerance(GetParam(), V));
+}
+
+TEST_P(CudaVsCpu, OutOfRangeTargetGivesNaN) {
+  Variable logits(randomTensor({2, 5}, 42, -1.0, 1.0, GetParam()).to(Device::CUDA));
+  Variable loss = ops::crossEntropy(logits, Tensor::fromVector<int32_t>({1, 5}, {2}, Device::CUDA));
+  EXPECT_TRUE(std::isnan(loss.data().toDType(DType::F64).toVector<double>()[0]));
+}
+
+TEST_P(CudaVsCpu, BitwiseReproducible) {
+  // Same inputs, same bits: reductions in a fixed order, no floating-point atomics.
+  Tensor targets = randomIndices({64}, 300, 43).to(Device::CUDA);
+  Tensor x = randomTensor({64, 96}, 44, -1.0, 1.0, GetParam()).to(Device::CUDA);
+  Tensor w = randomTensor({300, 96}, 45, -1.0, 1.0, GetParam()).to(Device::CUDA);
+  Tensor b = randomTensor({300}, 46, -1.0, 1.0, GetParam()).to(Device::CUDA);
+  std::vector<std::vector<double>> runs;
+  for (int run = 0; run < 2; ++run) {
+    Variable wv(w.clone(), true), bv(b.clone(), true);
+    Variable loss = ops::crossEntropy(ops::linear(Variable(x), wv, bv), targets);
+    loss.backward();
+    std::vector<double> bits = loss.data().toDType(DType::F64).toVector<double>();
+    for (const Tensor& t : {wv.grad(), bv.grad()}) {
+      std::vector<double> v = t.toDType(DType::F64).toVector<double>();
+      bits.insert(bits.end(), v.begin(), v.end());
+    }
+    runs.push_back(bits);
+  }
+  EXPECT_EQ(runs[0], runs[1]);
+}
+
+TEST(TiledGemm, MatchesCpuTwin) {
+  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  // Edges of the 128 x 128 x 16 tiling, K = 0, and both copy widths (4-byte when K or N % 4 != 0).
+  const std::vector<std::array<int64_t, 3>> sizes = {
+      {1, 1, 1}, {5, 3, 0}, {128, 128, 16}, {129, 130, 17}, {200, 72, 300}, {64, 256, 1000}, {257, 131, 64}};
+  for (const auto& [M, N, K] : sizes) {
+    SCOPED_TRACE(::testing::Message() << "M=" << M << " N=" << N << " K=" << K);
+    Tensor a = randomTensor({M, K}, 47, -1.0, 1.0, DType::F32),
+           b = randomTensor({K, N}, 48, -1.0, 1.0, DType::F32);
+    Tensor expected = Tensor::empty({M, N}, DType::F32, Device::CPU);
+    kernels::cpu::gemm<float>(false, false, M, N, K, 1.0f, a.data<float>(), 0, b.data<float>(), 0, 0.0f,
+                              expected.data<float>(), 0, 1);
+    Tensor ad = a.to(Device::CUDA), bd = b.to(Device::CUDA);
+    Tensor c = Tensor::empty({M, N}, DType::F32, Device::CUDA);
+    MINIDP_ON_CUDA(kernels::cuda::tiledGemm(M, N, K, ad.data<float>(), bd.data<float>(), c.data<float>(),
+                                            runtime::computeStream()));
+    std::vector<float> got = c.toVector<float>(), want = expected.toVector<float>();
+    // Each output sums K products of magnitude <= 1; two summation orders differ in practice by about
+    // K eps (sqrt(K) steps of sqrt(K)-sized partial sums). A wrong tile or missed bound is off by O(1).
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 4.0 * (K + 1) * 6e-8) << "element " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaVsCpu, ::testing::Values(DType::F32, DType::F64),
+                         [](const ::testing::TestParamInfo<DType>& info) { return dtypeName(info.param); });
+
+}  // namespace
+}  // namespace minidp
