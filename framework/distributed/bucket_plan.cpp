@@ -1,0 +1,72 @@
+#include "framework/distributed/bucket_plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <sstream>
+
+namespace minidp::distributed {
+
+BucketPlan planBuckets(const std::vector<ParamInfo>& params, double capMb, double firstCapMb) {
+  MINIDP_CHECK(capMb > 0 && firstCapMb > 0, "bucket caps must be positive, got " << capMb << " and " << firstCapMb
+                                                                                << " MiB");
+  const auto toBytes = [](double mb) { return static_cast<size_t>(std::llround(mb * 1048576.0)); };
+  const size_t cap = toBytes(capMb), firstCap = toBytes(firstCapMb);
+  BucketPlan plan;
+  plan.slots.resize(params.size());
+  for (const ParamInfo& p : params) plan.names.push_back(p.name);
+
+  struct Open {
+    Bucket bucket;
+    size_t cap;
+  };
+  std::map<DType, Open> open;  // the open bucket of each dtype
+  const auto close = [&](DType dtype) {
+    Bucket& b = open.at(dtype).bucket;
+    const int index = static_cast<int>(plan.buckets.size());
+    for (int p : b.params) plan.slots[p].bucket = index;
+    plan.buckets.push_back(std::move(b));
+    open.at(dtype).bucket = Bucket{dtype, 0, {}};
+    open.at(dtype).cap = cap;
+  };
+  for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
+    const ParamInfo& p = params[i];
+    MINIDP_CHECK(p.dtype != DType::I32, "parameter '" << p.name << "' is int32; gradients are float");
+    MINIDP_CHECK(p.numel > 0, "parameter '" << p.name << "' has no elements");
+    auto it = open.find(p.dtype);
+    if (it == open.end()) it = open.emplace(p.dtype, Open{Bucket{p.dtype, 0, {}}, firstCap}).first;
+    const size_t bytes = static_cast<size_t>(p.numel) * dtypeSize(p.dtype);
+    if (!it->second.bucket.params.empty() && it->second.bucket.bytes() + bytes > it->second.cap) close(p.dtype);
+    Bucket& b = it->second.bucket;
+    plan.slots[i] = ParamSlot{0, b.numel, p.numel};
+    b.params.push_back(i);
+    b.numel += p.numel;
+    if (b.bytes() >= it->second.cap) close(p.dtype);  // full, or one oversized parameter alone
+  }
+  // Still-open buckets close in the order they become complete: the one whose earliest-registered
+  // parameter was registered last is complete first.
+  std::vector<std::pair<int, DType>> remaining;
+  for (auto& [dtype, o] : open) {
+    if (!o.bucket.params.empty()) remaining.emplace_back(-o.bucket.params.back(), dtype);
+  }
+  std::sort(remaining.begin(), remaining.end());
+  for (auto& [key, dtype] : remaining) close(dtype);
+  return plan;
+}
+
+std::string BucketPlan::describe() const {
+  std::ostringstream os;
+  size_t total = 0;
+  for (const Bucket& b : buckets) total += b.bytes();
+  os << "bucket plan: " << buckets.size() << " bucket(s), " << total << " bytes, launched in index order\n";
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    const Bucket& b = buckets[i];
+    os << "  bucket " << i << ": " << dtypeName(b.dtype) << ", " << b.bytes() << " bytes, " << b.params.size()
+       << " parameter(s):";
+    for (int p : b.params) os << " " << names[p];
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace minidp::distributed

@@ -1,0 +1,62 @@
+// BucketPlan: which gradients share a flat all-reduce buffer, where, and in which order the buffers are
+// reduced. A pure function of the parameter list and two caps, so every rank computes the same plan
+// without talking.
+//
+// Order. Backward produces gradients roughly in reverse registration order (the last layer's first), so
+// the plan walks the parameters from last to first registered and fills buckets as it goes: bucket 0
+// holds the last-registered parameters, is complete first, and is launched first. Its cap is the small
+// `firstCapMb`, so the first all-reduce starts early in backward. Later buckets use `capMb`; the last
+// bucket holds the first-registered parameters, whose gradients are ready last.
+//
+// Rules. Buckets hold one dtype each; a walk keeps one open bucket per dtype, and the first bucket of
+// each dtype gets the first cap. A parameter that does not fit in its dtype's open bucket closes it and
+// opens the next. A parameter larger than the cap gets a bucket of its own. Buckets are numbered in the
+// order the walk closes them, i.e. the order they are expected to become complete. Inside a bucket,
+// parameters are laid out in the order they were added (reverse registration order).
+// Caps are in MiB (2^20 bytes), as PyTorch's bucket_cap_mb.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "framework/tensor/tensor.h"
+
+namespace minidp::distributed {
+
+/// What the plan needs to know of a parameter.
+struct ParamInfo {
+  std::string name;
+  int64_t numel = 0;
+  DType dtype = DType::F32;
+};
+
+/// Where a parameter's gradient lives: elements [offset, offset + numel) of bucket `bucket`.
+struct ParamSlot {
+  int bucket = 0;
+  int64_t offset = 0;
+  int64_t numel = 0;
+};
+
+/// One flat all-reduce buffer.
+struct Bucket {
+  DType dtype = DType::F32;
+  int64_t numel = 0;
+  /// Registration indices of its parameters, in layout order.
+  std::vector<int> params;
+  size_t bytes() const { return static_cast<size_t>(numel) * dtypeSize(dtype); }
+};
+
+/// Buckets in launch order, and each parameter's slot (indexed by registration order).
+struct BucketPlan {
+  std::vector<Bucket> buckets;
+  std::vector<ParamSlot> slots;
+  std::vector<std::string> names;
+  /// One line per bucket: index, dtype, bytes, parameter names.
+  std::string describe() const;
+};
+
+/// Plans the buckets of `params` (in registration order) with caps in MiB (both > 0).
+BucketPlan planBuckets(const std::vector<ParamInfo>& params, double capMb, double firstCapMb);
+
+}  // namespace minidp::distributed

@@ -1,0 +1,95 @@
+#include "framework/distributed/communicator.h"
+
+#include <chrono>
+#include <sstream>
+
+#include "framework/distributed/emulated_communicator.h"
+#include "framework/distributed/mpi_communicator.h"
+#include "framework/distributed/mpi_environment.h"
+
+#if MINIDP_WITH_CUDA
+#include "framework/distributed/nccl_communicator.h"
+#endif
+
+namespace minidp::distributed {
+
+double hostNowMs() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+CompletedWork::CompletedWork(std::string tag, size_t bytes) : Work(std::move(tag), bytes), launchedMs_(hostNowMs()) {}
+
+WorkTiming CompletedWork::timing(cudaEvent_t reference) const {
+  WorkTiming t;
+  t.launchedMs = launchedMs_;
+  // On the host the collective took no time; on the GPU there is no event to place it.
+  if (!reference) t.startedMs = t.finishedMs = launchedMs_;
+  return t;
+}
+
+bool Communicator::allAgree(bool ok) {
+  for (const std::string& vote : allGather(ok ? "1" : "0")) {
+    if (vote != "1") return false;
+  }
+  return true;
+}
+
+namespace {
+
+/// World 1: an average over one rank is the identity; minidp runs without mpirun.
+class SingleCommunicator : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int worldSize() const override { return 1; }
+  std::string name() const override { return "single"; }
+  std::string describe() const override { return "single: one rank, no communication"; }
+  bool supports(Device) const override { return true; }
+  std::shared_ptr<Work> allReduceAverage(Tensor buffer, const std::string& tag) override {
+    return std::make_shared<CompletedWork>(tag, buffer.nbytes());
+  }
+  void broadcast(Tensor&, int root) override { MINIDP_CHECK(root == 0, "broadcast from rank " << root << " of 1"); }
+  std::vector<std::string> allGather(const std::string& bytes) override { return {bytes}; }
+  void abort() noexcept override {}
+};
+
+}  // namespace
+
+std::shared_ptr<Communicator> makeCommunicator(const CommOptions& opts, MpiEnvironment* env) {
+  const int world = env ? env->worldSize() : 1;
+  std::string backend = opts.backend;
+  if (backend == "auto") {
+    if (opts.cuda) {
+      backend = world > 1 ? "nccl" : "single";
+    } else {
+      backend = env ? "mpi" : "single";
+    }
+  }
+  if (backend == "single") {
+    MINIDP_CHECK(world == 1, "--comm single under mpirun with " << world
+                                                                << " ranks: the ranks would train apart; use mpi or nccl");
+    return std::make_shared<SingleCommunicator>();
+  }
+  if (backend == "mpi") {
+    MINIDP_CHECK(env, "--comm mpi needs the process to be started by mpirun");
+    MINIDP_CHECK(!opts.cuda, "--comm mpi averages CPU tensors; use nccl for --device cuda");
+    return std::make_shared<MpiCommunicator>(*env, opts.watchdogSeconds);
+  }
+  if (backend == "nccl") {
+    MINIDP_CHECK(opts.cuda, "--comm nccl averages CUDA tensors; use mpi for --device cpu");
+#if MINIDP_WITH_CUDA
+    return std::make_shared<NcclCommunicator>(opts, env);
+#else
+    throwError("--comm nccl: minidp was built without CUDA", __FILE__, __LINE__);
+#endif
+  }
+  if (backend == "emulated") {
+    MINIDP_CHECK(world == 1, "--comm emulated models a world inside one process; run it without mpirun (got "
+                                 << world << " ranks)");
+    return std::make_shared<EmulatedCommunicator>(opts.emulatedWorld, opts.emulatedGBps, opts.emulatedLatencyUs,
+                                                  opts.cuda, opts.ncclMaxCtas, opts.commHighPriority);
+  }
+  throwError("unknown communicator backend '" + opts.backend + "' (auto, single, mpi, nccl, emulated)", __FILE__,
+             __LINE__);
+}
+
+}  // namespace minidp::distributed

@@ -1,0 +1,122 @@
+// Communicator: the collectives a data-parallel step needs (average in place, broadcast, all-gather),
+// on one of four backends: single (world 1), MPI (CPU tensors), NCCL (CUDA tensors), emulated link.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/tensor/tensor.h"
+#include "kernels/stream.h"
+
+#if !MINIDP_WITH_CUDA
+typedef struct CUevent_st* cudaEvent_t;
+#endif
+
+namespace minidp::distributed {
+
+class MpiEnvironment;
+
+/// Milliseconds on the host's steady clock: the time base of every host timestamp of distributed/.
+double hostNowMs();
+
+/// When one collective ran, in ms. `launchedMs` is the host time it was issued. CPU: started and
+/// finished are host times on the comm thread. CUDA: they are the comm stream's start and end events,
+/// as ms after a reference event (or started = 0 and finished = duration without one).
+struct WorkTiming {
+  double launchedMs = 0;
+  double startedMs = 0;
+  double finishedMs = 0;
+};
+
+/// One collective in flight.
+class Work {
+ public:
+  virtual ~Work() = default;
+  /// CPU: blocks until the collective finished and rethrows its error. CUDA: makes the compute stream
+  /// wait on the collective's completion event and returns at once (no host synchronisation).
+  virtual void wait() = 0;
+  /// Whether the collective has finished; never blocks.
+  virtual bool completed() const = 0;
+  /// Host ms since which the collective has been running unfinished; negative when it finished or has
+  /// not started. The watchdog's input.
+  virtual double runningSinceMs() const = 0;
+  /// Timings, valid once the collective finished (CUDA: after a synchronisation). `reference` (CUDA):
+  /// an event recorded earlier on any stream of the device.
+  virtual WorkTiming timing(cudaEvent_t reference = nullptr) const = 0;
+  /// What the collective is, e.g. "bucket 3".
+  const std::string& tag() const { return tag_; }
+  size_t bytes() const { return bytes_; }
+
+ protected:
+  Work(std::string tag, size_t bytes) : tag_(std::move(tag)), bytes_(bytes) {}
+
+ private:
+  std::string tag_;
+  size_t bytes_;
+};
+
+/// A collective that was complete when issued (world 1).
+class CompletedWork : public Work {
+ public:
+  CompletedWork(std::string tag, size_t bytes);
+  void wait() override {}
+  bool completed() const override { return true; }
+  double runningSinceMs() const override { return -1; }
+  WorkTiming timing(cudaEvent_t reference = nullptr) const override;
+
+ private:
+  double launchedMs_;
+};
+
+/// The process group of a data-parallel job. Collectives are issued in call order; every rank must
+/// issue the same collectives in the same order.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int worldSize() const = 0;
+  /// "single", "mpi", "nccl" or "emulated".
+  virtual std::string name() const = 0;
+  /// One line for logs: backend, rank and world, and the backend's settings.
+  virtual std::string describe() const = 0;
+  /// Whether the backend reduces tensors on `device`.
+  virtual bool supports(Device device) const = 0;
+  /// Starts averaging the float tensor `buffer` in place over all ranks; the result has the same bits
+  /// on every rank. `tag` names the collective in timings and watchdog messages.
+  virtual std::shared_ptr<Work> allReduceAverage(Tensor buffer, const std::string& tag) = 0;
+  /// Copies rank `root`'s tensor into every rank's tensor; blocking (setup only).
+  virtual void broadcast(Tensor& tensor, int root) = 0;
+  /// Every rank's `bytes`, indexed by rank; blocking (setup and checks only).
+  virtual std::vector<std::string> allGather(const std::string& bytes) = 0;
+  /// True on every rank iff `ok` is true on every rank.
+  bool allAgree(bool ok);
+  /// The failure path: ends the collectives so that no rank waits forever. Under mpirun it ends every
+  /// rank of the job and does not return; in a single process it returns.
+  virtual void abort() noexcept = 0;
+};
+
+/// How to build the communicator (the command line's --comm, --nccl-max-ctas, ... flags).
+struct CommOptions {
+  /// auto, single, mpi, nccl or emulated.
+  std::string backend = "auto";
+  /// Gradients live on the GPU.
+  bool cuda = false;
+  /// NCCL maxCTAs / minCTAs (0: NCCL's default); maxCTAs is also the emulated link's CTA count.
+  int ncclMaxCtas = 0;
+  int ncclMinCtas = 0;
+  /// Create the comm stream at the greatest priority, so collectives' CTAs get SMs ahead of backward.
+  bool commHighPriority = true;
+  /// Emulated link: ranks modelled, bandwidth in GB/s (1e9 bytes/s), latency in us.
+  int emulatedWorld = 8;
+  double emulatedGBps = 100, emulatedLatencyUs = 10;
+  /// A collective unfinished for longer than this ends every rank (<= 0: no watchdog).
+  double watchdogSeconds = 300;
+};
+
+/// Builds the backend `opts` names. auto: nccl for CUDA under mpirun with a world > 1, mpi for the CPU
+/// under mpirun, single otherwise. `env` is null when the process was not started by mpirun; it must
+/// outlive the communicator.
+std::shared_ptr<Communicator> makeCommunicator(const CommOptions& opts, MpiEnvironment* env);
+
+}  // namespace minidp::distributed

@@ -1,0 +1,86 @@
+#include "framework/distributed/cuda_work.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "framework/runtime/device.h"
+#include "kernels/cuda_check.h"
+
+namespace minidp::distributed {
+
+CudaWork::CudaWork(std::string tag, size_t bytes) : Work(std::move(tag), bytes), launchedMs_(hostNowMs()) {
+  CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreate(&start_));
+  CUDA_CHECK(cudaEventCreate(&done_));
+}
+
+CudaWork::~CudaWork() {
+  // Destroying a pending event is allowed: its resources are released once it completes.
+  for (cudaEvent_t e : {ready_, start_, done_}) {
+    if (e) cudaEventDestroy(e);
+  }
+}
+
+void CudaWork::wait() { CUDA_CHECK(cudaStreamWaitEvent(runtime::computeStream(), done_, 0)); }
+
+bool CudaWork::completed() const {
+  const cudaError_t status = cudaEventQuery(done_);
+  if (status == cudaErrorNotReady) return false;
+  CUDA_CHECK(status);
+  return true;
+}
+
+double CudaWork::runningSinceMs() const { return completed() ? -1 : launchedMs_; }
+
+WorkTiming CudaWork::timing(cudaEvent_t reference) const {
+  MINIDP_CHECK(completed(), "timing of '" << tag() << "' before it completed: synchronise first");
+  WorkTiming t;
+  t.launchedMs = launchedMs_;
+  float ms = 0;
+  if (reference) {
+    CUDA_CHECK(cudaEventElapsedTime(&ms, reference, start_));
+    t.startedMs = ms;
+  }
+  CUDA_CHECK(cudaEventElapsedTime(&ms, start_, done_));
+  t.finishedMs = t.startedMs + ms;
+  return t;
+}
+
+CommStream::CommStream(bool highPriority) {
+  runtime::computeStream();  // the device's context first
+  int least = 0, greatest = 0;  // least is the default priority
+  CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  priority_ = highPriority ? greatest : least;
+  CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, priority_));
+}
+
+CommStream::~CommStream() {
+  cudaError_t status = cudaStreamSynchronize(stream_);
+  if (status == cudaSuccess) status = cudaStreamDestroy(stream_);
+  if (status != cudaSuccess) {
+    std::fprintf(stderr, "minidp: destroying the comm stream failed: %s\n", cudaGetErrorString(status));
+  }
+}
+
+std::shared_ptr<CudaWork> CommStream::launch(std::string tag, size_t bytes,
+                                             const std::function<void(cudaStream_t)>& issue) {
+  auto work = std::make_shared<CudaWork>(std::move(tag), bytes);
+  CUDA_CHECK(cudaEventRecord(work->ready_, runtime::computeStream()));
+  CUDA_CHECK(cudaStreamWaitEvent(stream_, work->ready_, 0));
+  CUDA_CHECK(cudaEventRecord(work->start_, stream_));
+  issue(stream_);
+  CUDA_CHECK(cudaEventRecord(work->done_, stream_));
+  return work;
+}
+
+void warnIfSerialisedStreams(int rank) {
+  const char* connections = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  if (rank == 0 && connections && std::strcmp(connections, "1") == 0) {
+    std::fprintf(stderr,
+                 "minidp: warning: CUDA_DEVICE_MAX_CONNECTIONS=1 puts every stream on one hardware queue; "
+                 "all-reduce will not overlap backward\n");
+  }
+}
+
+}  // namespace minidp::distributed

@@ -1,0 +1,76 @@
+#include "framework/distributed/ddp.h"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+namespace minidp::distributed {
+
+namespace {
+
+std::vector<std::string> splitLines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream is(text);
+  for (std::string line; std::getline(is, line);) lines.push_back(line);
+  return lines;
+}
+
+// The same message on every rank: every rank sees every rank's list.
+void checkSameParameters(const std::vector<std::string>& signatures) {
+  const std::vector<std::string> reference = splitLines(signatures[0]);
+  for (size_t r = 1; r < signatures.size(); ++r) {
+    if (signatures[r] == signatures[0]) continue;
+    const std::vector<std::string> other = splitLines(signatures[r]);
+    std::ostringstream os;
+    os << "ranks hold different parameters: ";
+    for (size_t i = 0; i < std::max(reference.size(), other.size()); ++i) {
+      const std::string mine = i < reference.size() ? reference[i] : "(none)";
+      const std::string theirs = i < other.size() ? other[i] : "(none)";
+      if (mine == theirs) continue;
+      os << "parameter #" << i << " is '" << theirs << "' on rank " << r << " but '" << mine << "' on rank 0";
+      break;
+    }
+    os << " (rank 0 has " << reference.size() << " parameters, rank " << r << " has " << other.size()
+       << "); every rank must build the same model";
+    throwError(os.str(), __FILE__, __LINE__);
+  }
+}
+
+}  // namespace
+
+std::string parameterSignature(const nn::NamedParameters& params) {
+  std::ostringstream os;
+  for (const auto& [name, p] : params) os << name << " " << dtypeName(p.dtype()) << " " << shapeString(p.shape()) << "\n";
+  return os.str();
+}
+
+DistributedDataParallel::DistributedDataParallel(nn::NamedParameters params, std::shared_ptr<Communicator> comm,
+                                                 DdpOptions opts)
+    : params_(std::move(params)), comm_(std::move(comm)) {
+  MINIDP_CHECK(comm_, "DistributedDataParallel without a communicator");
+  std::map<const void*, std::string> seen;  // one gradient view and one hook per Variable
+  for (const auto& [name, p] : params_) {
+    auto [it, inserted] = seen.emplace(p.id(), name);
+    MINIDP_CHECK(inserted, "parameter '" << name << "' is the same Variable as '" << it->second
+                                         << "': list each parameter once");
+  }
+  checkSameParameters(comm_->allGather(parameterSignature(params_)));
+  for (auto& [name, p] : params_) {
+    MINIDP_CHECK(p.requiresGrad(), "parameter '" << name << "' does not require grad");
+    comm_->broadcast(p.data(), 0);
+  }
+  std::vector<ParamInfo> infos;
+  for (const auto& [name, p] : params_) infos.push_back(ParamInfo{name, p.data().numel(), p.dtype()});
+  reducer_ = std::make_unique<Reducer>(params_, planBuckets(infos, opts.bucketMb, opts.firstBucketMb), comm_,
+                                       opts.overlap);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Reducer* reducer = reducer_.get();
+    params_[i].second.addGradReadyHook([reducer, i](Variable&) { reducer->markReady(i); });
+  }
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  for (auto& [name, p] : params_) p.clearGradReadyHooks();
+}
+
+}  // namespace minidp::distributed

@@ -1,0 +1,111 @@
+#include "framework/distributed/nccl_communicator.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "framework/distributed/mpi_environment.h"
+#include "framework/runtime/device.h"
+#include "kernels/cuda_check.h"
+
+namespace minidp::distributed {
+
+namespace {
+
+ncclDataType_t ncclType(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return ncclFloat32;
+    case DType::F64: return ncclFloat64;
+    case DType::I32: return ncclInt32;
+  }
+  return ncclFloat32;
+}
+
+void checkCuda(const char* what, const Tensor& t) {
+  MINIDP_CHECK(t.defined() && t.isCuda(), "nccl " << what << " needs a CUDA tensor");
+}
+
+}  // namespace
+
+NcclCommunicator::NcclCommunicator(const CommOptions& opts, MpiEnvironment* env)
+    : env_(env), maxCtas_(opts.ncclMaxCtas), minCtas_(opts.ncclMinCtas) {
+  if (env_) {
+    rank_ = env_->rank();
+    world_ = env_->worldSize();
+    device_ = env_->localRank();
+  }
+  const int devices = runtime::cudaDeviceCount();
+  MINIDP_CHECK(device_ < devices, "rank " << rank_ << " is node-local rank " << device_ << " but only " << devices
+                                          << " CUDA device(s) are visible: start one rank per GPU");
+  if (runtime::currentDevice() != device_) runtime::setDevice(device_);
+  warnIfSerialisedStreams(rank_);
+  stream_ = std::make_unique<CommStream>(opts.commHighPriority);
+
+  ncclUniqueId id;
+  if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  if (env_) env_->broadcastBytes(&id, sizeof id, 0);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  if (maxCtas_ > 0) {
+    config.maxCTAs = maxCtas_;
+    config.minCTAs = minCtas_ > 0 ? std::min(minCtas_, maxCtas_) : 1;  // NCCL's default minimum may exceed it
+  } else if (minCtas_ > 0) {
+    config.minCTAs = minCtas_;
+  }
+  NCCL_CHECK(ncclCommInitRankConfig(&comm_, world_, id, rank_, &config));
+
+  const int device = device_;
+  watchdog_ = std::make_unique<Watchdog>(
+      opts.watchdogSeconds, rank_, [this] { abort(); }, [device] { cudaSetDevice(device); });
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  watchdog_.reset();
+  stream_.reset();  // waits for the comm stream
+  if (!aborted_) {
+    const ncclResult_t status = ncclCommDestroy(comm_);
+    if (status != ncclSuccess) std::fprintf(stderr, "minidp: ncclCommDestroy failed: %s\n", ncclGetErrorString(status));
+  }
+}
+
+std::string NcclCommunicator::describe() const {
+  std::ostringstream os;
+  os << "nccl: rank " << rank_ << " of " << world_ << " on cuda:" << device_ << ", comm stream priority "
+     << stream_->priority() << ", maxCTAs " << (maxCtas_ > 0 ? std::to_string(maxCtas_) : "default")
+     << ", ncclAvg";
+  return os.str();
+}
+
+std::shared_ptr<Work> NcclCommunicator::allReduceAverage(Tensor buffer, const std::string& tag) {
+  checkCuda("allReduceAverage", buffer);
+  MINIDP_CHECK(buffer.dtype() != DType::I32, "allReduceAverage of an int32 tensor");
+  std::shared_ptr<Work> work = stream_->launch(tag, buffer.nbytes(), [&](cudaStream_t s) {
+    NCCL_CHECK(ncclAllReduce(buffer.raw(), buffer.raw(), buffer.numel(), ncclType(buffer.dtype()), ncclAvg, comm_, s));
+  });
+  watchdog_->watch(work);
+  return work;
+}
+
+void NcclCommunicator::broadcast(Tensor& tensor, int root) {
+  checkCuda("broadcast", tensor);
+  MINIDP_CHECK(root >= 0 && root < world_, "broadcast from rank " << root << " of " << world_);
+  std::shared_ptr<Work> work = stream_->launch("broadcast", tensor.nbytes(), [&](cudaStream_t s) {
+    NCCL_CHECK(ncclBroadcast(tensor.raw(), tensor.raw(), tensor.numel(), ncclType(tensor.dtype()), root, comm_, s));
+  });
+  watchdog_->watch(work);
+  work->wait();
+  CUDA_CHECK(cudaStreamSynchronize(stream_->stream()));  // setup only: surface errors here
+}
+
+std::vector<std::string> NcclCommunicator::allGather(const std::string& bytes) {
+  return env_ ? env_->allGather(bytes) : std::vector<std::string>{bytes};
+}
+
+void NcclCommunicator::abort() noexcept {
+  if (!aborted_.exchange(true)) {
+    const ncclResult_t status = ncclCommAbort(comm_);
+    if (status != ncclSuccess) std::fprintf(stderr, "minidp: ncclCommAbort failed: %s\n", ncclGetErrorString(status));
+  }
+  if (env_) MpiEnvironment::abortAll(1);
+}
+
+}  // namespace minidp::distributed

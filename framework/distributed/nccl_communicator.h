@@ -1,0 +1,52 @@
+// NcclCommunicator: CUDA tensors over NCCL, collectives on the rank's own high-priority comm stream.
+// Compiled only with CUDA.
+#pragma once
+
+#include <nccl.h>
+
+#include <atomic>
+#include <memory>
+
+#include "framework/distributed/communicator.h"
+#include "framework/distributed/cuda_work.h"
+#include "framework/distributed/watchdog.h"
+
+/// Checks an NCCL call.
+#define NCCL_CHECK(call) MINIDP_CHECK_STATUS(call, ncclSuccess, ncclGetErrorString)
+
+namespace minidp::distributed {
+
+/// One NCCL communicator per process on the GPU of its node-local rank. Averages with ncclAvg: ring and
+/// tree all-reduce both end with every rank holding the same reduced bits.
+class NcclCommunicator : public Communicator {
+ public:
+  /// Collective over the ranks of `env` (world 1 when `env` is null). Selects the device (node-local
+  /// rank) unless already selected; rank 0 creates the unique id and broadcasts it over MPI.
+  NcclCommunicator(const CommOptions& opts, MpiEnvironment* env);
+  /// Waits for the comm stream, then ncclCommDestroy (logs failures).
+  ~NcclCommunicator() override;
+  int rank() const override { return rank_; }
+  int worldSize() const override { return world_; }
+  std::string name() const override { return "nccl"; }
+  std::string describe() const override;
+  bool supports(Device device) const override { return device == Device::CUDA; }
+  /// ready event on the compute stream -> comm stream waits -> ncclAllReduce(ncclAvg) -> done event.
+  std::shared_ptr<Work> allReduceAverage(Tensor buffer, const std::string& tag) override;
+  void broadcast(Tensor& tensor, int root) override;
+  std::vector<std::string> allGather(const std::string& bytes) override;
+  /// ncclCommAbort, then MPI_Abort under mpirun.
+  void abort() noexcept override;
+  /// The comm stream (for the benchmark's timeline).
+  cudaStream_t stream() const { return stream_->stream(); }
+
+ private:
+  MpiEnvironment* env_;
+  int rank_ = 0, world_ = 1, device_ = 0;
+  int maxCtas_ = 0, minCtas_ = 0;
+  ncclComm_t comm_ = nullptr;
+  std::atomic<bool> aborted_{false};
+  std::unique_ptr<CommStream> stream_;
+  std::unique_ptr<Watchdog> watchdog_;
+};
+
+}  // namespace minidp::distributed

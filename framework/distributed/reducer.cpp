@@ -1,0 +1,83 @@
+#include "framework/distributed/reducer.h"
+
+namespace minidp::distributed {
+
+Reducer::Reducer(nn::NamedParameters params, BucketPlan plan, std::shared_ptr<Communicator> comm, bool overlap)
+    : params_(std::move(params)), plan_(std::move(plan)), comm_(std::move(comm)), overlap_(overlap) {
+  MINIDP_CHECK(comm_, "reducer without a communicator");
+  MINIDP_CHECK(plan_.slots.size() == params_.size(),
+               "bucket plan for " << plan_.slots.size() << " parameters, got " << params_.size());
+  MINIDP_CHECK(!params_.empty(), "reducer with no parameters");
+  const Device device = params_.front().second.device();
+  MINIDP_CHECK(comm_->supports(device), "communicator " << comm_->name() << " cannot reduce " << deviceName(device)
+                                                        << " gradients");
+  for (const Bucket& b : plan_.buckets) buffers_.push_back(Tensor::zeros({b.numel}, b.dtype, device));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto& [name, param] = params_[i];
+    const ParamSlot& slot = plan_.slots[i];
+    MINIDP_CHECK(param.device() == device, "parameter '" << name << "' is on " << deviceName(param.device())
+                                                         << ", the first on " << deviceName(device));
+    MINIDP_CHECK(param.data().numel() == slot.numel && param.dtype() == plan_.buckets[slot.bucket].dtype,
+                 "parameter '" << name << "' does not match its bucket slot");
+    param.setGrad(Tensor::alias(buffers_[slot.bucket], slot.offset, param.shape()));
+  }
+  marked_.assign(params_.size(), false);
+  pending_.assign(plan_.buckets.size(), 0);
+  nextLaunch_ = plan_.buckets.size();
+}
+
+void Reducer::prepareStep() {
+  MINIDP_CHECK(!stepOpen_ || nextLaunch_ == 0,
+               "prepareStep() while the previous step's all-reduces are in flight: call finalize() first");
+  for (Tensor& buffer : buffers_) buffer.zero();
+  marked_.assign(params_.size(), false);
+  for (size_t b = 0; b < plan_.buckets.size(); ++b) pending_[b] = plan_.buckets[b].params.size();
+  nextLaunch_ = 0;
+  timings_.assign(plan_.buckets.size(), BucketTiming{});
+  for (size_t b = 0; b < timings_.size(); ++b) {
+    timings_[b].bucket = static_cast<int>(b);
+    timings_[b].bytes = plan_.buckets[b].bytes();
+  }
+  stepOpen_ = true;
+}
+
+void Reducer::markReady(size_t index) {
+  if (!requireSync_) return;
+  MINIDP_CHECK(index < params_.size(), "markReady(" << index << ") of " << params_.size() << " parameters");
+  const std::string& name = params_[index].first;
+  MINIDP_CHECK(stepOpen_, "gradient of parameter '" << name << "' became ready outside a step: call prepareStep() "
+                                                                "before backward");
+  MINIDP_CHECK(!marked_[index], "parameter '" << name << "' was marked ready twice in one step (a second backward "
+                                                         "with sync on? use setRequireSync(false) for micro-batches)");
+  marked_[index] = true;
+  const int b = plan_.slots[index].bucket;
+  if (--pending_[b] == 0) {
+    timings_[b].readyMs = hostNowMs();
+    if (overlap_) launchCompleted();
+  }
+}
+
+void Reducer::launchCompleted() {
+  // Strictly in index order: every rank issues the same collectives in the same sequence, whatever
+  // order its hooks fired in (different orders deadlock NCCL).
+  while (nextLaunch_ < buffers_.size() && pending_[nextLaunch_] == 0) launch(nextLaunch_++);
+}
+
+void Reducer::launch(size_t b) {
+  timings_[b].launchMs = hostNowMs();
+  timings_[b].work = comm_->allReduceAverage(buffers_[b], "bucket " + std::to_string(b));
+}
+
+void Reducer::finalize() {
+  MINIDP_CHECK(stepOpen_, "finalize() without prepareStep()");
+  MINIDP_CHECK(requireSync_, "finalize() with sync off: call setRequireSync(true) before the last backward");
+  for (size_t i = 0; i < params_.size(); ++i) {
+    MINIDP_CHECK(marked_[i], "parameter '" << params_[i].first << "' got no gradient in this step (unused in "
+                                                                   "forward?); every parameter must get one on every rank");
+  }
+  launchCompleted();
+  for (BucketTiming& t : timings_) t.work->wait();
+  stepOpen_ = false;
+}
+
+}  // namespace minidp::distributed

@@ -1,0 +1,77 @@
+// Reducer: gradients live in flat bucket buffers; each bucket is averaged over the ranks as soon as all
+// of its gradients are final, strictly in bucket index order.
+//
+// Gradient convention (the one place it is stated for data-parallel training): prepareStep() zeroes
+// every bucket, backward ACCUMULATES (+=) into each parameter's gradient, which is a view into its
+// bucket (no copy), and finalize() leaves the rank-averaged gradients there.
+//
+// A step: prepareStep(); [setRequireSync(false); backward of micro-batches 1..K-1;] setRequireSync(true);
+// backward of the last micro-batch (hooks call markReady); finalize(). With K micro-batches each
+// computing a mean loss, the caller scales the loss by 1/K; the reducer only averages over ranks.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/distributed/bucket_plan.h"
+#include "framework/distributed/communicator.h"
+#include "framework/nn/module.h"
+
+namespace minidp::distributed {
+
+/// What happened to one bucket in the last step (host ms, hostNowMs()); `work` gives the collective's
+/// own timings once the step has been synchronised.
+struct BucketTiming {
+  int bucket = 0;
+  size_t bytes = 0;
+  double readyMs = -1;   // its last gradient became ready (the hook fired)
+  double launchMs = -1;  // its all-reduce was issued
+  std::shared_ptr<Work> work;
+};
+
+/// Owns the bucket buffers for as long as it lives (a comm stream never reads memory the allocator
+/// reused) and launches their all-reduces.
+class Reducer {
+ public:
+  /// Allocates the buckets of `plan` on the parameters' device and installs each parameter's gradient
+  /// as a view into its bucket. `overlap`: launch buckets during backward; otherwise all at finalize.
+  Reducer(nn::NamedParameters params, BucketPlan plan, std::shared_ptr<Communicator> comm, bool overlap);
+  Reducer(const Reducer&) = delete;  // hooks hold its address
+  Reducer& operator=(const Reducer&) = delete;
+
+  /// Starts a step: zeroes the buckets and forgets which gradients were ready.
+  void prepareStep();
+  /// false: markReady does nothing (micro-batches accumulate locally); true: the next backward syncs.
+  void setRequireSync(bool sync) { requireSync_ = sync; }
+  bool requireSync() const { return requireSync_; }
+  /// Parameter `index` (registration order) has its final gradient enqueued. Launches every bucket that
+  /// is complete and whose predecessors are launched. Throws if it was already marked in this step.
+  void markReady(size_t index);
+  /// Launches the buckets not launched yet (in order), and waits for every bucket's all-reduce (CUDA:
+  /// the compute stream waits; CPU: the host waits). Throws, naming it, if a parameter got no gradient.
+  void finalize();
+
+  const BucketPlan& plan() const { return plan_; }
+  /// The flat buffer of bucket `b` (numel = plan().buckets[b].numel).
+  const Tensor& bucketBuffer(size_t b) const { return buffers_.at(b); }
+  /// Timings of the buckets in the last step, indexed by bucket.
+  const std::vector<BucketTiming>& lastStepTimings() const { return timings_; }
+
+ private:
+  void launchCompleted();
+  void launch(size_t b);
+  nn::NamedParameters params_;
+  BucketPlan plan_;
+  std::shared_ptr<Communicator> comm_;
+  bool overlap_;
+  bool requireSync_ = true;
+  bool stepOpen_ = false;
+  std::vector<Tensor> buffers_;
+  std::vector<bool> marked_;
+  std::vector<size_t> pending_;  // per bucket: gradients not yet ready in this step
+  size_t nextLaunch_ = 0;        // buckets [0, nextLaunch_) are launched
+  std::vector<BucketTiming> timings_;
+};
+
+}  // namespace minidp::distributed

@@ -1,0 +1,120 @@
+// Communicator pieces that need no second rank: the comm thread's FIFO, the single backend, the
+// emulated CPU link (bits unchanged, modelled time, non-blocking launch), the watchdog, the factory.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "framework/distributed/comm_thread.h"
+#include "framework/distributed/emulated_communicator.h"
+#include "framework/distributed/watchdog.h"
+#include "tests/support/gradcheck.h"
+
+namespace minidp::distributed {
+namespace {
+
+TEST(CommThread, RunsTasksInPostOrderAndRethrowsErrors) {
+  CommThread thread;
+  std::vector<int> order;
+  std::vector<std::shared_ptr<CpuWork>> works;
+  for (int i = 0; i < 5; ++i) {
+    works.push_back(thread.post(
+        [&order, i] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5 - i));
+          order.push_back(i);
+        },
+        "task " + std::to_string(i), 0));
+  }
+  works.back()->wait();
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
+  for (auto& w : works) {
+    EXPECT_TRUE(w->completed());
+    const WorkTiming t = w->timing();
+    EXPECT_LE(t.launchedMs, t.startedMs);
+    EXPECT_LE(t.startedMs, t.finishedMs);
+  }
+  auto failing = thread.post([] { MINIDP_CHECK(false, "collective failed"); }, "bad", 0);
+  EXPECT_THROW(failing->wait(), Error);
+}
+
+TEST(SingleCommunicator, IsTheDefaultWithoutMpirunAndTheIdentity) {
+  CommOptions opts;
+  auto comm = makeCommunicator(opts, nullptr);
+  EXPECT_EQ(comm->name(), "single");
+  EXPECT_EQ(comm->worldSize(), 1);
+  Tensor x = testing::randomTensor({33}, 4);
+  Tensor before = x.clone();
+  comm->allReduceAverage(x, "bucket 0")->wait();
+  EXPECT_EQ(std::memcmp(x.raw(), before.raw(), x.nbytes()), 0);
+  EXPECT_TRUE(comm->allAgree(true));
+  EXPECT_FALSE(comm->allAgree(false));
+}
+
+TEST(CommunicatorFactory, RejectsBackendsThatCannotWork) {
+  CommOptions opts;
+  opts.backend = "mpi";
+  EXPECT_THROW(makeCommunicator(opts, nullptr), Error);  // not under mpirun
+  opts.backend = "carrier-pigeon";
+  EXPECT_THROW(makeCommunicator(opts, nullptr), Error);
+  opts.backend = "emulated";
+  opts.emulatedWorld = 4;
+  auto emulated = makeCommunicator(opts, nullptr);
+  EXPECT_EQ(emulated->name(), "emulated");
+  EXPECT_EQ(emulated->worldSize(), 4);
+  EXPECT_NE(emulated->describe().find("NOT a multi-rank run"), std::string::npos) << emulated->describe();
+}
+
+TEST(EmulatedCommunicator, CpuLinkKeepsBitsTakesTheModelledTimeAndDoesNotBlockTheCaller) {
+  // 8 MB at 1 GB/s over 4 ranks: 1 ms + 1.5 * 8 ms = 13 ms.
+  EmulatedCommunicator comm(4, 1.0, 1000, false, 0, true);
+  Tensor x = testing::randomTensor({1 << 21}, 6, -1, 1, DType::F32);
+  Tensor before = x.clone();
+  const double modelledMs = comm.modelledSeconds(x.nbytes()) * 1e3;
+  EXPECT_NEAR(modelledMs, 1.0 + 1.5 * 8.388608, 1e-9);
+  const auto start = std::chrono::steady_clock::now();
+  auto work = comm.allReduceAverage(x, "bucket 0");
+  const double launchMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(launchMs, modelledMs / 2) << "allReduceAverage must return before the link is done";
+  work->wait();
+  const WorkTiming t = work->timing();
+  EXPECT_GE(t.finishedMs - t.startedMs, modelledMs);
+  EXPECT_LE(t.finishedMs - t.startedMs, modelledMs + 40.0);
+  EXPECT_EQ(std::memcmp(x.raw(), before.raw(), x.nbytes()), 0);
+  EXPECT_THROW(comm.allReduceAverage(Tensor(), "bucket 1"), Error);
+}
+
+/// A collective that never finishes.
+class StuckWork : public Work {
+ public:
+  StuckWork() : Work("bucket 7", 4096), since_(hostNowMs()) {}
+  void wait() override {}
+  bool completed() const override { return false; }
+  double runningSinceMs() const override { return since_; }
+  WorkTiming timing(cudaEvent_t) const override { return {}; }
+
+ private:
+  double since_;
+};
+
+TEST(Watchdog, ReportsAStuckCollectiveAndIgnoresFinishedOnes) {
+  std::atomic<int> fired{0};
+  Watchdog watchdog(0.2, 3, [&] { ++fired; });
+  auto done = std::make_shared<CompletedWork>("bucket 0", 8);
+  watchdog.watch(done);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(fired.load(), 0);
+  auto stuck = std::make_shared<StuckWork>();
+  watchdog.watch(stuck);
+  for (int i = 0; i < 100 && fired.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(fired.load(), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(fired.load(), 1) << "reported once";
+  const std::string line = Watchdog::describeTimeout(*stuck, 3, 301.5);
+  EXPECT_NE(line.find("rank 3: collective 'bucket 7' (4096 bytes) has not completed after 301.5 s"), std::string::npos)
+      << line;
+}
+
+}  // namespace
+}  // namespace minidp::distributed

@@ -1,0 +1,293 @@
+// DistributedDataParallel end to end, on the ranks mpirun started (or alone): averaged gradients equal
+// the single-process gradients of the concatenated batch; parameters stay bit-identical across ranks
+// and between overlap on and off; gradient accumulation; mismatched models fail on every rank.
+// CPU runs on the mpi (or single) backend, CUDA on nccl; float32 and float64.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "framework/distributed/ddp.h"
+#include "framework/distributed/emulated_communicator.h"
+#include "framework/ops/ops.h"
+#include "framework/ops/tensor_math.h"
+#include "framework/runtime/device.h"
+#include "tests/distributed/dist_test_env.h"
+#include "tests/support/gradcheck.h"
+
+namespace minidp {
+namespace {
+
+using distributed::Communicator;
+using distributed::DdpOptions;
+using distributed::DistributedDataParallel;
+
+/// Linear layers "layers.i" with ReLU between them, ending in a mean cross-entropy.
+class TinyMlp : public nn::Module {
+ public:
+  TinyMlp(const std::vector<int64_t>& dims, uint64_t seed) {
+    nn::Rng rng(seed);
+    for (size_t i = 0; i + 1 < dims.size(); ++i) {
+      layers_.push_back(registerModule("layers." + std::to_string(i),
+                                       std::make_shared<nn::Linear>(dims[i], dims[i + 1], true, rng)));
+    }
+  }
+  Variable loss(const Tensor& inputs, const Tensor& targets) const {
+    Variable h(inputs);
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      h = layers_[i]->forward(h);
+      if (i + 1 < layers_.size()) h = ops::relu(h);
+    }
+    return ops::crossEntropy(h, targets);
+  }
+
+ private:
+  std::vector<std::shared_ptr<nn::Linear>> layers_;
+};
+
+const std::vector<int64_t> kDims = {8, 24, 16, 4};
+constexpr int64_t kRowsPerRank = 6;
+// Small caps, so that the tiny model spreads over several buckets.
+const DdpOptions kSmallBuckets{true, 1200.0 / 1048576, 300.0 / 1048576};
+
+struct Batch {
+  Tensor inputs, targets;
+};
+
+/// The global batch of `rows` rows for `seed`, identical on every rank; `rank` of `parts` takes its rows.
+Batch globalBatch(int64_t rows, uint64_t seed, DType dtype) {
+  return {testing::randomTensor({rows, kDims.front()}, seed, -1, 1, dtype),
+          testing::randomIndices({rows}, static_cast<int32_t>(kDims.back()), seed + 1)};
+}
+Batch rowsOf(const Batch& b, int64_t first, int64_t count, Device device) {
+  const int64_t cols = b.inputs.size(1);
+  return {Tensor::alias(b.inputs, first * cols, {count, cols}).clone().to(device),
+          Tensor::alias(b.targets, first, {count}).clone().to(device)};
+}
+
+std::string parameterBytes(const nn::Module& model) {
+  std::string out;
+  for (const auto& [name, p] : model.namedParameters()) {
+    Tensor host = p.data().to(Device::CPU);
+    out.append(static_cast<const char*>(host.raw()), host.nbytes());
+  }
+  return out;
+}
+
+void sgdStep(const nn::Module& model, double lr) {
+  NoGradGuard noGrad;
+  for (auto& [name, p] : model.namedParameters()) {
+    Tensor data = p.data();
+    ops::addInPlace(data, ops::scale(p.grad(), -lr));
+  }
+}
+
+struct Setup {
+  Device device;
+  DType dtype;
+};
+
+std::string setupName(const ::testing::TestParamInfo<Setup>& info) {
+  return std::string(deviceName(info.param.device)) + "_" + dtypeName(info.param.dtype);
+}
+void PrintTo(const Setup& s, std::ostream* os) { *os << deviceName(s.device) << " " << dtypeName(s.dtype); }
+
+class Ddp : public ::testing::TestWithParam<Setup> {
+ protected:
+  void SetUp() override {
+    std::string reason;
+    comm_ = testing::sharedCommunicator(GetParam().device, &reason);
+    if (!comm_) GTEST_SKIP() << reason;
+    world_ = comm_->worldSize();
+    rank_ = comm_->rank();
+  }
+  std::unique_ptr<TinyMlp> model(uint64_t seed, const std::vector<int64_t>& dims = kDims) const {
+    auto m = std::make_unique<TinyMlp>(dims, seed);
+    m->to(GetParam().device, GetParam().dtype);
+    return m;
+  }
+  double tolerance() const { return GetParam().dtype == DType::F64 ? 1e-6 : 1e-5; }
+  Batch myRows(const Batch& global) const { return rowsOf(global, rank_ * kRowsPerRank, kRowsPerRank, device()); }
+  Device device() const { return GetParam().device; }
+
+  std::shared_ptr<Communicator> comm_;
+  int world_ = 1, rank_ = 0;
+};
+
+TEST_P(Ddp, AveragedGradientsEqualTheFullBatchGradients) {
+  const Batch global = globalBatch(world_ * kRowsPerRank, 3, GetParam().dtype);
+  auto reference = model(5);
+  reference->loss(global.inputs.to(device()), global.targets.to(device())).backward();
+  for (bool overlap : {true, false}) {
+    auto m = model(5);
+    DdpOptions opts = kSmallBuckets;
+    opts.overlap = overlap;
+    DistributedDataParallel ddp(m->namedParameters(), comm_, opts);
+    EXPECT_GE(ddp.plan().buckets.size(), 3u) << ddp.plan().describe();
+    const Batch mine = myRows(global);
+    ddp.prepareStep();
+    m->loss(mine.inputs, mine.targets).backward();
+    ddp.finalize();
+    const auto got = m->namedParameters(), want = reference->namedParameters();
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_LE(testing::relativeError(got[i].second.grad(), want[i].second.grad()), tolerance())
+          << got[i].first << " overlap " << overlap;
+    }
+  }
+}
+
+TEST_P(Ddp, TenStepsKeepRanksBitIdenticalWithOverlapOnAndOff) {
+  const double lr = 0.1;
+  const auto train = [&](bool overlap) {
+    auto m = model(11 + rank_);  // different initial weights per rank: DDP must broadcast rank 0's
+    DdpOptions opts = kSmallBuckets;
+    opts.overlap = overlap;
+    DistributedDataParallel ddp(m->namedParameters(), comm_, opts);
+    for (uint64_t step = 0; step < 10; ++step) {
+      const Batch mine = myRows(globalBatch(world_ * kRowsPerRank, 100 + step, GetParam().dtype));
+      ddp.prepareStep();
+      m->loss(mine.inputs, mine.targets).backward();
+      ddp.finalize();
+      sgdStep(*m, lr);
+    }
+    return m;
+  };
+  auto on = train(true), off = train(false);
+  const std::string bytes = parameterBytes(*on);
+  EXPECT_TRUE(bytes == parameterBytes(*off)) << "overlap on and off differ";
+  const std::vector<std::string> all = comm_->allGather(bytes);
+  for (int r = 1; r < world_; ++r) EXPECT_TRUE(all[r] == all[0]) << "rank " << r << " differs from rank 0";
+
+  // The same ten steps in one process on the global batch: the DDP run is that run, up to rounding.
+  auto reference = model(11);
+  for (uint64_t step = 0; step < 10; ++step) {
+    const Batch global = globalBatch(world_ * kRowsPerRank, 100 + step, GetParam().dtype);
+    reference->zeroGrad();
+    reference->loss(global.inputs.to(device()), global.targets.to(device())).backward();
+    sgdStep(*reference, lr);
+  }
+  const auto got = on->namedParameters(), want = reference->namedParameters();
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_LE(testing::relativeError(got[i].second.data(), want[i].second.data()), 10 * tolerance()) << got[i].first;
+  }
+}
+
+TEST_P(Ddp, GradientAccumulationOfTwoHalvesEqualsOneBatch) {
+  const Batch global = globalBatch(world_ * kRowsPerRank, 21, GetParam().dtype);
+  auto reference = model(9);
+  reference->loss(global.inputs.to(device()), global.targets.to(device())).backward();
+  auto m = model(9);
+  DistributedDataParallel ddp(m->namedParameters(), comm_, kSmallBuckets);
+  const int64_t half = kRowsPerRank / 2;
+  ddp.prepareStep();
+  for (int micro = 0; micro < 2; ++micro) {
+    ddp.setRequireSync(micro == 1);
+    const Batch rows = rowsOf(global, rank_ * kRowsPerRank + micro * half, half, device());
+    ops::scale(m->loss(rows.inputs, rows.targets), 0.5).backward();
+    if (micro == 0) {
+      for (const auto& t : ddp.reducer().lastStepTimings()) EXPECT_EQ(t.work, nullptr) << "bucket " << t.bucket;
+    }
+  }
+  ddp.finalize();
+  const auto got = m->namedParameters(), want = reference->namedParameters();
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_LE(testing::relativeError(got[i].second.grad(), want[i].second.grad()), tolerance()) << got[i].first;
+  }
+}
+
+TEST_P(Ddp, DifferentModelsFailOnEveryRankWithAMessage) {
+  if (world_ < 2) GTEST_SKIP() << "needs two ranks";
+  const std::string dt = dtypeName(GetParam().dtype);
+  // Rank 1 differs: a wider first layer, then one layer more.
+  const std::vector<std::pair<std::vector<int64_t>, std::string>> cases = {
+      {{8, 25, 16, 4}, "parameter #0 is 'layers.0.weight " + dt + " [25, 8]' on rank 1 but 'layers.0.weight " + dt +
+                           " [24, 8]' on rank 0"},
+      {{8, 24, 16, 4, 4}, "parameter #6 is 'layers.3.weight " + dt + " [4, 4]' on rank 1 but '(none)' on rank 0"}};
+  for (const auto& [dims, expected] : cases) {
+    auto m = model(1, rank_ == 1 ? dims : kDims);
+    const auto start = std::chrono::steady_clock::now();
+    std::string message;
+    try {
+      DistributedDataParallel ddp(m->namedParameters(), comm_, kSmallBuckets);
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_NE(message.find(expected), std::string::npos) << "message: " << message;
+    EXPECT_LT(seconds, 10.0);
+  }
+  EXPECT_TRUE(comm_->allAgree(true)) << "the communicator is still usable";
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Ddp,
+                         ::testing::Values(Setup{Device::CPU, DType::F64}, Setup{Device::CPU, DType::F32},
+                                           Setup{Device::CUDA, DType::F64}, Setup{Device::CUDA, DType::F32}),
+                         setupName);
+
+// The emulated link changes timing only: N identical ranks average to the same bits as world 1.
+TEST(EmulatedDdp, SameBitsAsWorldOne) {
+  for (Device device : {Device::CPU, Device::CUDA}) {
+    if (device == Device::CUDA && !runtime::cudaAvailable()) continue;
+    distributed::CommOptions opts;
+    opts.cuda = device == Device::CUDA;
+    opts.backend = "single";
+    auto single = distributed::makeCommunicator(opts, nullptr);
+    auto emulated = std::make_shared<distributed::EmulatedCommunicator>(4, 50, 5, opts.cuda, 4, true);
+    const auto train = [&](std::shared_ptr<Communicator> comm) {
+      auto m = std::make_unique<TinyMlp>(kDims, 13);
+      m->to(device, DType::F32);
+      DistributedDataParallel ddp(m->namedParameters(), comm, kSmallBuckets);
+      for (uint64_t step = 0; step < 3; ++step) {
+        const Batch b = rowsOf(globalBatch(kRowsPerRank, 40 + step, DType::F32), 0, kRowsPerRank, device);
+        ddp.prepareStep();
+        m->loss(b.inputs, b.targets).backward();
+        ddp.finalize();
+        sgdStep(*m, 0.1);
+      }
+      return parameterBytes(*m);
+    };
+    EXPECT_TRUE(train(single) == train(emulated)) << deviceName(device);
+  }
+}
+
+// CUDA collectives on the comm stream: the emulated link's events span the modelled time; world-1 NCCL
+// leaves the bits of an average unchanged and broadcasts.
+TEST(CudaCommunicators, EmulatedLinkTakesTheModelledTimeOnTheCommStream) {
+  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  // 4 MB at 1 GB/s over 8 ranks: 0.1 ms + 1.75 * 4.19 ms.
+  distributed::EmulatedCommunicator comm(8, 1, 100, true, 8, true);
+  Tensor host = testing::randomTensor({1 << 20}, 17, -1, 1, DType::F32);
+  Tensor buffer = host.to(Device::CUDA);
+  const double modelledMs = comm.modelledSeconds(buffer.nbytes()) * 1e3;
+  auto work = comm.allReduceAverage(buffer, "bucket 0");
+  work->wait();
+  runtime::synchronize();
+  const distributed::WorkTiming t = work->timing();
+  EXPECT_GE(t.finishedMs - t.startedMs, 0.99 * modelledMs);
+  EXPECT_LE(t.finishedMs - t.startedMs, modelledMs + 5.0);
+  Tensor back = buffer.to(Device::CPU);
+  EXPECT_EQ(std::memcmp(back.raw(), host.raw(), host.nbytes()), 0);
+}
+
+TEST(CudaCommunicators, NcclAverageAndBroadcast) {
+  std::string reason;
+  auto comm = testing::sharedCommunicator(Device::CUDA, &reason);
+  if (!comm) GTEST_SKIP() << reason;
+  EXPECT_EQ(comm->name(), "nccl");
+  for (DType dtype : {DType::F32, DType::F64}) {
+    // Rank r holds (r + 1) * x: the average is (N + 1) / 2 * x.
+    Tensor x = testing::randomTensor({1000}, 23, -1, 1, dtype);
+    Tensor buffer = ops::scale(x, comm->rank() + 1.0).to(Device::CUDA);
+    auto work = comm->allReduceAverage(buffer, "bucket 0");
+    work->wait();
+    EXPECT_LE(testing::relativeError(buffer, ops::scale(x, (comm->worldSize() + 1) / 2.0)), 1e-6);
+    const std::vector<std::string> all = comm->allGather(std::string(static_cast<const char*>(buffer.to(Device::CPU).raw()), buffer.nbytes()));
+    for (const std::string& bytes : all) EXPECT_TRUE(bytes == all[0]) << "ranks hold different bits";
+    Tensor b = ops::scale(x, comm->rank() + 2.0).to(Device::CUDA);
+    comm->broadcast(b, 0);
+    EXPECT_EQ(testing::relativeError(b, ops::scale(x, 2.0)), 0.0);
+  }
+}
+
+}  // namespace
+}  // namespace minidp

@@ -1,0 +1,191 @@
+// The reducer with a recording communicator: launch order is bucket order whatever the ready order,
+// gradients are views into the buckets, errors name the parameter, overlap off launches at finalize,
+// and DDP's hooks launch during backward.
+#include <gtest/gtest.h>
+
+#include "framework/distributed/ddp.h"
+#include "framework/distributed/reducer.h"
+#include "framework/ops/ops.h"
+#include "tests/support/gradcheck.h"
+
+namespace minidp::distributed {
+namespace {
+
+/// Records the tags of the all-reduces it is asked for; they complete at once.
+class RecordingCommunicator : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int worldSize() const override { return 2; }
+  std::string name() const override { return "recording"; }
+  std::string describe() const override { return "recording"; }
+  bool supports(Device) const override { return true; }
+  std::shared_ptr<Work> allReduceAverage(Tensor buffer, const std::string& tag) override {
+    launched.push_back(tag);
+    return std::make_shared<CompletedWork>(tag, buffer.nbytes());
+  }
+  void broadcast(Tensor&, int) override {}
+  std::vector<std::string> allGather(const std::string& bytes) override { return {bytes, bytes}; }
+  void abort() noexcept override {}
+  std::vector<std::string> launched;
+};
+
+using Tags = std::vector<std::string>;
+
+nn::NamedParameters makeParams(int count, int64_t numel) {
+  nn::NamedParameters params;
+  for (int i = 0; i < count; ++i) {
+    params.emplace_back("w" + std::to_string(i), Variable(testing::randomTensor({numel}, 1 + i), true));
+  }
+  return params;
+}
+
+BucketPlan planOf(const nn::NamedParameters& params, double capBytes) {
+  std::vector<ParamInfo> infos;
+  for (const auto& [name, p] : params) infos.push_back({name, p.data().numel(), p.dtype()});
+  return planBuckets(infos, capBytes / 1048576, capBytes / 1048576);
+}
+
+// Four parameters of 80 bytes, one bucket each: parameter i is in bucket 3 - i.
+struct OneBucketEach : ::testing::Test {
+  nn::NamedParameters params = makeParams(4, 10);
+  std::shared_ptr<RecordingCommunicator> comm = std::make_shared<RecordingCommunicator>();
+  Reducer reducer(bool overlap) { return Reducer(params, planOf(params, 80), comm, overlap); }
+};
+
+TEST_F(OneBucketEach, LaunchesInBucketOrderWhateverTheReadyOrder) {
+  Reducer r = reducer(true);
+  ASSERT_EQ(r.plan().buckets.size(), 4u);
+  r.prepareStep();
+  r.markReady(1);  // bucket 2: waits for 0 and 1
+  EXPECT_EQ(comm->launched, Tags{});
+  r.markReady(3);  // bucket 0
+  EXPECT_EQ(comm->launched, (Tags{"bucket 0"}));
+  r.markReady(0);  // bucket 3: waits for 1
+  EXPECT_EQ(comm->launched, (Tags{"bucket 0"}));
+  r.markReady(2);  // bucket 1: releases 1, 2, 3
+  EXPECT_EQ(comm->launched, (Tags{"bucket 0", "bucket 1", "bucket 2", "bucket 3"}));
+  r.finalize();
+  for (const BucketTiming& t : r.lastStepTimings()) {
+    EXPECT_GE(t.launchMs, t.readyMs);
+    ASSERT_NE(t.work, nullptr);
+  }
+}
+
+TEST_F(OneBucketEach, OverlapOffLaunchesEverythingAtFinalizeInOrder) {
+  Reducer r = reducer(false);
+  r.prepareStep();
+  for (size_t i : {2, 0, 3, 1}) r.markReady(i);
+  EXPECT_EQ(comm->launched, Tags{});
+  r.finalize();
+  EXPECT_EQ(comm->launched, (Tags{"bucket 0", "bucket 1", "bucket 2", "bucket 3"}));
+}
+
+TEST_F(OneBucketEach, MarkedTwiceNamesTheParameter) {
+  Reducer r = reducer(true);
+  r.prepareStep();
+  r.markReady(2);
+  try {
+    r.markReady(2);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("parameter 'w2' was marked ready twice"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(OneBucketEach, NeverMarkedNamesTheParameterAtFinalize) {
+  Reducer r = reducer(true);
+  r.prepareStep();
+  for (size_t i : {0, 1, 3}) r.markReady(i);
+  try {
+    r.finalize();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("parameter 'w2' got no gradient in this step"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(OneBucketEach, SyncOffMarksNothing) {
+  Reducer r = reducer(true);
+  r.prepareStep();
+  r.setRequireSync(false);
+  for (size_t i = 0; i < 4; ++i) r.markReady(i);
+  EXPECT_EQ(comm->launched, Tags{});
+  EXPECT_THROW(r.finalize(), Error);
+  r.setRequireSync(true);
+  for (size_t i = 0; i < 4; ++i) r.markReady(i);  // the synced backward marks each parameter once
+  r.finalize();
+  EXPECT_EQ(comm->launched.size(), 4u);
+}
+
+TEST_F(OneBucketEach, MarkReadyOutsideAStepIsAnError) {
+  Reducer r = reducer(true);
+  EXPECT_THROW(r.markReady(0), Error);
+}
+
+TEST(Reducer, GradientsAreViewsIntoTheBucket) {
+  nn::NamedParameters params = makeParams(3, 7);
+  auto comm = std::make_shared<RecordingCommunicator>();
+  Reducer r(params, planOf(params, 1 << 20), comm, true);
+  ASSERT_EQ(r.plan().buckets.size(), 1u);
+  const Tensor& bucket = r.bucketBuffer(0);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& grad = params[i].second.grad();
+    EXPECT_TRUE(grad.sharesStorage(bucket)) << params[i].first;
+    EXPECT_EQ(static_cast<const char*>(grad.raw()) - static_cast<const char*>(bucket.raw()),
+              r.plan().slots[i].offset * 8);
+  }
+  // Backward accumulates into the bucket itself; prepareStep zeroes it.
+  r.prepareStep();
+  Variable& w1 = params[1].second;
+  for (int pass = 0; pass < 2; ++pass) ops::sum(ops::scale(w1, 3.0)).backward();
+  const std::vector<double> values = bucket.toVector<double>();
+  const int64_t offset = r.plan().slots[1].offset;
+  for (int64_t k = 0; k < bucket.numel(); ++k) {
+    EXPECT_EQ(values[k], k >= offset && k < offset + 7 ? 6.0 : 0.0) << "element " << k;
+  }
+  r.markReady(0);
+  r.markReady(1);
+  r.markReady(2);
+  r.finalize();
+  r.prepareStep();
+  for (double v : bucket.toVector<double>()) EXPECT_EQ(v, 0.0);
+}
+
+TEST(Reducer, DdpHooksLaunchDuringBackwardWithOverlapOn) {
+  for (bool overlap : {true, false}) {
+    // y = sum(relu(w2 * relu(w1 * relu(w0 * x)))): w2's gradient is ready first.
+    nn::NamedParameters params = makeParams(3, 10);
+    const Variable x(testing::randomTensor({10}, 9));
+    const auto backward = [&] {
+      Variable h = x;
+      for (auto& [name, w] : params) h = ops::relu(ops::mul(w, h));
+      ops::sum(h).backward();
+    };
+    auto comm = std::make_shared<RecordingCommunicator>();
+    {
+      DistributedDataParallel ddp(params, comm, DdpOptions{overlap, 80.0 / 1048576, 80.0 / 1048576});
+      ASSERT_EQ(ddp.plan().buckets.size(), 3u);
+      ddp.prepareStep();
+      backward();
+      EXPECT_EQ(comm->launched.size(), overlap ? 3u : 0u) << "overlap " << overlap;
+      ddp.finalize();
+      EXPECT_EQ(comm->launched, (Tags{"bucket 0", "bucket 1", "bucket 2"}));
+    }
+    backward();  // the DDP and its hooks are gone: no launch, no dangling reducer
+    EXPECT_EQ(comm->launched.size(), 3u);
+  }
+}
+
+TEST(Reducer, DdpRejectsAParameterListedTwice) {
+  nn::NamedParameters params = makeParams(2, 4);
+  params.emplace_back("alias", params[0].second);
+  try {
+    DistributedDataParallel ddp(params, std::make_shared<RecordingCommunicator>());
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'alias' is the same Variable as 'w0'"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace minidp::distributed

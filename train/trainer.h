@@ -1,0 +1,99 @@
+// The training job shared by minidp-train and minidp-bench: process setup (MPI, device, communicator),
+// model, data-parallel wrapper, optimizer, prefetched batches, and one step.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/batches.h"
+#include "data/text.h"
+#include "framework/distributed/communicator.h"
+#include "framework/distributed/ddp.h"
+#include "framework/distributed/mpi_environment.h"
+#include "framework/optim/optimizer.h"
+#include "models/gpt.h"
+#include "models/mlp.h"
+
+namespace CLI {
+class App;
+}
+
+namespace minidp::train {
+
+/// Every knob of a run; `addOptions` exposes them as command-line flags.
+struct Options {
+  std::string model = "mlp";
+  std::string data = "";  // default: fashion-mnist for mlp, fortunes for gpt
+  std::string dataDir = "";
+  std::string llmcTrain, llmcVal;
+  std::string device = "cpu";
+  std::string dtype = "fp32";
+  int64_t steps = 1000;
+  int64_t batchSize = 64;  // per rank
+  double lr = 0;           // 0: the model's default (mlp 0.05 sgd, gpt 1e-3 adamw)
+  std::string optimizer = "";
+  double weightDecay = 0;
+  uint64_t seed = 1234;
+  int64_t logEvery = 100;
+  int64_t evalBatches = 20;
+  std::vector<int64_t> hidden = {256, 256};
+  models::GptConfig gpt;
+  std::string overlap = "on";
+  double bucketMb = 25, firstBucketMb = 1;
+  int64_t gradAccum = 1;
+  std::string save, load;
+  int64_t sample = 0;
+  distributed::CommOptions comm;
+};
+
+/// Registers the flags of `opts` on `app`.
+void addOptions(CLI::App& app, Options& opts);
+
+/// This process's place in the job: MPI (when launched by mpirun), device, communicator.
+struct Session {
+  std::unique_ptr<distributed::MpiEnvironment> mpi;
+  std::shared_ptr<distributed::Communicator> comm;
+  Device device = Device::CPU;
+  DType dtype = DType::F32;
+  int rank() const { return comm->rank(); }
+  int world() const { return comm->worldSize(); }
+};
+
+/// Initialises MPI if launched by mpirun, picks the GPU by node-local rank, builds the communicator.
+Session openSession(Options& opts);
+
+/// Model, data, DDP and optimizer of a run.
+class Trainer {
+ public:
+  Trainer(const Options& opts, Session& session);
+  /// One optimizer step over gradAccum micro-batches. Returns the loss tensor of the last micro-batch
+  /// (on the device; reading it is the caller's choice, since it synchronises).
+  Tensor step();
+  /// The mean of `loss` over all ranks: the loss of the global batch (a collective; synchronises).
+  double globalLoss(const Tensor& loss);
+  /// MLP: accuracy on the test split. GPT: mean validation loss (nats per token) over evalBatches.
+  double evaluate();
+  /// GPT only: `bytes` bytes continued from `prompt` (greedy).
+  std::string sample(const std::string& prompt, int64_t bytes);
+  models::Model& model() { return *model_; }
+  distributed::DistributedDataParallel& ddp() { return *ddp_; }
+  int64_t samplesPerStep() const;  // global samples per optimizer step
+
+ private:
+  const Options& opts_;
+  Session& session_;
+  ImageDataset trainImages_, testImages_;
+  TokenCorpus corpus_;
+  std::unique_ptr<models::Model> model_;
+  std::unique_ptr<distributed::DistributedDataParallel> ddp_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<Prefetcher> batches_;
+};
+
+/// Runs `body`; on an exception prints one line, aborts the communicator so other ranks do not hang,
+/// and returns 1.
+int runGuarded(const char* program, Session& session, const std::function<int()>& body);
+
+}  // namespace minidp::train
