@@ -12,6 +12,8 @@
 #include "framework/ops/ops.h"
 #include "framework/ops/tensor_math.h"
 #include "framework/runtime/device.h"
+#include "models/gpt.h"
+#include "models/mlp.h"
 #include "tests/distributed/dist_test_env.h"
 #include "tests/support/gradcheck.h"
 
@@ -22,30 +24,9 @@ using distributed::Communicator;
 using distributed::DdpOptions;
 using distributed::DistributedDataParallel;
 
-/// Linear layers "layers.i" with ReLU between them, ending in a mean cross-entropy.
-class TinyMlp : public nn::Module {
- public:
-  TinyMlp(const std::vector<int64_t>& dims, uint64_t seed) {
-    nn::Rng rng(seed);
-    for (size_t i = 0; i + 1 < dims.size(); ++i) {
-      layers_.push_back(registerModule("layers." + std::to_string(i),
-                                       std::make_shared<nn::Linear>(dims[i], dims[i + 1], true, rng)));
-    }
-  }
-  Variable loss(const Tensor& inputs, const Tensor& targets) const {
-    Variable h(inputs);
-    for (size_t i = 0; i < layers_.size(); ++i) {
-      h = layers_[i]->forward(h);
-      if (i + 1 < layers_.size()) h = ops::relu(h);
-    }
-    return ops::crossEntropy(h, targets);
-  }
-
- private:
-  std::vector<std::shared_ptr<nn::Linear>> layers_;
-};
-
 const std::vector<int64_t> kDims = {8, 24, 16, 4};
+// A tiny GPT: vocabulary 16, context 6, `layers` blocks of 2 heads over width 8.
+models::GptConfig tinyGpt(int64_t layers = 2) { return models::GptConfig{16, 6, layers, 2, 8}; }
 constexpr int64_t kRowsPerRank = 6;
 // Small caps, so that the tiny model spreads over several buckets.
 const DdpOptions kSmallBuckets{true, 1200.0 / 1048576, 300.0 / 1048576};
@@ -54,15 +35,26 @@ struct Batch {
   Tensor inputs, targets;
 };
 
-/// The global batch of `rows` rows for `seed`, identical on every rank; `rank` of `parts` takes its rows.
-Batch globalBatch(int64_t rows, uint64_t seed, DType dtype) {
+/// The global batch of `rows` rows for `seed`, identical on every rank: MLP features and class labels, or
+/// GPT token windows and next tokens.
+Batch globalBatch(const std::string& model, int64_t rows, uint64_t seed, DType dtype) {
+  if (model == "gpt") {
+    const models::GptConfig c = tinyGpt();
+    return {testing::randomIndices({rows, c.context}, static_cast<int32_t>(c.vocab), seed),
+            testing::randomIndices({rows, c.context}, static_cast<int32_t>(c.vocab), seed + 1)};
+  }
   return {testing::randomTensor({rows, kDims.front()}, seed, -1, 1, dtype),
           testing::randomIndices({rows}, static_cast<int32_t>(kDims.back()), seed + 1)};
 }
+/// Rows [first, first + count) of a batch (rows are the first dimension of inputs and targets).
 Batch rowsOf(const Batch& b, int64_t first, int64_t count, Device device) {
-  const int64_t cols = b.inputs.size(1);
-  return {Tensor::alias(b.inputs, first * cols, {count, cols}).clone().to(device),
-          Tensor::alias(b.targets, first, {count}).clone().to(device)};
+  const auto rows = [&](const Tensor& t) {
+    Shape shape = t.shape();
+    const int64_t perRow = t.numel() / shape[0];
+    shape[0] = count;
+    return Tensor::alias(t, first * perRow, shape).clone().to(device);
+  };
+  return {rows(b.inputs), rows(b.targets)};
 }
 
 std::string parameterBytes(const nn::Module& model) {
@@ -83,14 +75,17 @@ void sgdStep(const nn::Module& model, double lr) {
 }
 
 struct Setup {
+  std::string model;
   Device device;
   DType dtype;
 };
 
 std::string setupName(const ::testing::TestParamInfo<Setup>& info) {
-  return std::string(deviceName(info.param.device)) + "_" + dtypeName(info.param.dtype);
+  return info.param.model + "_" + deviceName(info.param.device) + "_" + dtypeName(info.param.dtype);
 }
-void PrintTo(const Setup& s, std::ostream* os) { *os << deviceName(s.device) << " " << dtypeName(s.dtype); }
+void PrintTo(const Setup& s, std::ostream* os) {
+  *os << s.model << " " << deviceName(s.device) << " " << dtypeName(s.dtype);
+}
 
 class Ddp : public ::testing::TestWithParam<Setup> {
  protected:
@@ -101,11 +96,19 @@ class Ddp : public ::testing::TestWithParam<Setup> {
     world_ = comm_->worldSize();
     rank_ = comm_->rank();
   }
-  std::unique_ptr<TinyMlp> model(uint64_t seed, const std::vector<int64_t>& dims = kDims) const {
-    auto m = std::make_unique<TinyMlp>(dims, seed);
+  /// The MLP with `dims`, or the tiny GPT with `gptLayers` blocks.
+  std::unique_ptr<models::Model> model(uint64_t seed, const std::vector<int64_t>& dims = kDims,
+                                       int64_t gptLayers = 2) const {
+    std::unique_ptr<models::Model> m;
+    if (GetParam().model == "gpt") {
+      m = std::make_unique<models::GPT>(tinyGpt(gptLayers), seed);
+    } else {
+      m = std::make_unique<models::MLP>(dims, seed);
+    }
     m->to(GetParam().device, GetParam().dtype);
     return m;
   }
+  Batch global(int64_t rows, uint64_t seed) const { return globalBatch(GetParam().model, rows, seed, GetParam().dtype); }
   double tolerance() const { return GetParam().dtype == DType::F64 ? 1e-6 : 1e-5; }
   Batch myRows(const Batch& global) const { return rowsOf(global, rank_ * kRowsPerRank, kRowsPerRank, device()); }
   Device device() const { return GetParam().device; }
@@ -115,7 +118,7 @@ class Ddp : public ::testing::TestWithParam<Setup> {
 };
 
 TEST_P(Ddp, AveragedGradientsEqualTheFullBatchGradients) {
-  const Batch global = globalBatch(world_ * kRowsPerRank, 3, GetParam().dtype);
+  const Batch global = this->global(world_ * kRowsPerRank, 3);
   auto reference = model(5);
   reference->loss(global.inputs.to(device()), global.targets.to(device())).backward();
   for (bool overlap : {true, false}) {
@@ -144,7 +147,7 @@ TEST_P(Ddp, TenStepsKeepRanksBitIdenticalWithOverlapOnAndOff) {
     opts.overlap = overlap;
     DistributedDataParallel ddp(m->namedParameters(), comm_, opts);
     for (uint64_t step = 0; step < 10; ++step) {
-      const Batch mine = myRows(globalBatch(world_ * kRowsPerRank, 100 + step, GetParam().dtype));
+      const Batch mine = myRows(global(world_ * kRowsPerRank, 100 + step));
       ddp.prepareStep();
       m->loss(mine.inputs, mine.targets).backward();
       ddp.finalize();
@@ -161,7 +164,7 @@ TEST_P(Ddp, TenStepsKeepRanksBitIdenticalWithOverlapOnAndOff) {
   // The same ten steps in one process on the global batch: the DDP run is that run, up to rounding.
   auto reference = model(11);
   for (uint64_t step = 0; step < 10; ++step) {
-    const Batch global = globalBatch(world_ * kRowsPerRank, 100 + step, GetParam().dtype);
+    const Batch global = this->global(world_ * kRowsPerRank, 100 + step);
     reference->zeroGrad();
     reference->loss(global.inputs.to(device()), global.targets.to(device())).backward();
     sgdStep(*reference, lr);
@@ -173,7 +176,7 @@ TEST_P(Ddp, TenStepsKeepRanksBitIdenticalWithOverlapOnAndOff) {
 }
 
 TEST_P(Ddp, GradientAccumulationOfTwoHalvesEqualsOneBatch) {
-  const Batch global = globalBatch(world_ * kRowsPerRank, 21, GetParam().dtype);
+  const Batch global = this->global(world_ * kRowsPerRank, 21);
   auto reference = model(9);
   reference->loss(global.inputs.to(device()), global.targets.to(device())).backward();
   auto m = model(9);
@@ -203,6 +206,20 @@ TEST_P(Ddp, DifferentModelsFailOnEveryRankWithAMessage) {
       {{8, 25, 16, 4}, "parameter #0 is 'layers.0.weight " + dt + " [25, 8]' on rank 1 but 'layers.0.weight " + dt +
                            " [24, 8]' on rank 0"},
       {{8, 24, 16, 4, 4}, "parameter #6 is 'layers.3.weight " + dt + " [4, 4]' on rank 1 but '(none)' on rank 0"}};
+  if (GetParam().model == "gpt") {
+    // Rank 1 has a third block: the first difference is its first parameter against ln_f.weight.
+    auto m = model(1, kDims, rank_ == 1 ? 3 : 2);
+    std::string message;
+    try {
+      DistributedDataParallel ddp(m->namedParameters(), comm_, kSmallBuckets);
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    EXPECT_NE(message.find("'h.2.ln_1.weight " + dt + " [8]' on rank 1 but 'ln_f.weight " + dt + " [8]' on rank 0"),
+              std::string::npos) << "message: " << message;
+    EXPECT_TRUE(comm_->allAgree(true));
+    return;
+  }
   for (const auto& [dims, expected] : cases) {
     auto m = model(1, rank_ == 1 ? dims : kDims);
     const auto start = std::chrono::steady_clock::now();
@@ -220,8 +237,10 @@ TEST_P(Ddp, DifferentModelsFailOnEveryRankWithAMessage) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Ddp,
-                         ::testing::Values(Setup{Device::CPU, DType::F64}, Setup{Device::CPU, DType::F32},
-                                           Setup{Device::CUDA, DType::F64}, Setup{Device::CUDA, DType::F32}),
+                         ::testing::Values(Setup{"mlp", Device::CPU, DType::F64}, Setup{"mlp", Device::CPU, DType::F32},
+                                           Setup{"gpt", Device::CPU, DType::F64}, Setup{"gpt", Device::CPU, DType::F32},
+                                           Setup{"mlp", Device::CUDA, DType::F64}, Setup{"mlp", Device::CUDA, DType::F32},
+                                           Setup{"gpt", Device::CUDA, DType::F64}, Setup{"gpt", Device::CUDA, DType::F32}),
                          setupName);
 
 // The emulated link changes timing only: N identical ranks average to the same bits as world 1.
@@ -234,11 +253,11 @@ TEST(EmulatedDdp, SameBitsAsWorldOne) {
     auto single = distributed::makeCommunicator(opts, nullptr);
     auto emulated = std::make_shared<distributed::EmulatedCommunicator>(4, 50, 5, opts.cuda, 4, true);
     const auto train = [&](std::shared_ptr<Communicator> comm) {
-      auto m = std::make_unique<TinyMlp>(kDims, 13);
+      auto m = std::make_unique<models::MLP>(kDims, 13);
       m->to(device, DType::F32);
       DistributedDataParallel ddp(m->namedParameters(), comm, kSmallBuckets);
       for (uint64_t step = 0; step < 3; ++step) {
-        const Batch b = rowsOf(globalBatch(kRowsPerRank, 40 + step, DType::F32), 0, kRowsPerRank, device);
+        const Batch b = rowsOf(globalBatch("mlp", kRowsPerRank, 40 + step, DType::F32), 0, kRowsPerRank, device);
         ddp.prepareStep();
         m->loss(b.inputs, b.targets).backward();
         ddp.finalize();
