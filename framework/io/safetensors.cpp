@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "framework/io/atomic_file.h"
 #include "kernels/check.h"
 
 namespace minidp {
@@ -193,10 +194,7 @@ void writeSafetensors(const std::string& path, const std::vector<std::pair<std::
   std::string headerText = header.dump();
   headerText.resize((headerText.size() + 7) / 8 * 8, ' ');  // keeps the buffer 8-byte aligned
 
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    MINIDP_CHECK(out, "cannot create " << tmp);
+  writeFileAtomically(path, [&](std::ostream& out) {
     uint8_t lenBytes[8];
     for (int i = 0; i < 8; ++i) lenBytes[i] = static_cast<uint8_t>(uint64_t(headerText.size()) >> (8 * i));
     out.write(reinterpret_cast<const char*>(lenBytes), 8);
@@ -205,16 +203,7 @@ void writeSafetensors(const std::string& path, const std::vector<std::pair<std::
       out.write(reinterpret_cast<const char*>(entry.second.bytes.data()),
                 static_cast<std::streamsize>(entry.second.bytes.size()));
     }
-    out.close();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throwError("writing " + tmp + " failed", __FILE__, __LINE__);
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throwError("cannot rename " + tmp + " to " + path, __FILE__, __LINE__);
-  }
+  });
 }
 
 }  // namespace minidp
