@@ -35,21 +35,17 @@ cublasHandle_t handleOn(cudaStream_t stream) {
   return handle.get();
 }
 
-cublasStatus_t stridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                              int k, const float* alpha, const float* A, int lda, long long sA,
-                              const float* B, int ldb, long long sB, const float* beta, float* C, int ldc,
-                              long long sC, int batch) {
-  return cublasSgemmStridedBatched(h, ta, tb, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC,
-                                   batch);
-}
-
-cublasStatus_t stridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                              int k, const double* alpha, const double* A, int lda, long long sA,
-                              const double* B, int ldb, long long sB, const double* beta, double* C, int ldc,
-                              long long sC, int batch) {
-  return cublasDgemmStridedBatched(h, ta, tb, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC,
-                                   batch);
-}
+// cuBLAS's strided batched GEMM for element type T.
+template <typename T>
+struct Gemm;
+template <>
+struct Gemm<float> {
+  static constexpr auto stridedBatched = &cublasSgemmStridedBatched;
+};
+template <>
+struct Gemm<double> {
+  static constexpr auto stridedBatched = &cublasDgemmStridedBatched;
+};
 
 }  // namespace
 
@@ -67,9 +63,9 @@ void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha, co
   const int ldb = static_cast<int>(std::max<int64_t>(1, transB ? K : N));
   const cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
-  CUBLAS_CHECK(stridedBatched(handleOn(stream), opB, opA, static_cast<int>(N), static_cast<int>(M),
-                              static_cast<int>(K), &alpha, B, ldb, strideB, A, lda, strideA, &beta, C,
-                              static_cast<int>(N), strideC, static_cast<int>(batch)));
+  CUBLAS_CHECK(Gemm<T>::stridedBatched(handleOn(stream), opB, opA, static_cast<int>(N), static_cast<int>(M),
+                                       static_cast<int>(K), &alpha, B, ldb, strideB, A, lda, strideA, &beta, C,
+                                       static_cast<int>(N), strideC, static_cast<int>(batch)));
 }
 
 template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,

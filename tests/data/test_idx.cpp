@@ -1,6 +1,5 @@
 // IDX reader on files written here (plain, gzip, broken) and Fashion-MNIST on the installed dataset.
 #include <gtest/gtest.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <filesystem>
@@ -9,28 +8,15 @@
 #include "data/fashion_mnist.h"
 #include "data/idx.h"
 #include "kernels/check.h"
+#include "tests/support/scratch_dir.h"
 
 namespace minidp {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Gives each test an empty directory of its own under TempDir() and removes it afterwards.
-class ScratchDirTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::path(::testing::TempDir()) /
-           ("minidp_idx_" + std::to_string(getpid()) + "_" + info->test_suite_name() + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  fs::path dir_;
-};
-using Idx = ScratchDirTest;
-using FashionMnist = ScratchDirTest;
+using Idx = testing::ScratchDirTest;
+using FashionMnist = testing::ScratchDirTest;
 
 // Header (magic 0x0000, type, ndims, big-endian dims) followed by `data`.
 std::string idxBytes(const std::vector<uint32_t>& dims, const std::vector<uint8_t>& data,

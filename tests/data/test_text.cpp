@@ -1,6 +1,5 @@
 // Fortune byte corpus (on the installed package and on a directory built here) and llm.c token files.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -8,28 +7,15 @@
 
 #include "data/text.h"
 #include "kernels/check.h"
+#include "tests/support/scratch_dir.h"
 
 namespace minidp {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Gives each test an empty directory of its own under TempDir() and removes it afterwards.
-class ScratchDirTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::path(::testing::TempDir()) /
-           ("minidp_text_" + std::to_string(getpid()) + "_" + info->test_suite_name() + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  fs::path dir_;
-};
-using Fortunes = ScratchDirTest;
-using LlmcTokens = ScratchDirTest;
+using Fortunes = testing::ScratchDirTest;
+using LlmcTokens = testing::ScratchDirTest;
 
 void writeFile(const fs::path& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));

@@ -1,6 +1,5 @@
 // safetensors round trips, determinism, validation of broken files, and reading PyTorch-written fixtures.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -9,27 +8,14 @@
 
 #include "framework/io/safetensors.h"
 #include "kernels/check.h"
+#include "tests/support/scratch_dir.h"
 
 namespace minidp {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Gives each test an empty directory of its own under TempDir() and removes it afterwards.
-class ScratchDirTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::path(::testing::TempDir()) /
-           ("minidp_st_" + std::to_string(getpid()) + "_" + info->test_suite_name() + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  fs::path dir_;
-};
-using Safetensors = ScratchDirTest;
+using Safetensors = testing::ScratchDirTest;
 
 std::string readBytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

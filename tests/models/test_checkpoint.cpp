@@ -9,6 +9,7 @@
 #include "framework/nn/checkpoint.h"
 #include "models/gpt.h"
 #include "models/mlp.h"
+#include "tests/support/scratch_dir.h"
 
 namespace minidp {
 namespace {
@@ -20,12 +21,6 @@ std::string sourceDir() {
   return root ? root : ".";
 }
 
-std::string scratch(const std::string& name) {
-  fs::path dir = fs::path(::testing::TempDir()) / "minidp_checkpoint";
-  fs::create_directories(dir);
-  return (dir / name).string();
-}
-
 std::string readBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
@@ -33,9 +28,11 @@ std::string readBytes(const std::string& path) {
 
 models::GptConfig tinyGpt() { return models::GptConfig{32, 8, 2, 2, 16}; }
 
-TEST(Checkpoint, SaveThenLoadIsBitExact) {
+using Checkpoint = testing::ScratchDirTest;
+
+TEST_F(Checkpoint, SaveThenLoadIsBitExact) {
   models::GPT a(tinyGpt(), 1), b(tinyGpt(), 2);
-  const std::string path = scratch("gpt.safetensors");
+  const std::string path = (dir_ / "gpt.safetensors").string();
   nn::saveCheckpoint(a, path);
   nn::loadCheckpoint(b, path);
   auto pa = a.namedParameters(), pb = b.namedParameters();
@@ -44,14 +41,14 @@ TEST(Checkpoint, SaveThenLoadIsBitExact) {
     EXPECT_EQ(pa[i].second.data().toVector<float>(), pb[i].second.data().toVector<float>()) << pa[i].first;
   }
   // Saving the loaded model again gives the same bytes.
-  const std::string again = scratch("gpt2.safetensors");
+  const std::string again = (dir_ / "gpt2.safetensors").string();
   nn::saveCheckpoint(b, again);
   EXPECT_EQ(readBytes(path), readBytes(again));
   EXPECT_FALSE(fs::exists(path + ".tmp"));
 }
 
-TEST(Checkpoint, WrongShapeMissingAndExtraNamesAreNamed) {
-  const std::string path = scratch("mlp.safetensors");
+TEST_F(Checkpoint, WrongShapeMissingAndExtraNamesAreNamed) {
+  const std::string path = (dir_ / "mlp.safetensors").string();
   nn::saveCheckpoint(models::MLP({4, 8, 3}, 1), path);
   models::MLP wider({4, 9, 3}, 1);
   try {
@@ -67,7 +64,7 @@ TEST(Checkpoint, WrongShapeMissingAndExtraNamesAreNamed) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("layers.2.weight"), std::string::npos) << e.what();
   }
-  const std::string deepPath = scratch("deep.safetensors");
+  const std::string deepPath = (dir_ / "deep.safetensors").string();
   nn::saveCheckpoint(deeper, deepPath);
   models::MLP shallow({4, 8, 3}, 1);
   try {
@@ -78,7 +75,7 @@ TEST(Checkpoint, WrongShapeMissingAndExtraNamesAreNamed) {
   }
 }
 
-TEST(Checkpoint, LoadsAFileWrittenByPyTorch) {
+TEST_F(Checkpoint, LoadsAFileWrittenByPyTorch) {
   // tests/reference/check_interop.py --write: a torch MLP [12, 16, 5] state_dict.
   const std::string path = sourceDir() + "/tests/fixtures/torch_mlp_12_16_5.safetensors";
   models::MLP mlp({12, 16, 5}, 7);
@@ -89,11 +86,11 @@ TEST(Checkpoint, LoadsAFileWrittenByPyTorch) {
   }
 }
 
-TEST(Checkpoint, PyTorchLoadsAFileWrittenByMinidp) {
+TEST_F(Checkpoint, PyTorchLoadsAFileWrittenByMinidp) {
   if (std::system("/usr/bin/python3 -c 'import torch, safetensors.torch' >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "python3 with torch and safetensors is not installed (.ci/run installs them)";
   }
-  const std::string path = scratch("for_torch.safetensors");
+  const std::string path = (dir_ / "for_torch.safetensors").string();
   nn::saveCheckpoint(models::GPT(tinyGpt(), 3), path);
   const std::string cmd = "/usr/bin/python3 " + sourceDir() + "/tests/reference/check_interop.py --model gpt:32,8,2,2,16 " + path;
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;

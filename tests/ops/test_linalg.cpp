@@ -12,15 +12,18 @@
 #include "framework/runtime/device.h"
 #include "kernels/matmul.h"
 #include "kernels/tiled_gemm.h"
+#include "tests/support/device_compare.h"
 #include "tests/support/gradcheck.h"
 
 namespace minidp {
 namespace {
 
+using testing::compareDevices;
+using testing::DeviceComparison;
 using testing::gradcheck;
 using testing::randomIndices;
 using testing::randomTensor;
-using testing::relativeError;
+using testing::roundingEps;
 using Fn = std::function<Variable(const std::vector<Variable>&)>;
 
 Variable leaf(const Shape& shape, uint64_t seed) { return Variable(randomTensor(shape, seed), true); }
@@ -175,30 +178,8 @@ TEST(CrossEntropy, RejectsOutOfRangeTargetsAndBadShapes) {
 
 // ---- CUDA against the CPU twin ----
 
-struct DeviceComparison {
-  double output = 0;          // relative error of the forward output
-  std::vector<double> grads;  // relative error of each input's gradient
-};
-
-// Runs f forward and backward (same random upstream gradient) on CPU and CUDA copies of float64 `inputs`
-// converted to `dtype`, and compares the CUDA results against the CPU ones.
-DeviceComparison compareDevices(const Fn& f, const std::vector<Tensor>& inputs, DType dtype) {
-  std::vector<Variable> onCpu, onCuda;
-  for (const Tensor& t : inputs) {
-    Tensor converted = t.toDType(dtype);
-    onCpu.emplace_back(converted, true);
-    onCuda.emplace_back(converted.to(Device::CUDA), true);
-  }
-  Variable cpuOut = f(onCpu), cudaOut = f(onCuda);
-  Tensor g = randomTensor(cpuOut.shape(), 31, 0.5, 1.5, dtype);
-  cpuOut.backward(g);
-  cudaOut.backward(g.to(Device::CUDA));
-  DeviceComparison result;
-  result.output = relativeError(cudaOut.data(), cpuOut.data());
-  for (size_t i = 0; i < inputs.size(); ++i)
-    result.grads.push_back(relativeError(onCuda[i].grad(), onCpu[i].grad()));
-  return result;
-}
+// The upstream gradients of this file's device comparisons lie in [0.5, 1.5).
+constexpr double kUpstreamLo = 0.5, kUpstreamHi = 1.5;
 
 // Tolerance for a result that sums `terms` products, relative to the largest output. The rounding error
 // of such a sum is at worst about terms * eps times the sum of magnitudes, and in practice (random signs)
@@ -206,44 +187,36 @@ DeviceComparison compareDevices(const Fn& f, const std::vector<Tensor>& inputs, 
 // of 4 * terms * eps (float32: 2.4e-7 * K, i.e. about 1.6e-5 at K = 65) leaves a wide margin over the
 // practical error, while a real defect (wrong transpose, stride or batch) is off by O(1).
 double sumTolerance(DType dtype, int64_t terms) {
-  const double eps = dtype == DType::F32 ? 6e-8 : 1.2e-16;
-  return 4.0 * static_cast<double>(terms) * eps;
+  return 4.0 * static_cast<double>(terms) * roundingEps(dtype);
 }
 
-class CudaVsCpu : public ::testing::TestWithParam<DType> {
- protected:
-  void SetUp() override {
-    if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
-  }
-  void expectClose(const DeviceComparison& c, double tolerance) {
-    EXPECT_LE(c.output, tolerance) << "forward";
-    for (size_t i = 0; i < c.grads.size(); ++i) EXPECT_LE(c.grads[i], tolerance) << "gradient of input " << i;
-  }
-};
+using CudaVsCpu = testing::CudaVsCpuTest;
 
 TEST_P(CudaVsCpu, Linear) {
   const DType dtype = GetParam();
   // rows = 6 * 20, in = 48, out = 33: dx sums over out, dW over rows, y over in.
   const Fn withBias = [](const std::vector<Variable>& in) { return ops::linear(in[0], in[1], in[2]); };
-  expectClose(compareDevices(
-                  withBias,
-                  {randomTensor({6, 20, 48}, 32), randomTensor({33, 48}, 33), randomTensor({33}, 34)}, dtype),
+  expectClose(compareDevices(withBias,
+                             {randomTensor({6, 20, 48}, 32), randomTensor({33, 48}, 33), randomTensor({33}, 34)},
+                             dtype, kUpstreamLo, kUpstreamHi),
               sumTolerance(dtype, 6 * 20));
   const Fn noBias = [](const std::vector<Variable>& in) { return ops::linear(in[0], in[1], Variable()); };
-  expectClose(compareDevices(noBias, {randomTensor({37, 48}, 35), randomTensor({33, 48}, 36)}, dtype),
+  expectClose(compareDevices(noBias, {randomTensor({37, 48}, 35), randomTensor({33, 48}, 36)}, dtype, kUpstreamLo,
+                             kUpstreamHi),
               sumTolerance(dtype, 48));
 }
 
 TEST_P(CudaVsCpu, MatmulBatched) {
   const Fn f = [](const std::vector<Variable>& in) { return ops::matmul(in[0], in[1]); };
-  expectClose(
-      compareDevices(f, {randomTensor({3, 4, 17, 65}, 37), randomTensor({3, 4, 65, 23}, 38)}, GetParam()),
-      sumTolerance(GetParam(), 65));
+  expectClose(compareDevices(f, {randomTensor({3, 4, 17, 65}, 37), randomTensor({3, 4, 65, 23}, 38)}, GetParam(),
+                             kUpstreamLo, kUpstreamHi),
+              sumTolerance(GetParam(), 65));
 }
 
 TEST_P(CudaVsCpu, TransposeIsExact) {
   const Fn f = [](const std::vector<Variable>& in) { return ops::transpose(in[0]); };
-  const DeviceComparison c = compareDevices(f, {randomTensor({3, 45, 70}, 39)}, GetParam());
+  const DeviceComparison c =
+      compareDevices(f, {randomTensor({3, 45, 70}, 39)}, GetParam(), kUpstreamLo, kUpstreamHi);
   EXPECT_EQ(c.output, 0.0);
   EXPECT_EQ(c.grads[0], 0.0);
 }
@@ -255,7 +228,7 @@ TEST_P(CudaVsCpu, CrossEntropy) {
   const Fn f = [targets](const std::vector<Variable>& in) {
     return ops::crossEntropy(in[0], targets.to(in[0].device()));
   };
-  expectClose(compareDevices(f, {randomTensor({N, V}, 41, -8.0, 8.0)}, GetParam()),
+  expectClose(compareDevices(f, {randomTensor({N, V}, 41, -8.0, 8.0)}, GetParam(), kUpstreamLo, kUpstreamHi),
               sumTolerance(GetParam(), V));
 }
 

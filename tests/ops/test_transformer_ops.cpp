@@ -10,16 +10,17 @@
 #include <vector>
 
 #include "framework/ops/ops.h"
-#include "framework/runtime/device.h"
+#include "tests/support/device_compare.h"
 #include "tests/support/gradcheck.h"
 
 namespace minidp {
 namespace {
 
+using testing::compareDevices;
 using testing::gradcheck;
 using testing::randomIndices;
 using testing::randomTensor;
-using testing::relativeError;
+using testing::roundingEps;
 using Fn = std::function<Variable(const std::vector<Variable>&)>;
 
 Variable leaf(const Tensor& t) { return Variable(t, true); }
@@ -194,50 +195,14 @@ TEST(CausalSelfAttention, RejectsBadShapes) {
 
 // ---- CUDA against the CPU twin ----
 
-struct DeviceComparison {
-  double output = 0;          // relative error of the forward output
-  std::vector<double> grads;  // relative error of each input's gradient
-};
-
-// Runs f forward and backward (same random upstream gradient) on CPU and CUDA copies of float64 `inputs`
-// converted to `dtype`, and compares the CUDA results against the CPU ones.
-DeviceComparison compareDevices(const Fn& f, const std::vector<Tensor>& inputs, DType dtype) {
-  std::vector<Variable> onCpu, onCuda;
-  for (const Tensor& t : inputs) {
-    Tensor converted = t.toDType(dtype);
-    onCpu.emplace_back(converted, true);
-    onCuda.emplace_back(converted.to(Device::CUDA), true);
-  }
-  Variable cpuOut = f(onCpu), cudaOut = f(onCuda);
-  Tensor g = randomTensor(cpuOut.shape(), 31, -1.0, 1.0, dtype);
-  cpuOut.backward(g);
-  cudaOut.backward(g.to(Device::CUDA));
-  DeviceComparison result;
-  result.output = relativeError(cudaOut.data(), cpuOut.data());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    result.grads.push_back(relativeError(onCuda[i].grad(), onCpu[i].grad()));
-  }
-  return result;
-}
-
 // Results that sum `terms` products differ between two summation orders by up to about terms * eps
 // relative to the largest magnitude; twice that plus a few ulp (exp, sqrt, division) is a safe bound for
 // inputs of order 1. A real defect (wrong index, stride, mask or missed row) is off by O(1).
 double sumTolerance(DType dtype, int64_t terms) {
-  const double eps = dtype == DType::F32 ? 6e-8 : 1.2e-16;
-  return 2.0 * static_cast<double>(terms + 4) * eps;
+  return 2.0 * static_cast<double>(terms + 4) * roundingEps(dtype);
 }
 
-class TransformerCudaVsCpu : public ::testing::TestWithParam<DType> {
- protected:
-  void SetUp() override {
-    if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
-  }
-  void expectClose(const DeviceComparison& c, double tolerance) {
-    EXPECT_LE(c.output, tolerance) << "forward";
-    for (size_t i = 0; i < c.grads.size(); ++i) EXPECT_LE(c.grads[i], tolerance) << "gradient of input " << i;
-  }
-};
+using TransformerCudaVsCpu = testing::CudaVsCpuTest;
 
 TEST_P(TransformerCudaVsCpu, EmbeddingIsExact) {
   // Both devices add the same numbers in the same order (dwte in position order, dwpe in batch order), so
