@@ -120,10 +120,12 @@ void Prefetcher::prefetch() {
     cudaStream_t copy = runtime::copyStream();
     // Do not overwrite device memory that an enqueued step still reads.
     CUDA_CHECK(cudaStreamWaitEvent(copy, slot.consumed, 0));
+    if (timer_) timer_->beginCopy(copy);
     CUDA_CHECK(cudaMemcpyAsync(slot.batch.inputs.raw(), slot.hostInputs, slot.batch.inputs.nbytes(),
                                cudaMemcpyHostToDevice, copy));
     CUDA_CHECK(cudaMemcpyAsync(slot.batch.targets.raw(), slot.hostTargets, slot.batch.targets.nbytes(),
                                cudaMemcpyHostToDevice, copy));
+    if (timer_) timer_->endCopy(copy, "H2D next batch");
     CUDA_CHECK(cudaEventRecord(slot.copied, copy));
 #endif
   }

@@ -7,6 +7,7 @@
 
 #include "data/fashion_mnist.h"
 #include "data/sampler.h"
+#include "framework/runtime/step_timer.h"
 #include "framework/tensor/tensor.h"
 
 namespace minidp {
@@ -49,6 +50,9 @@ class Prefetcher {
   Batch next();
   /// Starts staging the batch after the one `next()` returned last; call once the step is enqueued.
   void prefetch();
+  /// Brackets each host-to-device copy with copy-track marks of `timer` (null: none); it must outlive
+  /// this Prefetcher's use of it.
+  void setTimer(runtime::StepTimer* timer) { timer_ = timer; }
 
  private:
   struct Slot;
@@ -57,6 +61,7 @@ class Prefetcher {
   std::vector<std::unique_ptr<Slot>> slots_;
   int staged_ = -1;  // slot holding a prefetched batch, or -1
   int nextSlot_ = 0;
+  runtime::StepTimer* timer_ = nullptr;
 };
 
 }  // namespace minidp

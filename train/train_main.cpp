@@ -1,7 +1,9 @@
 // minidp-train: trains the MLP on Fashion-MNIST or the GPT on fortunes / llm.c tokens, data-parallel over
 // the ranks mpirun started (or alone). Rank 0 prints a line per logged step, the evaluation, and last a
-// one-line JSON summary for scripts.
+// one-line JSON summary for scripts. Logged steps also say how much all-reduce time the step had and how
+// much of it was exposed (not hidden behind backward); --trace writes a Chrome trace of the last steps.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -9,6 +11,7 @@
 
 #include "framework/nn/checkpoint.h"
 #include "framework/runtime/device.h"
+#include "train/trace.h"
 #include "train/trainer.h"
 
 using namespace minidp;
@@ -31,25 +34,42 @@ int main(int argc, char** argv) {
       std::printf("%s", trainer.ddp().plan().describe().c_str());
     }
     using Clock = std::chrono::steady_clock;
-    double lastLoss = NAN, totalMs = 0;
+    double lastLoss = NAN, totalMs = 0, totalCommMs = 0, totalExposedMs = 0;
     int64_t timedSteps = 0;
+    std::vector<runtime::StepRecord> traced;
     auto windowStart = Clock::now();
     int64_t windowSteps = 0;
     for (int64_t step = 1; step <= opts.steps; ++step) {
+      trainer.timer().setDetailed(!opts.trace.empty() && step > opts.steps - opts.traceSteps);
       Tensor loss = trainer.step();
       ++windowSteps;
       if (step % opts.logEvery == 0 || step == opts.steps) {
         // The only host synchronisation of the loop: reading the loss (averaged over the ranks).
         lastLoss = trainer.globalLoss(loss);
         const double ms = std::chrono::duration<double, std::milli>(Clock::now() - windowStart).count() / windowSteps;
+        // The steps are complete now (the loss was read): their timings resolve without another stall.
+        double commMs = 0, exposedMs = 0;
+        const std::vector<runtime::StepRecord> records = trainer.timer().collect(true);
+        for (const runtime::StepRecord& r : records) {
+          commMs += r.commMs() / records.size();
+          exposedMs += r.exposedMs() / records.size();
+          if (r.step > opts.steps - opts.traceSteps) traced.push_back(r);
+        }
         // The first window holds start-up costs (allocations, cuBLAS set-up); the mean excludes it.
         if (step > opts.logEvery || opts.steps <= opts.logEvery) {
           totalMs += ms * windowSteps;
+          totalCommMs += commMs * windowSteps;
+          totalExposedMs += exposedMs * windowSteps;
           timedSteps += windowSteps;
         }
         if (printer) {
-          std::printf("step %6lld  loss %.4f  %.2f ms/step  %.0f samples/s\n", static_cast<long long>(step), lastLoss,
+          std::printf("step %6lld  loss %.4f  %.2f ms/step  %.0f samples/s", static_cast<long long>(step), lastLoss,
                       ms, trainer.samplesPerStep() * 1000.0 / ms);
+          if (session.world() > 1) {
+            std::printf("  all-reduce %.2f ms, exposed %.2f ms (%.0f%% hidden)", commMs, exposedMs,
+                        commMs > 0 ? 100.0 * std::clamp(1.0 - exposedMs / commMs, 0.0, 1.0) : 0.0);
+          }
+          std::printf("\n");
           std::fflush(stdout);
         }
         windowStart = Clock::now();
@@ -60,7 +80,16 @@ int main(int argc, char** argv) {
     nlohmann::json summary = {{"model", opts.model},      {"device", opts.device},
                               {"world", session.world()}, {"steps", opts.steps},
                               {"batch_size", opts.batchSize}, {"overlap", opts.overlap},
-                              {"final_loss", lastLoss},   {"mean_step_ms", timedSteps ? totalMs / timedSteps : NAN}};
+                              {"final_loss", lastLoss},   {"mean_step_ms", timedSteps ? totalMs / timedSteps : NAN},
+                              {"mean_comm_ms", timedSteps ? totalCommMs / timedSteps : NAN},
+                              {"mean_exposed_comm_ms", timedSteps ? totalExposedMs / timedSteps : NAN}};
+    if (!opts.trace.empty()) {
+      train::writeTrace(*session.comm, traced, opts.trace,
+                        {{"program", "minidp-train"}, {"model", opts.model}, {"device", opts.device},
+                         {"world", session.world()}, {"overlap", opts.overlap}, {"bucket_mb", opts.bucketMb},
+                         {"communicator", session.comm->describe()}});
+      if (printer) std::printf("trace of %zu step(s) written to %s\n", traced.size(), opts.trace.c_str());
+    }
     if (opts.model == "mlp") {
       summary["test_accuracy"] = metric;
       if (printer) std::printf("test accuracy %.4f\n", metric);

@@ -22,7 +22,8 @@ void addOptions(CLI::App& app, Options& o) {
   app.add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_option("--dtype", o.dtype, "Parameter and activation precision")
       ->check(CLI::IsMember({"fp32", "fp64"}))->capture_default_str();
-  app.add_option("--steps", o.steps, "Optimizer steps")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--steps", o.steps, "Optimizer steps (0: mlp 5000, gpt 2000)")->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--batch-size", o.batchSize, "Samples per rank per micro-batch (global batch = this x ranks)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--lr", o.lr, "Learning rate (0: model default, mlp 0.05 / gpt 1e-3)")->capture_default_str();
@@ -56,11 +57,15 @@ void addOptions(CLI::App& app, Options& o) {
   app.add_option("--emulated-gbps", o.comm.emulatedGBps, "Emulated link: bandwidth, GB/s")->capture_default_str();
   app.add_option("--emulated-latency-us", o.comm.emulatedLatencyUs, "Emulated link: latency, us")
       ->capture_default_str();
+  app.add_option("--trace", o.trace, "Write a Chrome trace (JSON) of the last --trace-steps steps to this file");
+  app.add_option("--trace-steps", o.traceSteps, "Steps in the trace")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--watchdog-s", o.comm.watchdogSeconds, "Abort every rank if a collective takes longer")
       ->capture_default_str();
 }
 
 Session openSession(Options& opts) {
+  if (opts.steps == 0) opts.steps = opts.model == "mlp" ? 5000 : 2000;
   Session s;
   s.device = opts.device == "cuda" ? Device::CUDA : Device::CPU;
   s.dtype = opts.dtype == "fp64" ? DType::F64 : DType::F32;
@@ -82,7 +87,7 @@ std::string defaultDir(const std::string& data) {
 
 }  // namespace
 
-Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(session) {
+Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(session), timer_(session.device) {
   const std::string data = o.data.empty() ? (o.model == "mlp" ? "fashion-mnist" : "fortunes") : o.data;
   const std::string dir = o.dataDir.empty() ? defaultDir(data) : o.dataDir;
   const int rank = session.rank(), world = session.world();
@@ -106,6 +111,16 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
   }
   if (!o.load.empty()) nn::loadCheckpoint(*model_, o.load);
   model_->to(session.device, session.dtype);
+  std::vector<std::string> names;
+  nn::NamedParameters params = model_->namedParameters();
+  // Before DDP's hooks, so the grad-ready mark precedes the bucket launch it may trigger.
+  for (size_t i = 0; i < params.size(); ++i) {
+    names.push_back(params[i].first);
+    params[i].second.addGradReadyHook([this, i](Variable&) {
+      if (ddp_->reducer().requireSync()) timer_.markGradReady(i);
+    });
+  }
+  timer_.setParameterNames(std::move(names));
   distributed::DdpOptions ddpOptions;
   ddpOptions.overlap = o.overlap == "on";
   ddpOptions.bucketMb = o.bucketMb;
@@ -115,14 +130,17 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
   const double lr = o.lr > 0 ? o.lr : (o.model == "mlp" ? 0.05 : 1e-3);
   optimizer_ = optim::makeOptimizer(optName, model_->parameters(), lr, o.weightDecay);
   batches_ = std::make_unique<Prefetcher>(std::move(source), session.device);
+  batches_->setTimer(&timer_);
 }
 
 int64_t Trainer::samplesPerStep() const { return opts_.batchSize * opts_.gradAccum * session_.world(); }
 
 Tensor Trainer::step() {
+  timer_.beginStep("forward");
   ddp_->prepareStep();
   Tensor last;
   for (int64_t micro = 0; micro < opts_.gradAccum; ++micro) {
+    if (micro > 0) timer_.phase("forward");
     Batch batch = batches_->next();
     ddp_->setRequireSync(micro + 1 == opts_.gradAccum);
     // Images arrive as float32; an fp64 run converts them (a host round trip, fine for a checking mode).
@@ -132,13 +150,34 @@ Tensor Trainer::step() {
     Variable loss = model_->loss(batch.inputs, batch.targets);
     // Micro-batch means, averaged over the step: the gradient equals one batch of gradAccum x batchSize.
     Variable scaled = opts_.gradAccum > 1 ? ops::scale(loss, 1.0 / static_cast<double>(opts_.gradAccum)) : loss;
+    timer_.phase("backward");
     scaled.backward();
     last = loss.data();
+    timer_.phase("prefetch");
     batches_->prefetch();  // the host gathers the next batch while the device runs this one
   }
-  ddp_->finalize();
+  // The finalize phase is the compute stream's wait on the buckets, nothing else: exposed communication.
+  ddp_->finalize([this] { timer_.phase("finalize"); });
+  timer_.phase("optimizer");
   optimizer_->step();
+  timeBuckets();
+  timer_.endStep();
   return last;
+}
+
+void Trainer::timeBuckets() {
+  // Host times are on hostNowMs()'s clock. CUDA: Work::timing is relative to the step's start event;
+  // CPU: it is host time too.
+  const double hostStart = timer_.hostStartMs();
+  cudaEvent_t start = timer_.startEvent();
+  timer_.atResolve([timings = ddp_->reducer().lastStepTimings(), hostStart, start](runtime::StepRecord& r) {
+    const double origin = start ? 0 : hostStart;
+    for (const distributed::BucketTiming& t : timings) {
+      const distributed::WorkTiming w = t.work->timing(start);
+      r.buckets.push_back(runtime::BucketSpan{t.bucket, t.bytes, t.readyMs - hostStart, t.launchMs - hostStart,
+                                              w.startedMs - origin, w.finishedMs - origin});
+    }
+  });
 }
 
 double Trainer::globalLoss(const Tensor& loss) {

@@ -13,6 +13,7 @@
 #include "framework/distributed/ddp.h"
 #include "framework/distributed/mpi_environment.h"
 #include "framework/optim/optimizer.h"
+#include "framework/runtime/step_timer.h"
 #include "models/gpt.h"
 #include "models/mlp.h"
 
@@ -30,7 +31,7 @@ struct Options {
   std::string llmcTrain, llmcVal;
   std::string device = "cpu";
   std::string dtype = "fp32";
-  int64_t steps = 1000;
+  int64_t steps = 0;  // 0: the model's default (mlp 5000, gpt 2000)
   int64_t batchSize = 64;  // per rank
   double lr = 0;           // 0: the model's default (mlp 0.05 sgd, gpt 1e-3 adamw)
   std::string optimizer = "";
@@ -45,6 +46,8 @@ struct Options {
   int64_t gradAccum = 1;
   std::string save, load;
   int64_t sample = 0;
+  std::string trace;        // Chrome trace of the last traceSteps steps (bench: of each configuration)
+  int64_t traceSteps = 3;
   distributed::CommOptions comm;
 };
 
@@ -69,7 +72,8 @@ class Trainer {
  public:
   Trainer(const Options& opts, Session& session);
   /// One optimizer step over gradAccum micro-batches. Returns the loss tensor of the last micro-batch
-  /// (on the device; reading it is the caller's choice, since it synchronises).
+  /// (on the device; reading it is the caller's choice, since it synchronises). Timed by timer():
+  /// phases forward, backward, prefetch, finalize (exposed communication), optimizer, and the buckets.
   Tensor step();
   /// The mean of `loss` over all ranks: the loss of the global batch (a collective; synchronises).
   double globalLoss(const Tensor& loss);
@@ -80,10 +84,15 @@ class Trainer {
   models::Model& model() { return *model_; }
   distributed::DistributedDataParallel& ddp() { return *ddp_; }
   int64_t samplesPerStep() const;  // global samples per optimizer step
+  /// The timer of step(): collect() its records; setDetailed(true) for per-layer and copy spans.
+  runtime::StepTimer& timer() { return timer_; }
 
  private:
+  /// Adds the buckets' all-reduce spans to the open step's record (read once the step completed).
+  void timeBuckets();
   const Options& opts_;
   Session& session_;
+  runtime::StepTimer timer_;  // before the model: the parameters' hooks point at it
   ImageDataset trainImages_, testImages_;
   TokenCorpus corpus_;
   std::unique_ptr<models::Model> model_;

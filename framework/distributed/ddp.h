@@ -37,8 +37,8 @@ class DistributedDataParallel {
   void prepareStep() { reducer_->prepareStep(); }
   /// false for micro-batches that only accumulate locally; true before the last one.
   void setRequireSync(bool sync) { reducer_->setRequireSync(sync); }
-  /// Waits for the averaged gradients (see Reducer::finalize).
-  void finalize() { reducer_->finalize(); }
+  /// Waits for the averaged gradients (see Reducer::finalize, also for `beforeWaits`).
+  void finalize(const std::function<void()>& beforeWaits = nullptr) { reducer_->finalize(beforeWaits); }
 
   const BucketPlan& plan() const { return reducer_->plan(); }
   Communicator& communicator() const { return *comm_; }

@@ -1,5 +1,7 @@
 #include "framework/distributed/reducer.h"
 
+#include "framework/runtime/step_timer.h"
+
 namespace minidp::distributed {
 
 Reducer::Reducer(nn::NamedParameters params, BucketPlan plan, std::shared_ptr<Communicator> comm, bool overlap)
@@ -64,11 +66,13 @@ void Reducer::launchCompleted() {
 }
 
 void Reducer::launch(size_t b) {
+  const std::string tag = "bucket " + std::to_string(b);
+  runtime::NvtxRange range(tag.c_str());
   timings_[b].launchMs = hostNowMs();
-  timings_[b].work = comm_->allReduceAverage(buffers_[b], "bucket " + std::to_string(b));
+  timings_[b].work = comm_->allReduceAverage(buffers_[b], tag);
 }
 
-void Reducer::finalize() {
+void Reducer::finalize(const std::function<void()>& beforeWaits) {
   MINIDP_CHECK(stepOpen_, "finalize() without prepareStep()");
   MINIDP_CHECK(requireSync_, "finalize() with sync off: call setRequireSync(true) before the last backward");
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -76,6 +80,7 @@ void Reducer::finalize() {
                                                                    "forward?); every parameter must get one on every rank");
   }
   launchCompleted();
+  if (beforeWaits) beforeWaits();
   for (BucketTiming& t : timings_) t.work->wait();
   stepOpen_ = false;
 }

@@ -10,6 +10,7 @@
 // computing a mean loss, the caller scales the loss by 1/K; the reducer only averages over ranks.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,7 +51,9 @@ class Reducer {
   void markReady(size_t index);
   /// Launches the buckets not launched yet (in order), and waits for every bucket's all-reduce (CUDA:
   /// the compute stream waits; CPU: the host waits). Throws, naming it, if a parameter got no gradient.
-  void finalize();
+  /// `beforeWaits`, when set, runs after the last launch and just before the first wait: a timer mark
+  /// there and one after finalize returns bracket exactly the wait, i.e. the exposed communication.
+  void finalize(const std::function<void()>& beforeWaits = nullptr);
 
   const BucketPlan& plan() const { return plan_; }
   /// The flat buffer of bucket `b` (numel = plan().buckets[b].numel).

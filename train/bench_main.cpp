@@ -1,0 +1,330 @@
+// minidp-bench: step time with all-reduce overlap off and on, and why. For each NCCL maxCTAs value, each
+// bucket size and each repeat it trains the same model from the same seed twice, overlap off then on
+// (so drift hits both alike): --warmup steps untimed, then --steps steps each synchronised and timed
+// (CUDA events around the step; the host clock on the CPU). Rank 0 prints one row per run:
+//
+//   step_ms     median (and p90) over the timed steps of the slowest rank's step time
+//   compute_ms  step time minus exposed communication (median over steps of the ranks' mean)
+//   comm_ms     time during which a bucket all-reduce ran (union of their spans)
+//   exposed_ms  time the compute stream waited for the all-reduces (the finalize phase)
+//   E           1 - (T_on - T_compute) / T_comm, with T_compute and T_comm of the overlap-off run:
+//               the share of the off run's communication that overlap hid (1 all, 0 none)
+//   speed-up    T_off / T_on
+//
+// The same flags as minidp-train, plus the sweep flags; --overlap, --log-every, --save and --sample are
+// not used. The first bucket's cap is min(--first-bucket-mb, bucket size). NCCL reads maxCTAs when a
+// communicator is created, so each --nccl-max-ctas-list value gets a new communicator.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "framework/runtime/device.h"
+#include "train/trace.h"
+#include "train/trainer.h"
+
+#if MINIDP_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+using namespace minidp;
+
+namespace {
+
+struct BenchOptions {
+  std::vector<double> bucketMbList;
+  std::vector<int> ncclMaxCtasList;
+  int64_t warmup = 5;
+  int64_t repeats = 1;
+  std::string json;
+};
+
+/// Per timed step, over the ranks: the slowest rank's step and the ranks' mean components.
+struct StepSample {
+  double stepMs = 0, computeMs = 0, commMs = 0, exposedMs = 0;
+};
+
+/// One table row: a run (or, with repeat -1, every repeat of a configuration pooled).
+struct Row {
+  int ctas = 0;
+  double bucketMb = 0;
+  int repeat = 0;
+  bool overlap = false;
+  std::vector<StepSample> samples;
+  double stepMs = 0, p90Ms = 0, computeMs = 0, commMs = 0, exposedMs = 0;
+  double efficiency = NAN, speedup = NAN;  // overlap-on rows only
+};
+
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  if (q == 0.5) {
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  }
+  const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));  // nearest rank
+  return v[std::max<size_t>(rank, 1) - 1];
+}
+
+double median(const std::vector<StepSample>& samples, double StepSample::*field) {
+  std::vector<double> v;
+  for (const StepSample& s : samples) v.push_back(s.*field);
+  return quantile(v, 0.5);
+}
+
+void summarise(Row& row) {
+  std::vector<double> steps;
+  for (const StepSample& s : row.samples) steps.push_back(s.stepMs);
+  row.stepMs = quantile(steps, 0.5);
+  row.p90Ms = quantile(steps, 0.9);
+  row.computeMs = median(row.samples, &StepSample::computeMs);
+  row.commMs = median(row.samples, &StepSample::commMs);
+  row.exposedMs = median(row.samples, &StepSample::exposedMs);
+}
+
+/// E and speed-up of an overlap-on row against its overlap-off partner.
+void compare(const Row& off, Row& on) {
+  on.speedup = off.stepMs / on.stepMs;
+  on.efficiency = off.commMs > 0 ? 1.0 - (on.stepMs - off.computeMs) / off.commMs : NAN;
+}
+
+/// Per timed step: max over ranks of the step time, mean over ranks of the rest.
+std::vector<StepSample> samplesOf(const std::vector<std::vector<runtime::StepRecord>>& ranks) {
+  std::vector<StepSample> out(ranks.front().size());
+  const double n = static_cast<double>(ranks.size());
+  for (const auto& steps : ranks) {
+    MINIDP_CHECK(steps.size() == out.size(), "ranks timed different numbers of steps");
+    for (size_t k = 0; k < steps.size(); ++k) {
+      out[k].stepMs = std::max(out[k].stepMs, steps[k].stepMs);
+      out[k].computeMs += steps[k].computeMs() / n;
+      out[k].commMs += steps[k].commMs() / n;
+      out[k].exposedMs += steps[k].exposedMs() / n;
+    }
+  }
+  return out;
+}
+
+std::string runLabel(int ctas, double bucketMb, bool overlap) {
+  char text[96];
+  std::snprintf(text, sizeof text, "bucket %g MB, overlap %s", bucketMb, overlap ? "on" : "off");
+  std::string label = text;
+  if (ctas > 0) label += ", maxCTAs " + std::to_string(ctas);
+  return label;
+}
+
+/// Trains `warmup + steps` steps of a fresh Trainer, synchronising after each; the timed steps'
+/// samples. Appends the last traceSteps timed steps of every rank to `traced` when `trace`.
+Row run(const train::Options& base, const BenchOptions& bench, train::Session& session, int ctas, double bucketMb,
+        int repeat, bool overlap, bool trace, std::vector<runtime::StepRecord>& traced) {
+  train::Options o = base;
+  o.bucketMb = bucketMb;
+  o.firstBucketMb = std::min(base.firstBucketMb, bucketMb);
+  o.overlap = overlap ? "on" : "off";
+  train::Trainer trainer(o, session);
+  const std::string label = runLabel(ctas, bucketMb, overlap);
+  std::vector<runtime::StepRecord> timed;
+  const int64_t total = bench.warmup + o.steps;
+  for (int64_t i = 1; i <= total; ++i) {
+    trainer.timer().setDetailed(trace && i > total - o.traceSteps);
+    trainer.step();
+    // The per-step synchronisation: waits for the step's end mark, then its spans resolve.
+    for (runtime::StepRecord& r : trainer.timer().collect(true)) {
+      if (i <= bench.warmup) continue;
+      r.label = label;
+      if (trainer.timer().detailed()) traced.push_back(r);
+      timed.push_back(std::move(r));
+    }
+  }
+  Row row;
+  row.ctas = ctas;
+  row.bucketMb = bucketMb;
+  row.repeat = repeat;
+  row.overlap = overlap;
+  row.samples = samplesOf(train::gatherSteps(*session.comm, timed));
+  summarise(row);
+  return row;
+}
+
+std::string cell(double v, const char* format) {
+  if (std::isnan(v)) return "-";
+  char text[32];
+  std::snprintf(text, sizeof text, format, v);
+  return text;
+}
+
+void printRow(const Row& r) {
+  std::printf("%8s %9g %6s %7s %9.3f %9.3f %10.3f %9.3f %10.3f %7s %8s\n",
+              r.ctas > 0 ? std::to_string(r.ctas).c_str() : "default", r.bucketMb,
+              r.repeat < 0 ? "all" : std::to_string(r.repeat).c_str(), r.overlap ? "on" : "off", r.stepMs, r.p90Ms,
+              r.computeMs, r.commMs, r.exposedMs, cell(r.efficiency, "%.3f").c_str(), cell(r.speedup, "%.3f").c_str());
+}
+
+nlohmann::json nullable(double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); }
+
+nlohmann::json rowJson(const Row& r) {
+  std::vector<double> steps;
+  for (const StepSample& s : r.samples) steps.push_back(s.stepMs);
+  return {{"nccl_max_ctas", r.ctas},
+          {"bucket_mb", r.bucketMb},
+          {"repeat", r.repeat < 0 ? nlohmann::json("all") : nlohmann::json(r.repeat)},
+          {"overlap", r.overlap ? "on" : "off"},
+          {"step_ms_median", r.stepMs},
+          {"step_ms_p90", r.p90Ms},
+          {"compute_ms", r.computeMs},
+          {"comm_ms", r.commMs},
+          {"exposed_ms", r.exposedMs},
+          {"E", nullable(r.efficiency)},
+          {"speedup", nullable(r.speedup)},
+          {"step_ms", steps}};
+}
+
+std::string utcNow() {
+  const std::time_t now = std::time(nullptr);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return text;
+}
+
+std::string deviceDescription(const train::Session& session) {
+#if MINIDP_WITH_CUDA
+  if (session.device == Device::CUDA) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, runtime::currentDevice()) == cudaSuccess)
+      return std::string("cuda: ") + prop.name;
+  }
+#endif
+  return deviceName(session.device);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"minidp-bench: step time with all-reduce overlap off vs on, per bucket size"};
+  train::Options opts;
+  opts.steps = 20;  // timed steps per run
+  train::addOptions(app, opts);
+  BenchOptions bench;
+  app.add_option("--bucket-mb-list", bench.bucketMbList,
+                 "Bucket caps to sweep (MB), e.g. 1,5,25 (default: --bucket-mb)")
+      ->delimiter(',');
+  app.add_option("--nccl-max-ctas-list", bench.ncclMaxCtasList,
+                 "NCCL maxCTAs values to sweep, a new communicator each (default: --nccl-max-ctas)")
+      ->delimiter(',');
+  app.add_option("--warmup", bench.warmup, "Untimed steps before each run's timed --steps")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--repeats", bench.repeats, "Off/on pairs per bucket size, alternating")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--json", bench.json, "Write every row and the configuration to this JSON file");
+  CLI11_PARSE(app, argc, argv);
+  if (bench.bucketMbList.empty()) bench.bucketMbList = {opts.bucketMb};
+  if (bench.ncclMaxCtasList.empty()) bench.ncclMaxCtasList = {opts.comm.ncclMaxCtas};
+
+  train::Session session;
+  return train::runGuarded("minidp-bench", session, [&] {
+    session = train::openSession(opts);
+    const bool printer = session.rank() == 0;
+    const bool emulated = session.comm->name() == "emulated";
+    nlohmann::json config = {{"model", opts.model},
+                             {"dtype", opts.dtype},
+                             {"batch_size", opts.batchSize},
+                             {"grad_accum", opts.gradAccum},
+                             {"world", session.world()},
+                             {"device", deviceDescription(session)},
+                             {"warmup", bench.warmup},
+                             {"steps", opts.steps},
+                             {"repeats", bench.repeats},
+                             {"first_bucket_mb", opts.firstBucketMb},
+                             {"seed", opts.seed},
+                             {"date", utcNow()},
+                             {"emulated", emulated}};
+    if (opts.model == "gpt") {
+      config["gpt"] = {{"layers", opts.gpt.layers},
+                       {"heads", opts.gpt.heads},
+                       {"embd", opts.gpt.embd},
+                       {"context", opts.gpt.context}};
+    } else {
+      config["hidden"] = opts.hidden;
+    }
+    if (emulated) {
+      config["emulated_link"] = {{"world", opts.comm.emulatedWorld},
+                                 {"gbps", opts.comm.emulatedGBps},
+                                 {"latency_us", opts.comm.emulatedLatencyUs}};
+    }
+    std::vector<Row> rows;
+    std::vector<std::string> communicators;
+    std::vector<runtime::StepRecord> traced;
+    for (size_t c = 0; c < bench.ncclMaxCtasList.size(); ++c) {
+      const int ctas = bench.ncclMaxCtasList[c];
+      if (ctas != opts.comm.ncclMaxCtas || c > 0) {
+        opts.comm.ncclMaxCtas = ctas;
+        session.comm.reset();  // the previous communicator goes before the next is created
+        session.comm = distributed::makeCommunicator(opts.comm, session.mpi.get());
+      }
+      communicators.push_back(session.comm->describe());
+      if (printer) {
+        std::printf(
+            "%sminidp-bench: %s, %d rank(s) on %s (%s), batch %lld per rank, warmup %lld, %lld timed step(s) "
+            "x %lld repeat(s)\ncommunicator %s\n",
+            emulated ? "EMULATED " : "", opts.model.c_str(), session.world(), deviceDescription(session).c_str(),
+            opts.dtype.c_str(), static_cast<long long>(opts.batchSize), static_cast<long long>(bench.warmup),
+            static_cast<long long>(opts.steps), static_cast<long long>(bench.repeats), communicators.back().c_str());
+        if (emulated) {
+          std::printf("EMULATED: one process modelling %d ranks; comm times are the model's, not a real network's\n",
+                      opts.comm.emulatedWorld);
+        }
+        std::printf("%8s %9s %6s %7s %9s %9s %10s %9s %10s %7s %8s\n", "maxCTAs", "bucket_mb", "repeat", "overlap",
+                    "step_ms", "p90_ms", "compute_ms", "comm_ms", "exposed_ms", "E", "speed-up");
+        std::fflush(stdout);
+      }
+      for (double bucketMb : bench.bucketMbList) {
+        std::vector<Row> pooled(2);  // off, on: every repeat's steps
+        for (int64_t repeat = 0; repeat < bench.repeats; ++repeat) {
+          const bool trace = !opts.trace.empty() && repeat == 0;
+          Row off = run(opts, bench, session, ctas, bucketMb, static_cast<int>(repeat), false, trace, traced);
+          Row on = run(opts, bench, session, ctas, bucketMb, static_cast<int>(repeat), true, trace, traced);
+          compare(off, on);
+          for (const Row* r : {&off, &on}) {
+            Row& pool = pooled[r->overlap];
+            pool.samples.insert(pool.samples.end(), r->samples.begin(), r->samples.end());
+            if (printer) printRow(*r);
+            rows.push_back(*r);
+          }
+          if (printer) std::fflush(stdout);
+        }
+        if (bench.repeats > 1) {
+          for (int overlap : {0, 1}) {
+            Row& pool = pooled[overlap];
+            pool.ctas = ctas;
+            pool.bucketMb = bucketMb;
+            pool.repeat = -1;
+            pool.overlap = overlap;
+            summarise(pool);
+          }
+          compare(pooled[0], pooled[1]);
+          for (const Row& r : pooled) {
+            if (printer) printRow(r);
+            rows.push_back(r);
+          }
+        }
+      }
+    }
+    config["communicators"] = communicators;
+    if (!opts.trace.empty()) {
+      train::writeTrace(*session.comm, traced, opts.trace, {{"program", "minidp-bench"}, {"config", config}});
+      if (printer) std::printf("trace of %zu step(s) per rank written to %s\n", traced.size(), opts.trace.c_str());
+    }
+    if (printer && !bench.json.empty()) {
+      nlohmann::json out = {{"config", config}, {"rows", nlohmann::json::array()}};
+      for (const Row& r : rows) out["rows"].push_back(rowJson(r));
+      train::writeFileAtomically(bench.json, out.dump(2));
+      std::printf("results written to %s\n", bench.json.c_str());
+    }
+    return 0;
+  });
+}
