@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "framework/runtime/device.h"
+#include "framework/io/atomic_file.h"
 #include "train/trace.h"
 #include "train/trainer.h"
 
@@ -322,7 +323,7 @@ int main(int argc, char** argv) {
     if (printer && !bench.json.empty()) {
       nlohmann::json out = {{"config", config}, {"rows", nlohmann::json::array()}};
       for (const Row& r : rows) out["rows"].push_back(rowJson(r));
-      train::writeFileAtomically(bench.json, out.dump(2));
+      writeFileAtomically(bench.json, out.dump(2));
       std::printf("results written to %s\n", bench.json.c_str());
     }
     return 0;

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 
+#include "framework/io/atomic_file.h"
 #include "kernels/check.h"
 
 namespace minidp::runtime {
@@ -155,18 +155,6 @@ void writeTrace(distributed::Communicator& comm, const std::vector<StepRecord>& 
   auto ranks = gatherSteps(comm, steps);
   if (comm.name() == "emulated") ranks.resize(1);  // its other ranks are copies that do not exist
   if (comm.rank() == 0) writeFileAtomically(path, chromeTrace(ranks, about).dump());
-}
-
-void writeFileAtomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    MINIDP_CHECK(out, "cannot write " << tmp);
-    out << text;
-    out.flush();
-    MINIDP_CHECK(out, "writing " << tmp << " failed");
-  }
-  MINIDP_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename " << tmp << " to " << path);
 }
 
 }  // namespace minidp::train

@@ -31,7 +31,5 @@ nlohmann::json chromeTrace(const std::vector<std::vector<runtime::StepRecord>>& 
 void writeTrace(distributed::Communicator& comm, const std::vector<runtime::StepRecord>& steps, const std::string& path,
                 const nlohmann::json& about);
 
-/// Writes `text` to `path` through a temporary file and a rename, so readers never see half a file.
-void writeFileAtomically(const std::string& path, const std::string& text);
 
 }  // namespace minidp::train
