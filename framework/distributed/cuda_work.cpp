@@ -9,18 +9,43 @@
 
 namespace minidp::distributed {
 
-CudaWork::CudaWork(std::string tag, size_t bytes) : Work(std::move(tag), bytes), launchedMs_(hostNowMs()) {
-  CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
-  CUDA_CHECK(cudaEventCreate(&start_));
-  CUDA_CHECK(cudaEventCreate(&done_));
-}
-
-CudaWork::~CudaWork() {
+EventPool::~EventPool() {
   // Destroying a pending event is allowed: its resources are released once it completes.
-  for (cudaEvent_t e : {ready_, start_, done_}) {
-    if (e) cudaEventDestroy(e);
+  for (const Events& events : free_) {
+    for (cudaEvent_t e : events) cudaEventDestroy(e);
   }
 }
+
+EventPool::Events EventPool::acquire() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!free_.empty()) {
+      Events events = free_.back();
+      free_.pop_back();
+      return events;
+    }
+  }
+  Events events{};
+  CUDA_CHECK(cudaEventCreateWithFlags(&events[0], cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreate(&events[1]));
+  CUDA_CHECK(cudaEventCreate(&events[2]));
+  return events;
+}
+
+void EventPool::release(const Events& events) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  free_.push_back(events);
+}
+
+CudaWork::CudaWork(std::string tag, size_t bytes, std::shared_ptr<EventPool> pool)
+    : Work(std::move(tag), bytes), pool_(std::move(pool)), launchedMs_(hostNowMs()) {
+  const EventPool::Events events = pool_->acquire();
+  ready_ = events[0];
+  start_ = events[1];
+  done_ = events[2];
+}
+
+CudaWork::~CudaWork() { pool_->release({ready_, start_, done_}); }
 
 void CudaWork::wait() { CUDA_CHECK(cudaStreamWaitEvent(runtime::computeStream(), done_, 0)); }
 
@@ -65,7 +90,7 @@ CommStream::~CommStream() {
 
 std::shared_ptr<CudaWork> CommStream::launch(std::string tag, size_t bytes,
                                              const std::function<void(cudaStream_t)>& issue) {
-  auto work = std::make_shared<CudaWork>(std::move(tag), bytes);
+  auto work = std::make_shared<CudaWork>(std::move(tag), bytes, events_);
   CUDA_CHECK(cudaEventRecord(work->ready_, runtime::computeStream()));
   CUDA_CHECK(cudaStreamWaitEvent(stream_, work->ready_, 0));
   CUDA_CHECK(cudaEventRecord(work->start_, stream_));

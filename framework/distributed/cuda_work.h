@@ -5,18 +5,35 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "framework/distributed/communicator.h"
 
 namespace minidp::distributed {
 
+/// Event triples (ready, start, done) reused across collectives, so that steady-state training creates no
+/// events. A triple may go back while its events are pending: the next cudaEventRecord replaces them.
+class EventPool {
+ public:
+  using Events = std::array<cudaEvent_t, 3>;
+  ~EventPool();
+  Events acquire();
+  void release(const Events& events);
+
+ private:
+  std::mutex mutex_;
+  std::vector<Events> free_;
+};
+
 /// A collective enqueued on a comm stream between a start and a done event.
 class CudaWork : public Work {
  public:
-  CudaWork(std::string tag, size_t bytes);
+  CudaWork(std::string tag, size_t bytes, std::shared_ptr<EventPool> pool);
   ~CudaWork() override;
   /// The compute stream waits on the done event (cudaStreamWaitEvent); the host does not wait.
   void wait() override;
@@ -27,6 +44,7 @@ class CudaWork : public Work {
 
  private:
   friend class CommStream;
+  std::shared_ptr<EventPool> pool_;
   cudaEvent_t ready_ = nullptr, start_ = nullptr, done_ = nullptr;
   double launchedMs_ = 0;
 };
@@ -48,6 +66,7 @@ class CommStream {
  private:
   cudaStream_t stream_ = nullptr;
   int priority_ = 0;
+  std::shared_ptr<EventPool> events_ = std::make_shared<EventPool>();
 };
 
 /// Warns on stderr (from rank 0) when CUDA_DEVICE_MAX_CONNECTIONS=1 serialises all streams onto one
