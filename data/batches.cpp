@@ -1,5 +1,7 @@
 #include "data/batches.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "data/text.h"
@@ -15,21 +17,33 @@ namespace {
 
 class ImageBatches : public BatchSource {
  public:
-  ImageBatches(const ImageDataset& data, int64_t batch, int rank, int world, uint64_t seed)
-      : data_(data), batch_(batch), rank_(rank), world_(world), sampler_(data.count, batch * world, seed) {}
+  ImageBatches(const ImageDataset& data, int64_t batch, int rank, int world, uint64_t seed, DType dtype)
+      : data_(data), batch_(batch), rank_(rank), world_(world), dtype_(dtype),
+        sampler_(data.count, batch * world, seed) {
+    MINIDP_CHECK(dtype == DType::F32 || dtype == DType::F64, "image batches are float32 or float64");
+  }
   Shape inputShape() const override { return {batch_, data_.rows * data_.cols}; }
-  DType inputDType() const override { return DType::F32; }
+  DType inputDType() const override { return dtype_; }
   Shape targetShape() const override { return {batch_}; }
   void fill(void* inputs, int32_t* targets) override {
     const auto rows = EpochSampler::shard(sampler_.nextGlobalBatch(), rank_, world_);
-    gatherImages(data_, rows, static_cast<float*>(inputs), targets);
+    if (dtype_ == DType::F32) {
+      gatherImages(data_, rows, static_cast<float*>(inputs), targets);
+      return;
+    }
+    // float64 runs: widen on the host, so the device never converts.
+    staging_.resize(shapeNumel(inputShape()));
+    gatherImages(data_, rows, staging_.data(), targets);
+    std::copy(staging_.begin(), staging_.end(), static_cast<double*>(inputs));
   }
 
  private:
   const ImageDataset& data_;
   int64_t batch_;
   int rank_, world_;
+  DType dtype_;
   EpochSampler sampler_;
+  std::vector<float> staging_;
 };
 
 class WindowBatches : public BatchSource {
@@ -55,8 +69,8 @@ class WindowBatches : public BatchSource {
 }  // namespace
 
 std::unique_ptr<BatchSource> imageBatches(const ImageDataset& data, int64_t batch, int rank, int world,
-                                          uint64_t seed) {
-  return std::make_unique<ImageBatches>(data, batch, rank, world, seed);
+                                          uint64_t seed, DType dtype) {
+  return std::make_unique<ImageBatches>(data, batch, rank, world, seed, dtype);
 }
 
 std::unique_ptr<BatchSource> windowBatches(const std::vector<int32_t>& tokens, int64_t batch, int context,
@@ -88,6 +102,9 @@ Prefetcher::Prefetcher(std::unique_ptr<BatchSource> source, Device device)
       slot->hostTargets = static_cast<int32_t*>(runtime::pinnedAllocate(tgtBytes));
       CUDA_CHECK(cudaEventCreateWithFlags(&slot->copied, cudaEventDisableTiming));
       CUDA_CHECK(cudaEventCreateWithFlags(&slot->consumed, cudaEventDisableTiming));
+      // The slot's device memory came from the compute stream's allocator: the first copy into it waits
+      // for whatever the compute stream had enqueued on that block before.
+      CUDA_CHECK(cudaEventRecord(slot->consumed, runtime::computeStream()));
 #endif
     }
     slots_.push_back(std::move(slot));
@@ -97,7 +114,10 @@ Prefetcher::Prefetcher(std::unique_ptr<BatchSource> source, Device device)
 Prefetcher::~Prefetcher() {
 #if MINIDP_WITH_CUDA
   if (device_ != Device::CUDA) return;
-  cudaStreamSynchronize(runtime::copyStream());
+  const cudaError_t status = cudaStreamSynchronize(runtime::copyStream());
+  if (status != cudaSuccess) {
+    std::fprintf(stderr, "minidp: waiting for the copy stream failed: %s\n", cudaGetErrorString(status));
+  }
   for (auto& slot : slots_) {
     runtime::pinnedRelease(slot->hostInputs);
     runtime::pinnedRelease(slot->hostTargets);
@@ -114,7 +134,8 @@ void Prefetcher::prefetch() {
     source_->fill(slot.batch.inputs.raw(), slot.batch.targets.data<int32_t>());
   } else {
 #if MINIDP_WITH_CUDA
-    // The pinned buffer is free once its previous copy finished (long ago: one step back).
+    // The pinned buffer is free once its previous copy finished. This is the pipeline's back-pressure: the
+    // host waits here only when it runs two batches ahead of the device, never for the current step.
     CUDA_CHECK(cudaEventSynchronize(slot.copied));
     source_->fill(slot.hostInputs, slot.hostTargets);
     cudaStream_t copy = runtime::copyStream();

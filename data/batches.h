@@ -30,9 +30,10 @@ class BatchSource {
   virtual void fill(void* inputs, int32_t* targets) = 0;
 };
 
-/// Images and labels; rank r takes rows [r*B, (r+1)*B) of each shuffled global batch of world*B rows.
+/// Images (as `dtype`, float32 or float64) and labels; rank r takes rows [r*B, (r+1)*B) of each shuffled
+/// global batch of world*B rows.
 std::unique_ptr<BatchSource> imageBatches(const ImageDataset& data, int64_t batch, int rank, int world,
-                                          uint64_t seed);
+                                          uint64_t seed, DType dtype = DType::F32);
 /// Random windows of `context` tokens (targets shifted by one), sharded the same way.
 std::unique_ptr<BatchSource> windowBatches(const std::vector<int32_t>& tokens, int64_t batch, int context,
                                            int rank, int world, uint64_t seed);

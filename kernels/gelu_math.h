@@ -3,11 +3,7 @@
 
 #include <cmath>
 
-#if defined(__CUDACC__)
-#define MINIDP_HOST_DEVICE __host__ __device__
-#else
-#define MINIDP_HOST_DEVICE
-#endif
+#include "kernels/host_device.h"
 
 namespace minidp::kernels {
 

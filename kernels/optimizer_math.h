@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "kernels/gelu_math.h"  // MINIDP_HOST_DEVICE
+#include "kernels/host_device.h"
 #include "kernels/optimizer.h"
 
 namespace minidp::kernels {

@@ -100,7 +100,7 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
     dims.insert(dims.end(), o.hidden.begin(), o.hidden.end());
     dims.push_back(10);
     model_ = std::make_unique<models::MLP>(dims, o.seed);
-    source = imageBatches(trainImages_, o.batchSize, rank, world, o.seed);
+    source = imageBatches(trainImages_, o.batchSize, rank, world, o.seed, session.dtype);
   } else {
     MINIDP_CHECK(data != "fashion-mnist", "--model gpt trains on fortunes or llmc");
     corpus_ = data == "llmc" ? loadLlmcTokens(o.llmcTrain, o.llmcVal) : loadFortunes(dir);
@@ -143,10 +143,6 @@ Tensor Trainer::step() {
     if (micro > 0) timer_.phase("forward");
     Batch batch = batches_->next();
     ddp_->setRequireSync(micro + 1 == opts_.gradAccum);
-    // Images arrive as float32; an fp64 run converts them (a host round trip, fine for a checking mode).
-    if (batch.inputs.dtype() != DType::I32 && batch.inputs.dtype() != session_.dtype) {
-      batch.inputs = batch.inputs.toDType(session_.dtype);
-    }
     Variable loss = model_->loss(batch.inputs, batch.targets);
     // Micro-batch means, averaged over the step: the gradient equals one batch of gradAccum x batchSize.
     Variable scaled = opts_.gradAccum > 1 ? ops::scale(loss, 1.0 / static_cast<double>(opts_.gradAccum)) : loss;
@@ -183,7 +179,7 @@ void Trainer::timeBuckets() {
 double Trainer::globalLoss(const Tensor& loss) {
   Tensor mean = loss.clone();
   session_.comm->allReduceAverage(mean, "loss")->wait();
-  return mean.toDType(DType::F64).toVector<double>()[0];
+  return mean.dtype() == DType::F32 ? mean.toVector<float>()[0] : mean.toVector<double>()[0];
 }
 
 double Trainer::evaluate() {

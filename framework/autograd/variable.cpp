@@ -53,6 +53,13 @@ class BackwardEngine {
   static void run(Variable& root, const Tensor& seed) {
     using Impl = Variable::Impl;
     MINIDP_CHECK(root.requiresGrad(), "backward from a variable that does not require grad");
+    MINIDP_CHECK(!root.impl_->released, "backward through a graph that was already freed: each backward frees "
+                                        "the graph it ran through (run the forward again)");
+    if (root.isLeaf()) {
+      accumulateLeaf(*root.impl_, seed);
+      for (auto& hook : root.impl_->hooks) hook(root);
+      return;
+    }
     // Iterative DFS post-order: a node is emitted after all of its inputs. `order` owns the nodes, since
     // freeing a node's inputs below would otherwise destroy nodes still waiting in the list.
     std::vector<std::shared_ptr<Impl>> order;
@@ -64,6 +71,8 @@ class BackwardEngine {
       if (next < node->inputs.size()) {
         std::shared_ptr<Impl> child = node->inputs[next++].impl_;
         if (!child || !child->requiresGrad) continue;
+        MINIDP_CHECK(!child->released, "backward through a graph that was already freed: each backward frees "
+                                       "the graph it ran through (run the forward again)");
         auto [it, inserted] = pending.emplace(child.get(), 0);
         ++it->second;
         if (inserted) stack.emplace_back(std::move(child), 0);
@@ -88,19 +97,20 @@ class BackwardEngine {
         Impl* in = input.impl_.get();
         if (!in || !in->requiresGrad) continue;
         MINIDP_CHECK(inGrads[i].defined(), "an op returned no gradient for an input that requires it");
-        if (!in->backward) {
+        if (input.isLeaf()) {
           accumulateLeaf(*in, inGrads[i]);
         } else {
           Tensor& g = grads[in];
           g = g.defined() ? ops::add(g, inGrads[i]) : inGrads[i];  // out of place: g may be shared
         }
-        if (--pending[in] == 0 && !in->backward) {
+        if (--pending[in] == 0 && input.isLeaf()) {
           for (auto& hook : in->hooks) hook(input);
         }
       }
       // Free the graph as we go: captured activations are released after their last use.
       node->inputs.clear();
       node->backward = nullptr;
+      node->released = true;
     }
   }
 
@@ -117,13 +127,7 @@ class BackwardEngine {
 void Variable::backward() {
   MINIDP_CHECK(impl_->data.numel() == 1,
                "backward() without a gradient needs a scalar, got " << shapeString(shape()));
-  Tensor seed = Tensor::empty(shape(), dtype(), Device::CPU);
-  if (dtype() == DType::F32) {
-    *seed.data<float>() = 1.0f;
-  } else {
-    *seed.data<double>() = 1.0;
-  }
-  backward(seed.to(device()));
+  backward(ops::full(shape(), 1.0, dtype(), device()));
 }
 
 void Variable::backward(const Tensor& gradOutput) {

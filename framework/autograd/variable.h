@@ -35,7 +35,8 @@ class Variable {
   DType dtype() const { return impl_->data.dtype(); }
   Device device() const { return impl_->data.device(); }
   bool requiresGrad() const { return impl_->requiresGrad; }
-  bool isLeaf() const { return !impl_->backward; }
+  /// Not produced by an op (a parameter or an input); an op output whose graph was freed is not a leaf.
+  bool isLeaf() const { return !impl_->backward && !impl_->released; }
 
   /// The accumulated gradient (undefined before the first backward that reaches this leaf).
   const Tensor& grad() const { return impl_->grad; }
@@ -61,6 +62,7 @@ class Variable {
     bool requiresGrad = false;
     std::vector<Variable> inputs;
     BackwardFn backward;
+    bool released = false;  // its backward ran and its graph was freed
     std::vector<GradReadyHook> hooks;
   };
   friend class BackwardEngine;

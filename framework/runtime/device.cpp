@@ -1,5 +1,6 @@
 #include "framework/runtime/device.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -122,7 +123,10 @@ void* pinnedAllocate(size_t bytes) {
   return ptr;
 }
 
-void pinnedRelease(void* ptr) { cudaFreeHost(ptr); }
+void pinnedRelease(void* ptr) {
+  const cudaError_t status = cudaFreeHost(ptr);
+  if (status != cudaSuccess) std::fprintf(stderr, "minidp: cudaFreeHost failed: %s\n", cudaGetErrorString(status));
+}
 
 AllocatorStats allocatorStats() {
   std::lock_guard<std::mutex> lock(context().mutex);

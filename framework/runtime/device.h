@@ -31,6 +31,7 @@ void* deviceAllocate(size_t bytes);
 void deviceRelease(void* ptr, size_t bytes);
 /// Pinned host memory for asynchronous copies.
 void* pinnedAllocate(size_t bytes);
+/// Returns pinned memory; called from destructors, so it logs failures instead of throwing.
 void pinnedRelease(void* ptr);
 /// Counters of the caching allocator: cudaMalloc calls and bytes currently cached.
 struct AllocatorStats {

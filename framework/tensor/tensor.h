@@ -62,17 +62,21 @@ class Tensor {
   /// A tensor over `numel(shape)` elements of `base`'s storage starting at element `offset` (no copy).
   static Tensor alias(const Tensor& base, int64_t offset, const Shape& shape);
 
+  /// False for a default-constructed tensor.
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }
   /// Extent of dimension `d`; negative counts from the end.
   int64_t size(int d) const;
   int ndim() const { return static_cast<int>(shape_.size()); }
+  /// Number of elements; nbytes() their size in bytes.
   int64_t numel() const { return shapeNumel(shape_); }
   size_t nbytes() const { return numel() * dtypeSize(dtype_); }
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }
   bool isCuda() const { return device_ == Device::CUDA; }
+  /// The first element's address (device memory for CUDA tensors).
   void* raw() const;
+  /// raw() typed; checks that T matches the dtype.
   template <typename T>
   T* data() const {
     MINIDP_CHECK(dtype_ == dtypeOf<T>(), "tensor holds " << dtypeName(dtype_) << ", asked for "
@@ -88,9 +92,11 @@ class Tensor {
   Tensor to(Device device) const;
   /// A copy converted to `dtype` (float types only).
   Tensor toDType(DType dtype) const;
+  /// A copy with its own storage.
   Tensor clone() const;
   /// Copies `src` (same shape and dtype, any device) into this tensor.
   void copyFrom(const Tensor& src);
+  /// Sets every element to 0 (on the compute stream for CUDA tensors).
   void zero();
   /// Host copy of the values (synchronises with the compute stream for CUDA tensors).
   template <typename T>

@@ -24,7 +24,7 @@ TEST(Autograd, GradientsAccumulateUntilZeroed) {
 }
 
 TEST(Autograd, HookFiresOnceAfterLastContribution) {
-  // y = sum(x * x + x): x has three consumer edges; the hook must see the full gradient 2x + 1.
+  // y = sum(x * x + x + other * x): x has four consumer edges; the hook must see the full gradient 2x + 1 + other.
   Variable x = leaf({4}, 2);
   Variable other = leaf({4}, 3);
   int fired = 0;
@@ -69,6 +69,26 @@ TEST(Autograd, DeepChainDoesNotOverflowTheStack) {
   for (int i = 0; i < 200000; ++i) y = ops::scale(y, 1.0);
   ops::sum(y).backward();
   EXPECT_DOUBLE_EQ(x.grad().toVector<double>()[0], 1.0);
+}
+
+TEST(Autograd, SecondBackwardThroughAFreedGraphIsAnError) {
+  Variable x = leaf({3}, 20);
+  Variable y = ops::sum(ops::mul(x, x));
+  y.backward();
+  EXPECT_THROW(y.backward(), Error);
+  Variable z = ops::sum(ops::scale(x, 1.0));
+  Variable w = ops::scale(z, 2.0);
+  z.backward();
+  EXPECT_THROW(w.backward(), Error);  // w's graph runs through z's freed part
+}
+
+TEST(Autograd, BackwardFromAScalarLeafSetsItsGradient) {
+  Variable x = leaf({1}, 21);
+  int fired = 0;
+  x.addGradReadyHook([&](Variable&) { ++fired; });
+  x.backward();
+  EXPECT_EQ(x.grad().toVector<double>()[0], 1.0);
+  EXPECT_EQ(fired, 1);
 }
 
 TEST(Autograd, NoGradRecordsNothing) {
