@@ -9,7 +9,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABL
 gpus=0
 command -v nvidia-smi >/dev/null && gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ "$gpus" -gt 0 ]; then
-  exec mpirun -np "$gpus" --oversubscribe build/bin/minidp-train --model mlp --device cuda --steps 3000 "$@"
+  exec mpirun -np "$gpus" --oversubscribe build/bin/minidp-train --model mlp --device cuda "$@"
 else
-  exec mpirun -np 2 --oversubscribe build/bin/minidp-train --model mlp --device cpu --steps 3000 "$@"
+  exec mpirun -np 2 --oversubscribe build/bin/minidp-train --model mlp --device cpu "$@"
 fi
