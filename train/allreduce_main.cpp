@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
 
   train::Session session;
   return train::runGuarded("minidp-bench-allreduce", session, [&] {
-    session = train::openSession(opts);
+    train::openSession(opts, session);
     const int world = session.world();
     const bool printer = session.rank() == 0;
     if (printer) {

@@ -228,7 +228,7 @@ int main(int argc, char** argv) {
 
   train::Session session;
   return train::runGuarded("minidp-bench", session, [&] {
-    session = train::openSession(opts);
+    train::openSession(opts, session);
     const bool printer = session.rank() == 0;
     const bool emulated = session.comm->name() == "emulated";
     nlohmann::json config = {{"model", opts.model},

@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
 
   train::Session session;
   return train::runGuarded("minidp-train", session, [&] {
-    session = train::openSession(opts);
+    train::openSession(opts, session);
     train::Trainer trainer(opts, session);
     const bool printer = session.rank() == 0;
     if (printer) {

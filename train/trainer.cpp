@@ -64,19 +64,18 @@ void addOptions(CLI::App& app, Options& o) {
       ->capture_default_str();
 }
 
-Session openSession(Options& opts) {
+void openSession(Options& opts, Session& s) {
   if (opts.steps == 0) opts.steps = opts.model == "mlp" ? 5000 : 2000;
-  Session s;
   s.device = opts.device == "cuda" ? Device::CUDA : Device::CPU;
   s.dtype = opts.dtype == "fp64" ? DType::F64 : DType::F32;
+  // MPI first: any failure after it (on any rank) ends every rank through runGuarded.
+  if (distributed::MpiEnvironment::launchedByMpirun()) s.mpi = std::make_unique<distributed::MpiEnvironment>();
   if (s.device == Device::CUDA) {
     MINIDP_CHECK(runtime::cudaAvailable(), "--device cuda, but no CUDA device is available (or minidp was built "
                                            "without CUDA)");
   }
-  if (distributed::MpiEnvironment::launchedByMpirun()) s.mpi = std::make_unique<distributed::MpiEnvironment>();
   opts.comm.cuda = s.device == Device::CUDA;
   s.comm = distributed::makeCommunicator(opts.comm, s.mpi.get());
-  return s;
 }
 
 namespace {
@@ -238,10 +237,8 @@ int runGuarded(const char* program, Session& session, const std::function<int()>
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: error: %s\n", program, e.what());
     std::fflush(stderr);
-    if (session.comm && session.world() > 1) {
-      session.comm->abort();
-      if (session.mpi) session.mpi->abortAll(1);
-    }
+    if (session.comm && session.world() > 1) session.comm->abort();  // NCCL: ncclCommAbort, then MPI_Abort
+    if (session.mpi && session.mpi->worldSize() > 1) distributed::MpiEnvironment::abortAll(1);
     return 1;
   }
 }

@@ -65,7 +65,9 @@ struct Session {
 };
 
 /// Initialises MPI if launched by mpirun, picks the GPU by node-local rank, builds the communicator.
-Session openSession(Options& opts);
+/// Fills the caller's `session` as it goes, so that when a step throws, runGuarded still finds MPI and
+/// can end the other ranks (which would otherwise wait in the communicator's setup).
+void openSession(Options& opts, Session& session);
 
 /// Model, data, DDP and optimizer of a run.
 class Trainer {
@@ -101,8 +103,9 @@ class Trainer {
   std::unique_ptr<Prefetcher> batches_;
 };
 
-/// Runs `body`; on an exception prints one line, aborts the communicator so other ranks do not hang,
-/// and returns 1.
+/// Runs `body`; on an exception prints one line, aborts the communicator and, under mpirun with more
+/// than one rank, every rank (even when the communicator was never built), so other ranks do not hang;
+/// returns 1.
 int runGuarded(const char* program, Session& session, const std::function<int()>& body);
 
 }  // namespace minidp::train

@@ -16,9 +16,29 @@ BucketPlan planBuckets(const std::vector<ParamInfo>& params, double capMb, doubl
   plan.slots.resize(params.size());
   for (const ParamInfo& p : params) plan.names.push_back(p.name);
 
+  // The last bucket of each dtype: its first-registered parameters, forward up to the first cap.
+  std::vector<bool> inLast(params.size(), false);
+  std::map<DType, size_t> lastBytes;
+  std::map<DType, bool> lastFull;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const ParamInfo& p = params[i];
+    MINIDP_CHECK(p.dtype != DType::I32, "parameter '" << p.name << "' is int32; gradients are float");
+    MINIDP_CHECK(p.numel > 0, "parameter '" << p.name << "' has no elements");
+    const size_t bytes = static_cast<size_t>(p.numel) * dtypeSize(p.dtype);
+    size_t& taken = lastBytes[p.dtype];
+    bool& full = lastFull[p.dtype];
+    if (full || (taken > 0 && taken + bytes > firstCap)) {
+      full = true;
+      continue;
+    }
+    inLast[i] = true;
+    taken += bytes;
+  }
+
   struct Open {
     Bucket bucket;
     size_t cap;
+    bool last = false;  // the dtype's last bucket: its members are fixed, no cap applies
   };
   std::map<DType, Open> open;  // the open bucket of each dtype
   const auto close = [&](DType dtype) {
@@ -26,25 +46,27 @@ BucketPlan planBuckets(const std::vector<ParamInfo>& params, double capMb, doubl
     const int index = static_cast<int>(plan.buckets.size());
     for (int p : b.params) plan.slots[p].bucket = index;
     plan.buckets.push_back(std::move(b));
-    open.at(dtype).bucket = Bucket{dtype, 0, {}};
-    open.at(dtype).cap = cap;
+    open.at(dtype) = Open{Bucket{dtype, 0, {}}, cap};
   };
   for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
     const ParamInfo& p = params[i];
-    MINIDP_CHECK(p.dtype != DType::I32, "parameter '" << p.name << "' is int32; gradients are float");
-    MINIDP_CHECK(p.numel > 0, "parameter '" << p.name << "' has no elements");
     auto it = open.find(p.dtype);
     if (it == open.end()) it = open.emplace(p.dtype, Open{Bucket{p.dtype, 0, {}}, firstCap}).first;
     const size_t bytes = static_cast<size_t>(p.numel) * dtypeSize(p.dtype);
-    if (!it->second.bucket.params.empty() && it->second.bucket.bytes() + bytes > it->second.cap) close(p.dtype);
+    if (inLast[i] && !it->second.last) {
+      if (!it->second.bucket.params.empty()) close(p.dtype);
+      it->second.last = true;
+    } else if (!inLast[i] && !it->second.bucket.params.empty() && it->second.bucket.bytes() + bytes > it->second.cap) {
+      close(p.dtype);
+    }
     Bucket& b = it->second.bucket;
     plan.slots[i] = ParamSlot{0, b.numel, p.numel};
     b.params.push_back(i);
     b.numel += p.numel;
-    if (b.bytes() >= it->second.cap) close(p.dtype);  // full, or one oversized parameter alone
+    if (!inLast[i] && b.bytes() >= it->second.cap) close(p.dtype);  // full, or one oversized parameter alone
   }
-  // Still-open buckets close in the order they become complete: the one whose earliest-registered
-  // parameter was registered last is complete first.
+  // What is still open is each dtype's last bucket; they close in the order they become complete: the
+  // one whose earliest-registered parameter was registered last is complete first.
   std::vector<std::pair<int, DType>> remaining;
   for (auto& [dtype, o] : open) {
     if (!o.bucket.params.empty()) remaining.emplace_back(-o.bucket.params.back(), dtype);

@@ -5,13 +5,19 @@
 // Order. Backward produces gradients roughly in reverse registration order (the last layer's first), so
 // the plan walks the parameters from last to first registered and fills buckets as it goes: bucket 0
 // holds the last-registered parameters, is complete first, and is launched first. Its cap is the small
-// `firstCapMb`, so the first all-reduce starts early in backward. Later buckets use `capMb`; the last
-// bucket holds the first-registered parameters, whose gradients are ready last.
+// `firstCapMb`, so the first all-reduce starts early in backward. The last bucket holds the
+// first-registered parameters, whose gradients are ready last: its all-reduce has no backward left to
+// hide behind, so it is small too (also `firstCapMb`), which shortens the exposed tail. The buckets in
+// between use `capMb`.
 //
-// Rules. Buckets hold one dtype each; a walk keeps one open bucket per dtype, and the first bucket of
-// each dtype gets the first cap. A parameter that does not fit in its dtype's open bucket closes it and
-// opens the next. A parameter larger than the cap gets a bucket of its own. Buckets are numbered in the
-// order the walk closes them, i.e. the order they are expected to become complete. Inside a bucket,
+// Rules. Buckets hold one dtype each. First, per dtype, the last bucket takes the first-registered
+// parameters, walking forward from the first one while they fit in `firstCapMb` (the first parameter
+// always; alone if it is larger). Then a walk from the last-registered parameter back keeps one open
+// bucket per dtype, and the first bucket of each dtype gets the first cap. A parameter that does not fit
+// in its dtype's open bucket closes it and opens the next; reaching the dtype's last-bucket parameters
+// closes it too. A parameter larger than the cap gets a bucket of its own. Buckets are numbered in the
+// order the walk closes them, i.e. the order they are expected to become complete (the last buckets of
+// several dtypes: the one whose first parameter was registered last comes first). Inside a bucket,
 // parameters are laid out in the order they were added (reverse registration order).
 // Caps are in MiB (2^20 bytes), as PyTorch's bucket_cap_mb.
 #pragma once

@@ -1,5 +1,6 @@
 #include "framework/distributed/cuda_work.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -37,8 +38,11 @@ void EventPool::release(const Events& events) {
   free_.push_back(events);
 }
 
-CudaWork::CudaWork(std::string tag, size_t bytes, std::shared_ptr<EventPool> pool)
-    : Work(std::move(tag), bytes), pool_(std::move(pool)), launchedMs_(hostNowMs()) {
+CudaWork::CudaWork(std::string tag, Tensor buffer, std::shared_ptr<EventPool> pool)
+    : Work(std::move(tag), buffer.nbytes()),
+      pool_(std::move(pool)),
+      keepAlive_(std::move(buffer)),
+      launchedMs_(hostNowMs()) {
   const EventPool::Events events = pool_->acquire();
   ready_ = events[0];
   start_ = events[1];
@@ -86,16 +90,21 @@ CommStream::~CommStream() {
   if (status != cudaSuccess) {
     std::fprintf(stderr, "minidp: destroying the comm stream failed: %s\n", cudaGetErrorString(status));
   }
+  // inFlight_ goes after this: every work it releases has completed (or the stream failed).
 }
 
-std::shared_ptr<CudaWork> CommStream::launch(std::string tag, size_t bytes,
+std::shared_ptr<CudaWork> CommStream::launch(std::string tag, Tensor buffer,
                                              const std::function<void(cudaStream_t)>& issue) {
-  auto work = std::make_shared<CudaWork>(std::move(tag), bytes, events_);
+  inFlight_.erase(std::remove_if(inFlight_.begin(), inFlight_.end(),
+                                 [](const std::shared_ptr<CudaWork>& w) { return w->completed(); }),
+                  inFlight_.end());
+  auto work = std::make_shared<CudaWork>(std::move(tag), std::move(buffer), events_);
   CUDA_CHECK(cudaEventRecord(work->ready_, runtime::computeStream()));
   CUDA_CHECK(cudaStreamWaitEvent(stream_, work->ready_, 0));
   CUDA_CHECK(cudaEventRecord(work->start_, stream_));
   issue(stream_);
   CUDA_CHECK(cudaEventRecord(work->done_, stream_));
+  inFlight_.push_back(work);
   return work;
 }
 

@@ -30,10 +30,12 @@ class EventPool {
   std::vector<Events> free_;
 };
 
-/// A collective enqueued on a comm stream between a start and a done event.
+/// A collective enqueued on a comm stream between a start and a done event. It holds the tensor the
+/// collective reads and writes (PyTorch's record_stream): whoever holds the work until it completes (the
+/// comm stream, the watchdog) keeps that memory from going back to the allocator under the comm stream.
 class CudaWork : public Work {
  public:
-  CudaWork(std::string tag, size_t bytes, std::shared_ptr<EventPool> pool);
+  CudaWork(std::string tag, Tensor buffer, std::shared_ptr<EventPool> pool);
   ~CudaWork() override;
   /// The compute stream waits on the done event (cudaStreamWaitEvent); the host does not wait.
   void wait() override;
@@ -45,14 +47,17 @@ class CudaWork : public Work {
  private:
   friend class CommStream;
   std::shared_ptr<EventPool> pool_;
+  Tensor keepAlive_;
   cudaEvent_t ready_ = nullptr, start_ = nullptr, done_ = nullptr;
   double launchedMs_ = 0;
 };
 
-/// A rank's comm stream (non-blocking, optionally at the greatest priority) on the current device.
+/// A rank's comm stream (non-blocking, optionally at the greatest priority) on the current device. It
+/// holds every launched work until the work completes, so a caller may drop a work (and its tensor) early.
 class CommStream {
  public:
   explicit CommStream(bool highPriority);
+  /// Waits for the stream, then releases the works (logs failures).
   ~CommStream();
   CommStream(const CommStream&) = delete;
   CommStream& operator=(const CommStream&) = delete;
@@ -60,13 +65,14 @@ class CommStream {
   cudaStream_t stream() const { return stream_; }
   int priority() const { return priority_; }
   /// Records "ready" on the compute stream, makes the comm stream wait on it, then runs `issue` (which
-  /// enqueues the collective on the comm stream) between the start and done events.
-  std::shared_ptr<CudaWork> launch(std::string tag, size_t bytes, const std::function<void(cudaStream_t)>& issue);
+  /// enqueues the collective on `buffer` on the comm stream) between the start and done events.
+  std::shared_ptr<CudaWork> launch(std::string tag, Tensor buffer, const std::function<void(cudaStream_t)>& issue);
 
  private:
   cudaStream_t stream_ = nullptr;
   int priority_ = 0;
   std::shared_ptr<EventPool> events_ = std::make_shared<EventPool>();
+  std::vector<std::shared_ptr<CudaWork>> inFlight_;  // launched, not seen complete yet
 };
 
 /// Warns on stderr (from rank 0) when CUDA_DEVICE_MAX_CONNECTIONS=1 serialises all streams onto one

@@ -53,7 +53,7 @@ std::shared_ptr<Work> EmulatedCommunicator::allReduceAverage(Tensor buffer, cons
   if (cuda_) {
 #if MINIDP_WITH_CUDA
     const int ctas = ctas_;
-    return stream_->launch(tag, bytes, [&](cudaStream_t s) {
+    return stream_->launch(tag, buffer, [&](cudaStream_t s) {
       kernels::cuda::emulatedLink(buffer.raw(), static_cast<int64_t>(bytes), seconds, ctas, s);
     });
 #endif

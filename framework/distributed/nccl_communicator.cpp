@@ -34,15 +34,28 @@ NcclCommunicator::NcclCommunicator(const CommOptions& opts, MpiEnvironment* env)
     world_ = env_->worldSize();
     device_ = env_->localRank();
   }
-  const int devices = runtime::cudaDeviceCount();
-  MINIDP_CHECK(device_ < devices, "rank " << rank_ << " is node-local rank " << device_ << " but only " << devices
-                                          << " CUDA device(s) are visible: start one rank per GPU");
-  if (runtime::currentDevice() != device_) runtime::setDevice(device_);
-  warnIfSerialisedStreams(rank_);
-  stream_ = std::make_unique<CommStream>(opts.commHighPriority);
-
-  ncclUniqueId id;
-  if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  // Every rank sets up its device (rank 0 also creates the unique id), then all ranks agree before the id
+  // is broadcast: a rank that fails here would otherwise leave the others waiting in the broadcast or in
+  // ncclCommInitRankConfig. A bad setup is one error, naming the failed ranks, on every rank.
+  ncclUniqueId id{};
+  std::string problem;
+  try {
+    const int devices = runtime::cudaDeviceCount();
+    MINIDP_CHECK(device_ < devices, "node-local rank " << device_ << " but only " << devices
+                                                        << " CUDA device(s) are visible: start one rank per GPU");
+    runtime::setDevice(device_);
+    warnIfSerialisedStreams(rank_);
+    stream_ = std::make_unique<CommStream>(opts.commHighPriority);
+    if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  } catch (const std::exception& e) {
+    problem = e.what();
+  }
+  const std::vector<std::string> problems = allGather(problem);
+  std::string failed;
+  for (int r = 0; r < world_; ++r) {
+    if (!problems[r].empty()) failed += (failed.empty() ? "rank " : "; rank ") + std::to_string(r) + ": " + problems[r];
+  }
+  MINIDP_CHECK(failed.empty(), "NCCL communicator setup failed on " << failed);
   if (env_) env_->broadcastBytes(&id, sizeof id, 0);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   if (maxCtas_ > 0) {
@@ -55,16 +68,27 @@ NcclCommunicator::NcclCommunicator(const CommOptions& opts, MpiEnvironment* env)
 
   const int device = device_;
   watchdog_ = std::make_unique<Watchdog>(
-      opts.watchdogSeconds, rank_, [this] { abort(); }, [device] { cudaSetDevice(device); });
+      opts.watchdogSeconds, rank_, [this] { abort(); }, [device] { cudaSetDevice(device); },
+      [this] { return asyncError(); });
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  watchdog_.reset();
-  stream_.reset();  // waits for the comm stream
+  stream_.reset();    // waits for the comm stream (the watchdog still ends a hang), releases its works
+  watchdog_.reset();  // releases the works it held, complete by now
   if (!aborted_) {
     const ncclResult_t status = ncclCommDestroy(comm_);
     if (status != ncclSuccess) std::fprintf(stderr, "minidp: ncclCommDestroy failed: %s\n", ncclGetErrorString(status));
   }
+}
+
+std::string NcclCommunicator::asyncError() const {
+  if (aborted_) return {};
+  ncclResult_t state = ncclSuccess;
+  const ncclResult_t status = ncclCommGetAsyncError(comm_, &state);
+  if (status != ncclSuccess) state = status;
+  if (state == ncclSuccess || state == ncclInProgress) return {};
+  return "minidp watchdog: rank " + std::to_string(rank_) + ": NCCL asynchronous error: " +
+         ncclGetErrorString(state) + " (" + ncclGetLastError(comm_) + "); aborting every rank";
 }
 
 std::string NcclCommunicator::describe() const {
@@ -78,7 +102,7 @@ std::string NcclCommunicator::describe() const {
 std::shared_ptr<Work> NcclCommunicator::allReduceAverage(Tensor buffer, const std::string& tag) {
   checkCuda("allReduceAverage", buffer);
   MINIDP_CHECK(buffer.dtype() != DType::I32, "allReduceAverage of an int32 tensor");
-  std::shared_ptr<Work> work = stream_->launch(tag, buffer.nbytes(), [&](cudaStream_t s) {
+  std::shared_ptr<Work> work = stream_->launch(tag, buffer, [&](cudaStream_t s) {
     NCCL_CHECK(ncclAllReduce(buffer.raw(), buffer.raw(), buffer.numel(), ncclType(buffer.dtype()), ncclAvg, comm_, s));
   });
   watchdog_->watch(work);
@@ -88,7 +112,7 @@ std::shared_ptr<Work> NcclCommunicator::allReduceAverage(Tensor buffer, const st
 void NcclCommunicator::broadcast(Tensor& tensor, int root) {
   checkCuda("broadcast", tensor);
   MINIDP_CHECK(root >= 0 && root < world_, "broadcast from rank " << root << " of " << world_);
-  std::shared_ptr<Work> work = stream_->launch("broadcast", tensor.nbytes(), [&](cudaStream_t s) {
+  std::shared_ptr<Work> work = stream_->launch("broadcast", tensor, [&](cudaStream_t s) {
     NCCL_CHECK(ncclBroadcast(tensor.raw(), tensor.raw(), tensor.numel(), ncclType(tensor.dtype()), root, comm_, s));
   });
   watchdog_->watch(work);

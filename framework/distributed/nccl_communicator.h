@@ -20,10 +20,12 @@ namespace minidp::distributed {
 /// tree all-reduce both end with every rank holding the same reduced bits.
 class NcclCommunicator : public Communicator {
  public:
-  /// Collective over the ranks of `env` (world 1 when `env` is null). Selects the device (node-local
-  /// rank) unless already selected; rank 0 creates the unique id and broadcasts it over MPI.
+  /// Collective over the ranks of `env` (world 1 when `env` is null). Selects the device of the
+  /// node-local rank (it may be current already); rank 0 creates the unique id and broadcasts it over MPI
+  /// once every rank reported a usable device, else every rank throws the same error. Its watchdog also
+  /// polls ncclCommGetAsyncError and aborts on an asynchronous error.
   NcclCommunicator(const CommOptions& opts, MpiEnvironment* env);
-  /// Waits for the comm stream, then ncclCommDestroy (logs failures).
+  /// Waits for the comm stream, stops the watchdog, then ncclCommDestroy (logs failures).
   ~NcclCommunicator() override;
   int rank() const override { return rank_; }
   int worldSize() const override { return world_; }
@@ -40,6 +42,8 @@ class NcclCommunicator : public Communicator {
   cudaStream_t stream() const { return stream_->stream(); }
 
  private:
+  /// The watchdog's health check: the line to print for NCCL's asynchronous error, empty while none.
+  std::string asyncError() const;
   MpiEnvironment* env_;
   int rank_ = 0, world_ = 1, device_ = 0;
   int maxCtas_ = 0, minCtas_ = 0;

@@ -1,5 +1,7 @@
 #include "framework/distributed/reducer.h"
 
+#include <cstdio>
+
 #include "framework/runtime/step_timer.h"
 
 namespace minidp::distributed {
@@ -26,6 +28,20 @@ Reducer::Reducer(nn::NamedParameters params, BucketPlan plan, std::shared_ptr<Co
   marked_.assign(params_.size(), false);
   pending_.assign(plan_.buckets.size(), 0);
   nextLaunch_ = plan_.buckets.size();
+}
+
+Reducer::~Reducer() {
+  // CPU: a queued all-reduce holds its buffer itself, and waiting would block the host.
+  if (!buffers_.front().isCuda()) return;
+  for (BucketTiming& t : timings_) {
+    if (!t.work) continue;
+    try {
+      t.work->wait();  // cudaStreamWaitEvent: no host synchronisation
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "minidp: reducer: ordering the release of '%s' after its all-reduce failed: %s\n",
+                   t.work->tag().c_str(), e.what());
+    }
+  }
 }
 
 void Reducer::prepareStep() {

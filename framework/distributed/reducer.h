@@ -38,6 +38,10 @@ class Reducer {
   /// Allocates the buckets of `plan` on the parameters' device and installs each parameter's gradient
   /// as a view into its bucket. `overlap`: launch buckets during backward; otherwise all at finalize.
   Reducer(nn::NamedParameters params, BucketPlan plan, std::shared_ptr<Communicator> comm, bool overlap);
+  /// Destroyed between a launch and finalize() (an exception in backward or in finalize): CUDA makes the
+  /// compute stream wait on every launched all-reduce, so the buckets go back to the allocator (which
+  /// reuses blocks in compute-stream order) only after the comm stream is done with them. Logs errors.
+  ~Reducer();
   Reducer(const Reducer&) = delete;  // hooks hold its address
   Reducer& operator=(const Reducer&) = delete;
 

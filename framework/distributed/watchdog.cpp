@@ -8,10 +8,12 @@
 namespace minidp::distributed {
 
 Watchdog::Watchdog(double timeoutSeconds, int rank, std::function<void()> onTimeout,
-                   std::function<void()> threadInit)
-    : timeoutMs_(timeoutSeconds * 1000.0), rank_(rank), onTimeout_(std::move(onTimeout)) {
-  if (timeoutMs_ > 0) thread_ = std::thread([this, init = std::move(threadInit)] { loop(init); });
-}
+                   std::function<void()> threadInit, std::function<std::string()> healthCheck)
+    : timeoutMs_(timeoutSeconds * 1000.0),
+      rank_(rank),
+      onTimeout_(std::move(onTimeout)),
+      healthCheck_(std::move(healthCheck)),
+      thread_([this, init = std::move(threadInit)] { loop(init); }) {}
 
 Watchdog::~Watchdog() {
   {
@@ -23,7 +25,6 @@ Watchdog::~Watchdog() {
 }
 
 void Watchdog::watch(const std::shared_ptr<Work>& work) {
-  if (timeoutMs_ <= 0) return;
   std::lock_guard<std::mutex> lock(mutex_);
   watched_.push_back(work);
 }
@@ -37,31 +38,46 @@ std::string Watchdog::describeTimeout(const Work& work, int rank, double ageSeco
   return os.str();
 }
 
+void Watchdog::fail(const std::string& line) {
+  std::fprintf(stderr, "%s\n", line.c_str());
+  std::fflush(stderr);
+  onTimeout_();
+}
+
 void Watchdog::loop(const std::function<void()>& threadInit) {
   if (threadInit) threadInit();
   // Poll a few times per timeout, at least once a second: the check costs one event query per work.
-  const auto period = std::chrono::duration<double, std::milli>(std::min(1000.0, timeoutMs_ / 4));
+  const auto period = std::chrono::duration<double, std::milli>(timeoutMs_ > 0 ? std::min(1000.0, timeoutMs_ / 4)
+                                                                               : 1000.0);
+  bool unhealthy = false;  // the health check failed and onTimeout returned: do not report it again
   std::unique_lock<std::mutex> lock(mutex_);
   while (!wake_.wait_for(lock, period, [&] { return stopping_; })) {
+    if (healthCheck_ && !unhealthy) {
+      const std::string failure = healthCheck_();
+      if (!failure.empty()) {
+        unhealthy = true;
+        fail(failure);
+      }
+    }
     const double now = hostNowMs();
     for (auto it = watched_.begin(); it != watched_.end();) {
-      std::shared_ptr<Work> work = it->lock();
+      Work& work = **it;
       std::string failure;
       try {
-        if (!work || work->completed()) {
-          it = watched_.erase(it);
+        if (work.completed()) {
+          it = watched_.erase(it);  // the last holder may be us: releases its events and buffer
           continue;
         }
-        const double since = work->runningSinceMs();
-        if (since >= 0 && now - since > timeoutMs_) failure = describeTimeout(*work, rank_, (now - since) / 1000.0);
+        const double since = work.runningSinceMs();
+        if (timeoutMs_ > 0 && since >= 0 && now - since > timeoutMs_) {
+          failure = describeTimeout(work, rank_, (now - since) / 1000.0);
+        }
       } catch (const std::exception& e) {
-        failure = "minidp watchdog: rank " + std::to_string(rank_) + ": collective '" + work->tag() +
+        failure = "minidp watchdog: rank " + std::to_string(rank_) + ": collective '" + work.tag() +
                   "' failed: " + e.what() + "; aborting every rank";
       }
       if (!failure.empty()) {
-        std::fprintf(stderr, "%s\n", failure.c_str());
-        std::fflush(stderr);
-        onTimeout_();
+        fail(failure);
         it = watched_.erase(it);  // onTimeout returned: do not report this work again
         continue;
       }

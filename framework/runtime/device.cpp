@@ -55,7 +55,8 @@ int cudaDeviceCount() {
 
 void setDevice(int device) {
   Context& ctx = context();
-  MINIDP_CHECK(ctx.compute == nullptr, "setDevice after the CUDA context was created");
+  MINIDP_CHECK(ctx.compute == nullptr || ctx.device == device,
+               "setDevice(" << device << ") after the CUDA context was created on device " << ctx.device);
   CUDA_CHECK(cudaSetDevice(device));
   ctx.device = device;
 }

@@ -12,7 +12,8 @@ namespace minidp::runtime {
 bool cudaAvailable();
 /// Number of visible CUDA devices (0 without CUDA).
 int cudaDeviceCount();
-/// Selects the device this process uses; call before any CUDA tensor exists.
+/// Selects the device this process uses; call before any CUDA tensor exists (re-selecting the current
+/// device is allowed at any time).
 void setDevice(int device);
 /// The device selected by setDevice (0 by default).
 int currentDevice();

@@ -1,6 +1,6 @@
-// GoogleTest main of the distributed suites: owns the MPI environment (when started by mpirun) and the
-// shared communicators; rank 0 prints the full report, other ranks only their failures (prefixed with
-// the rank); the exit code is non-zero when any rank failed.
+// GoogleTest main of the distributed suites: owns the MPI environment (when started by mpirun), selects
+// the GPU of the node-local rank, and owns the shared communicators; rank 0 prints the full report,
+// other ranks only their failures (prefixed with the rank); the exit code is non-zero when any rank failed.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -65,6 +65,12 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   if (minidp::distributed::MpiEnvironment::launchedByMpirun()) {
     gEnv = std::make_unique<minidp::distributed::MpiEnvironment>();
+    // One GPU per rank, selected before any suite creates CUDA state (on device 0 otherwise, after which
+    // NCCL could not select the rank's own). With fewer GPUs than ranks the NCCL suites skip.
+    namespace runtime = minidp::runtime;
+    if (runtime::cudaAvailable() && gEnv->localSize() <= runtime::cudaDeviceCount()) {
+      runtime::setDevice(gEnv->localRank());
+    }
   }
   const int rank = gEnv ? gEnv->rank() : 0;
   if (rank != 0) {

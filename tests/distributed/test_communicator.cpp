@@ -1,5 +1,6 @@
 // Communicator pieces that need no second rank: the comm thread's FIFO, the single backend, the
-// emulated CPU link (bits unchanged, modelled time, non-blocking launch), the watchdog, the factory.
+// emulated CPU link (bits unchanged, modelled time, non-blocking launch), the watchdog (timeouts, health
+// check, holding released works), the factory.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -114,6 +115,51 @@ TEST(Watchdog, ReportsAStuckCollectiveAndIgnoresFinishedOnes) {
   const std::string line = Watchdog::describeTimeout(*stuck, 3, 301.5);
   EXPECT_NE(line.find("rank 3: collective 'bucket 7' (4096 bytes) has not completed after 301.5 s"), std::string::npos)
       << line;
+}
+
+/// A collective that completes when the test says so; never counted as running, so it never times out.
+class ControlledWork : public Work {
+ public:
+  explicit ControlledWork(const std::atomic<bool>& done) : Work("bucket 1", 8), done_(done) {}
+  void wait() override {}
+  bool completed() const override { return done_; }
+  double runningSinceMs() const override { return -1; }
+  WorkTiming timing(cudaEvent_t) const override { return {}; }
+
+ private:
+  const std::atomic<bool>& done_;
+};
+
+TEST(Watchdog, HoldsAWorkItsOwnerReleasedUntilItCompletes) {
+  std::atomic<bool> done{false};  // outlives the watchdog's thread
+  Watchdog watchdog(0.2, 0, [] {});
+  auto work = std::make_shared<ControlledWork>(done);
+  const std::weak_ptr<Work> observer = work;
+  watchdog.watch(work);
+  work.reset();  // what a CUDA caller does right after wait(), which returns at once
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(observer.expired()) << "released before it completed";
+  done = true;
+  for (int i = 0; i < 100 && !observer.expired(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(observer.expired()) << "still held after it completed";
+}
+
+TEST(Watchdog, ReportsAFailedHealthCheckOnce) {
+  std::atomic<bool> broken{false};
+  std::atomic<int> fired{0};
+  ::testing::internal::CaptureStderr();
+  {
+    Watchdog watchdog(0.2, 1, [&] { ++fired; }, {}, [&]() -> std::string { return broken ? "link is down" : ""; });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_EQ(fired.load(), 0);
+    broken = true;
+    for (int i = 0; i < 100 && fired.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(fired.load(), 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_EQ(fired.load(), 1) << "reported once";
+  }
+  const std::string printed = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(printed.find("link is down\n"), std::string::npos) << printed;
 }
 
 }  // namespace

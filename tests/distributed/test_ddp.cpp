@@ -269,8 +269,9 @@ TEST(EmulatedDdp, SameBitsAsWorldOne) {
   }
 }
 
-// CUDA collectives on the comm stream: the emulated link's events span the modelled time; world-1 NCCL
-// leaves the bits of an average unchanged and broadcasts.
+// CUDA collectives on the comm stream: the emulated link's events span the modelled time and the comm
+// stream holds a buffer until its collective completes; NCCL averages to the same bits on every rank and
+// broadcasts.
 TEST(CudaCommunicators, EmulatedLinkTakesTheModelledTimeOnTheCommStream) {
   if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
   // 4 MB at 1 GB/s over 8 ranks: 0.1 ms + 1.75 * 4.19 ms.
@@ -286,6 +287,21 @@ TEST(CudaCommunicators, EmulatedLinkTakesTheModelledTimeOnTheCommStream) {
   EXPECT_LE(t.finishedMs - t.startedMs, modelledMs + 5.0);
   Tensor back = buffer.to(Device::CPU);
   EXPECT_EQ(std::memcmp(back.raw(), host.raw(), host.nbytes()), 0);
+}
+
+// The comm stream holds a collective's buffer until it completes (record_stream): a caller that drops
+// both the work and the buffer right after the launch does not hand the block back to the allocator
+// while the comm stream still uses it.
+TEST(CudaCommunicators, CommStreamHoldsTheBufferUntilTheCollectiveCompletes) {
+  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  distributed::EmulatedCommunicator comm(8, 0.1, 100, true, 8, true);  // 4 MB: about 70 ms on the link
+  Tensor buffer = Tensor::zeros({1 << 20}, DType::F32, Device::CUDA);
+  const void* block = buffer.raw();
+  comm.allReduceAverage(buffer, "bucket 0");
+  buffer = Tensor();
+  Tensor next = Tensor::zeros({1 << 20}, DType::F32, Device::CUDA);
+  EXPECT_NE(next.raw(), block) << "the block was reused while the comm stream still used it";
+  runtime::synchronize();
 }
 
 TEST(CudaCommunicators, NcclAverageAndBroadcast) {
