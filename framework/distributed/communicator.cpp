@@ -1,6 +1,5 @@
 #include "framework/distributed/communicator.h"
 
-#include <chrono>
 #include <sstream>
 
 #include "framework/distributed/emulated_communicator.h"
@@ -12,10 +11,6 @@
 #endif
 
 namespace minidp::distributed {
-
-double hostNowMs() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 CompletedWork::CompletedWork(std::string tag, size_t bytes) : Work(std::move(tag), bytes), launchedMs_(hostNowMs()) {}
 

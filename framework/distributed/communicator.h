@@ -6,19 +6,15 @@
 #include <string>
 #include <vector>
 
+#include "framework/runtime/clock.h"
 #include "framework/tensor/tensor.h"
 #include "kernels/stream.h"
 
-#if !MINIDP_WITH_CUDA
-typedef struct CUevent_st* cudaEvent_t;
-#endif
-
 namespace minidp::distributed {
 
-class MpiEnvironment;
+using runtime::hostNowMs;
 
-/// Milliseconds on the host's steady clock: the time base of every host timestamp of distributed/.
-double hostNowMs();
+class MpiEnvironment;
 
 /// When one collective ran, in ms. `launchedMs` is the host time it was issued. CPU: started and
 /// finished are host times on the comm thread. CUDA: they are the comm stream's start and end events,

@@ -16,11 +16,6 @@ namespace minidp::runtime {
 
 namespace {
 
-// The steady clock in ms since its epoch: the same base as distributed::hostNowMs().
-double hostMs() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 }  // namespace
 
 #if MINIDP_WITH_CUDA
@@ -89,7 +84,7 @@ StepTimer::~StepTimer() {
 
 size_t StepTimer::mark(cudaStream_t stream) {
   Mark m;
-  m.hostMs = hostMs();
+  m.hostMs = hostNowMs();
 #if MINIDP_WITH_CUDA
   if (device_ == Device::CUDA) {
     if (pool_.empty()) {

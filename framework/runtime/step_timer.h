@@ -19,12 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "framework/runtime/clock.h"
 #include "framework/tensor/tensor.h"
 #include "kernels/stream.h"
-
-#if !MINIDP_WITH_CUDA
-typedef struct CUevent_st* cudaEvent_t;
-#endif
 
 namespace minidp::runtime {
 
@@ -107,7 +104,7 @@ class StepTimer {
   /// outside detailed steps).
   void beginCopy(cudaStream_t stream);
   void endCopy(cudaStream_t stream, const char* name);
-  /// Host ms (steady clock, the base of distributed::hostNowMs) at which the open step began.
+  /// Host ms (runtime::hostNowMs) at which the open step began.
   double hostStartMs() const;
   /// The open step's start event (CUDA), the reference for Work::timing; null on the CPU.
   cudaEvent_t startEvent() const;
