@@ -44,6 +44,8 @@ void addOptions(CLI::App& app, Options& o) {
   app.add_option("--bucket-mb", o.bucketMb, "Gradient bucket cap (MB)")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--first-bucket-mb", o.firstBucketMb, "Cap of the first bucket launched (MB)")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_flag("--rebuild-buckets", o.rebuildBuckets, "After the first step, re-plan the buckets in rank 0's "
+                                                      "observed gradient ready order");
   app.add_option("--grad-accum", o.gradAccum, "Micro-batches per step; all-reduce on the last only")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--save", o.save, "Write the parameters to this safetensors file at the end");
@@ -124,6 +126,7 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
   ddpOptions.overlap = o.overlap == "on";
   ddpOptions.bucketMb = o.bucketMb;
   ddpOptions.firstBucketMb = o.firstBucketMb;
+  ddpOptions.rebuildBuckets = o.rebuildBuckets;
   ddp_ = std::make_unique<distributed::DistributedDataParallel>(model_->namedParameters(), session.comm, ddpOptions);
   const std::string optName = o.optimizer.empty() ? (o.model == "mlp" ? "sgd" : "adamw") : o.optimizer;
   const double lr = o.lr > 0 ? o.lr : (o.model == "mlp" ? 0.05 : 1e-3);
@@ -151,8 +154,12 @@ Tensor Trainer::step() {
     timer_.phase("prefetch");
     batches_->prefetch();  // the host gathers the next batch while the device runs this one
   }
-  // The finalize phase is the compute stream's wait on the buckets, nothing else: exposed communication.
+  // The finalize phase is the compute stream's wait on the buckets, nothing else: exposed communication
+  // (and, in the first step with --rebuild-buckets, the rebuild).
   ddp_->finalize([this] { timer_.phase("finalize"); });
+  if (ddp_->rebuiltLastStep() && session_.rank() == 0) {
+    std::printf("bucket plan rebuilt from the observed ready order:\n%s", ddp_->plan().describe().c_str());
+  }
   timer_.phase("optimizer");
   optimizer_->step();
   timeBuckets();

@@ -43,6 +43,7 @@ struct Options {
   models::GptConfig gpt;
   std::string overlap = "on";
   double bucketMb = 25, firstBucketMb = 1;
+  bool rebuildBuckets = false;  // re-plan the buckets in the observed ready order after the first step
   int64_t gradAccum = 1;
   std::string save, load;
   int64_t sample = 0;

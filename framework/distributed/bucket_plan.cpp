@@ -8,20 +8,37 @@
 namespace minidp::distributed {
 
 BucketPlan planBuckets(const std::vector<ParamInfo>& params, double capMb, double firstCapMb) {
+  std::vector<int> order(params.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int>(params.size() - 1 - k);
+  return planBucketsInOrder(params, order, capMb, firstCapMb);
+}
+
+BucketPlan planBucketsInOrder(const std::vector<ParamInfo>& params, const std::vector<int>& order, double capMb,
+                              double firstCapMb) {
   MINIDP_CHECK(capMb > 0 && firstCapMb > 0, "bucket caps must be positive, got " << capMb << " and " << firstCapMb
                                                                                 << " MiB");
+  MINIDP_CHECK(order.size() == params.size(), "bucket order of " << order.size() << " parameters, got "
+                                                                 << params.size());
+  std::vector<int> position(params.size(), -1);  // of each parameter in `order`
+  for (size_t k = 0; k < order.size(); ++k) {
+    const int i = order[k];
+    MINIDP_CHECK(i >= 0 && static_cast<size_t>(i) < params.size() && position[i] < 0,
+                 "bucket order is not a permutation of the " << params.size() << " parameters: entry " << k
+                                                            << " is " << i);
+    position[i] = static_cast<int>(k);
+  }
   const auto toBytes = [](double mb) { return static_cast<size_t>(std::llround(mb * 1048576.0)); };
   const size_t cap = toBytes(capMb), firstCap = toBytes(firstCapMb);
   BucketPlan plan;
   plan.slots.resize(params.size());
   for (const ParamInfo& p : params) plan.names.push_back(p.name);
 
-  // The last bucket of each dtype: its first-registered parameters, forward up to the first cap.
+  // The last bucket of each dtype: the end of the walk, back from its last parameter up to the first cap.
   std::vector<bool> inLast(params.size(), false);
   std::map<DType, size_t> lastBytes;
   std::map<DType, bool> lastFull;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const ParamInfo& p = params[i];
+  for (auto k = order.rbegin(); k != order.rend(); ++k) {
+    const ParamInfo& p = params[*k];
     MINIDP_CHECK(p.dtype != DType::I32, "parameter '" << p.name << "' is int32; gradients are float");
     MINIDP_CHECK(p.numel > 0, "parameter '" << p.name << "' has no elements");
     const size_t bytes = static_cast<size_t>(p.numel) * dtypeSize(p.dtype);
@@ -31,7 +48,7 @@ BucketPlan planBuckets(const std::vector<ParamInfo>& params, double capMb, doubl
       full = true;
       continue;
     }
-    inLast[i] = true;
+    inLast[*k] = true;
     taken += bytes;
   }
 
@@ -48,7 +65,7 @@ BucketPlan planBuckets(const std::vector<ParamInfo>& params, double capMb, doubl
     plan.buckets.push_back(std::move(b));
     open.at(dtype) = Open{Bucket{dtype, 0, {}}, cap};
   };
-  for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
+  for (const int i : order) {
     const ParamInfo& p = params[i];
     auto it = open.find(p.dtype);
     if (it == open.end()) it = open.emplace(p.dtype, Open{Bucket{p.dtype, 0, {}}, firstCap}).first;
@@ -66,10 +83,10 @@ BucketPlan planBuckets(const std::vector<ParamInfo>& params, double capMb, doubl
     if (!inLast[i] && b.bytes() >= it->second.cap) close(p.dtype);  // full, or one oversized parameter alone
   }
   // What is still open is each dtype's last bucket; they close in the order they become complete: the
-  // one whose earliest-registered parameter was registered last is complete first.
+  // one whose final parameter comes earliest in the walk is complete first.
   std::vector<std::pair<int, DType>> remaining;
   for (auto& [dtype, o] : open) {
-    if (!o.bucket.params.empty()) remaining.emplace_back(-o.bucket.params.back(), dtype);
+    if (!o.bucket.params.empty()) remaining.emplace_back(position[o.bucket.params.back()], dtype);
   }
   std::sort(remaining.begin(), remaining.end());
   for (auto& [key, dtype] : remaining) close(dtype);

@@ -1,24 +1,24 @@
 // BucketPlan: which gradients share a flat all-reduce buffer, where, and in which order the buffers are
-// reduced. A pure function of the parameter list and two caps, so every rank computes the same plan
-// without talking.
+// reduced. A pure function of the parameter list, the order in which their gradients are expected to
+// become ready, and two caps, so every rank given the same order computes the same plan.
 //
 // Order. Backward produces gradients roughly in reverse registration order (the last layer's first), so
-// the plan walks the parameters from last to first registered and fills buckets as it goes: bucket 0
-// holds the last-registered parameters, is complete first, and is launched first. Its cap is the small
-// `firstCapMb`, so the first all-reduce starts early in backward. The last bucket holds the
-// first-registered parameters, whose gradients are ready last: its all-reduce has no backward left to
-// hide behind, so it is small too (also `firstCapMb`), which shortens the exposed tail. The buckets in
-// between use `capMb`.
+// planBuckets walks the parameters from last to first registered; planBucketsInOrder walks an observed
+// ready order instead (DDP's rebuild after the first step, with rank 0's order on every rank). The walk
+// fills buckets as it goes: bucket 0 holds the parameters expected ready first, is complete first, and is
+// launched first. Its cap is the small `firstCapMb`, so the first all-reduce starts early in backward.
+// The last bucket holds the parameters ready last: its all-reduce has no backward left to hide behind,
+// so it is small too (also `firstCapMb`), which shortens the exposed tail. The buckets in between use
+// `capMb`.
 //
-// Rules. Buckets hold one dtype each. First, per dtype, the last bucket takes the first-registered
-// parameters, walking forward from the first one while they fit in `firstCapMb` (the first parameter
-// always; alone if it is larger). Then a walk from the last-registered parameter back keeps one open
-// bucket per dtype, and the first bucket of each dtype gets the first cap. A parameter that does not fit
-// in its dtype's open bucket closes it and opens the next; reaching the dtype's last-bucket parameters
-// closes it too. A parameter larger than the cap gets a bucket of its own. Buckets are numbered in the
-// order the walk closes them, i.e. the order they are expected to become complete (the last buckets of
-// several dtypes: the one whose first parameter was registered last comes first). Inside a bucket,
-// parameters are laid out in the order they were added (reverse registration order).
+// Rules. Buckets hold one dtype each. First, per dtype, the last bucket takes the parameters at the end
+// of the walk, walking back from the last one while they fit in `firstCapMb` (the last one always; alone
+// if it is larger). Then the walk keeps one open bucket per dtype, and the first bucket of each dtype
+// gets the first cap. A parameter that does not fit in its dtype's open bucket closes it and opens the
+// next; reaching the dtype's last-bucket parameters closes it too. A parameter larger than the cap gets a
+// bucket of its own. Buckets are numbered in the order the walk closes them, i.e. the order they are
+// expected to become complete (the last buckets of several dtypes: the one whose final parameter comes
+// earliest in the walk comes first). Inside a bucket, parameters are laid out in walk order.
 // Caps are in MiB (2^20 bytes), as PyTorch's bucket_cap_mb.
 #pragma once
 
@@ -62,7 +62,12 @@ struct BucketPlan {
   std::string describe() const;
 };
 
-/// Plans the buckets of `params` (in registration order) with caps in MiB (both > 0).
+/// Plans the buckets of `params` (in registration order) with caps in MiB (both > 0), walking them in
+/// reverse registration order.
 BucketPlan planBuckets(const std::vector<ParamInfo>& params, double capMb, double firstCapMb);
+/// Plans the buckets walking `order`, a permutation of the registration indices of `params` (the order
+/// their gradients become ready), with the same rules and caps as planBuckets.
+BucketPlan planBucketsInOrder(const std::vector<ParamInfo>& params, const std::vector<int>& order, double capMb,
+                              double firstCapMb);
 
 }  // namespace minidp::distributed

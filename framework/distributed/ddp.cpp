@@ -46,7 +46,7 @@ std::string parameterSignature(const nn::NamedParameters& params) {
 
 DistributedDataParallel::DistributedDataParallel(nn::NamedParameters params, std::shared_ptr<Communicator> comm,
                                                  DdpOptions opts)
-    : params_(std::move(params)), comm_(std::move(comm)) {
+    : params_(std::move(params)), comm_(std::move(comm)), opts_(opts), rebuildPending_(opts.rebuildBuckets) {
   MINIDP_CHECK(comm_, "DistributedDataParallel without a communicator");
   std::map<const void*, std::string> seen;  // one gradient view and one hook per Variable
   for (const auto& [name, p] : params_) {
@@ -59,9 +59,8 @@ DistributedDataParallel::DistributedDataParallel(nn::NamedParameters params, std
     MINIDP_CHECK(p.requiresGrad(), "parameter '" << name << "' does not require grad");
     comm_->broadcast(p.data(), 0);
   }
-  std::vector<ParamInfo> infos;
-  for (const auto& [name, p] : params_) infos.push_back(ParamInfo{name, p.data().numel(), p.dtype()});
-  reducer_ = std::make_unique<Reducer>(params_, planBuckets(infos, opts.bucketMb, opts.firstBucketMb), comm_,
+  for (const auto& [name, p] : params_) infos_.push_back(ParamInfo{name, p.data().numel(), p.dtype()});
+  reducer_ = std::make_unique<Reducer>(params_, planBuckets(infos_, opts.bucketMb, opts.firstBucketMb), comm_,
                                        opts.overlap);
   for (size_t i = 0; i < params_.size(); ++i) {
     Reducer* reducer = reducer_.get();
@@ -71,6 +70,21 @@ DistributedDataParallel::DistributedDataParallel(nn::NamedParameters params, std
 
 DistributedDataParallel::~DistributedDataParallel() {
   for (auto& [name, p] : params_) p.clearGradReadyHooks();
+}
+
+void DistributedDataParallel::finalize(const std::function<void()>& beforeWaits) {
+  rebuiltLastStep_ = false;
+  reducer_->finalize(beforeWaits);
+  if (!rebuildPending_) return;
+  // Ranks may observe different ready orders; every rank plans with rank 0's, so the plans stay identical.
+  std::ostringstream mine;
+  for (int i : reducer_->readyOrder()) mine << i << " ";
+  std::istringstream rank0(comm_->allGather(mine.str()).at(0));
+  std::vector<int> order;
+  for (int i; rank0 >> i;) order.push_back(i);
+  reducer_->rebuild(planBucketsInOrder(infos_, order, opts_.bucketMb, opts_.firstBucketMb));
+  rebuildPending_ = false;
+  rebuiltLastStep_ = true;
 }
 
 }  // namespace minidp::distributed

@@ -1,7 +1,8 @@
 // DistributedDataParallel: the data-parallel wrapper of a parameter list. At construction it checks that
 // every rank holds the same parameters, copies rank 0's values to every rank, plans the buckets and
 // installs a grad-ready hook per parameter that feeds the reducer. Model-agnostic: it sees only
-// (name, Variable) pairs.
+// (name, Variable) pairs. Optionally (rebuildBuckets), the first step's finalize re-plans the buckets in
+// the order the gradients really became ready, so that buckets match the real backward.
 #pragma once
 
 #include <memory>
@@ -19,6 +20,8 @@ struct DdpOptions {
   bool overlap = true;
   double bucketMb = 25;
   double firstBucketMb = 1;
+  /// After the first step, re-plan the buckets in rank 0's observed ready order (once; same bits).
+  bool rebuildBuckets = false;
 };
 
 /// One step: prepareStep(); setRequireSync(...) and backward per micro-batch; finalize(); optimizer.
@@ -37,8 +40,12 @@ class DistributedDataParallel {
   void prepareStep() { reducer_->prepareStep(); }
   /// false for micro-batches that only accumulate locally; true before the last one.
   void setRequireSync(bool sync) { reducer_->setRequireSync(sync); }
-  /// Waits for the averaged gradients (see Reducer::finalize, also for `beforeWaits`).
-  void finalize(const std::function<void()>& beforeWaits = nullptr) { reducer_->finalize(beforeWaits); }
+  /// Waits for the averaged gradients (see Reducer::finalize, also for `beforeWaits`). With
+  /// rebuildBuckets, the first call then rebuilds the buckets (a collective: every rank gets rank 0's
+  /// ready order, so the plans stay identical); the averaged gradients keep their values.
+  void finalize(const std::function<void()>& beforeWaits = nullptr);
+  /// Whether the last finalize() rebuilt the buckets (plan() is the new plan then).
+  bool rebuiltLastStep() const { return rebuiltLastStep_; }
 
   const BucketPlan& plan() const { return reducer_->plan(); }
   Communicator& communicator() const { return *comm_; }
@@ -48,7 +55,11 @@ class DistributedDataParallel {
  private:
   nn::NamedParameters params_;
   std::shared_ptr<Communicator> comm_;
+  DdpOptions opts_;
+  std::vector<ParamInfo> infos_;
   std::unique_ptr<Reducer> reducer_;
+  bool rebuildPending_;
+  bool rebuiltLastStep_ = false;
 };
 
 /// The lines DDP compares across ranks: "name dtype [shape]" per parameter, in registration order.

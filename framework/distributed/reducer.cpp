@@ -15,7 +15,15 @@ Reducer::Reducer(nn::NamedParameters params, BucketPlan plan, std::shared_ptr<Co
   const Device device = params_.front().second.device();
   MINIDP_CHECK(comm_->supports(device), "communicator " << comm_->name() << " cannot reduce " << deviceName(device)
                                                         << " gradients");
-  for (const Bucket& b : plan_.buckets) buffers_.push_back(Tensor::zeros({b.numel}, b.dtype, device));
+  installBuckets(false);
+  marked_.assign(params_.size(), false);
+  readyOrder_.reserve(params_.size());
+}
+
+void Reducer::installBuckets(bool keepGradients) {
+  const Device device = params_.front().second.device();
+  std::vector<Tensor> buffers;
+  for (const Bucket& b : plan_.buckets) buffers.push_back(Tensor::zeros({b.numel}, b.dtype, device));
   for (size_t i = 0; i < params_.size(); ++i) {
     auto& [name, param] = params_[i];
     const ParamSlot& slot = plan_.slots[i];
@@ -23,11 +31,25 @@ Reducer::Reducer(nn::NamedParameters params, BucketPlan plan, std::shared_ptr<Co
                                                          << ", the first on " << deviceName(device));
     MINIDP_CHECK(param.data().numel() == slot.numel && param.dtype() == plan_.buckets[slot.bucket].dtype,
                  "parameter '" << name << "' does not match its bucket slot");
-    param.setGrad(Tensor::alias(buffers_[slot.bucket], slot.offset, param.shape()));
+    Tensor view = Tensor::alias(buffers[slot.bucket], slot.offset, param.shape());
+    if (keepGradients) view.copyFrom(param.grad());
+    param.setGrad(std::move(view));
   }
-  marked_.assign(params_.size(), false);
+  buffers_ = std::move(buffers);
   pending_.assign(plan_.buckets.size(), 0);
   nextLaunch_ = plan_.buckets.size();
+}
+
+void Reducer::rebuild(BucketPlan plan) {
+  MINIDP_CHECK(!stepOpen_, "rebuild() inside a step: call it after finalize()");
+  MINIDP_CHECK(plan.slots.size() == params_.size(),
+               "bucket plan for " << plan.slots.size() << " parameters, got " << params_.size());
+  plan_ = std::move(plan);
+  // Safe to drop the old buckets here. CPU: finalize() waited for every all-reduce. CUDA: finalize() made
+  // the compute stream wait on every all-reduce, so the copies into the new views (on the compute stream)
+  // read averaged gradients; the allocator reuses the old blocks in compute-stream order, i.e. after
+  // those copies; and each CudaWork (kept in timings_ too) holds its buffer until the collective completes.
+  installBuckets(true);
 }
 
 Reducer::~Reducer() {
@@ -49,6 +71,7 @@ void Reducer::prepareStep() {
                "prepareStep() while the previous step's all-reduces are in flight: call finalize() first");
   for (Tensor& buffer : buffers_) buffer.zero();
   marked_.assign(params_.size(), false);
+  readyOrder_.clear();
   for (size_t b = 0; b < plan_.buckets.size(); ++b) pending_[b] = plan_.buckets[b].params.size();
   nextLaunch_ = 0;
   timings_.assign(plan_.buckets.size(), BucketTiming{});
@@ -68,6 +91,7 @@ void Reducer::markReady(size_t index) {
   MINIDP_CHECK(!marked_[index], "parameter '" << name << "' was marked ready twice in one step (a second backward "
                                                          "with sync on? use setRequireSync(false) for micro-batches)");
   marked_[index] = true;
+  readyOrder_.push_back(static_cast<int>(index));
   const int b = plan_.slots[index].bucket;
   if (--pending_[b] == 0) {
     timings_[b].readyMs = hostNowMs();

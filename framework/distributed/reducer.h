@@ -8,6 +8,9 @@
 // A step: prepareStep(); [setRequireSync(false); backward of micro-batches 1..K-1;] setRequireSync(true);
 // backward of the last micro-batch (hooks call markReady); finalize(). With K micro-batches each
 // computing a mean loss, the caller scales the loss by 1/K; the reducer only averages over ranks.
+//
+// Between two steps, rebuild() can replace the plan (DDP does it once, after the first step, from the
+// ready order the reducer observed): the gradients move to new buckets with their values.
 #pragma once
 
 #include <functional>
@@ -45,7 +48,7 @@ class Reducer {
   Reducer(const Reducer&) = delete;  // hooks hold its address
   Reducer& operator=(const Reducer&) = delete;
 
-  /// Starts a step: zeroes the buckets and forgets which gradients were ready.
+  /// Starts a step: zeroes the buckets and forgets which gradients were ready (and their order).
   void prepareStep();
   /// false: markReady does nothing (micro-batches accumulate locally); true: the next backward syncs.
   void setRequireSync(bool sync) { requireSync_ = sync; }
@@ -59,13 +62,22 @@ class Reducer {
   /// there and one after finalize returns bracket exactly the wait, i.e. the exposed communication.
   void finalize(const std::function<void()>& beforeWaits = nullptr);
 
+  /// Between steps: replaces the plan, allocates its buckets and moves every parameter's gradient, with
+  /// its current values, into its new view; the old buckets go back once nothing uses them.
+  void rebuild(BucketPlan plan);
+
   const BucketPlan& plan() const { return plan_; }
+  /// Registration indices in the order markReady counted them in the current (or last) synced step.
+  const std::vector<int>& readyOrder() const { return readyOrder_; }
   /// The flat buffer of bucket `b` (numel = plan().buckets[b].numel).
   const Tensor& bucketBuffer(size_t b) const { return buffers_.at(b); }
   /// Timings of the buckets in the last step, indexed by bucket.
   const std::vector<BucketTiming>& lastStepTimings() const { return timings_; }
 
  private:
+  /// Allocates the buckets of plan_ and installs each parameter's gradient as a view into its bucket,
+  /// copying the current gradient into it when `keepGradients`.
+  void installBuckets(bool keepGradients);
   void launchCompleted();
   void launch(size_t b);
   nn::NamedParameters params_;
@@ -76,6 +88,7 @@ class Reducer {
   bool stepOpen_ = false;
   std::vector<Tensor> buffers_;
   std::vector<bool> marked_;
+  std::vector<int> readyOrder_;
   std::vector<size_t> pending_;  // per bucket: gradients not yet ready in this step
   size_t nextLaunch_ = 0;        // buckets [0, nextLaunch_) are launched
   std::vector<BucketTiming> timings_;

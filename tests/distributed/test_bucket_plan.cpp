@@ -1,7 +1,8 @@
-// Bucket planning: reverse registration order, the small first and last buckets, the cap, oversized
-// parameters, one dtype per bucket, determinism.
+// Bucket planning: reverse registration order or a given (observed ready) order, the small first and
+// last buckets, the cap, oversized parameters, one dtype per bucket, determinism.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "framework/distributed/bucket_plan.h"
@@ -85,24 +86,20 @@ TEST(BucketPlan, OneDtypePerBucketInCompletionOrder) {
   EXPECT_EQ(plan.buckets[1].bytes(), 1600u);
 }
 
-TEST(BucketPlan, InvariantsOnManyParametersAndDeterministic) {
-  std::mt19937_64 rng(5);
-  std::vector<ParamInfo> params;
-  for (int i = 0; i < 60; ++i) {
-    params.push_back({"p" + std::to_string(i), static_cast<int64_t>(1 + rng() % 3000),
-                      rng() % 4 == 0 ? DType::F64 : DType::F32});
-  }
-  const size_t cap = 16000, firstCap = 4000;
-  const BucketPlan plan = planBuckets(params, mib(cap), mib(firstCap));
+// The rules, checked on `plan` of `params` walked in `order` (registration indices).
+void checkInvariants(const std::vector<ParamInfo>& params, const std::vector<int>& order, const BucketPlan& plan,
+                     size_t cap, size_t firstCap) {
+  std::vector<int> position(params.size());
+  for (size_t k = 0; k < order.size(); ++k) position[order[k]] = static_cast<int>(k);
   std::vector<int> seen(params.size(), 0);
   for (size_t b = 0; b < plan.buckets.size(); ++b) {
     const Bucket& bucket = plan.buckets[b];
     int64_t offset = 0;
-    int previous = static_cast<int>(params.size());
+    int previous = -1;
     for (int p : bucket.params) {
       ++seen[p];
-      EXPECT_LT(p, previous) << "reverse registration order inside a bucket";
-      previous = p;
+      EXPECT_GT(position[p], previous) << "walk order inside a bucket";
+      previous = position[p];
       EXPECT_EQ(params[p].dtype, bucket.dtype);
       EXPECT_EQ(plan.slots[p].bucket, static_cast<int>(b));
       EXPECT_EQ(plan.slots[p].offset, offset);
@@ -114,29 +111,84 @@ TEST(BucketPlan, InvariantsOnManyParametersAndDeterministic) {
   }
   for (size_t p = 0; p < params.size(); ++p) EXPECT_EQ(seen[p], 1) << "parameter " << p;
   if (plan.buckets[0].params.size() > 1) EXPECT_LE(plan.buckets[0].bytes(), firstCap);
-  // Each dtype's last bucket: its first-registered parameters, as many as fit the first cap.
+  // Each dtype's last bucket: the end of the walk, as many of its parameters as fit the first cap.
   for (DType dtype : {DType::F32, DType::F64}) {
     int last = -1;
     for (size_t b = 0; b < plan.buckets.size(); ++b) {
       if (plan.buckets[b].dtype == dtype) last = static_cast<int>(b);
     }
     ASSERT_GE(last, 0);
-    std::vector<int> prefix;  // the dtype's parameters in registration order, while they fit the first cap
+    std::vector<int> suffix;  // the dtype's parameters back from the end of the walk, while they fit
     size_t bytes = 0;
-    for (size_t p = 0; p < params.size(); ++p) {
-      if (params[p].dtype != dtype) continue;
-      const size_t size = static_cast<size_t>(params[p].numel) * dtypeSize(dtype);
-      if (!prefix.empty() && bytes + size > firstCap) break;
-      prefix.insert(prefix.begin(), static_cast<int>(p));
+    for (auto k = order.rbegin(); k != order.rend(); ++k) {
+      if (params[*k].dtype != dtype) continue;
+      const size_t size = static_cast<size_t>(params[*k].numel) * dtypeSize(dtype);
+      if (!suffix.empty() && bytes + size > firstCap) break;
+      suffix.insert(suffix.begin(), *k);
       bytes += size;
     }
-    EXPECT_EQ(plan.buckets[last].params, prefix) << dtypeName(dtype);
+    EXPECT_EQ(plan.buckets[last].params, suffix) << dtypeName(dtype);
   }
+}
+
+TEST(BucketPlan, InvariantsOnManyParametersAndDeterministic) {
+  std::mt19937_64 rng(5);
+  std::vector<ParamInfo> params;
+  for (int i = 0; i < 60; ++i) {
+    params.push_back({"p" + std::to_string(i), static_cast<int64_t>(1 + rng() % 3000),
+                      rng() % 4 == 0 ? DType::F64 : DType::F32});
+  }
+  const size_t cap = 16000, firstCap = 4000;
+  std::vector<int> reverse(params.size());
+  for (size_t k = 0; k < reverse.size(); ++k) reverse[k] = static_cast<int>(params.size() - 1 - k);
+  const BucketPlan plan = planBuckets(params, mib(cap), mib(firstCap));
+  checkInvariants(params, reverse, plan, cap, firstCap);
+  std::vector<int> shuffled = reverse;
+  std::shuffle(shuffled.begin(), shuffled.end(), rng);
+  const BucketPlan inOrder = planBucketsInOrder(params, shuffled, mib(cap), mib(firstCap));
+  checkInvariants(params, shuffled, inOrder, cap, firstCap);
 
   const BucketPlan again = planBuckets(params, mib(cap), mib(firstCap));
   EXPECT_EQ(again.describe(), plan.describe());
   ASSERT_EQ(again.buckets.size(), plan.buckets.size());
   for (size_t b = 0; b < plan.buckets.size(); ++b) EXPECT_EQ(again.buckets[b].params, plan.buckets[b].params);
+}
+
+TEST(BucketPlan, InOrderWalksTheGivenOrderWithTheSameCaps) {
+  // Seven parameters of 400 bytes; the first cap fits two, the cap three. The last bucket is the end of
+  // the order (3, 4), bucket 0 its start.
+  const BucketPlan plan =
+      planBucketsInOrder(f32Params({100, 100, 100, 100, 100, 100, 100}), {2, 5, 0, 6, 1, 3, 4}, mib(1200), mib(800));
+  ASSERT_EQ(plan.buckets.size(), 3u);
+  EXPECT_EQ(plan.buckets[0].params, (std::vector<int>{2, 5}));
+  EXPECT_EQ(plan.buckets[1].params, (std::vector<int>{0, 6, 1}));
+  EXPECT_EQ(plan.buckets[2].params, (std::vector<int>{3, 4}));
+  EXPECT_EQ(plan.slots[5].bucket, 0);
+  EXPECT_EQ(plan.slots[5].offset, 100);
+  EXPECT_EQ(plan.slots[1].bucket, 1);
+  EXPECT_EQ(plan.slots[1].offset, 200);
+  EXPECT_EQ(plan.slots[4].bucket, 2);
+  EXPECT_EQ(plan.slots[4].offset, 100);
+}
+
+TEST(BucketPlan, InOrderLastBucketsOfSeveralDtypesFollowTheOrder) {
+  std::vector<ParamInfo> params = {
+      {"a", 100, DType::F64}, {"b", 100, DType::F32}, {"c", 100, DType::F64}, {"d", 100, DType::F32}};
+  // The F64 bucket's final parameter (c) comes before the F32 bucket's (b) in the order: it is first,
+  // unlike in reverse registration order (OneDtypePerBucketInCompletionOrder).
+  const BucketPlan plan = planBucketsInOrder(params, {0, 3, 2, 1}, 1, 1);
+  ASSERT_EQ(plan.buckets.size(), 2u);
+  EXPECT_EQ(plan.buckets[0].dtype, DType::F64);
+  EXPECT_EQ(plan.buckets[0].params, (std::vector<int>{0, 2}));
+  EXPECT_EQ(plan.buckets[1].dtype, DType::F32);
+  EXPECT_EQ(plan.buckets[1].params, (std::vector<int>{3, 1}));
+}
+
+TEST(BucketPlan, InOrderRejectsAnOrderThatIsNotAPermutation) {
+  const std::vector<ParamInfo> params = f32Params({1, 1, 1});
+  for (const std::vector<int>& order : std::vector<std::vector<int>>{{0, 0, 1}, {0, 1}, {0, 1, 3}, {-1, 0, 1}}) {
+    EXPECT_THROW(planBucketsInOrder(params, order, 1, 1), Error) << ::testing::PrintToString(order);
+  }
 }
 
 TEST(BucketPlan, DescribeNamesBucketsBytesAndParameters) {

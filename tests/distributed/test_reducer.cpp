@@ -1,6 +1,7 @@
 // The reducer with a recording communicator: launch order is bucket order whatever the ready order,
 // gradients are views into the buckets, errors name the parameter, overlap off launches at finalize,
-// and DDP's hooks launch during backward.
+// DDP's hooks launch during backward, and DDP's rebuild moves the buckets to rank 0's observed ready
+// order once, keeping the gradients.
 #include <gtest/gtest.h>
 
 #include "framework/distributed/ddp.h"
@@ -11,10 +12,13 @@
 namespace minidp::distributed {
 namespace {
 
-/// Records the tags of the all-reduces it is asked for; they complete at once.
+/// Records the tags of the all-reduces it is asked for; they complete at once. allGather answers its own
+/// bytes for both ranks; with `rank0` (another instance that already made the same calls), it plays
+/// rank 1 and answers rank0's bytes of the same call as rank 0's.
 class RecordingCommunicator : public Communicator {
  public:
-  int rank() const override { return 0; }
+  explicit RecordingCommunicator(const RecordingCommunicator* rank0 = nullptr) : rank0_(rank0) {}
+  int rank() const override { return rank0_ ? 1 : 0; }
   int worldSize() const override { return 2; }
   std::string name() const override { return "recording"; }
   std::string describe() const override { return "recording"; }
@@ -24,9 +28,17 @@ class RecordingCommunicator : public Communicator {
     return std::make_shared<CompletedWork>(tag, buffer.nbytes());
   }
   void broadcast(Tensor&, int) override {}
-  std::vector<std::string> allGather(const std::string& bytes) override { return {bytes, bytes}; }
+  std::vector<std::string> allGather(const std::string& bytes) override {
+    gathered.push_back(bytes);
+    if (!rank0_) return {bytes, bytes};
+    return {rank0_->gathered.at(gathered.size() - 1), bytes};
+  }
   void abort() noexcept override {}
   std::vector<std::string> launched;
+  std::vector<std::string> gathered;
+
+ private:
+  const RecordingCommunicator* rank0_;
 };
 
 using Tags = std::vector<std::string>;
@@ -170,10 +182,89 @@ TEST(Reducer, DdpHooksLaunchDuringBackwardWithOverlapOn) {
       EXPECT_EQ(comm->launched.size(), overlap ? 3u : 0u) << "overlap " << overlap;
       ddp.finalize();
       EXPECT_EQ(comm->launched, (Tags{"bucket 0", "bucket 1", "bucket 2"}));
+      EXPECT_FALSE(ddp.rebuiltLastStep()) << "rebuild is opt-in";
     }
     backward();  // the DDP and its hooks are gone: no launch, no dangling reducer
     EXPECT_EQ(comm->launched.size(), 3u);
   }
+}
+
+std::vector<int> paramsOfBuckets(const BucketPlan& plan) {
+  std::vector<int> out;
+  for (const Bucket& b : plan.buckets) out.insert(out.end(), b.params.begin(), b.params.end());
+  return out;
+}
+
+// Two DDPs play rank 0 and rank 1; four parameters of 80 bytes, one bucket each (first: bucket k holds
+// parameter 3 - k). The ranks see different ready orders; both rebuild to rank 0's, once.
+TEST(Reducer, DdpRebuildsTheBucketsInRankZerosReadyOrderOnce) {
+  const DdpOptions opts{true, 80.0 / 1048576, 80.0 / 1048576, true};
+  nn::NamedParameters params0 = makeParams(4, 10), params1 = makeParams(4, 10);
+  auto comm0 = std::make_shared<RecordingCommunicator>();
+  auto comm1 = std::make_shared<RecordingCommunicator>(comm0.get());
+  DistributedDataParallel rank0(params0, comm0, opts), rank1(params1, comm1, opts);
+  ASSERT_EQ(paramsOfBuckets(rank0.plan()), (std::vector<int>{3, 2, 1, 0}));
+  const std::vector<int> observed = {1, 3, 0, 2};
+  // Step 1: distinct gradients, which the recording all-reduce leaves as they are.
+  std::vector<Tensor> grads;
+  for (int i = 0; i < 4; ++i) grads.push_back(testing::randomTensor({10}, 100 + i));
+  const auto firstStep = [&](DistributedDataParallel& ddp, nn::NamedParameters& params, const std::vector<int>& order) {
+    ddp.prepareStep();
+    for (int i = 0; i < 4; ++i) {
+      Tensor grad = params[i].second.grad();
+      grad.copyFrom(grads[i]);
+    }
+    for (int i : order) ddp.reducer().markReady(i);
+    ddp.finalize();
+    EXPECT_TRUE(ddp.rebuiltLastStep());
+    EXPECT_EQ(paramsOfBuckets(ddp.plan()), observed) << "rank " << ddp.communicator().rank();
+    for (int i = 0; i < 4; ++i) {
+      const Tensor& grad = params[i].second.grad();
+      EXPECT_TRUE(grad.sharesStorage(ddp.reducer().bucketBuffer(ddp.plan().slots[i].bucket))) << i;
+      EXPECT_EQ(grad.toVector<double>(), grads[i].toVector<double>()) << "parameter " << i << " lost its gradient";
+    }
+  };
+  firstStep(rank0, params0, observed);
+  firstStep(rank1, params1, {3, 2, 1, 0});
+  // Step 2 in the observed order: each gradient now completes the next bucket, which launches at once.
+  comm0->launched.clear();
+  rank0.prepareStep();
+  for (size_t k = 0; k < observed.size(); ++k) {
+    rank0.reducer().markReady(observed[k]);
+    EXPECT_EQ(comm0->launched.size(), k + 1) << "after parameter " << observed[k];
+  }
+  rank0.finalize();
+  EXPECT_FALSE(rank0.rebuiltLastStep());
+  // Step 3 in another order: no second rebuild.
+  rank0.prepareStep();
+  for (int i : {2, 0, 3, 1}) rank0.reducer().markReady(i);
+  rank0.finalize();
+  EXPECT_FALSE(rank0.rebuiltLastStep());
+  EXPECT_EQ(paramsOfBuckets(rank0.plan()), observed);
+}
+
+// The order comes from the hooks: w0 is used last in forward, so its gradient is ready first.
+TEST(Reducer, DdpRebuildFollowsTheBackwardOrder) {
+  nn::NamedParameters params = makeParams(3, 10);
+  const Variable x(testing::randomTensor({10}, 9));
+  auto comm = std::make_shared<RecordingCommunicator>();
+  DistributedDataParallel ddp(params, comm, DdpOptions{true, 80.0 / 1048576, 80.0 / 1048576, true});
+  ASSERT_EQ(paramsOfBuckets(ddp.plan()), (std::vector<int>{2, 1, 0}));
+  ddp.prepareStep();
+  // y = sum(relu(w0 * relu(w2 * relu(w1 * x))))
+  Variable h = x;
+  for (int i : {1, 2, 0}) h = ops::relu(ops::mul(params[i].second, h));
+  ops::sum(h).backward();
+  ddp.finalize();
+  EXPECT_TRUE(ddp.rebuiltLastStep());
+  EXPECT_EQ(paramsOfBuckets(ddp.plan()), (std::vector<int>{0, 2, 1}));
+}
+
+TEST(Reducer, RebuildInsideAStepIsAnError) {
+  nn::NamedParameters params = makeParams(2, 4);
+  Reducer r(params, planOf(params, 1 << 20), std::make_shared<RecordingCommunicator>(), true);
+  r.prepareStep();
+  EXPECT_THROW(r.rebuild(planOf(params, 32)), Error);
 }
 
 TEST(Reducer, DdpRejectsAParameterListedTwice) {
