@@ -1,5 +1,5 @@
-// minidp-bench: step time with all-reduce overlap off and on, and why. For each NCCL maxCTAs value, each
-// bucket size and each repeat it trains the same model from the same seed twice, overlap off then on
+// minidp-bench: step time with all-reduce overlap off and on, and why. For each comm stream priority and
+// NCCL maxCTAs value (every combination), each bucket size and each repeat it trains the same model from the same seed twice, overlap off then on
 // (so drift hits both alike): --warmup steps untimed, then --steps steps each synchronised and timed
 // (CUDA events around the step; the host clock on the CPU). Rank 0 prints one row per run:
 //
@@ -12,8 +12,9 @@
 //   speed-up    T_off / T_on
 //
 // The same flags as minidp-train, plus the sweep flags; --overlap, --log-every, --save and --sample are
-// not used. The first bucket's cap is min(--first-bucket-mb, bucket size). NCCL reads maxCTAs when a
-// communicator is created, so each --nccl-max-ctas-list value gets a new communicator.
+// not used. The first bucket's cap is min(--first-bucket-mb, bucket size). NCCL reads maxCTAs and the
+// comm stream is created when a communicator is, so each (--comm-priority-list, --nccl-max-ctas-list)
+// combination gets a new communicator.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -39,6 +40,7 @@ namespace {
 struct BenchOptions {
   std::vector<double> bucketMbList;
   std::vector<int> ncclMaxCtasList;
+  std::vector<std::string> commPriorityList;  // "high" | "default"
   int64_t warmup = 5;
   int64_t repeats = 1;
   std::string json;
@@ -49,9 +51,15 @@ struct StepSample {
   double stepMs = 0, computeMs = 0, commMs = 0, exposedMs = 0;
 };
 
+/// The communicator settings swept: one communicator per combination.
+struct CommConfig {
+  bool highPriority = true;
+  int ctas = 0;
+};
+
 /// One table row: a run (or, with repeat -1, every repeat of a configuration pooled).
 struct Row {
-  int ctas = 0;
+  CommConfig comm;
   double bucketMb = 0;
   int repeat = 0;
   bool overlap = false;
@@ -109,24 +117,27 @@ std::vector<StepSample> samplesOf(const std::vector<std::vector<runtime::StepRec
   return out;
 }
 
-std::string runLabel(int ctas, double bucketMb, bool overlap) {
-  char text[96];
-  std::snprintf(text, sizeof text, "bucket %g MB, overlap %s", bucketMb, overlap ? "on" : "off");
+const char* priorityName(bool highPriority) { return highPriority ? "high" : "default"; }
+
+std::string runLabel(const CommConfig& comm, double bucketMb, bool overlap) {
+  char text[128];
+  std::snprintf(text, sizeof text, "bucket %g MB, overlap %s, priority %s", bucketMb, overlap ? "on" : "off",
+                priorityName(comm.highPriority));
   std::string label = text;
-  if (ctas > 0) label += ", maxCTAs " + std::to_string(ctas);
+  if (comm.ctas > 0) label += ", maxCTAs " + std::to_string(comm.ctas);
   return label;
 }
 
 /// Trains `warmup + steps` steps of a fresh Trainer, synchronising after each; the timed steps'
 /// samples. Appends the last traceSteps timed steps of every rank to `traced` when `trace`.
-Row run(const train::Options& base, const BenchOptions& bench, train::Session& session, int ctas, double bucketMb,
-        int repeat, bool overlap, bool trace, std::vector<runtime::StepRecord>& traced) {
+Row run(const train::Options& base, const BenchOptions& bench, train::Session& session, const CommConfig& comm,
+        double bucketMb, int repeat, bool overlap, bool trace, std::vector<runtime::StepRecord>& traced) {
   train::Options o = base;
   o.bucketMb = bucketMb;
   o.firstBucketMb = std::min(base.firstBucketMb, bucketMb);
   o.overlap = overlap ? "on" : "off";
   train::Trainer trainer(o, session);
-  const std::string label = runLabel(ctas, bucketMb, overlap);
+  const std::string label = runLabel(comm, bucketMb, overlap);
   std::vector<runtime::StepRecord> timed;
   const int64_t total = bench.warmup + o.steps;
   for (int64_t i = 1; i <= total; ++i) {
@@ -141,7 +152,7 @@ Row run(const train::Options& base, const BenchOptions& bench, train::Session& s
     }
   }
   Row row;
-  row.ctas = ctas;
+  row.comm = comm;
   row.bucketMb = bucketMb;
   row.repeat = repeat;
   row.overlap = overlap;
@@ -158,8 +169,9 @@ std::string cell(double v, const char* format) {
 }
 
 void printRow(const Row& r) {
-  std::printf("%8s %9g %6s %7s %9.3f %9.3f %10.3f %9.3f %10.3f %7s %8s\n",
-              r.ctas > 0 ? std::to_string(r.ctas).c_str() : "default", r.bucketMb,
+  std::printf("%8s %8s %9g %6s %7s %9.3f %9.3f %10.3f %9.3f %10.3f %7s %8s\n",
+              priorityName(r.comm.highPriority), r.comm.ctas > 0 ? std::to_string(r.comm.ctas).c_str() : "default",
+              r.bucketMb,
               r.repeat < 0 ? "all" : std::to_string(r.repeat).c_str(), r.overlap ? "on" : "off", r.stepMs, r.p90Ms,
               r.computeMs, r.commMs, r.exposedMs, cell(r.efficiency, "%.3f").c_str(), cell(r.speedup, "%.3f").c_str());
 }
@@ -169,7 +181,8 @@ nlohmann::json nullable(double v) { return std::isnan(v) ? nlohmann::json(nullpt
 nlohmann::json rowJson(const Row& r) {
   std::vector<double> steps;
   for (const StepSample& s : r.samples) steps.push_back(s.stepMs);
-  return {{"nccl_max_ctas", r.ctas},
+  return {{"comm_priority", priorityName(r.comm.highPriority)},
+          {"nccl_max_ctas", r.comm.ctas},
           {"bucket_mb", r.bucketMb},
           {"repeat", r.repeat < 0 ? nlohmann::json("all") : nlohmann::json(r.repeat)},
           {"overlap", r.overlap ? "on" : "off"},
@@ -215,6 +228,11 @@ int main(int argc, char** argv) {
   app.add_option("--nccl-max-ctas-list", bench.ncclMaxCtasList,
                  "NCCL maxCTAs values to sweep, a new communicator each (default: --nccl-max-ctas)")
       ->delimiter(',');
+  app.add_option("--comm-priority-list", bench.commPriorityList,
+                 "Comm stream priorities to sweep, high and/or default, a new communicator each "
+                 "(default: high, or default with --no-comm-priority)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"high", "default"}));
   app.add_option("--warmup", bench.warmup, "Untimed steps before each run's timed --steps")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
@@ -225,6 +243,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (bench.bucketMbList.empty()) bench.bucketMbList = {opts.bucketMb};
   if (bench.ncclMaxCtasList.empty()) bench.ncclMaxCtasList = {opts.comm.ncclMaxCtas};
+  if (bench.commPriorityList.empty()) bench.commPriorityList = {priorityName(opts.comm.commHighPriority)};
+  std::vector<CommConfig> commConfigs;  // priority outer, maxCTAs inner
+  for (const std::string& priority : bench.commPriorityList)
+    for (int ctas : bench.ncclMaxCtasList) commConfigs.push_back({priority == "high", ctas});
 
   train::Session session;
   return train::runGuarded("minidp-bench", session, [&] {
@@ -260,10 +282,11 @@ int main(int argc, char** argv) {
     std::vector<Row> rows;
     std::vector<std::string> communicators;
     std::vector<runtime::StepRecord> traced;
-    for (size_t c = 0; c < bench.ncclMaxCtasList.size(); ++c) {
-      const int ctas = bench.ncclMaxCtasList[c];
-      if (ctas != opts.comm.ncclMaxCtas || c > 0) {
-        opts.comm.ncclMaxCtas = ctas;
+    for (size_t c = 0; c < commConfigs.size(); ++c) {
+      const CommConfig& comm = commConfigs[c];
+      if (c > 0 || comm.ctas != opts.comm.ncclMaxCtas || comm.highPriority != opts.comm.commHighPriority) {
+        opts.comm.ncclMaxCtas = comm.ctas;
+        opts.comm.commHighPriority = comm.highPriority;
         session.comm.reset();  // the previous communicator goes before the next is created
         session.comm = distributed::makeCommunicator(opts.comm, session.mpi.get());
       }
@@ -279,7 +302,7 @@ int main(int argc, char** argv) {
           std::printf("EMULATED: one process modelling %d ranks; comm times are the model's, not a real network's\n",
                       opts.comm.emulatedWorld);
         }
-        std::printf("%8s %9s %6s %7s %9s %9s %10s %9s %10s %7s %8s\n", "maxCTAs", "bucket_mb", "repeat", "overlap",
+        std::printf("%8s %8s %9s %6s %7s %9s %9s %10s %9s %10s %7s %8s\n", "priority", "maxCTAs", "bucket_mb", "repeat", "overlap",
                     "step_ms", "p90_ms", "compute_ms", "comm_ms", "exposed_ms", "E", "speed-up");
         std::fflush(stdout);
       }
@@ -287,8 +310,8 @@ int main(int argc, char** argv) {
         std::vector<Row> pooled(2);  // off, on: every repeat's steps
         for (int64_t repeat = 0; repeat < bench.repeats; ++repeat) {
           const bool trace = !opts.trace.empty() && repeat == 0;
-          Row off = run(opts, bench, session, ctas, bucketMb, static_cast<int>(repeat), false, trace, traced);
-          Row on = run(opts, bench, session, ctas, bucketMb, static_cast<int>(repeat), true, trace, traced);
+          Row off = run(opts, bench, session, comm, bucketMb, static_cast<int>(repeat), false, trace, traced);
+          Row on = run(opts, bench, session, comm, bucketMb, static_cast<int>(repeat), true, trace, traced);
           compare(off, on);
           for (const Row* r : {&off, &on}) {
             Row& pool = pooled[r->overlap];
@@ -301,7 +324,7 @@ int main(int argc, char** argv) {
         if (bench.repeats > 1) {
           for (int overlap : {0, 1}) {
             Row& pool = pooled[overlap];
-            pool.ctas = ctas;
+            pool.comm = comm;
             pool.bucketMb = bucketMb;
             pool.repeat = -1;
             pool.overlap = overlap;

@@ -36,17 +36,22 @@ def bench_rows(bench):
     return pooled or rows
 
 
+def comm_of(row):
+    """The communicator a row ran on: (comm stream priority, NCCL maxCTAs)."""
+    return row.get("comm_priority", "high"), row["nccl_max_ctas"]
+
+
 def plot_bench(bench, out):
     rows = bench_rows(bench)
     config = bench["config"]
-    ctas = sorted({r["nccl_max_ctas"] for r in rows})
+    comms = sorted({comm_of(r) for r in rows})  # (priority, maxCTAs); priority absent in older files
     buckets = sorted({r["bucket_mb"] for r in rows})
-    groups = [(c, b) for c in ctas for b in buckets]
-    labels = [f"{b:g} MB" + (f"\nmaxCTAs {c}" if len(ctas) > 1 else "") for c, b in groups]
+    groups = [(c, b) for c in comms for b in buckets]
+    labels = [f"{b:g} MB" + (f"\npriority {c[0]}, maxCTAs {c[1]}" if len(comms) > 1 else "") for c, b in groups]
 
     def pick(c, b, overlap, key):
         values = [r[key] for r in rows
-                  if r["nccl_max_ctas"] == c and r["bucket_mb"] == b and r["overlap"] == overlap and r[key] is not None]
+                  if comm_of(r) == c and r["bucket_mb"] == b and r["overlap"] == overlap and r[key] is not None]
         return sum(values) / len(values) if values else float("nan")
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(6, 1.6 * len(groups) + 3), 8))
