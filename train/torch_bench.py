@@ -203,13 +203,19 @@ def main():
 
     if rank == 0:
         model_name = args.model
-        hdr = ["framework", "model", "world", "overlap", "bucket_mb",
-               "step_ms_median", "step_ms_p90", "samples_per_s"]
-        print(" ".join(f"{h:>14}" for h in hdr))
+        # minidp-bench's columns; PyTorch does not expose per-bucket timings, so compute, comm, exposed and E
+        # are not measured here ("-"), and the speed-up is T_off / T_on of the same bucket size.
         for r in rows:
-            vals = ["pytorch", model_name, world, r["overlap"], f"{r['bucket_mb']:g}",
-                    f"{r['step_ms_median']:.3f}", f"{r['step_ms_p90']:.3f}", f"{r['samples_per_s']:.1f}"]
-            print(" ".join(f"{str(v):>14}" for v in vals))
+            off = next((o for o in rows if o["bucket_mb"] == r["bucket_mb"] and o["overlap"] == "off"), None)
+            r["speedup"] = off["step_ms_median"] / r["step_ms_median"] if off and r["overlap"] == "on" else None
+        hdr = ["framework", "model", "world", "bucket_mb", "overlap", "step_ms", "p90_ms",
+               "compute_ms", "comm_ms", "exposed_ms", "E", "speed-up", "samples_per_s"]
+        print(" ".join(f"{h:>13}" for h in hdr))
+        for r in rows:
+            vals = ["pytorch", model_name, world, f"{r['bucket_mb']:g}", r["overlap"],
+                    f"{r['step_ms_median']:.3f}", f"{r['step_ms_p90']:.3f}", "-", "-", "-", "-",
+                    f"{r['speedup']:.3f}" if r["speedup"] else "-", f"{r['samples_per_s']:.1f}"]
+            print(" ".join(f"{str(v):>13}" for v in vals))
         n_params = sum(p.numel() for p in build_model(args, torch.device("cpu")).parameters())
         config = {k: v for k, v in vars(args).items() if k != "json"}
         config.update({"n_params": n_params, "torch_version": torch.__version__,
@@ -221,8 +227,10 @@ def main():
         result = {"framework": "pytorch", "model": model_name, "world": world,
                   "device": args.device, "rows": rows, "config": config}
         if args.json:
-            with open(args.json, "w") as f:
+            tmp = args.json + ".tmp"  # complete or absent: write, then rename
+            with open(tmp, "w") as f:
                 json.dump(result, f, indent=2)
+            os.replace(tmp, args.json)
             print(f"wrote {args.json}")
     if world > 1:
         dist.barrier()
