@@ -20,11 +20,7 @@ int main(int argc, char** argv) {
   std::vector<double> sizesMb = {0.25, 1, 5, 25, 100};
   int iters = 20, warmup = 5;
   std::string jsonPath;
-  app.add_option("--device", opts.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  app.add_option("--comm", opts.comm.backend, "Communicator: auto, single, mpi, nccl, emulated")->capture_default_str();
-  app.add_option("--nccl-max-ctas", opts.comm.ncclMaxCtas, "NCCL maxCTAs (0: NCCL's default)")->capture_default_str();
-  app.add_option("--emulated-world", opts.comm.emulatedWorld, "Emulated link: ranks modelled")->capture_default_str();
-  app.add_option("--emulated-gbps", opts.comm.emulatedGBps, "Emulated link: GB/s")->capture_default_str();
+  train::addSessionOptions(app, opts);
   app.add_option("--sizes-mb", sizesMb, "Buffer sizes in MB (MiB)")->capture_default_str();
   app.add_option("--iters", iters, "Timed all-reduces per size")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--warmup", warmup, "Untimed all-reduces per size")->capture_default_str();

@@ -52,8 +52,10 @@ struct Options {
   distributed::CommOptions comm;
 };
 
-/// Registers the flags of `opts` on `app`.
+/// Registers the flags of `opts` on `app` (addSessionOptions included).
 void addOptions(CLI::App& app, Options& opts);
+/// Registers the device and communicator flags (--device, --comm, --nccl-max-ctas, ..., --watchdog-s).
+void addSessionOptions(CLI::App& app, Options& opts);
 
 /// This process's place in the job: MPI (when launched by mpirun), device, communicator.
 struct Session {

@@ -18,8 +18,7 @@ void checkGrad(const Variable& p, size_t index) {
 }  // namespace
 
 Sgd::Sgd(std::vector<Variable> params, double lr, double momentum, double weightDecay)
-    : Optimizer(std::move(params)), momentum_(momentum), weightDecay_(weightDecay) {
-  lr_ = lr;
+    : Optimizer(std::move(params), lr), momentum_(momentum), weightDecay_(weightDecay) {
   if (momentum_ != 0) buffers_ = zerosLike(params_);
 }
 
@@ -38,8 +37,7 @@ void Sgd::step() {
 }
 
 AdamW::AdamW(std::vector<Variable> params, double lr, double beta1, double beta2, double eps, double weightDecay)
-    : Optimizer(std::move(params)), beta1_(beta1), beta2_(beta2), eps_(eps), weightDecay_(weightDecay) {
-  lr_ = lr;
+    : Optimizer(std::move(params), lr), beta1_(beta1), beta2_(beta2), eps_(eps), weightDecay_(weightDecay) {
   m_ = zerosLike(params_);
   v_ = zerosLike(params_);
 }

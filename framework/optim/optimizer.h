@@ -12,16 +12,14 @@ namespace minidp::optim {
 /// Updates parameters in place from their gradients.
 class Optimizer {
  public:
-  explicit Optimizer(std::vector<Variable> params) : params_(std::move(params)) {}
+  Optimizer(std::vector<Variable> params, double lr) : params_(std::move(params)), lr_(lr) {}
   virtual ~Optimizer() = default;
   /// One update from the current gradients (which must exist).
   virtual void step() = 0;
-  void setLearningRate(double lr) { lr_ = lr; }
-  double learningRate() const { return lr_; }
 
  protected:
   std::vector<Variable> params_;
-  double lr_ = 0;
+  double lr_;
 };
 
 /// torch.optim.SGD: momentum (dampening 0) and L2 weight decay added to the gradient.
