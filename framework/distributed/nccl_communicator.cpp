@@ -17,6 +17,7 @@ ncclDataType_t ncclType(DType dtype) {
     case DType::F32: return ncclFloat32;
     case DType::F64: return ncclFloat64;
     case DType::I32: return ncclInt32;
+    case DType::BF16: return ncclBfloat16;
   }
   return ncclFloat32;
 }

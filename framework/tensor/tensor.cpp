@@ -17,6 +17,7 @@ size_t dtypeSize(DType dtype) {
     case DType::F32: return 4;
     case DType::F64: return 8;
     case DType::I32: return 4;
+    case DType::BF16: return 2;
   }
   throwError("unknown dtype", __FILE__, __LINE__);
 }
@@ -26,6 +27,7 @@ const char* dtypeName(DType dtype) {
     case DType::F32: return "F32";
     case DType::F64: return "F64";
     case DType::I32: return "I32";
+    case DType::BF16: return "BF16";
   }
   return "?";
 }

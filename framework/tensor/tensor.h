@@ -6,19 +6,20 @@
 #include <string>
 #include <vector>
 
+#include "kernels/bf16.h"
 #include "kernels/check.h"
 
 namespace minidp {
 
-/// Element types. I32 carries token ids and class labels.
-enum class DType : uint8_t { F32, F64, I32 };
+/// Element types. I32 carries token ids and class labels; BF16 is a CUDA compute copy (mixed precision).
+enum class DType : uint8_t { F32, F64, I32, BF16 };
 /// Where a tensor's memory lives.
 enum class Device : uint8_t { CPU, CUDA };
 using Shape = std::vector<int64_t>;
 
 /// Bytes per element of `dtype`.
 size_t dtypeSize(DType dtype);
-/// Short name as safetensors spells it: "F32", "F64", "I32".
+/// Short name as safetensors spells it: "F32", "F64", "I32", "BF16".
 const char* dtypeName(DType dtype);
 /// "cpu" or "cuda".
 const char* deviceName(Device device);
@@ -31,6 +32,7 @@ template <typename T> constexpr DType dtypeOf();
 template <> constexpr DType dtypeOf<float>() { return DType::F32; }
 template <> constexpr DType dtypeOf<double>() { return DType::F64; }
 template <> constexpr DType dtypeOf<int32_t>() { return DType::I32; }
+template <> constexpr DType dtypeOf<bf16>() { return DType::BF16; }
 
 /// A block of memory returned to its allocator when the last tensor using it goes away.
 struct Storage {

@@ -1,0 +1,36 @@
+// bf16: bfloat16 storage shared by host and device code. Layout-compatible with CUDA's __nv_bfloat16
+// (the upper 16 bits of an IEEE-754 float), so .cu files reinterpret_cast between the two; code that
+// is compiled without CUDA (the CPU build, framework/) names this type only.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/host_device.h"
+
+namespace minidp {
+
+/// A bfloat16 value: 1 sign, 8 exponent, 7 mantissa bits. Arithmetic happens in float.
+struct bf16 {
+  uint16_t bits;
+};
+static_assert(sizeof(bf16) == 2, "bf16 must be two bytes");
+
+/// The float whose upper 16 bits are `b` (exact).
+inline float bf16ToFloat(bf16 b) {
+  const uint32_t u = static_cast<uint32_t>(b.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/// `f` rounded to the nearest bfloat16, ties to even (as __float2bfloat16_rn); NaN stays a quiet NaN.
+inline bf16 floatToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0) return bf16{static_cast<uint16_t>((u >> 16) | 0x40)};
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return bf16{static_cast<uint16_t>(u >> 16)};
+}
+
+}  // namespace minidp
