@@ -34,3 +34,25 @@ inline bf16 floatToBf16(float f) {
 }
 
 }  // namespace minidp
+
+namespace minidp {
+
+/// The types a kernel pairs with activation type T: parameters (and their gradients) and accumulation.
+/// fp32 and fp64 runs keep one type throughout; bf16 activations pair with fp32 master parameters,
+/// fp32 parameter gradients and fp32 accumulation (mixed precision).
+template <typename T>
+struct MixedTypes {
+  using Param = T;
+  using Accum = T;
+};
+template <>
+struct MixedTypes<bf16> {
+  using Param = float;
+  using Accum = float;
+};
+template <typename T>
+using ParamOf = typename MixedTypes<T>::Param;
+template <typename T>
+using AccumOf = typename MixedTypes<T>::Accum;
+
+}  // namespace minidp

@@ -8,6 +8,25 @@ namespace minidp {
 
 namespace {
 thread_local bool gGradMode = true;
+// The inputs of the node whose backward runs on this thread, and which of them the op accumulated into
+// directly through leafGradTarget.
+thread_local const std::vector<Variable>* gBackwardInputs = nullptr;
+thread_local std::vector<bool>* gTakenGrads = nullptr;
+
+// Publishes a node's inputs to leafGradTarget while its backward runs.
+class BackwardScope {
+ public:
+  BackwardScope(const std::vector<Variable>& inputs, std::vector<bool>& taken) {
+    gBackwardInputs = &inputs;
+    gTakenGrads = &taken;
+  }
+  ~BackwardScope() {
+    gBackwardInputs = nullptr;
+    gTakenGrads = nullptr;
+  }
+  BackwardScope(const BackwardScope&) = delete;
+  BackwardScope& operator=(const BackwardScope&) = delete;
+};
 }  // namespace
 
 bool gradModeEnabled() { return gGradMode; }
@@ -30,6 +49,16 @@ Variable Variable::fromOp(Tensor data, std::vector<Variable> inputs, BackwardFn 
     out.impl_->backward = std::move(backward);
   }
   return out;
+}
+
+Tensor leafGradTarget(size_t index) {
+  MINIDP_CHECK(gBackwardInputs != nullptr, "leafGradTarget is only valid inside an op's backward");
+  MINIDP_CHECK(index < gBackwardInputs->size(),
+               "leafGradTarget(" << index << ") for an op with " << gBackwardInputs->size() << " inputs");
+  const Variable& input = (*gBackwardInputs)[index];
+  if (!input.defined() || !input.requiresGrad() || !input.isLeaf() || !input.grad().defined()) return Tensor();
+  (*gTakenGrads)[index] = true;
+  return input.grad();
 }
 
 void Variable::setGrad(Tensor grad) {
@@ -88,7 +117,12 @@ class BackwardEngine {
       if (!node->backward) continue;  // leaves receive, they do not propagate
       Tensor gradOut = std::move(grads[node]);
       grads.erase(node);
-      std::vector<Tensor> inGrads = node->backward(gradOut);
+      std::vector<bool> taken(node->inputs.size(), false);
+      std::vector<Tensor> inGrads;
+      {
+        BackwardScope scope(node->inputs, taken);
+        inGrads = node->backward(gradOut);
+      }
       MINIDP_CHECK(inGrads.size() == node->inputs.size(),
                    "backward returned " << inGrads.size() << " gradients for " << node->inputs.size()
                                         << " inputs");
@@ -96,8 +130,12 @@ class BackwardEngine {
         Variable& input = node->inputs[i];
         Impl* in = input.impl_.get();
         if (!in || !in->requiresGrad) continue;
-        MINIDP_CHECK(inGrads[i].defined(), "an op returned no gradient for an input that requires it");
-        if (input.isLeaf()) {
+        MINIDP_CHECK(inGrads[i].defined() != taken[i],
+                     (taken[i] ? "an op accumulated into a leaf's gradient and also returned one"
+                               : "an op returned no gradient for an input that requires it"));
+        if (taken[i]) {
+          // the op accumulated into the leaf's installed gradient itself (leafGradTarget)
+        } else if (input.isLeaf()) {
           accumulateLeaf(*in, inGrads[i]);
         } else {
           Tensor& g = grads[in];

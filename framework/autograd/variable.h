@@ -84,4 +84,11 @@ class NoGradGuard {
 /// Whether ops record the graph on this thread.
 bool gradModeEnabled();
 
+/// Inside an op's backward only: the installed gradient tensor of the op's input `index` when that input
+/// is a leaf that requires grad and already has one (under DDP, a view of its bucket). The op may then
+/// accumulate its contribution into it directly (`+=`: a GEMM with beta = 1, a kernel that adds) and must
+/// return an undefined Tensor for that input. Undefined otherwise: return the gradient as usual.
+/// Saves a temporary and an add per parameter gradient.
+Tensor leafGradTarget(size_t index);
+
 }  // namespace minidp

@@ -23,6 +23,36 @@ TEST(Autograd, GradientsAccumulateUntilZeroed) {
   for (double g : x.grad().toVector<double>()) EXPECT_EQ(g, 0.0);
 }
 
+// An op that accumulates 3 into its input's installed gradient through leafGradTarget when it can, and
+// returns the gradient (3) otherwise.
+Variable addsThreeDirectly(const Variable& x, int& direct) {
+  return Variable::fromOp(x.data().clone(), {x}, [&direct](const Tensor& g) {
+    Tensor target = leafGradTarget(0);
+    Tensor three = ops::full(g.shape(), 3.0, g.dtype(), g.device());
+    if (!target.defined()) return std::vector<Tensor>{three};
+    ++direct;
+    ops::addInPlace(target, three);
+    return std::vector<Tensor>{Tensor()};
+  });
+}
+
+TEST(Autograd, OpsAccumulateIntoAnInstalledLeafGradient) {
+  Variable x = leaf({3}, 4);
+  int direct = 0, fired = 0;
+  x.addGradReadyHook([&](Variable&) { ++fired; });
+  // First backward: no gradient installed yet, so the op returns it and the engine accumulates.
+  ops::sum(addsThreeDirectly(x, direct)).backward();
+  EXPECT_EQ(direct, 0);
+  // Then the installed gradient (as the reducer's bucket view would be) receives the contribution itself.
+  Tensor installed = x.grad();
+  ops::sum(ops::add(addsThreeDirectly(x, direct), ops::scale(x, 2.0))).backward();
+  EXPECT_EQ(direct, 1);
+  EXPECT_EQ(fired, 2);
+  EXPECT_TRUE(x.grad().sharesStorage(installed));
+  for (double g : x.grad().toVector<double>()) EXPECT_EQ(g, 3.0 + 3.0 + 2.0);
+  EXPECT_THROW(leafGradTarget(0), Error);  // outside a backward
+}
+
 TEST(Autograd, HookFiresOnceAfterLastContribution) {
   // y = sum(x * x + x + other * x): x has four consumer edges; the hook must see the full gradient 2x + 1 + other.
   Variable x = leaf({4}, 2);
