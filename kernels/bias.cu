@@ -1,65 +1,63 @@
-// Bias kernels, then their launchers.
-#include <algorithm>
-
+// Bias kernels, then their launchers. The column sums use the two-stage reduction of kernels/cuda_utils.cuh.
 #include "kernels/bias.h"
-#include "kernels/cuda_check.h"
+#include "kernels/cuda_utils.cuh"
 
 namespace minidp::kernels::cuda {
 
 namespace {
 
 constexpr int kBlock = 256;
-// sumColumns: a block owns kColumns adjacent columns (one warp reads them coalesced from a row) and
-// kRowLanes threads stride over the rows; the kRowLanes partial sums are then added in lane order.
-constexpr int kColumns = 32;
-constexpr int kRowLanes = 32;
 
-template <typename T>
-__global__ void addBiasKernel(T* y, const T* bias, int64_t n, int64_t C) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    y[i] += bias[i % C];
-}
-
-template <typename T>
-__global__ void sumColumnsKernel(const T* x, T* out, int64_t N, int64_t C) {
-  __shared__ T partial[kRowLanes][kColumns + 1];  // +1: no bank conflicts in the column-wise pass below
-  const int64_t c = blockIdx.x * int64_t(kColumns) + threadIdx.x;
-  T s = 0;
-  if (c < C) {
-    for (int64_t r = threadIdx.y; r < N; r += kRowLanes) s += x[r * C + c];
-  }
-  partial[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    T total = 0;
-    for (int lane = 0; lane < kRowLanes; ++lane) total += partial[lane][threadIdx.x];
-    out[c] = total;
+// y += bias over P consecutive elements per step (P divides C, so a step stays within one row).
+template <int P, typename T>
+__global__ void addBiasKernel(T* y, const ParamOf<T>* bias, int64_t n, int64_t C) {
+  for (int64_t i = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) * P; i < n;
+       i += int64_t(gridDim.x) * blockDim.x * P) {
+    AccumOf<T> v[P], b[P];
+    loadAccum<P>(y + i, v);
+    loadAccum<P>(bias + i % C, b);
+#pragma unroll
+    for (int j = 0; j < P; ++j) v[j] += b[j];
+    storeAccum<P>(y + i, v);
   }
 }
+
+// The term of row n, column c of a plain column sum.
+template <typename T>
+struct ColumnValue {
+  const T* x;
+  int64_t C;
+  __device__ void operator()(int64_t n, int64_t c, AccumOf<T> (&acc)[1]) const { acc[0] += toAccum(x[n * C + c]); }
+};
 
 }  // namespace
 
 template <typename T>
-void addBias(T* y, const T* bias, int64_t N, int64_t C, cudaStream_t stream) {
+void addBias(T* y, const ParamOf<T>* bias, int64_t N, int64_t C, cudaStream_t stream) {
   const int64_t n = N * C;
   if (n == 0) return;
-  addBiasKernel<T><<<std::min(ceilDiv(n, kBlock), 65535u * 4), kBlock, 0, stream>>>(y, bias, n, C);
+  constexpr int P = kPack<T>;
+  if (C % P == 0 && aligned16(y) && aligned16(bias)) {
+    addBiasKernel<P, T><<<gridFor(n / P, kBlock), kBlock, 0, stream>>>(y, bias, n, C);
+  } else {
+    addBiasKernel<1, T><<<gridFor(n, kBlock), kBlock, 0, stream>>>(y, bias, n, C);
+  }
   CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
-void sumColumns(const T* x, T* out, int64_t N, int64_t C, cudaStream_t stream) {
-  if (C == 0) return;
-  sumColumnsKernel<T><<<ceilDiv(C, kColumns), dim3(kColumns, kRowLanes), 0, stream>>>(x, out, N, C);
-  CUDA_CHECK_LAUNCH();
+void sumColumns(const T* x, ParamOf<T>* out, AccumOf<T>* scratch, int64_t N, int64_t C, bool accumulate,
+                cudaStream_t stream) {
+  reduceColumns<1>(ColumnValue<T>{x, C}, ColumnOutputs<1, ParamOf<T>>{{out}, {accumulate}}, scratch, N, C,
+                   stream);
 }
 
-#define MINIDP_INSTANTIATE(T)                                             \
-  template void addBias<T>(T*, const T*, int64_t, int64_t, cudaStream_t); \
-  template void sumColumns<T>(const T*, T*, int64_t, int64_t, cudaStream_t);
+#define MINIDP_INSTANTIATE(T)                                                                \
+  template void addBias<T>(T*, const ParamOf<T>*, int64_t, int64_t, cudaStream_t);           \
+  template void sumColumns<T>(const T*, ParamOf<T>*, AccumOf<T>*, int64_t, int64_t, bool, cudaStream_t);
 MINIDP_INSTANTIATE(float)
 MINIDP_INSTANTIATE(double)
+MINIDP_INSTANTIATE(bf16)
 #undef MINIDP_INSTANTIATE
 
 }  // namespace minidp::kernels::cuda

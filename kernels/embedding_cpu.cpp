@@ -1,4 +1,4 @@
-// CPU twins of kernels/embedding.cu.
+// CPU twins of kernels/embedding.cu (float and double; bf16 is CUDA-only).
 #include <algorithm>
 
 #include "kernels/check.h"
@@ -15,8 +15,8 @@ void checkToken(int32_t token, int64_t b, int64_t t, int64_t V) {
 }  // namespace
 
 template <typename T>
-void embeddingForward(const T* wte, const T* wpe, const int32_t* tokens, T* out, int64_t B, int64_t seqLen,
-                      int64_t C, int64_t V) {
+void embeddingForward(const ParamOf<T>* wte, const ParamOf<T>* wpe, const int32_t* tokens, T* out, int64_t B,
+                      int64_t seqLen, int64_t C, int64_t V) {
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < seqLen; ++t) {
       const int32_t token = tokens[b * seqLen + t];
@@ -30,11 +30,11 @@ void embeddingForward(const T* wte, const T* wpe, const int32_t* tokens, T* out,
 }
 
 template <typename T>
-void embeddingBackwardTokens(const T* dout, const int32_t* tokens, T* dwte, int64_t B, int64_t seqLen,
-                             int64_t C, int64_t V) {
-  std::fill(dwte, dwte + V * C, T(0));
+void embeddingBackwardTokens(const T* dout, const int32_t* tokens, ParamOf<T>* dwte, void* /*scratch*/, int64_t B,
+                             int64_t seqLen, int64_t C, int64_t V, bool accumulate) {
+  for (int64_t i = 0; i < B * seqLen; ++i) checkToken(tokens[i], i / seqLen, i % seqLen, V);
+  if (!accumulate) std::fill(dwte, dwte + V * C, T(0));
   for (int64_t i = 0; i < B * seqLen; ++i) {
-    checkToken(tokens[i], i / seqLen, i % seqLen, V);
     T* row = dwte + tokens[i] * C;
     const T* g = dout + i * C;
     for (int64_t c = 0; c < C; ++c) row[c] += g[c];
@@ -42,8 +42,9 @@ void embeddingBackwardTokens(const T* dout, const int32_t* tokens, T* dwte, int6
 }
 
 template <typename T>
-void embeddingBackwardPositions(const T* dout, T* dwpe, int64_t B, int64_t seqLen, int64_t C, int64_t Tmax) {
-  std::fill(dwpe, dwpe + Tmax * C, T(0));
+void embeddingBackwardPositions(const T* dout, ParamOf<T>* dwpe, int64_t B, int64_t seqLen, int64_t C,
+                                int64_t Tmax, bool accumulate) {
+  if (!accumulate) std::fill(dwpe, dwpe + Tmax * C, T(0));
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t i = 0; i < seqLen * C; ++i) dwpe[i] += dout[b * seqLen * C + i];
   }
@@ -52,8 +53,9 @@ void embeddingBackwardPositions(const T* dout, T* dwpe, int64_t B, int64_t seqLe
 #define MINIDP_INSTANTIATE(T)                                                                                \
   template void embeddingForward<T>(const T*, const T*, const int32_t*, T*, int64_t, int64_t, int64_t,      \
                                     int64_t);                                                                \
-  template void embeddingBackwardTokens<T>(const T*, const int32_t*, T*, int64_t, int64_t, int64_t, int64_t); \
-  template void embeddingBackwardPositions<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t);
+  template void embeddingBackwardTokens<T>(const T*, const int32_t*, T*, void*, int64_t, int64_t, int64_t,   \
+                                           int64_t, bool);                                                   \
+  template void embeddingBackwardPositions<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t, bool);
 MINIDP_INSTANTIATE(float)
 MINIDP_INSTANTIATE(double)
 #undef MINIDP_INSTANTIATE

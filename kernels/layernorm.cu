@@ -1,9 +1,10 @@
-// LayerNorm kernels, then their launchers. One warp per row for the row statistics and dx; the weight and
-// bias gradients are column sums in a fixed order (strided partial sums, then a fixed-order combine), so
-// every run gives the same bits.
-#include <algorithm>
+// LayerNorm kernels, then their launchers. One warp per row for the row statistics and dx, reading P
+// consecutive channels per lane (16-byte loads when the rows allow); the weight and bias gradients are the
+// two-stage column reduction of kernels/cuda_utils.cuh (row slices, then a fixed-order combine), so every
+// run gives the same bits and the reduction fills the GPU at any C.
+#include <initializer_list>
 
-#include "kernels/cuda_check.h"
+#include "kernels/cuda_utils.cuh"
 #include "kernels/layernorm.h"
 
 namespace minidp::kernels::cuda {
@@ -11,30 +12,40 @@ namespace minidp::kernels::cuda {
 namespace {
 
 constexpr int kRowsPerBlock = 8;  // one warp per row
-constexpr int kTile = 32;         // the column kernel: kTile columns x kTile row strides per block
 
-// Butterfly sum: every lane adds the same pairs (a + b == b + a), so all lanes end with identical bits.
-template <typename T>
-__device__ T warpSum(T v) {
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-template <typename T>
-__global__ void layerNormForwardKernel(const T* x, const T* weight, const T* bias, T* y, T* mean, T* rstd,
-                                       int64_t N, int64_t C, T eps) {
+template <int P, typename T>
+__global__ void layerNormForwardKernel(const T* x, const ParamOf<T>* weight, const ParamOf<T>* bias, T* y,
+                                       AccumOf<T>* mean, AccumOf<T>* rstd, int64_t N, int64_t C, AccumOf<T> eps) {
+  using A = AccumOf<T>;
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= N) return;
   const T* xr = x + row * C;
-  T sum = 0;
-  for (int64_t c = lane; c < C; c += 32) sum += xr[c];
-  const T m = warpSum(sum) / static_cast<T>(C);
-  T sq = 0;  // two passes, as the CPU twin: no cancellation in the variance
-  for (int64_t c = lane; c < C; c += 32) sq += (xr[c] - m) * (xr[c] - m);
-  const T s = T(1) / sqrt(warpSum(sq) / static_cast<T>(C) + eps);
+  A v[P];
+  A sum = 0;
+  for (int64_t c = lane * P; c < C; c += 32 * P) {
+    loadAccum<P>(xr + c, v);
+#pragma unroll
+    for (int j = 0; j < P; ++j) sum += v[j];
+  }
+  const A m = warpSum(sum) / static_cast<A>(C);
+  A sq = 0;  // two passes, as the CPU twin: no cancellation in the variance (the row is in L1 by now)
+  for (int64_t c = lane * P; c < C; c += 32 * P) {
+    loadAccum<P>(xr + c, v);
+#pragma unroll
+    for (int j = 0; j < P; ++j) sq += (v[j] - m) * (v[j] - m);
+  }
+  const A s = A(1) / sqrt(warpSum(sq) / static_cast<A>(C) + eps);
   T* yr = y + row * C;
-  for (int64_t c = lane; c < C; c += 32) yr[c] = (xr[c] - m) * s * weight[c] + bias[c];
+  for (int64_t c = lane * P; c < C; c += 32 * P) {
+    A w[P], b[P];
+    loadAccum<P>(xr + c, v);
+    loadAccum<P>(weight + c, w);
+    loadAccum<P>(bias + c, b);
+#pragma unroll
+    for (int j = 0; j < P; ++j) v[j] = (v[j] - m) * s * w[j] + b[j];
+    storeAccum<P>(yr + c, v);
+  }
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = s;
@@ -42,89 +53,112 @@ __global__ void layerNormForwardKernel(const T* x, const T* weight, const T* bia
 }
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * weight, one warp per row.
-template <typename T>
-__global__ void layerNormBackwardInputKernel(const T* dy, const T* x, const T* weight, const T* mean,
-                                             const T* rstd, T* dx, int64_t N, int64_t C) {
+template <int P, typename T>
+__global__ void layerNormBackwardInputKernel(const T* dy, const T* x, const ParamOf<T>* weight,
+                                             const AccumOf<T>* mean, const AccumOf<T>* rstd, T* dx, int64_t N,
+                                             int64_t C) {
+  using A = AccumOf<T>;
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= N) return;
   const T* xr = x + row * C;
   const T* dyr = dy + row * C;
-  const T m = mean[row], s = rstd[row];
-  T sumG = 0, sumGx = 0;
-  for (int64_t c = lane; c < C; c += 32) {
-    const T g = dyr[c] * weight[c];
-    sumG += g;
-    sumGx += g * ((xr[c] - m) * s);
+  const A m = mean[row], s = rstd[row];
+  A xv[P], gv[P], w[P];
+  A sumG = 0, sumGx = 0;
+  for (int64_t c = lane * P; c < C; c += 32 * P) {
+    loadAccum<P>(xr + c, xv);
+    loadAccum<P>(dyr + c, gv);
+    loadAccum<P>(weight + c, w);
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+      const A g = gv[j] * w[j];
+      sumG += g;
+      sumGx += g * ((xv[j] - m) * s);
+    }
   }
-  const T meanG = warpSum(sumG) / static_cast<T>(C), meanGx = warpSum(sumGx) / static_cast<T>(C);
+  const A meanG = warpSum(sumG) / static_cast<A>(C), meanGx = warpSum(sumGx) / static_cast<A>(C);
   T* dxr = dx + row * C;
-  for (int64_t c = lane; c < C; c += 32) dxr[c] = s * (dyr[c] * weight[c] - meanG - ((xr[c] - m) * s) * meanGx);
+  for (int64_t c = lane * P; c < C; c += 32 * P) {
+    loadAccum<P>(xr + c, xv);
+    loadAccum<P>(dyr + c, gv);
+    loadAccum<P>(weight + c, w);
+#pragma unroll
+    for (int j = 0; j < P; ++j) gv[j] = s * (gv[j] * w[j] - meanG - ((xv[j] - m) * s) * meanGx);
+    storeAccum<P>(dxr + c, gv);
+  }
 }
 
-// Block (kTile, kTile), grid ceil(C / kTile): thread (cx, ry) sums rows ry, ry + kTile, ... of column
-// blockIdx.x * kTile + cx (coalesced along cx); row ry == 0 then adds the kTile partials in ry order.
+// Row n, column c's terms of the parameter gradients: dy * xhat (weight) and dy (bias).
 template <typename T>
-__global__ void layerNormBackwardParamsKernel(const T* dy, const T* x, const T* mean, const T* rstd, T* dweight,
-                                              T* dbias, int64_t N, int64_t C) {
-  __shared__ T partialW[kTile][kTile + 1];
-  __shared__ T partialB[kTile][kTile + 1];
-  const int cx = threadIdx.x, ry = threadIdx.y;
-  const int64_t c = int64_t(blockIdx.x) * kTile + cx;
-  T w = 0, b = 0;
-  if (c < C) {
-    for (int64_t n = ry; n < N; n += kTile) {
-      const T g = dy[n * C + c];
-      w += g * ((x[n * C + c] - mean[n]) * rstd[n]);
-      b += g;
-    }
+struct LayerNormParamTerms {
+  const T* dy;
+  const T* x;
+  const AccumOf<T>* mean;
+  const AccumOf<T>* rstd;
+  int64_t C;
+  __device__ void operator()(int64_t n, int64_t c, AccumOf<T> (&acc)[2]) const {
+    const AccumOf<T> g = toAccum(dy[n * C + c]);
+    acc[0] += g * ((toAccum(x[n * C + c]) - mean[n]) * rstd[n]);
+    acc[1] += g;
   }
-  partialW[ry][cx] = w;
-  partialB[ry][cx] = b;
-  __syncthreads();
-  if (ry == 0 && c < C) {
-    T sw = 0, sb = 0;
-    for (int r = 0; r < kTile; ++r) {
-      sw += partialW[r][cx];
-      sb += partialB[r][cx];
-    }
-    dweight[c] = sw;
-    dbias[c] = sb;
+};
+
+// Whether rows of C elements of every pointer allow P-wide 16-byte loads.
+template <int P>
+bool vectorRows(int64_t C, std::initializer_list<const void*> pointers) {
+  if (C % P != 0) return false;
+  for (const void* p : pointers) {
+    if (!aligned16(p)) return false;
   }
+  return true;
 }
 
 }  // namespace
 
 template <typename T>
-void layerNormForward(const T* x, const T* weight, const T* bias, T* y, T* mean, T* rstd, int64_t N, int64_t C,
-                      T eps, cudaStream_t stream) {
+void layerNormForward(const T* x, const ParamOf<T>* weight, const ParamOf<T>* bias, T* y, AccumOf<T>* mean,
+                      AccumOf<T>* rstd, int64_t N, int64_t C, AccumOf<T> eps, cudaStream_t stream) {
   if (N == 0) return;
-  layerNormForwardKernel<T><<<ceilDiv(N, kRowsPerBlock), kRowsPerBlock * 32, 0, stream>>>(x, weight, bias, y,
-                                                                                         mean, rstd, N, C, eps);
+  constexpr int P = kPack<T>;
+  const unsigned grid = ceilDiv(N, kRowsPerBlock);
+  if (vectorRows<P>(C, {x, weight, bias, y})) {
+    layerNormForwardKernel<P, T><<<grid, kRowsPerBlock * 32, 0, stream>>>(x, weight, bias, y, mean, rstd, N, C, eps);
+  } else {
+    layerNormForwardKernel<1, T><<<grid, kRowsPerBlock * 32, 0, stream>>>(x, weight, bias, y, mean, rstd, N, C, eps);
+  }
   CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
-void layerNormBackward(const T* dy, const T* x, const T* weight, const T* mean, const T* rstd, T* dx,
-                       T* dweight, T* dbias, int64_t N, int64_t C, cudaStream_t stream) {
+void layerNormBackward(const T* dy, const T* x, const ParamOf<T>* weight, const AccumOf<T>* mean,
+                       const AccumOf<T>* rstd, T* dx, ParamOf<T>* dweight, ParamOf<T>* dbias, AccumOf<T>* scratch,
+                       int64_t N, int64_t C, bool accumulateWeight, bool accumulateBias, cudaStream_t stream) {
   if (C == 0) return;
   if (N > 0) {
-    layerNormBackwardInputKernel<T><<<ceilDiv(N, kRowsPerBlock), kRowsPerBlock * 32, 0, stream>>>(
-        dy, x, weight, mean, rstd, dx, N, C);
+    constexpr int P = kPack<T>;
+    const unsigned grid = ceilDiv(N, kRowsPerBlock);
+    if (vectorRows<P>(C, {dy, x, weight, dx})) {
+      layerNormBackwardInputKernel<P, T><<<grid, kRowsPerBlock * 32, 0, stream>>>(dy, x, weight, mean, rstd, dx, N, C);
+    } else {
+      layerNormBackwardInputKernel<1, T><<<grid, kRowsPerBlock * 32, 0, stream>>>(dy, x, weight, mean, rstd, dx, N, C);
+    }
     CUDA_CHECK_LAUNCH();
   }
-  layerNormBackwardParamsKernel<T><<<ceilDiv(C, kTile), dim3(kTile, kTile), 0, stream>>>(dy, x, mean, rstd,
-                                                                                        dweight, dbias, N, C);
-  CUDA_CHECK_LAUNCH();
+  reduceColumns<2>(LayerNormParamTerms<T>{dy, x, mean, rstd, C},
+                   ColumnOutputs<2, ParamOf<T>>{{dweight, dbias}, {accumulateWeight, accumulateBias}}, scratch, N,
+                   C, stream);
 }
 
-#define MINIDP_INSTANTIATE(T)                                                                            \
-  template void layerNormForward<T>(const T*, const T*, const T*, T*, T*, T*, int64_t, int64_t, T,      \
-                                    cudaStream_t);                                                       \
-  template void layerNormBackward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*, int64_t, \
-                                     int64_t, cudaStream_t);
+#define MINIDP_INSTANTIATE(T)                                                                                 \
+  template void layerNormForward<T>(const T*, const ParamOf<T>*, const ParamOf<T>*, T*, AccumOf<T>*,           \
+                                    AccumOf<T>*, int64_t, int64_t, AccumOf<T>, cudaStream_t);                  \
+  template void layerNormBackward<T>(const T*, const T*, const ParamOf<T>*, const AccumOf<T>*,                 \
+                                     const AccumOf<T>*, T*, ParamOf<T>*, ParamOf<T>*, AccumOf<T>*, int64_t,    \
+                                     int64_t, bool, bool, cudaStream_t);
 MINIDP_INSTANTIATE(float)
 MINIDP_INSTANTIATE(double)
+MINIDP_INSTANTIATE(bf16)
 #undef MINIDP_INSTANTIATE
 
 }  // namespace minidp::kernels::cuda

@@ -1,24 +1,35 @@
-// LayerNorm over the last dimension of an (N, C) array, forward and backward. The weight and bias
-// gradients are column reductions in a fixed order (no atomics). CPU twins share the signatures, minus the
-// stream. Instantiated for float and double.
+// LayerNorm over the last dimension of an (N, C) array, forward and backward. Activations T are float,
+// double or (CUDA only) bf16; weight, bias and their gradients are ParamOf<T> (fp32 for bf16), statistics
+// and sums AccumOf<T>. The weight and bias gradients are column reductions in a fixed order (no atomics).
+// CPU twins share the signatures, minus the stream.
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/bf16.h"
+#include "kernels/column_reduce.h"
 #include "kernels/stream.h"
 
 namespace minidp::kernels {
 
-#define MINIDP_LAYERNORM_DECLARATIONS(...)                                                             \
-  /* y = (x - mean) * rstd * weight + bias per row; x, y (N, C); weight, bias (C); saves mean, rstd */  \
-  /* (N) with rstd = 1 / sqrt(var + eps), var the biased variance. */                                   \
-  template <typename T>                                                                                \
-  void layerNormForward(const T* x, const T* weight, const T* bias, T* y, T* mean, T* rstd, int64_t N,  \
-                        int64_t C, T eps __VA_ARGS__);                                                  \
-  /* From dy (N, C) and the saved mean, rstd: dx (N, C), dweight and dbias (C), all overwritten. */    \
-  template <typename T>                                                                                \
-  void layerNormBackward(const T* dy, const T* x, const T* weight, const T* mean, const T* rstd, T* dx, \
-                         T* dweight, T* dbias, int64_t N, int64_t C __VA_ARGS__);
+/// Accumulators layerNormBackward needs in `scratch` for an (N, C) input (the CPU twin needs none).
+inline int64_t layerNormBackwardScratchSize(int64_t N, int64_t C) { return 2 * columnSlices(N, C) * C; }
+
+#define MINIDP_LAYERNORM_DECLARATIONS(...)                                                               \
+  /* y = (x - mean) * rstd * weight + bias per row; x, y (N, C); weight, bias (C); saves mean, rstd */    \
+  /* (N) with rstd = 1 / sqrt(var + eps), var the biased variance. */                                     \
+  template <typename T>                                                                                  \
+  void layerNormForward(const T* x, const ParamOf<T>* weight, const ParamOf<T>* bias, T* y,              \
+                        AccumOf<T>* mean, AccumOf<T>* rstd, int64_t N, int64_t C,                        \
+                        AccumOf<T> eps __VA_ARGS__);                                                     \
+  /* From dy (N, C) and the saved mean, rstd: dx (N, C) (overwritten), dweight and dbias (C), each */    \
+  /* overwritten or, when its accumulate flag is set, added to (+=). scratch: */                         \
+  /* layerNormBackwardScratchSize(N, C) accumulators. */                                                 \
+  template <typename T>                                                                                  \
+  void layerNormBackward(const T* dy, const T* x, const ParamOf<T>* weight, const AccumOf<T>* mean,      \
+                         const AccumOf<T>* rstd, T* dx, ParamOf<T>* dweight, ParamOf<T>* dbias,          \
+                         AccumOf<T>* scratch, int64_t N, int64_t C, bool accumulateWeight,               \
+                         bool accumulateBias __VA_ARGS__);
 
 namespace cpu {
 MINIDP_LAYERNORM_DECLARATIONS()

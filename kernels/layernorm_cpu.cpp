@@ -1,5 +1,4 @@
-// CPU twins of kernels/layernorm.cu.
-#include <algorithm>
+// CPU twins of kernels/layernorm.cu (float and double; bf16 is CUDA-only).
 #include <cmath>
 
 #include "kernels/layernorm.h"
@@ -7,8 +6,8 @@
 namespace minidp::kernels::cpu {
 
 template <typename T>
-void layerNormForward(const T* x, const T* weight, const T* bias, T* y, T* mean, T* rstd, int64_t N, int64_t C,
-                      T eps) {
+void layerNormForward(const T* x, const ParamOf<T>* weight, const ParamOf<T>* bias, T* y, AccumOf<T>* mean,
+                      AccumOf<T>* rstd, int64_t N, int64_t C, AccumOf<T> eps) {
   for (int64_t n = 0; n < N; ++n) {
     const T* xr = x + n * C;
     T sum = 0;
@@ -25,10 +24,14 @@ void layerNormForward(const T* x, const T* weight, const T* bias, T* y, T* mean,
 }
 
 template <typename T>
-void layerNormBackward(const T* dy, const T* x, const T* weight, const T* mean, const T* rstd, T* dx,
-                       T* dweight, T* dbias, int64_t N, int64_t C) {
-  std::fill(dweight, dweight + C, T(0));
-  std::fill(dbias, dbias + C, T(0));
+void layerNormBackward(const T* dy, const T* x, const ParamOf<T>* weight, const AccumOf<T>* mean,
+                       const AccumOf<T>* rstd, T* dx, ParamOf<T>* dweight, ParamOf<T>* dbias,
+                       AccumOf<T>* /*scratch: the CPU sums rows in order*/, int64_t N, int64_t C,
+                       bool accumulateWeight, bool accumulateBias) {
+  for (int64_t c = 0; c < C; ++c) {
+    if (!accumulateWeight) dweight[c] = 0;
+    if (!accumulateBias) dbias[c] = 0;
+  }
   for (int64_t n = 0; n < N; ++n) {
     const T* xr = x + n * C;
     const T* dyr = dy + n * C;
@@ -51,10 +54,10 @@ void layerNormBackward(const T* dy, const T* x, const T* weight, const T* mean, 
   }
 }
 
-#define MINIDP_INSTANTIATE(T)                                                                            \
-  template void layerNormForward<T>(const T*, const T*, const T*, T*, T*, T*, int64_t, int64_t, T);     \
-  template void layerNormBackward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*, int64_t, \
-                                     int64_t);
+#define MINIDP_INSTANTIATE(T)                                                                        \
+  template void layerNormForward<T>(const T*, const T*, const T*, T*, T*, T*, int64_t, int64_t, T); \
+  template void layerNormBackward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*, T*, int64_t, \
+                                     int64_t, bool, bool);
 MINIDP_INSTANTIATE(float)
 MINIDP_INSTANTIATE(double)
 #undef MINIDP_INSTANTIATE

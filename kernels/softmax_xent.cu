@@ -1,37 +1,74 @@
 // Softmax cross-entropy kernels (one block per row, fixed-shape block reductions), then the launchers.
+// Rows of V elements start at any element offset (V = 50257 is odd), so each row is walked as a scalar
+// head up to the first 16-byte boundary, 16-byte packs, and a scalar tail.
 #include <climits>
 #include <cmath>
 
-#include "kernels/cuda_check.h"
+#include "kernels/cuda_utils.cuh"
 #include "kernels/softmax_xent.h"
 
 namespace minidp::kernels::cuda {
 
 namespace {
 
-constexpr int kBlock = 256;
-constexpr int kWarps = kBlock / 32;
+constexpr int kBlock = 512;
 
-struct MaxOp {
-  template <typename T> __device__ T operator()(T a, T b) const { return fmax(a, b); }
-};
-struct SumOp {
-  template <typename T> __device__ T operator()(T a, T b) const { return a + b; }
+// A running softmax denominator: sum = sum of exp(x - max) over the elements seen.
+template <typename A>
+struct MaxSum {
+  A max;
+  A sum;
 };
 
-// Reduces one value per thread to a value every thread receives. The butterfly pattern depends only on
-// kBlock, so the summation order, and hence the bits, are the same on every run.
-template <typename T, typename Op>
-__device__ T blockReduce(T v, Op op) {
-  __shared__ T partial[kWarps];
-  for (int offset = 16; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  const int lane = threadIdx.x % 32;
-  if (lane == 0) partial[threadIdx.x / 32] = v;
-  __syncthreads();
-  v = partial[lane % kWarps];
-  for (int offset = kWarps / 2; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  __syncthreads();  // `partial` is reused by the next call
-  return v;
+template <typename A>
+__device__ __forceinline__ MaxSum<A> shuffleXor(MaxSum<A> v, int offset) {
+  return {__shfl_xor_sync(0xffffffffu, v.max, offset), __shfl_xor_sync(0xffffffffu, v.sum, offset)};
+}
+
+// Merges two running sums (commutative bit for bit, so butterfly lanes agree). Empty states (max -inf)
+// contribute nothing.
+struct MergeMaxSum {
+  template <typename A>
+  __device__ MaxSum<A> operator()(MaxSum<A> a, MaxSum<A> b) const {
+    const A m = fmax(a.max, b.max);
+    if (m == -INFINITY) return {m, A(0)};
+    return {m, a.sum * exp(a.max - m) + b.sum * exp(b.max - m)};
+  }
+};
+
+// Adds P values to a running sum: one rescale per P values, one exp per value.
+template <int P, typename A>
+__device__ __forceinline__ void addValues(MaxSum<A>& s, const A (&v)[P]) {
+  A m = v[0];
+#pragma unroll
+  for (int j = 1; j < P; ++j) m = fmax(m, v[j]);
+  if (m > s.max) {
+    s.sum *= exp(s.max - m);
+    s.max = m;
+  }
+  if (s.max == -INFINITY) return;
+#pragma unroll
+  for (int j = 0; j < P; ++j) s.sum += exp(v[j] - s.max);
+}
+
+// Elements before the first 16-byte boundary of row x (at most V).
+template <typename T>
+__device__ __forceinline__ int64_t headLength(const T* x, int64_t V) {
+  const int64_t misaligned = static_cast<int64_t>(reinterpret_cast<uintptr_t>(x) % 16);
+  return misaligned == 0 ? 0 : min(V, (16 - misaligned) / static_cast<int64_t>(sizeof(T)));
+}
+
+// Calls f(j, P-wide values...) over row x (V): the scalar head and tail one element at a time, the rest in
+// 16-byte packs, each thread taking every kBlock-th piece.
+template <typename T, typename Scalar, typename Packed>
+__device__ __forceinline__ void forRow(const T* x, int64_t V, Scalar scalar, Packed packed) {
+  constexpr int P = kPack<T>;
+  const int64_t head = headLength(x, V);
+  const int64_t packs = (V - head) / P;
+  const int64_t tail = head + packs * P;
+  for (int64_t j = threadIdx.x; j < head; j += kBlock) scalar(j);
+  for (int64_t k = threadIdx.x; k < packs; k += kBlock) packed(head + k * P);
+  for (int64_t j = tail + threadIdx.x; j < V; j += kBlock) scalar(j);
 }
 
 // A valid target, or -1 (the row then gets NaN).
@@ -41,33 +78,55 @@ __device__ int64_t checkedTarget(const int32_t* targets, int64_t r, int64_t V) {
 }
 
 template <typename T>
-__global__ void forwardKernel(const T* logits, const int32_t* targets, T* loss, T* lse, int64_t V) {
+__global__ void __launch_bounds__(kBlock) forwardKernel(const T* logits, const int32_t* targets, AccumOf<T>* loss,
+                                                        AccumOf<T>* lse, int64_t V) {
+  using A = AccumOf<T>;
+  constexpr int P = kPack<T>;
   const int64_t r = blockIdx.x;
   const T* x = logits + r * V;  // (V)
-  T m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < V; j += kBlock) m = fmax(m, x[j]);
-  m = blockReduce(m, MaxOp());
-  T s = 0;
-  for (int64_t j = threadIdx.x; j < V; j += kBlock) s += exp(x[j] - m);
-  s = blockReduce(s, SumOp());
+  MaxSum<A> s{-INFINITY, A(0)};
+  forRow(
+      x, V,
+      [&](int64_t j) {
+        const A v[1] = {toAccum(x[j])};
+        addValues<1>(s, v);
+      },
+      [&](int64_t j) {
+        A v[P];
+        loadAccum<P>(x + j, v);
+        addValues<P>(s, v);
+      });
+  s = blockReduce<kBlock>(s, MergeMaxSum());
   if (threadIdx.x == 0) {
-    const T l = m + log(s);
+    const A l = s.max + log(s.sum);
     const int64_t t = checkedTarget(targets, r, V);
     lse[r] = l;
-    loss[r] = t >= 0 ? l - x[t] : T(NAN);
+    loss[r] = t >= 0 ? l - toAccum(x[t]) : A(NAN);
   }
 }
 
+// Reads each element, then overwrites it (dlogits may alias logits).
 template <typename T>
-__global__ void backwardKernel(const T* logits, const int32_t* targets, const T* lse, const T* g, T* dlogits,
-                               int64_t N, int64_t V) {
+__global__ void __launch_bounds__(kBlock) backwardKernel(const T* logits, const int32_t* targets,
+                                                         const AccumOf<T>* lse, const AccumOf<T>* g, T* dlogits,
+                                                         int64_t N, int64_t V) {
+  using A = AccumOf<T>;
+  constexpr int P = kPack<T>;
   const int64_t r = blockIdx.x;
   const T* x = logits + r * V;  // (V)
-  T* dx = dlogits + r * V;      // (V)
-  const T scale = g[0] / static_cast<T>(N);
+  T* dx = dlogits + r * V;      // (V), the same offset from a 16-byte boundary as x (checked by the launcher)
+  const A scale = g[0] / static_cast<A>(N);
   const int64_t t = checkedTarget(targets, r, V);
-  const T l = t >= 0 ? lse[r] : T(NAN);
-  for (int64_t j = threadIdx.x; j < V; j += kBlock) dx[j] = (exp(x[j] - l) - T(j == t)) * scale;
+  const A l = t >= 0 ? lse[r] : A(NAN);
+  forRow(
+      x, V, [&](int64_t j) { dx[j] = fromAccum<T>((exp(toAccum(x[j]) - l) - A(j == t)) * scale); },
+      [&](int64_t j) {
+        A v[P];
+        loadAccum<P>(x + j, v);
+#pragma unroll
+        for (int i = 0; i < P; ++i) v[i] = (exp(v[i] - l) - A(j + i == t)) * scale;
+        storeAccum<P>(dx + j, v);
+      });
 }
 
 void checkSizes(int64_t N, int64_t V) {
@@ -78,8 +137,8 @@ void checkSizes(int64_t N, int64_t V) {
 }  // namespace
 
 template <typename T>
-void softmaxXentForward(const T* logits, const int32_t* targets, T* loss, T* lse, int64_t N, int64_t V,
-                        cudaStream_t stream) {
+void softmaxXentForward(const T* logits, const int32_t* targets, AccumOf<T>* loss, AccumOf<T>* lse, int64_t N,
+                        int64_t V, cudaStream_t stream) {
   checkSizes(N, V);
   if (N == 0) return;
   forwardKernel<T><<<static_cast<unsigned>(N), kBlock, 0, stream>>>(logits, targets, loss, lse, V);
@@ -87,20 +146,24 @@ void softmaxXentForward(const T* logits, const int32_t* targets, T* loss, T* lse
 }
 
 template <typename T>
-void softmaxXentBackward(const T* logits, const int32_t* targets, const T* lse, const T* g, T* dlogits,
-                         int64_t N, int64_t V, cudaStream_t stream) {
+void softmaxXentBackward(const T* logits, const int32_t* targets, const AccumOf<T>* lse, const AccumOf<T>* g,
+                         T* dlogits, int64_t N, int64_t V, cudaStream_t stream) {
   checkSizes(N, V);
+  MINIDP_CHECK(reinterpret_cast<uintptr_t>(logits) % 16 == reinterpret_cast<uintptr_t>(dlogits) % 16,
+               "cross-entropy: logits and their gradient must share their offset from a 16-byte boundary");
   if (N == 0) return;
   backwardKernel<T><<<static_cast<unsigned>(N), kBlock, 0, stream>>>(logits, targets, lse, g, dlogits, N, V);
   CUDA_CHECK_LAUNCH();
 }
 
-#define MINIDP_INSTANTIATE(T)                                                                              \
-  template void softmaxXentForward<T>(const T*, const int32_t*, T*, T*, int64_t, int64_t, cudaStream_t);   \
-  template void softmaxXentBackward<T>(const T*, const int32_t*, const T*, const T*, T*, int64_t, int64_t, \
-                                       cudaStream_t);
+#define MINIDP_INSTANTIATE(T)                                                                                 \
+  template void softmaxXentForward<T>(const T*, const int32_t*, AccumOf<T>*, AccumOf<T>*, int64_t, int64_t,   \
+                                      cudaStream_t);                                                          \
+  template void softmaxXentBackward<T>(const T*, const int32_t*, const AccumOf<T>*, const AccumOf<T>*, T*,    \
+                                       int64_t, int64_t, cudaStream_t);
 MINIDP_INSTANTIATE(float)
 MINIDP_INSTANTIATE(double)
+MINIDP_INSTANTIATE(bf16)
 #undef MINIDP_INSTANTIATE
 
 }  // namespace minidp::kernels::cuda

@@ -1,22 +1,26 @@
-// Fused, numerically stable softmax cross-entropy over the rows of logits (N, V).
+// Fused, numerically stable softmax cross-entropy over the rows of logits (N, V). Logits T are float,
+// double or (CUDA only) bf16; the loss, the saved logsumexp and the upstream gradient are AccumOf<T>
+// (fp32 for bf16 logits). CPU twins share the signatures, minus the stream.
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/bf16.h"
 #include "kernels/stream.h"
 
 namespace minidp::kernels {
 
-#define MINIDP_SOFTMAX_XENT_DECLARATIONS(...)                                                             \
-  /* Per row r: lse[r] = logsumexp(logits[r, :]), loss[r] = lse[r] - logits[r, targets[r]]. */            \
-  template <typename T>                                                                                   \
-  void softmaxXentForward(const T* logits, const int32_t* targets, T* loss, T* lse, int64_t N,            \
-                          int64_t V __VA_ARGS__);                                                         \
-  /* dlogits[r, j] = (exp(logits[r, j] - lse[r]) - (j == targets[r])) * g[0] / N, where g points to the   \
-     scalar upstream gradient in the same memory space as logits (read there, never copied). */           \
-  template <typename T>                                                                                   \
-  void softmaxXentBackward(const T* logits, const int32_t* targets, const T* lse, const T* g, T* dlogits, \
-                           int64_t N, int64_t V __VA_ARGS__);
+#define MINIDP_SOFTMAX_XENT_DECLARATIONS(...)                                                               \
+  /* Per row r: lse[r] = logsumexp(logits[r, :]), loss[r] = lse[r] - logits[r, targets[r]]. */              \
+  template <typename T>                                                                                     \
+  void softmaxXentForward(const T* logits, const int32_t* targets, AccumOf<T>* loss, AccumOf<T>* lse,       \
+                          int64_t N, int64_t V __VA_ARGS__);                                                \
+  /* dlogits[r, j] = (exp(logits[r, j] - lse[r]) - (j == targets[r])) * g[0] / N, where g points to the     \
+     scalar upstream gradient in the same memory space as logits (read there, never copied). dlogits may    \
+     be logits itself: each element is read before it is overwritten (the in-place classifier backward). */ \
+  template <typename T>                                                                                     \
+  void softmaxXentBackward(const T* logits, const int32_t* targets, const AccumOf<T>* lse,                  \
+                           const AccumOf<T>* g, T* dlogits, int64_t N, int64_t V __VA_ARGS__);
 
 namespace cpu {
 /// Throws when a target is outside [0, V).
@@ -24,8 +28,9 @@ MINIDP_SOFTMAX_XENT_DECLARATIONS()
 }  // namespace cpu
 
 namespace cuda {
-/// One block per row. A target outside [0, V) cannot throw without a host sync: it makes that row's
-/// loss and gradient NaN instead, which the logged loss then shows.
+/// One block per row, one pass over the logits in forward (online max and sum), 16-byte loads. A target
+/// outside [0, V) cannot throw without a host sync: it makes that row's loss and gradient NaN instead,
+/// which the logged loss then shows.
 MINIDP_SOFTMAX_XENT_DECLARATIONS(, cudaStream_t stream)
 }  // namespace cuda
 

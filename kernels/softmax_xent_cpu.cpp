@@ -1,4 +1,4 @@
-// CPU twin of kernels/softmax_xent.cu.
+// CPU twin of kernels/softmax_xent.cu (float and double; bf16 is CUDA-only).
 #include <algorithm>
 #include <cmath>
 
@@ -17,7 +17,8 @@ void checkTargets(const int32_t* targets, int64_t N, int64_t V) {
 }  // namespace
 
 template <typename T>
-void softmaxXentForward(const T* logits, const int32_t* targets, T* loss, T* lse, int64_t N, int64_t V) {
+void softmaxXentForward(const T* logits, const int32_t* targets, AccumOf<T>* loss, AccumOf<T>* lse, int64_t N,
+                        int64_t V) {
   MINIDP_CHECK(V > 0, "cross-entropy over " << V << " classes");
   checkTargets(targets, N, V);
   for (int64_t r = 0; r < N; ++r) {
@@ -31,13 +32,13 @@ void softmaxXentForward(const T* logits, const int32_t* targets, T* loss, T* lse
 }
 
 template <typename T>
-void softmaxXentBackward(const T* logits, const int32_t* targets, const T* lse, const T* g, T* dlogits,
-                         int64_t N, int64_t V) {
+void softmaxXentBackward(const T* logits, const int32_t* targets, const AccumOf<T>* lse, const AccumOf<T>* g,
+                         T* dlogits, int64_t N, int64_t V) {
   checkTargets(targets, N, V);
   const T scale = g[0] / static_cast<T>(N);
   for (int64_t r = 0; r < N; ++r) {
     const T* x = logits + r * V;  // (V)
-    T* dx = dlogits + r * V;      // (V)
+    T* dx = dlogits + r * V;      // (V), may be x: each element is read before it is written
     for (int64_t j = 0; j < V; ++j) dx[j] = (std::exp(x[j] - lse[r]) - T(j == targets[r])) * scale;
   }
 }

@@ -71,7 +71,8 @@ Variable linear(const Variable& xv, const Variable& weightv, const Variable& bia
     }
     if (needB) {
       db = Tensor::empty({out}, g.dtype(), g.device());
-      MINIDP_LAUNCH_FLOAT(g, T, sumColumns, g.data<T>(), db.data<T>(), rows, out);
+      Tensor scratch = Tensor::empty({kernels::sumColumnsScratchSize(rows, out)}, g.dtype(), g.device());
+      MINIDP_LAUNCH_FLOAT(g, T, sumColumns, g.data<T>(), db.data<T>(), scratch.data<T>(), rows, out, false);
     }
     return std::vector<Tensor>{dx, dw, db};
   });

@@ -18,16 +18,21 @@ Variable crossEntropy(const Variable& logitsv, const Tensor& targets) {
                                << deviceName(targets.device()) << " for logits "
                                << shapeString(logits.shape()) << " on " << deviceName(logits.device())
                                << ", expected I32 [" << N << "] on the same device");
-  Tensor rowLoss = Tensor::empty({N}, logits.dtype(), logits.device());
-  Tensor lse = Tensor::empty({N}, logits.dtype(), logits.device());  // per-row logsumexp, kept for backward
-  MINIDP_LAUNCH_FLOAT(logits, T, softmaxXentForward, logits.data<T>(), targets.data<int32_t>(),
-                      rowLoss.data<T>(), lse.data<T>(), N, V);
+  DType lossType = logits.dtype();  // F32 for BF16 logits
+  MINIDP_DISPATCH_ACTIVATION(logits.dtype(), T, lossType = dtypeOf<AccumOf<T>>());
+  Tensor rowLoss = Tensor::empty({N}, lossType, logits.device());
+  Tensor lse = Tensor::empty({N}, lossType, logits.device());  // per-row logsumexp, kept for backward
+  MINIDP_LAUNCH_ACTIVATION(logits, T, softmaxXentForward, logits.data<T>(), targets.data<int32_t>(),
+                           rowLoss.data<AccumOf<T>>(), lse.data<AccumOf<T>>(), N, V);
   Tensor loss = sumAll(rowLoss);  // fixed-order reduction: the same bits on every run
   scaleInPlace(loss, 1.0 / static_cast<double>(N));
+  // The logits of an op are captured by this op only (the classifier's backward keeps its input and weight,
+  // not its output), so their buffer takes the gradient; a leaf's data belongs to the caller.
+  const bool inPlace = !logitsv.isLeaf();
   return Variable::fromOp(loss, {logitsv}, [=](const Tensor& g) {  // g [1], read on its device
-    Tensor dlogits = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
-    MINIDP_LAUNCH_FLOAT(logits, T, softmaxXentBackward, logits.data<T>(), targets.data<int32_t>(),
-                        lse.data<T>(), g.data<T>(), dlogits.data<T>(), N, V);
+    Tensor dlogits = inPlace ? logits : Tensor::empty(logits.shape(), logits.dtype(), logits.device());
+    MINIDP_LAUNCH_ACTIVATION(logits, T, softmaxXentBackward, logits.data<T>(), targets.data<int32_t>(),
+                             lse.data<AccumOf<T>>(), g.data<AccumOf<T>>(), dlogits.data<T>(), N, V);
     return std::vector<Tensor>{dlogits};
   });
 }

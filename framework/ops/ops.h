@@ -2,6 +2,8 @@
 // Shapes are given as (dims); N is the number of rows, i.e. the product of all leading dimensions.
 #pragma once
 
+#include <optional>
+
 #include "framework/autograd/variable.h"
 
 namespace minidp::ops {
@@ -35,15 +37,22 @@ Variable matmul(const Variable& a, const Variable& b);
 
 // ---- losses (framework/ops/loss.cpp) ----
 /// Fused, numerically stable softmax cross-entropy: logits (N, V), targets int32 (N) in [0, V);
-/// returns the mean over N as shape [1]. A target out of range is an error on the CPU; on CUDA (no host
-/// synchronisation to check it) that row's loss and gradient are NaN.
+/// returns the mean over N as shape [1] (F32 for BF16 logits). A target out of range is an error on the
+/// CPU; on CUDA (no host synchronisation to check it) that row's loss and gradient are NaN. When logits
+/// is the output of an op (not a leaf), the backward writes the gradient into the logits' own buffer, so
+/// no second (N, V) buffer exists: nothing may read those logits after backward (the classifier GEMM's
+/// backward does not; a leaf's logits are left intact).
 Variable crossEntropy(const Variable& logits, const Tensor& targets);
 
 // ---- transformer ops (framework/ops/transformer.cpp) ----
 /// wte[tokens] + wpe[position]: wte (V, C), wpe (Tmax, C), tokens int32 (B, T) with T <= Tmax
-/// -> (B, T, C). Deterministic backward (no floating-point atomics).
-Variable embedding(const Variable& wte, const Variable& wpe, const Tensor& tokens);
-/// LayerNorm over the last dimension: x (..., C), weight (C), bias (C).
+/// -> (B, T, C) in `out` (default: the tables' dtype; BF16 from F32 tables under mixed precision).
+/// Deterministic backward (sorted segments, no floating-point atomics) that adds into the tables'
+/// installed gradients when they have them.
+Variable embedding(const Variable& wte, const Variable& wpe, const Tensor& tokens,
+                   std::optional<DType> out = std::nullopt);
+/// LayerNorm over the last dimension: x (..., C), weight (C), bias (C); BF16 x takes F32 weight and bias
+/// (statistics in F32). Parameter gradients add into installed gradients when there are.
 Variable layerNorm(const Variable& x, const Variable& weight, const Variable& bias, double eps = 1e-5);
 /// Causal multi-head self-attention core: qkv (B, T, 3C) laid out [q | k | v] along the last dim,
 /// heads split as (B, T, H, C/H); softmax(q k^T / sqrt(C/H), causal) v -> (B, T, C).

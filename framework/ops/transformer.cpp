@@ -1,6 +1,7 @@
 // Transformer ops: token + position embedding, LayerNorm and the causal self-attention core.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "framework/ops/dispatch.h"
 #include "framework/ops/ops.h"
@@ -11,10 +12,14 @@
 
 namespace minidp::ops {
 
-Variable embedding(const Variable& wteVar, const Variable& wpeVar, const Tensor& tokens) {
+Variable embedding(const Variable& wteVar, const Variable& wpeVar, const Tensor& tokens, std::optional<DType> outDType) {
   const Tensor& wte = wteVar.data();
   const Tensor& wpe = wpeVar.data();
   checkSame("embedding", wte, wpe);
+  const DType outType = outDType.value_or(wte.dtype());
+  MINIDP_CHECK(outType == wte.dtype() || (outType == DType::BF16 && wte.dtype() == DType::F32),
+               "embedding: " << dtypeName(wte.dtype()) << " tables cannot give " << dtypeName(outType)
+                             << " output (the same dtype, or BF16 from F32)");
   MINIDP_CHECK(wte.ndim() == 2 && wpe.ndim() == 2 && wte.size(1) == wpe.size(1),
                "embedding: wte " << shapeString(wte.shape()) << " and wpe " << shapeString(wpe.shape())
                                  << " must be (V, C) and (Tmax, C)");
@@ -26,16 +31,24 @@ Variable embedding(const Variable& wteVar, const Variable& wpeVar, const Tensor&
   const int64_t B = tokens.size(0), seqLen = tokens.size(1), C = wte.size(1);
   const int64_t V = wte.size(0), Tmax = wpe.size(0);
   MINIDP_CHECK(seqLen <= Tmax, "embedding: " << seqLen << " positions, but wpe has only " << Tmax);
-  Tensor out = Tensor::empty({B, seqLen, C}, wte.dtype(), wte.device());  // (B, T, C)
-  MINIDP_LAUNCH_FLOAT(wte, T, embeddingForward, wte.data<T>(), wpe.data<T>(), tokens.data<int32_t>(),
-                      out.data<T>(), B, seqLen, C, V);
-  return Variable::fromOp(out, {wteVar, wpeVar}, [tokens, B, seqLen, V, Tmax, C](const Tensor& g) {
-    Tensor dwte = Tensor::empty({V, C}, g.dtype(), g.device());
-    Tensor dwpe = Tensor::empty({Tmax, C}, g.dtype(), g.device());
-    MINIDP_LAUNCH_FLOAT(g, T, embeddingBackwardTokens, g.data<T>(), tokens.data<int32_t>(), dwte.data<T>(), B,
-                        seqLen, C, V);
-    MINIDP_LAUNCH_FLOAT(g, T, embeddingBackwardPositions, g.data<T>(), dwpe.data<T>(), B, seqLen, C, Tmax);
-    return std::vector<Tensor>{dwte, dwpe};
+  Tensor out = Tensor::empty({B, seqLen, C}, outType, wte.device());  // (B, T, C)
+  MINIDP_LAUNCH_ACTIVATION(out, T, embeddingForward, wte.data<ParamOf<T>>(), wpe.data<ParamOf<T>>(),
+                           tokens.data<int32_t>(), out.data<T>(), B, seqLen, C, V);
+  const DType tableType = wte.dtype();
+  return Variable::fromOp(out, {wteVar, wpeVar}, [tokens, B, seqLen, V, Tmax, C, tableType](const Tensor& g) {
+    // Gradients go straight into installed ones (+=) when the tables have them, else into new tensors.
+    Tensor dwte = leafGradTarget(0), dwpe = leafGradTarget(1);
+    const bool intoWte = dwte.defined(), intoWpe = dwpe.defined();
+    if (!intoWte) dwte = Tensor::empty({V, C}, tableType, g.device());
+    if (!intoWpe) dwpe = Tensor::empty({Tmax, C}, tableType, g.device());
+    int64_t scratchBytes = 0;  // the GPU sorts (token, position) pairs; the CPU needs none
+    if (g.isCuda()) MINIDP_ON_CUDA(scratchBytes = kernels::cuda::embeddingBackwardScratchBytes(B * seqLen, V));
+    Tensor scratch = Tensor::empty({(scratchBytes + 3) / 4}, DType::I32, g.device());
+    MINIDP_LAUNCH_ACTIVATION(g, T, embeddingBackwardTokens, g.data<T>(), tokens.data<int32_t>(),
+                             dwte.data<ParamOf<T>>(), scratch.data<int32_t>(), B, seqLen, C, V, intoWte);
+    MINIDP_LAUNCH_ACTIVATION(g, T, embeddingBackwardPositions, g.data<T>(), dwpe.data<ParamOf<T>>(), B, seqLen,
+                             C, Tmax, intoWpe);
+    return std::vector<Tensor>{intoWte ? Tensor() : dwte, intoWpe ? Tensor() : dwpe};
   });
 }
 
@@ -43,25 +56,37 @@ Variable layerNorm(const Variable& xVar, const Variable& weightVar, const Variab
   const Tensor& x = xVar.data();
   const Tensor& weight = weightVar.data();
   const Tensor& bias = biasVar.data();
-  checkSame("layerNorm", x, weight);
-  checkSame("layerNorm", x, bias);
+  checkSame("layerNorm", weight, bias);
+  DType paramType = x.dtype(), statType = x.dtype();  // bf16 x: fp32 parameters and statistics
+  MINIDP_DISPATCH_ACTIVATION(x.dtype(), T, paramType = dtypeOf<ParamOf<T>>(); statType = dtypeOf<AccumOf<T>>());
+  MINIDP_CHECK(weight.dtype() == paramType && weight.device() == x.device(),
+               "layerNorm: " << dtypeName(x.dtype()) << " x on " << deviceName(x.device()) << " needs "
+                             << dtypeName(paramType) << " weight and bias there, got "
+                             << dtypeName(weight.dtype()) << " on " << deviceName(weight.device()));
   MINIDP_CHECK(x.ndim() >= 1, "layerNorm: x must have a channel dimension");
   const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
   MINIDP_CHECK(weight.shape() == Shape{C} && bias.shape() == Shape{C},
                "layerNorm: x " << shapeString(x.shape()) << " needs weight and bias [" << C << "], got "
                                << shapeString(weight.shape()) << " and " << shapeString(bias.shape()));
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  Tensor mean = Tensor::empty({N}, x.dtype(), x.device());
-  Tensor rstd = Tensor::empty({N}, x.dtype(), x.device());
-  MINIDP_LAUNCH_FLOAT(x, T, layerNormForward, x.data<T>(), weight.data<T>(), bias.data<T>(), y.data<T>(),
-                      mean.data<T>(), rstd.data<T>(), N, C, static_cast<T>(eps));
+  Tensor mean = Tensor::empty({N}, statType, x.device());
+  Tensor rstd = Tensor::empty({N}, statType, x.device());
+  MINIDP_LAUNCH_ACTIVATION(x, T, layerNormForward, x.data<T>(), weight.data<ParamOf<T>>(), bias.data<ParamOf<T>>(),
+                           y.data<T>(), mean.data<AccumOf<T>>(), rstd.data<AccumOf<T>>(), N, C,
+                           static_cast<AccumOf<T>>(eps));
   return Variable::fromOp(y, {xVar, weightVar, biasVar}, [x, weight, mean, rstd, N, C](const Tensor& g) {
     Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
-    Tensor dweight = Tensor::empty({C}, x.dtype(), x.device());
-    Tensor dbias = Tensor::empty({C}, x.dtype(), x.device());
-    MINIDP_LAUNCH_FLOAT(x, T, layerNormBackward, g.data<T>(), x.data<T>(), weight.data<T>(), mean.data<T>(),
-                        rstd.data<T>(), dx.data<T>(), dweight.data<T>(), dbias.data<T>(), N, C);
-    return std::vector<Tensor>{dx, dweight, dbias};
+    // Parameter gradients go straight into installed ones (+=) when there are, else into new tensors.
+    Tensor dweight = leafGradTarget(1), dbias = leafGradTarget(2);
+    const bool intoWeight = dweight.defined(), intoBias = dbias.defined();
+    if (!intoWeight) dweight = Tensor::empty({C}, weight.dtype(), x.device());
+    if (!intoBias) dbias = Tensor::empty({C}, weight.dtype(), x.device());
+    Tensor scratch = Tensor::empty({kernels::layerNormBackwardScratchSize(N, C)}, mean.dtype(), x.device());
+    MINIDP_LAUNCH_ACTIVATION(x, T, layerNormBackward, g.data<T>(), x.data<T>(), weight.data<ParamOf<T>>(),
+                             mean.data<AccumOf<T>>(), rstd.data<AccumOf<T>>(), dx.data<T>(),
+                             dweight.data<ParamOf<T>>(), dbias.data<ParamOf<T>>(), scratch.data<AccumOf<T>>(), N,
+                             C, intoWeight, intoBias);
+    return std::vector<Tensor>{dx, intoWeight ? Tensor() : dweight, intoBias ? Tensor() : dbias};
   });
 }
 

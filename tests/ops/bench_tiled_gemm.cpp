@@ -5,48 +5,23 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <functional>
 #include <random>
 #include <vector>
 
 #include "kernels/cuda_check.h"
 #include "kernels/matmul.h"
 #include "kernels/tiled_gemm.h"
+#include "tests/ops/cuda_timing.h"
 
 namespace {
 
 using minidp::kernels::cuda::gemm;
 using minidp::kernels::cuda::tiledGemm;
 
-constexpr int kWarmup = 3, kRepeats = 20;
-
-// A device buffer of n floats, freed at scope exit.
-struct DeviceBuffer {
-  float* ptr = nullptr;
-  explicit DeviceBuffer(size_t n) {
-    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr), n * sizeof(float)));
-  }
-  ~DeviceBuffer() { cudaFree(ptr); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
-
-// Mean milliseconds of one call of `f`, after kWarmup untimed calls.
-double timeMs(const std::function<void()>& f, cudaStream_t stream) {
-  for (int i = 0; i < kWarmup; ++i) f();
-  cudaEvent_t start, stop;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
-  CUDA_CHECK(cudaEventRecord(start, stream));
-  for (int i = 0; i < kRepeats; ++i) f();
-  CUDA_CHECK(cudaEventRecord(stop, stream));
-  CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  CUDA_CHECK(cudaEventDestroy(start));
-  CUDA_CHECK(cudaEventDestroy(stop));
-  return ms / kRepeats;
-}
+using minidp::bench::kRepeats;
+using minidp::bench::kWarmup;
+using minidp::bench::timeMs;
+using DeviceBuffer = minidp::bench::DeviceBuffer<float>;
 
 void fillRandom(float* device, size_t n, unsigned seed) {
   std::mt19937 rng(seed);

@@ -1,0 +1,33 @@
+// How the two-stage column reductions (bias and LayerNorm parameter gradients) split the rows: stage one
+// reduces each slice of rows of a 32-column tile into a partial (slices x C) scratch, stage two adds the
+// partials of each column in slice order. The split depends only on (N, C), never on the GPU, so the
+// summation order, and hence the bits, are the same on every device and every run.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace minidp::kernels {
+
+/// Columns per stage-one block.
+constexpr int64_t kColumnTile = 32;
+/// Stage-one blocks aimed for: about four per SM of an H200 (132 SMs), enough to hide memory latency.
+constexpr int64_t kColumnReductionBlocks = 528;
+/// Fewest rows a slice is given: below that the partials cost more traffic than they save.
+constexpr int64_t kMinRowsPerSlice = 32;
+
+/// Row slices of an (N, C) column reduction.
+inline int64_t columnSlices(int64_t N, int64_t C) {
+  const int64_t tiles = std::max<int64_t>(1, (C + kColumnTile - 1) / kColumnTile);
+  const int64_t wanted = (kColumnReductionBlocks + tiles - 1) / tiles;
+  const int64_t most = std::max<int64_t>(1, (N + kMinRowsPerSlice - 1) / kMinRowsPerSlice);
+  return std::clamp<int64_t>(wanted, 1, most);
+}
+
+/// Rows of each slice (the last may hold fewer).
+inline int64_t columnSliceRows(int64_t N, int64_t C) {
+  const int64_t slices = columnSlices(N, C);
+  return std::max<int64_t>(1, (N + slices - 1) / slices);
+}
+
+}  // namespace minidp::kernels

@@ -1,0 +1,333 @@
+// The fused kernels' contracts: parameter gradients added straight into installed gradients (LayerNorm,
+// embedding, bias column sums), the in-place cross-entropy backward, GPT-2-sized shapes (V = 50257, many
+// row slices) on CUDA against the CPU twin, and bf16 activations against a float64 reference.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "framework/ops/dispatch.h"
+#include "framework/ops/ops.h"
+#include "framework/runtime/device.h"
+#include "kernels/bias.h"
+#include "tests/support/device_compare.h"
+#include "tests/support/gradcheck.h"
+
+namespace minidp {
+namespace {
+
+using testing::gradcheck;
+using testing::randomIndices;
+using testing::randomTensor;
+using testing::relativeError;
+using testing::roundingEps;
+using Fn = std::function<Variable(const std::vector<Variable>&)>;
+
+// A float64 CPU copy of a float tensor of any dtype (BF16 included) on any device.
+Tensor asF64(const Tensor& t) {
+  if (t.dtype() != DType::BF16) return t.toDType(DType::F64).to(Device::CPU);
+  Tensor host = t.to(Device::CPU);
+  std::vector<double> v(host.numel());
+  for (int64_t i = 0; i < host.numel(); ++i) v[i] = bf16ToFloat(host.data<bf16>()[i]);
+  return Tensor::fromVector(v, t.shape());
+}
+
+// `t` (float64 CPU) rounded to bf16, as a BF16 tensor on `device`.
+Tensor toBf16(const Tensor& t, Device device) {
+  std::vector<bf16> v;
+  for (double x : t.toVector<double>()) v.push_back(floatToBf16(static_cast<float>(x)));
+  return Tensor::fromVector(v, t.shape(), device);
+}
+
+// Runs f on `device` in `dtype` with every input a leaf whose gradient is already installed (random
+// values, as a bucket view would hold), backward with `upstream`; returns the output and the gradients,
+// and checks that each gradient stayed the installed tensor.
+std::vector<Tensor> intoInstalledGradients(const Fn& f, const std::vector<Tensor>& inputs, const Tensor& upstream,
+                                           Device device, DType dtype) {
+  std::vector<Variable> leaves;
+  std::vector<Tensor> installed;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    leaves.emplace_back(inputs[i].toDType(dtype).to(device), true);
+    installed.push_back(randomTensor(inputs[i].shape(), 100 + i, -1.0, 1.0, dtype).to(device));
+    leaves.back().setGrad(installed.back());
+  }
+  Variable y = f(leaves);
+  y.backward(upstream.toDType(dtype).to(device));
+  std::vector<Tensor> out{y.data()};
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    EXPECT_TRUE(leaves[i].grad().sharesStorage(installed[i])) << "input " << i;
+    out.push_back(leaves[i].grad());
+  }
+  return out;
+}
+
+// The gradients f gives its inputs without installed gradients (float64, CPU).
+std::vector<Tensor> freshGradients(const Fn& f, const std::vector<Tensor>& inputs, const Tensor& upstream) {
+  std::vector<Variable> leaves;
+  for (const Tensor& t : inputs) leaves.emplace_back(t.clone(), true);
+  f(leaves).backward(upstream);
+  std::vector<Tensor> out;
+  for (const Variable& v : leaves) out.push_back(v.grad());
+  return out;
+}
+
+// On the CPU in float64, gradients added into installed ones equal installed + fresh gradients.
+void expectAddsIntoInstalled(const Fn& f, const std::vector<Tensor>& inputs, const Shape& outShape) {
+  const Tensor upstream = randomTensor(outShape, 99);
+  std::vector<Tensor> fresh = freshGradients(f, inputs, upstream);
+  std::vector<Tensor> added = intoInstalledGradients(f, inputs, upstream, Device::CPU, DType::F64);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    std::vector<double> a = added[i + 1].toVector<double>(), g = fresh[i].toVector<double>();
+    std::vector<double> start = randomTensor(inputs[i].shape(), 100 + i).toVector<double>();
+    for (size_t j = 0; j < a.size(); ++j) EXPECT_NEAR(a[j], start[j] + g[j], 1e-12) << "input " << i << " element " << j;
+  }
+}
+
+TEST(FusedOps, LayerNormAddsIntoInstalledGradients) {
+  const Fn f = [](const std::vector<Variable>& in) { return ops::layerNorm(in[0], in[1], in[2]); };
+  expectAddsIntoInstalled(f, {randomTensor({5, 7}, 1), randomTensor({7}, 2, 0.5, 1.5), randomTensor({7}, 3)}, {5, 7});
+}
+
+TEST(FusedOps, EmbeddingAddsIntoInstalledGradients) {
+  // Token 2 never occurs: its installed row must stay as it was; positions 4, 5 of wpe likewise.
+  Tensor tokens = Tensor::fromVector<int32_t>({1, 3, 1, 0, 3, 3, 4, 1}, {2, 4});
+  const Fn f = [tokens](const std::vector<Variable>& in) { return ops::embedding(in[0], in[1], tokens); };
+  expectAddsIntoInstalled(f, {randomTensor({5, 3}, 4), randomTensor({6, 3}, 5)}, {2, 4, 3});
+}
+
+TEST(FusedOps, SumColumnsOverwritesOrAdds) {
+  const int64_t N = 9, C = 4;
+  std::vector<double> x = randomTensor({N, C}, 6).toVector<double>(), out(C, 5.0), sums(C, 0.0);
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t c = 0; c < C; ++c) sums[c] += x[r * C + c];
+  kernels::cpu::sumColumns<double>(x.data(), out.data(), nullptr, N, C, true);
+  for (int64_t c = 0; c < C; ++c) EXPECT_NEAR(out[c], 5.0 + sums[c], 1e-14);
+  kernels::cpu::sumColumns<double>(x.data(), out.data(), nullptr, N, C, false);
+  for (int64_t c = 0; c < C; ++c) EXPECT_NEAR(out[c], sums[c], 1e-14);
+}
+
+// (softmax(row) - onehot) / N, in float64.
+std::vector<double> expectedXentGradient(const std::vector<double>& logits, const std::vector<int32_t>& targets,
+                                         int64_t V) {
+  const int64_t N = static_cast<int64_t>(targets.size());
+  std::vector<double> g(logits.size());
+  for (int64_t r = 0; r < N; ++r) {
+    double m = -INFINITY, s = 0;
+    for (int64_t j = 0; j < V; ++j) m = std::max(m, logits[r * V + j]);
+    for (int64_t j = 0; j < V; ++j) s += std::exp(logits[r * V + j] - m);
+    for (int64_t j = 0; j < V; ++j)
+      g[r * V + j] = (std::exp(logits[r * V + j] - m) / s - (j == targets[r] ? 1.0 : 0.0)) / double(N);
+  }
+  return g;
+}
+
+TEST(FusedOps, CrossEntropyWritesTheGradientIntoAnOpsLogits) {
+  // logits = 1 * x is an op's output: its buffer takes the gradient (no second (N, V) buffer), which then
+  // flows on to x. A leaf's logits keep their values.
+  const int64_t N = 3, V = 5;
+  Tensor x = randomTensor({N, V}, 7, -2.0, 2.0);
+  Tensor targets = Tensor::fromVector<int32_t>({4, 0, 2}, {N});
+  const std::vector<double> expected = expectedXentGradient(x.toVector<double>(), targets.toVector<int32_t>(), V);
+  Variable xv(x.clone(), true);
+  Variable logits = ops::scale(xv, 1.0);
+  ops::crossEntropy(logits, targets).backward();
+  std::vector<double> buffer = logits.data().toVector<double>(), grad = xv.grad().toVector<double>();
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_NEAR(buffer[i], expected[i], 1e-14) << "logits buffer, element " << i;
+    EXPECT_NEAR(grad[i], expected[i], 1e-14) << "gradient, element " << i;
+  }
+  Variable leafLogits(x.clone(), true);
+  ops::crossEntropy(leafLogits, targets).backward();
+  EXPECT_EQ(leafLogits.data().toVector<double>(), x.toVector<double>());
+}
+
+TEST(FusedOps, CrossEntropyThroughAnOpGradcheck) {
+  Tensor targets = randomIndices({4}, 6, 8);
+  std::string report;
+  EXPECT_LT(gradcheck([targets](const std::vector<Variable>& in) { return ops::crossEntropy(ops::scale(in[0], 1.5), targets); },
+                      {Variable(randomTensor({4, 6}, 9, -3.0, 3.0), true)}, &report),
+            1e-6)
+      << report;
+}
+
+TEST(FusedOps, EmbeddingRejectsAnOutputDTypeItCannotGive) {
+  Variable wte(randomTensor({5, 3}, 10)), wpe(randomTensor({4, 3}, 11));  // F64 tables
+  EXPECT_THROW(ops::embedding(wte, wpe, Tensor::fromVector<int32_t>({1, 2}, {1, 2}), DType::BF16), Error);
+  EXPECT_THROW(ops::embedding(wte, wpe, Tensor::fromVector<int32_t>({1, 2}, {1, 2}), DType::F32), Error);
+}
+
+// ---- CUDA against the CPU twin, at the shapes that exercise the scalable paths ----
+
+// As in test_transformer_ops.cpp: a sum of `terms` products in two orders differs by up to about
+// terms * eps; twice that plus a few ulp. A wrong index or a missed slice is off by O(1).
+double sumTolerance(DType dtype, int64_t terms) { return 2.0 * static_cast<double>(terms + 4) * roundingEps(dtype); }
+
+using FusedCudaVsCpu = testing::CudaVsCpuTest;
+
+void expectAllClose(const std::vector<Tensor>& cuda, const std::vector<Tensor>& cpu, double tolerance) {
+  ASSERT_EQ(cuda.size(), cpu.size());
+  for (size_t i = 0; i < cuda.size(); ++i) EXPECT_LE(relativeError(cuda[i], cpu[i]), tolerance) << "result " << i;
+}
+
+TEST_P(FusedCudaVsCpu, LayerNormManySlicesAndInstalledGradients) {
+  // N = 1500 rows split into row slices; C = 96 takes 16-byte loads, C = 77 the scalar path.
+  const Fn f = [](const std::vector<Variable>& in) { return ops::layerNorm(in[0], in[1], in[2]); };
+  for (int64_t C : {96, 77}) {
+    SCOPED_TRACE("C = " + std::to_string(C));
+    const int64_t N = 1500;
+    const std::vector<Tensor> inputs{randomTensor({N, C}, 12, -2.0, 3.0), randomTensor({C}, 13, 0.5, 1.5),
+                                     randomTensor({C}, 14)};
+    expectClose(testing::compareDevices(f, inputs, GetParam()), sumTolerance(GetParam(), N));
+    const Tensor upstream = randomTensor({N, C}, 15);
+    expectAllClose(intoInstalledGradients(f, inputs, upstream, Device::CUDA, GetParam()),
+                   intoInstalledGradients(f, inputs, upstream, Device::CPU, GetParam()), sumTolerance(GetParam(), N));
+  }
+}
+
+TEST_P(FusedCudaVsCpu, EmbeddingAtGpt2VocabularyIsExact) {
+  // V = 50257 (GPT-2); 1024 random ids plus a run of one id (a long segment). Both devices add the same
+  // numbers in position order onto the same start, so the bits agree, installed gradients or not.
+  std::vector<int32_t> ids = randomIndices({4, 256}, 50257, 16).toVector<int32_t>();
+  for (int i = 300; i < 400; ++i) ids[i] = 50256;
+  Tensor tokens = Tensor::fromVector(ids, {4, 256});
+  const Fn f = [tokens](const std::vector<Variable>& in) {
+    return ops::embedding(in[0], in[1], tokens.to(in[0].device()));
+  };
+  const std::vector<Tensor> inputs{randomTensor({50257, 64}, 17), randomTensor({300, 64}, 18)};
+  expectClose(testing::compareDevices(f, inputs, GetParam()), 0.0);
+  const Tensor upstream = randomTensor({4, 256, 64}, 19);
+  expectAllClose(intoInstalledGradients(f, inputs, upstream, Device::CUDA, GetParam()),
+                 intoInstalledGradients(f, inputs, upstream, Device::CPU, GetParam()), 0.0);
+}
+
+TEST_P(FusedCudaVsCpu, CrossEntropyAtGpt2Vocabulary) {
+  // V = 50257 is odd: every row starts at a different offset from a 16-byte boundary (head, packs, tail).
+  // The logits come from an op, so the CUDA backward runs in place too.
+  const int64_t N = 9, V = 50257;
+  Tensor targets = randomIndices({N}, V, 20);
+  const Fn f = [targets](const std::vector<Variable>& in) {
+    return ops::crossEntropy(ops::scale(in[0], 1.0), targets.to(in[0].device()));
+  };
+  expectClose(testing::compareDevices(f, {randomTensor({N, V}, 21, -8.0, 8.0)}, GetParam(), 0.5, 1.5),
+              sumTolerance(GetParam(), V));
+}
+
+#if MINIDP_WITH_CUDA
+TEST_P(FusedCudaVsCpu, SumColumnsManySlices) {
+  // N = 3000 rows over C = 70 columns: many row slices and a partial column tile; both output modes.
+  const int64_t N = 3000, C = 70;
+  const DType dtype = GetParam();
+  Tensor x = randomTensor({N, C}, 22, -1.0, 1.0, dtype), start = randomTensor({C}, 23, -1.0, 1.0, dtype);
+  for (bool accumulate : {false, true}) {
+    SCOPED_TRACE(accumulate ? "accumulate" : "overwrite");
+    Tensor cpuOut = start.clone(), cudaOut = start.to(Device::CUDA), xc = x.to(Device::CUDA);
+    Tensor scratch = Tensor::empty({kernels::sumColumnsScratchSize(N, C)}, dtype, Device::CUDA);
+    MINIDP_DISPATCH_FLOAT(dtype, T, {
+      kernels::cpu::sumColumns<T>(x.data<T>(), cpuOut.data<T>(), nullptr, N, C, accumulate);
+      kernels::cuda::sumColumns<T>(xc.data<T>(), cudaOut.data<T>(), scratch.data<T>(), N, C, accumulate,
+                                   runtime::computeStream());
+    });
+    EXPECT_LE(relativeError(cudaOut, cpuOut), sumTolerance(dtype, N));
+  }
+}
+#endif
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, FusedCudaVsCpu, ::testing::Values(DType::F32, DType::F64),
+                         [](const ::testing::TestParamInfo<DType>& info) { return dtypeName(info.param); });
+
+// ---- bf16 activations against float64 ----
+//
+// The bf16 inputs are rounded once; the float64 reference runs on those rounded values, so what is
+// measured is the kernel's own arithmetic: fp32 accumulation (relative error ~1e-6 here) and the final
+// rounding of bf16 outputs (at most 2^-9 of each value, so at most 2^-9 of the largest). Tolerances:
+// 2^-8 for bf16 results (twice that rounding), 1e-4 for fp32 results. A wrong index is off by O(1).
+constexpr double kBf16Tolerance = 1.0 / 256, kFp32Tolerance = 1e-4;
+
+class Bf16VsFloat64 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+TEST_F(Bf16VsFloat64, LayerNorm) {
+  const int64_t N = 700, C = 192;
+  Tensor x = asF64(toBf16(randomTensor({N, C}, 24, -2.0, 3.0), Device::CPU));
+  Tensor w = randomTensor({C}, 25, 0.5, 1.5), b = randomTensor({C}, 26);
+  Tensor g = asF64(toBf16(randomTensor({N, C}, 27), Device::CPU));
+  Variable xr(x, true), wr(w, true), br(b, true);
+  Variable yr = ops::layerNorm(xr, wr, br);
+  yr.backward(g);
+  Variable xb(toBf16(x, Device::CUDA), true), wb(w.toDType(DType::F32).to(Device::CUDA), true),
+      bb(b.toDType(DType::F32).to(Device::CUDA), true);
+  Variable yb = ops::layerNorm(xb, wb, bb);
+  ASSERT_EQ(yb.dtype(), DType::BF16);
+  yb.backward(toBf16(g, Device::CUDA));
+  EXPECT_LE(relativeError(asF64(yb.data()), yr.data()), kBf16Tolerance) << "y";
+  EXPECT_LE(relativeError(asF64(xb.grad()), xr.grad()), kBf16Tolerance) << "dx";
+  ASSERT_EQ(wb.grad().dtype(), DType::F32);
+  EXPECT_LE(relativeError(wb.grad(), wr.grad()), kFp32Tolerance) << "dweight";
+  EXPECT_LE(relativeError(bb.grad(), br.grad()), kFp32Tolerance) << "dbias";
+}
+
+TEST_F(Bf16VsFloat64, Embedding) {
+  const int64_t V = 1000, Tmax = 64, C = 96;
+  Tensor wte = asF64(randomTensor({V, C}, 28).toDType(DType::F32)), wpe = asF64(randomTensor({Tmax, C}, 29).toDType(DType::F32));
+  Tensor tokens = randomIndices({8, 48}, 50, 30);  // 50 distinct ids at most: long segments
+  Tensor g = asF64(toBf16(randomTensor({8, 48, C}, 31), Device::CPU));
+  Variable er(wte, true), pr(wpe, true);
+  Variable yr = ops::embedding(er, pr, tokens);
+  yr.backward(g);
+  Variable eb(wte.toDType(DType::F32).to(Device::CUDA), true), pb(wpe.toDType(DType::F32).to(Device::CUDA), true);
+  Variable yb = ops::embedding(eb, pb, tokens.to(Device::CUDA), DType::BF16);
+  ASSERT_EQ(yb.dtype(), DType::BF16);
+  yb.backward(toBf16(g, Device::CUDA));
+  EXPECT_LE(relativeError(asF64(yb.data()), yr.data()), kBf16Tolerance) << "out";
+  ASSERT_EQ(eb.grad().dtype(), DType::F32);
+  EXPECT_LE(relativeError(eb.grad(), er.grad()), kFp32Tolerance) << "dwte";
+  EXPECT_LE(relativeError(pb.grad(), pr.grad()), kFp32Tolerance) << "dwpe";
+}
+
+TEST_F(Bf16VsFloat64, CrossEntropyAtGpt2Vocabulary) {
+  const int64_t N = 6, V = 50257;
+  Tensor logits = asF64(toBf16(randomTensor({N, V}, 32, -8.0, 8.0), Device::CPU));
+  Tensor targets = randomIndices({N}, V, 33);
+  Variable lr(logits, true);
+  Variable lossR = ops::crossEntropy(lr, targets);
+  lossR.backward();
+  Variable lb(toBf16(logits, Device::CUDA), true);
+  Variable lossB = ops::crossEntropy(lb, targets.to(Device::CUDA));
+  ASSERT_EQ(lossB.dtype(), DType::F32);
+  lossB.backward();
+  EXPECT_LE(relativeError(lossB.data(), lossR.data()), 1e-5) << "loss";
+  EXPECT_LE(relativeError(asF64(lb.grad()), lr.grad()), kBf16Tolerance) << "dlogits";
+}
+
+#if MINIDP_WITH_CUDA
+TEST_F(Bf16VsFloat64, AddBiasAndSumColumns) {
+  // y (bf16) += bias (fp32); dbias (fp32) = column sums of bf16 rows, added onto an installed gradient.
+  const int64_t N = 2000, C = 136;
+  Tensor y = asF64(toBf16(randomTensor({N, C}, 34), Device::CPU)), bias = asF64(randomTensor({C}, 35).toDType(DType::F32));
+  Tensor start = asF64(randomTensor({C}, 36).toDType(DType::F32));
+  std::vector<double> yv = y.toVector<double>(), bv = bias.toVector<double>(), sv = start.toVector<double>();
+  std::vector<double> added(yv.size()), sums = sv;
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t c = 0; c < C; ++c) {
+      added[r * C + c] = yv[r * C + c] + bv[c];
+      sums[c] += yv[r * C + c];
+    }
+  Tensor yb = toBf16(y, Device::CUDA), bb = bias.toDType(DType::F32).to(Device::CUDA);
+  Tensor out = start.toDType(DType::F32).to(Device::CUDA);
+  Tensor scratch = Tensor::empty({kernels::sumColumnsScratchSize(N, C)}, DType::F32, Device::CUDA);
+  kernels::cuda::sumColumns<bf16>(yb.data<bf16>(), out.data<float>(), scratch.data<float>(), N, C, true,
+                                  runtime::computeStream());
+  EXPECT_LE(relativeError(out, Tensor::fromVector(sums, {C})), kFp32Tolerance) << "sumColumns";
+  kernels::cuda::addBias<bf16>(yb.data<bf16>(), bb.data<float>(), N, C, runtime::computeStream());
+  EXPECT_LE(relativeError(asF64(yb), Tensor::fromVector(added, {N, C})), kBf16Tolerance) << "addBias";
+}
+#endif
+
+}  // namespace
+}  // namespace minidp
