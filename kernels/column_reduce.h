@@ -11,8 +11,9 @@ namespace minidp::kernels {
 
 /// Columns per stage-one block.
 constexpr int64_t kColumnTile = 32;
-/// Stage-one blocks aimed for: about four per SM of an H200 (132 SMs), enough to hide memory latency.
-constexpr int64_t kColumnReductionBlocks = 528;
+/// Stage-one blocks aimed for: eight 256-thread blocks per SM of an H200 (132 SMs), a full load of
+/// resident threads to keep enough loads in flight.
+constexpr int64_t kColumnReductionBlocks = 1056;
 /// Fewest rows a slice is given: below that the partials cost more traffic than they save.
 constexpr int64_t kMinRowsPerSlice = 32;
 

@@ -157,6 +157,7 @@ __global__ void columnPartialsKernel(Terms terms, A* partial, int64_t N, int64_t
 #pragma unroll
   for (int k = 0; k < kValues; ++k) acc[k] = A(0);
   if (c < C) {
+#pragma unroll 4
     for (int64_t n = begin + threadIdx.y; n < end; n += kSliceLanes) terms(n, c, acc);
   }
 #pragma unroll
