@@ -141,21 +141,12 @@ void benchAll(const char* name, const Reporter& report, cudaStream_t stream) {
 }  // namespace
 
 int main() {
-  try {
-    cudaStream_t stream;
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  return minidp::bench::runOnStream("minidp-bench-kernels", [](cudaStream_t stream, const cudaDeviceProp& prop) {
     const Reporter report{copyCeilingGBs(stream)};
     std::printf("%s; device-to-device copy ceiling %.1f GB/s (read + write); mean of %d runs after %d warm-up\n",
                 prop.name, report.ceilingGBs, minidp::bench::kRepeats, minidp::bench::kWarmup);
     std::printf("%-34s %-5s %9s %9s %8s\n", "kernel", "dtype", "ms", "GB/s", "of copy");
     benchAll<bf16>("bf16", report, stream);
     benchAll<float>("fp32", report, stream);
-    CUDA_CHECK(cudaStreamDestroy(stream));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "minidp-bench-kernels: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  });
 }

@@ -63,11 +63,7 @@ void benchOne(int64_t M, int64_t N, int64_t K, cudaStream_t stream) {
 }  // namespace
 
 int main() {
-  try {
-    cudaStream_t stream;
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  return minidp::bench::runOnStream("minidp-bench-gemm", [](cudaStream_t stream, const cudaDeviceProp& prop) {
     std::printf("%s, fp32 (cuBLAS default math: no TF32); mean of %d runs after %d warm-up\n", prop.name,
                 kRepeats, kWarmup);
     std::printf("%6s %6s %6s  %10s  %10s  %7s  %9s\n", "M", "N", "K", "tiled GF/s", "cuBLAS GF/s",
@@ -76,10 +72,5 @@ int main() {
     const int64_t sizes[][3] = {{512, 512, 512},    {1024, 1024, 1024}, {2048, 2048, 2048},
                                 {4096, 4096, 4096}, {8192, 3072, 768},  {1000, 999, 1001}};
     for (const auto& s : sizes) benchOne(s[0], s[1], s[2], stream);
-    CUDA_CHECK(cudaStreamDestroy(stream));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "minidp-bench-gemm: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  });
 }

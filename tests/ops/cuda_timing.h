@@ -1,9 +1,12 @@
-// What the kernel benchmarks share: a device buffer that frees itself and CUDA-event timing on one stream.
+// What the kernel benchmarks share: a device buffer that frees itself, CUDA-event timing on one stream and
+// the program's main.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdio>
+#include <exception>
 #include <functional>
 
 #include "kernels/cuda_check.h"
@@ -37,6 +40,23 @@ inline double timeMs(const std::function<void()>& f, cudaStream_t stream) {
   CUDA_CHECK(cudaEventDestroy(start));
   CUDA_CHECK(cudaEventDestroy(stop));
   return ms / kRepeats;
+}
+
+/// A benchmark program's main: runs `body` on a new non-blocking stream of device 0 with the device's
+/// properties; an exception is printed on one line under `program`'s name and gives exit status 1.
+inline int runOnStream(const char* program, const std::function<void(cudaStream_t, const cudaDeviceProp&)>& body) {
+  try {
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    body(stream, prop);
+    CUDA_CHECK(cudaStreamDestroy(stream));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return 1;
+  }
+  return 0;
 }
 
 }  // namespace minidp::bench

@@ -206,8 +206,8 @@ using TransformerCudaVsCpu = testing::CudaVsCpuTest;
 
 TEST_P(TransformerCudaVsCpu, EmbeddingIsExact) {
   // Both devices add the same numbers in the same order (dwte in position order, dwpe in batch order), so
-  // the results are bitwise equal. B * T = 280 ids span two 256-id chunks of the GPU gather; V = 97 forces
-  // repeats; C = 40 is not a multiple of 32; T = 70 < Tmax = 80 leaves dwpe rows that must be zero.
+  // the results are bitwise equal. V = 97 forces repeats (segments of several positions after the GPU's
+  // sort); C = 40 is not a multiple of 32; T = 70 < Tmax = 80 leaves dwpe rows that must be zero.
   Tensor tokens = randomIndices({4, 70}, 97, 32);
   const Fn f = [tokens](const std::vector<Variable>& in) {
     return ops::embedding(in[0], in[1], tokens.to(in[0].device()));
