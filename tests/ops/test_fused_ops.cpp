@@ -158,6 +158,27 @@ TEST(FusedOps, EmbeddingRejectsAnOutputDTypeItCannotGive) {
   EXPECT_THROW(ops::embedding(wte, wpe, Tensor::fromVector<int32_t>({1, 2}, {1, 2}), DType::F32), Error);
 }
 
+// f throws the error that bf16 is CUDA-only.
+void expectCudaOnly(const std::function<void()>& f) {
+  try {
+    f();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDA-only"), std::string::npos) << e.what();
+  }
+}
+
+TEST(FusedOps, Bf16IsCudaOnly) {
+  // The CPU keeps fp32/fp64 twins only: bf16 activations there (with valid fp32 parameters) are an error
+  // naming the kernel.
+  Tensor x = toBf16(randomTensor({2, 4}, 12), Device::CPU);
+  Variable w(randomTensor({4}, 13).toDType(DType::F32)), b(randomTensor({4}, 14).toDType(DType::F32));
+  expectCudaOnly([&] { ops::layerNorm(Variable(x), w, b); });
+  expectCudaOnly([&] { ops::crossEntropy(Variable(x), Tensor::fromVector<int32_t>({0, 3}, {2})); });
+  Variable wte(randomTensor({5, 4}, 15).toDType(DType::F32)), wpe(randomTensor({3, 4}, 16).toDType(DType::F32));
+  expectCudaOnly([&] { ops::embedding(wte, wpe, Tensor::fromVector<int32_t>({1, 2}, {1, 2}), DType::BF16); });
+}
+
 // ---- CUDA against the CPU twin, at the shapes that exercise the scalable paths ----
 
 // As in test_transformer_ops.cpp: a sum of `terms` products in two orders differs by up to about
@@ -303,6 +324,30 @@ TEST_F(Bf16VsFloat64, CrossEntropyAtGpt2Vocabulary) {
   lossB.backward();
   EXPECT_LE(relativeError(lossB.data(), lossR.data()), 1e-5) << "loss";
   EXPECT_LE(relativeError(asF64(lb.grad()), lr.grad()), kBf16Tolerance) << "dlogits";
+}
+
+TEST_F(Bf16VsFloat64, BitwiseReproducible) {
+  // embedding -> layerNorm -> cross-entropy in bf16, twice: the same loss and parameter gradients bit for
+  // bit (fixed-order reductions, no atomics).
+  const int64_t V = 3000, C = 64;
+  Tensor tokens = randomIndices({4, 32}, 40, 37).to(Device::CUDA), targets = randomIndices({128}, 64, 38).to(Device::CUDA);
+  std::vector<Tensor> params{randomTensor({V, C}, 39), randomTensor({32, C}, 40), randomTensor({C}, 41, 0.5, 1.5),
+                             randomTensor({C}, 42)};
+  std::vector<std::vector<double>> runs;
+  for (int run = 0; run < 2; ++run) {
+    std::vector<Variable> p;
+    for (const Tensor& t : params) p.emplace_back(t.toDType(DType::F32).to(Device::CUDA), true);
+    Variable x = ops::layerNorm(ops::embedding(p[0], p[1], tokens, DType::BF16), p[2], p[3]);  // (4, 32, 64)
+    Variable loss = ops::crossEntropy(ops::reshape(x, {128, C}), targets);
+    loss.backward();
+    std::vector<double> bits = asF64(loss.data()).toVector<double>();
+    for (const Variable& v : p) {
+      std::vector<double> g = asF64(v.grad()).toVector<double>();
+      bits.insert(bits.end(), g.begin(), g.end());
+    }
+    runs.push_back(bits);
+  }
+  EXPECT_EQ(runs[0], runs[1]);
 }
 
 #if MINIDP_WITH_CUDA
