@@ -81,7 +81,8 @@ Variable layerNorm(const Variable& xVar, const Variable& weightVar, const Variab
     const bool intoWeight = dweight.defined(), intoBias = dbias.defined();
     if (!intoWeight) dweight = Tensor::empty({C}, weight.dtype(), x.device());
     if (!intoBias) dbias = Tensor::empty({C}, weight.dtype(), x.device());
-    Tensor scratch = Tensor::empty({kernels::layerNormBackwardScratchSize(N, C)}, mean.dtype(), x.device());
+    const int64_t scratchSize = x.isCuda() ? kernels::layerNormBackwardScratchSize(N, C) : 0;  // CPU: none
+    Tensor scratch = Tensor::empty({scratchSize}, mean.dtype(), x.device());
     MINIDP_LAUNCH_ACTIVATION(x, T, layerNormBackward, g.data<T>(), x.data<T>(), weight.data<ParamOf<T>>(),
                              mean.data<AccumOf<T>>(), rstd.data<AccumOf<T>>(), dx.data<T>(),
                              dweight.data<ParamOf<T>>(), dbias.data<ParamOf<T>>(), scratch.data<AccumOf<T>>(), N,
