@@ -58,8 +58,8 @@ __device__ __forceinline__ int64_t headLength(const T* x, int64_t V) {
   return misaligned == 0 ? 0 : min(V, (16 - misaligned) / static_cast<int64_t>(sizeof(T)));
 }
 
-// Calls f(j, P-wide values...) over row x (V): the scalar head and tail one element at a time, the rest in
-// 16-byte packs, each thread taking every kBlock-th piece.
+// Walks row x (V): scalar(j) for each element of the head and the tail, packed(j) for each 16-byte pack
+// starting at element j; each thread takes every kBlock-th piece.
 template <typename T, typename Scalar, typename Packed>
 __device__ __forceinline__ void forRow(const T* x, int64_t V, Scalar scalar, Packed packed) {
   constexpr int P = kPack<T>;
