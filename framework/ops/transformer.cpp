@@ -122,21 +122,31 @@ Variable flashSelfAttention(const Variable& qkvVar, const AttentionShape& s) {
   });
 }
 
+// The sizes of qkv (B, T, 3C) split into numHeads heads, after checking the shape.
+AttentionShape attentionShape(const Tensor& qkv, int numHeads) {
+  MINIDP_CHECK(qkv.ndim() == 3 && qkv.size(2) % 3 == 0 && numHeads > 0 && qkv.size(2) / 3 % numHeads == 0,
+               "causalSelfAttention: qkv " << shapeString(qkv.shape())
+                                           << " must be (B, T, 3C) with C divisible by " << numHeads << " heads");
+  return AttentionShape{qkv.size(0), qkv.size(1), numHeads, qkv.size(2) / 3 / numHeads};
+}
+
 }  // namespace
 
 Variable causalSelfAttention(const Variable& qkvVar, int numHeads) {
   const Tensor& qkv = qkvVar.data();
-  MINIDP_CHECK(qkv.ndim() == 3 && qkv.size(2) % 3 == 0 && numHeads > 0 && qkv.size(2) / 3 % numHeads == 0,
-               "causalSelfAttention: qkv " << shapeString(qkv.shape())
-                                           << " must be (B, T, 3C) with C divisible by " << numHeads << " heads");
-  const AttentionShape s{qkv.size(0), qkv.size(1), numHeads, qkv.size(2) / 3 / numHeads};
+  const AttentionShape s = attentionShape(qkv, numHeads);
   // CUDA F32 and BF16 take the flash kernels where they exist for the head dim. CUDA F64 (the fp64
-  // reference tests), other head dims and the CPU keep the path below, which materialises the (B, H, T, T)
-  // probabilities: on the CPU it stays the reference the flash kernels and their CPU twins are tested
-  // against, and CPU runs are small.
+  // reference tests), other head dims and the CPU keep the materialised path: on the CPU it stays the
+  // reference the flash kernels and their CPU twins are tested against, and CPU runs are small.
   if (qkv.isCuda() && qkv.dtype() != DType::F64 && kernels::flashAttentionSupportsHeadDim(s.d)) {
     return flashSelfAttention(qkvVar, s);
   }
+  return causalSelfAttentionMaterialized(qkvVar, numHeads);
+}
+
+Variable causalSelfAttentionMaterialized(const Variable& qkvVar, int numHeads) {
+  const Tensor& qkv = qkvVar.data();
+  const AttentionShape s = attentionShape(qkv, numHeads);
   MINIDP_CHECK(qkv.dtype() != DType::BF16, "causalSelfAttention: BF16 needs the CUDA flash kernels, got head dim "
                                                << s.d << " on " << deviceName(qkv.device()));
   const int64_t C = s.C();
