@@ -263,6 +263,39 @@ constexpr size_t sharedBytes(int tiles, int floats) {
 
 // ---- forward ----
 
+// Key and value tiles of one (batch, head), streamed through two shared buffers each: tile j lives in
+// buffer j & 1, and tile j + 1 is in flight while tile j is computed.
+template <typename E, int D, int kThreads, int kLd>
+struct KeyValueStream {
+  static constexpr int kTileElems = kTile * kLd;
+  E* sK;          // two (kTile, kLd) buffers
+  E* sV;          // two (kTile, kLd) buffers
+  const E* k;     // (T, d) rows `stride` apart
+  const E* v;
+  int64_t stride;
+  int seqLen;
+
+  // Starts copying tile j into its buffers (the caller commits).
+  __device__ void load(int j) const {
+    const int row0 = j * kTile, buf = j & 1;
+    loadTileAsync<E, D, kThreads>(sK + buf * kTileElems, kLd, k + row0 * stride, stride, seqLen - row0);
+    loadTileAsync<E, D, kThreads>(sV + buf * kTileElems, kLd, v + row0 * stride, stride, seqLen - row0);
+  }
+  // Starts tile j + 1 when j < last, then waits until tile j (and everything committed before) has landed.
+  __device__ void advance(int j, int last) const {
+    if (j < last) {
+      load(j + 1);
+      cpAsyncCommit();
+      cpAsyncWait<1>();
+    } else {
+      cpAsyncWait<0>();
+    }
+    __syncthreads();
+  }
+  __device__ const E* key(int j) const { return sK + (j & 1) * kTileElems; }
+  __device__ const E* value(int j) const { return sV + (j & 1) * kTileElems; }
+};
+
 template <class Math, int D>
 __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
     flashForwardKernel(const typename Math::Elem* qkv, typename Math::Elem* out, float* lse, int seqLen, int H,
@@ -278,11 +311,9 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
   const int h = blockIdx.y, b = blockIdx.z, C = H * D, q0 = qTile * kTile;
   const int64_t stride = 3 * int64_t(C);
   const E* q = qkv + int64_t(b) * seqLen * stride + h * D;  // (T, d) rows `stride` apart
-  const E* k = q + C;
-  const E* v = q + 2 * C;
+  const KeyValueStream<E, D, Math::kThreads, kLd> kv{sK, sV, q + C, q + 2 * C, stride, seqLen};
   loadTileAsync<E, D, Math::kThreads>(sQ, kLd, q + q0 * stride, stride, seqLen - q0);
-  loadTileAsync<E, D, Math::kThreads>(sK, kLd, k, stride, seqLen);
-  loadTileAsync<E, D, Math::kThreads>(sV, kLd, v, stride, seqLen);
+  kv.load(0);
   cpAsyncCommit();
 
   const Math math;
@@ -296,18 +327,8 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
     l[r] = 0.0f;  // this thread's share of the row sum; the row's lanes are summed at the end
   }
   for (int kt = 0; kt <= qTile; ++kt) {
-    const int buf = kt & 1;
-    if (kt < qTile) {
-      const int next = (kt + 1) * kTile;
-      loadTileAsync<E, D, Math::kThreads>(sK + (buf ^ 1) * kTileElems, kLd, k + next * stride, stride, seqLen - next);
-      loadTileAsync<E, D, Math::kThreads>(sV + (buf ^ 1) * kTileElems, kLd, v + next * stride, stride, seqLen - next);
-      cpAsyncCommit();
-      cpAsyncWait<1>();
-    } else {
-      cpAsyncWait<0>();
-    }
-    __syncthreads();
-    math.template scores<D>(s, sQ, sK + buf * kTileElems, kLd, scratch);
+    kv.advance(kt, qTile);
+    math.template scores<D>(s, sQ, kv.key(kt), kLd, scratch);
     float tileMax[Math::kRows];
 #pragma unroll
     for (int r = 0; r < Math::kRows; ++r) tileMax[r] = -INFINITY;
@@ -335,8 +356,8 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
     }
 #pragma unroll
     for (int e = 0; e < Math::kOutPer16 * D / 16; ++e) o[e] *= correction[Math::template outSlot<D>(e)];
-    math.template accumulate<D>(o, s, sV + buf * kTileElems, kLd, scratch);
-    __syncthreads();  // buffer buf is refilled by the next iteration's copies
+    math.template accumulate<D>(o, s, kv.value(kt), kLd, scratch);
+    __syncthreads();  // this tile's buffers are refilled by the next iteration's copies
   }
 
 #pragma unroll
@@ -398,13 +419,11 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
   const int h = blockIdx.y, b = blockIdx.z, C = H * D, q0 = qTile * kTile;
   const int64_t stride = 3 * int64_t(C);
   const E* q = qkv + int64_t(b) * seqLen * stride + h * D;
-  const E* k = q + C;
-  const E* v = q + 2 * C;
   const E* dy = dout + int64_t(b) * seqLen * C + h * D;  // (T, d) rows C apart
+  const KeyValueStream<E, D, Math::kThreads, kLd> kv{sK, sV, q + C, q + 2 * C, stride, seqLen};
   loadTileAsync<E, D, Math::kThreads>(sQ, kLd, q + q0 * stride, stride, seqLen - q0);
   loadTileAsync<E, D, Math::kThreads>(sDout, kLd, dy + int64_t(q0) * C, C, seqLen - q0);
-  loadTileAsync<E, D, Math::kThreads>(sK, kLd, k, stride, seqLen);
-  loadTileAsync<E, D, Math::kThreads>(sV, kLd, v, stride, seqLen);
+  kv.load(0);
   cpAsyncCommit();
 
   const Math math;
@@ -421,20 +440,9 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
 #pragma unroll
   for (int e = 0; e < Math::kOutPer16 * D / 16; ++e) dq[e] = 0.0f;
   for (int kt = 0; kt <= qTile; ++kt) {
-    const int buf = kt & 1;
-    if (kt < qTile) {
-      const int next = (kt + 1) * kTile;
-      loadTileAsync<E, D, Math::kThreads>(sK + (buf ^ 1) * kTileElems, kLd, k + next * stride, stride, seqLen - next);
-      loadTileAsync<E, D, Math::kThreads>(sV + (buf ^ 1) * kTileElems, kLd, v + next * stride, stride, seqLen - next);
-      cpAsyncCommit();
-      cpAsyncWait<1>();
-    } else {
-      cpAsyncWait<0>();
-    }
-    __syncthreads();
-    const E* kTileS = sK + buf * kTileElems;
-    math.template scores<D>(s, sQ, kTileS, kLd, scratch);
-    math.template scores<D>(dp, sDout, sV + buf * kTileElems, kLd, scratch);
+    kv.advance(kt, qTile);
+    math.template scores<D>(s, sQ, kv.key(kt), kLd, scratch);
+    math.template scores<D>(dp, sDout, kv.value(kt), kLd, scratch);
 #pragma unroll
     for (int e = 0; e < Math::kScores; ++e) {
       const int slot = Math::scoreSlot(e);
@@ -442,7 +450,7 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
       const float p = masked ? 0.0f : Math::exp(s[e] * sc - rowLse[slot]);
       s[e] = p * (dp[e] - rowD[slot]);
     }
-    math.template accumulate<D>(dq, s, kTileS, kLd, scratch);
+    math.template accumulate<D>(dq, s, kv.key(kt), kLd, scratch);
     __syncthreads();
   }
   storeTile<Math, D>(math, dq, scale, dqkv + int64_t(b) * seqLen * stride + h * D, stride, q0, seqLen);
