@@ -120,15 +120,19 @@ struct F32Math {
   __device__ void scores(float (&s)[kScores], const float* a, const float* b, int ld, float*) const {
 #pragma unroll
     for (int e = 0; e < kScores; ++e) s[e] = 0.0f;
-#pragma unroll 4
-    for (int k = 0; k < D; ++k) {
-      float av[4], bv[4];
+    // Four k at a time as float4 (rows are 16-byte aligned); the products still add in k order.
+#pragma unroll 2
+    for (int k = 0; k < D; k += 4) {
+      float4 av[4], bv[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) av[i] = a[(ty + 16 * i) * ld + k];
+      for (int i = 0; i < 4; ++i) av[i] = *reinterpret_cast<const float4*>(a + (ty + 16 * i) * ld + k);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) bv[j] = b[(tx + 16 * j) * ld + k];
+      for (int j = 0; j < 4; ++j) bv[j] = *reinterpret_cast<const float4*>(b + (tx + 16 * j) * ld + k);
 #pragma unroll
-      for (int e = 0; e < kScores; ++e) s[e] = fmaf(av[e / 4], bv[e % 4], s[e]);
+      for (int e = 0; e < kScores; ++e) {
+        const float4 x = av[e / 4], y = bv[e % 4];
+        s[e] = fmaf(x.w, y.w, fmaf(x.z, y.z, fmaf(x.y, y.y, fmaf(x.x, y.x, s[e]))));
+      }
     }
   }
 
@@ -141,15 +145,23 @@ struct F32Math {
 #pragma unroll
     for (int e = 0; e < kScores; ++e) scratch[slotRow(scoreSlot(e)) * kLdP + scoreCol(e)] = p[e];
     __syncthreads();
-#pragma unroll 4
-    for (int k = 0; k < kTile; ++k) {
-      float av[4], bv[kCols];
+#pragma unroll 2
+    for (int k = 0; k < kTile; k += 4) {
+      float4 av[4];  // p rows, four k at a time
 #pragma unroll
-      for (int i = 0; i < 4; ++i) av[i] = scratch[(ty + 16 * i) * kLdP + k];
+      for (int i = 0; i < 4; ++i) av[i] = *reinterpret_cast<const float4*>(scratch + (ty + 16 * i) * kLdP + k);
 #pragma unroll
-      for (int j = 0; j < kCols; ++j) bv[j] = b[k * ld + tx + 16 * j];
+      for (int kk = 0; kk < 4; ++kk) {
+        float bv[kCols];
 #pragma unroll
-      for (int e = 0; e < kOutPer16 * D / 16; ++e) acc[e] = fmaf(av[e / kCols], bv[e % kCols], acc[e]);
+        for (int j = 0; j < kCols; ++j) bv[j] = b[(k + kk) * ld + tx + 16 * j];
+#pragma unroll
+        for (int e = 0; e < kOutPer16 * D / 16; ++e) {
+          const float4 x = av[e / kCols];
+          const float pk = kk == 0 ? x.x : kk == 1 ? x.y : kk == 2 ? x.z : x.w;
+          acc[e] = fmaf(pk, bv[e % kCols], acc[e]);
+        }
+      }
     }
     __syncthreads();
   }
