@@ -56,6 +56,12 @@ Variable embedding(const Variable& wte, const Variable& wpe, const Tensor& token
 Variable layerNorm(const Variable& x, const Variable& weight, const Variable& bias, double eps = 1e-5);
 /// Causal multi-head self-attention core: qkv (B, T, 3C) laid out [q | k | v] along the last dim,
 /// heads split as (B, T, H, C/H); softmax(q k^T / sqrt(C/H), causal) v -> (B, T, C).
+/// CUDA F32 and BF16 run flash attention (kernels/flash_attention.h) at head dims it supports; the rest
+/// runs causalSelfAttentionMaterialized.
 Variable causalSelfAttention(const Variable& qkv, int numHeads);
+/// The same op through the (B, H, T, T) probabilities (batched GEMMs and a causal softmax), float and
+/// double on both devices: the CPU path, the reference of the flash kernels, and the baseline they are
+/// benchmarked against.
+Variable causalSelfAttentionMaterialized(const Variable& qkv, int numHeads);
 
 }  // namespace minidp::ops

@@ -7,6 +7,7 @@
 #include "framework/ops/ops.h"
 #include "kernels/attention.h"
 #include "kernels/embedding.h"
+#include "kernels/flash_attention.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 
@@ -112,14 +113,68 @@ void headGemm(const AttentionShape& s, bool transA, bool transB, int64_t M, int6
                       K * N, T(0), C.data<T>(), M * N, s.matrices());
 }
 
+// Calls f(T{}) with T the element type of the CUDA flash kernels for `dtype`: float or bf16.
+template <typename F>
+void dispatchFlash(DType dtype, F f) {
+  if (dtype == DType::BF16) {
+    f(bf16{});
+  } else {
+    f(float{});
+  }
+}
+
+// Flash attention (kernels/flash_attention.h): reads q, k, v in place from qkv, keeps only y and the row
+// logsumexp (B, H, T) for backward, which recomputes the probabilities tile by tile.
+Variable flashSelfAttention(const Variable& qkvVar, const AttentionShape& s) {
+  const Tensor& qkv = qkvVar.data();
+  Tensor y = Tensor::empty({s.B, s.seqLen, s.C()}, qkv.dtype(), qkv.device());  // (B, T, C)
+  Tensor lse = Tensor::empty({s.B, s.H, s.seqLen}, DType::F32, qkv.device());   // (B, H, T), fp32 for both
+  dispatchFlash(qkv.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    MINIDP_ON_CUDA(kernels::cuda::flashAttentionForward<T>(qkv.data<T>(), y.data<T>(), lse.data<float>(), s.B,
+                                                           s.seqLen, s.H, s.d, runtime::computeStream()));
+  });
+  return Variable::fromOp(y, {qkvVar}, [s, qkv, y, lse](const Tensor& g) {
+    Tensor dqkv = Tensor::empty(qkv.shape(), g.dtype(), g.device());  // fully written by the kernels
+    Tensor rowDot = Tensor::empty({s.B, s.H, s.seqLen}, DType::F32, g.device());  // rowsum(dy * y)
+    dispatchFlash(g.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      MINIDP_ON_CUDA(kernels::cuda::flashAttentionBackward<T>(g.data<T>(), qkv.data<T>(), y.data<T>(),
+                                                              lse.data<float>(), rowDot.data<float>(),
+                                                              dqkv.data<T>(), s.B, s.seqLen, s.H, s.d,
+                                                              runtime::computeStream()));
+    });
+    return std::vector<Tensor>{dqkv};
+  });
+}
+
+// The sizes of qkv (B, T, 3C) split into numHeads heads, after checking the shape.
+AttentionShape attentionShape(const Tensor& qkv, int numHeads) {
+  MINIDP_CHECK(qkv.ndim() == 3 && qkv.size(2) % 3 == 0 && numHeads > 0 && qkv.size(2) / 3 % numHeads == 0,
+               "causalSelfAttention: qkv " << shapeString(qkv.shape())
+                                           << " must be (B, T, 3C) with C divisible by " << numHeads << " heads");
+  return AttentionShape{qkv.size(0), qkv.size(1), numHeads, qkv.size(2) / 3 / numHeads};
+}
+
 }  // namespace
 
 Variable causalSelfAttention(const Variable& qkvVar, int numHeads) {
   const Tensor& qkv = qkvVar.data();
-  MINIDP_CHECK(qkv.ndim() == 3 && qkv.size(2) % 3 == 0 && numHeads > 0 && qkv.size(2) / 3 % numHeads == 0,
-               "causalSelfAttention: qkv " << shapeString(qkv.shape())
-                                           << " must be (B, T, 3C) with C divisible by " << numHeads << " heads");
-  const AttentionShape s{qkv.size(0), qkv.size(1), numHeads, qkv.size(2) / 3 / numHeads};
+  const AttentionShape s = attentionShape(qkv, numHeads);
+  // CUDA F32 and BF16 take the flash kernels where they exist for the head dim. CUDA F64 (the fp64
+  // reference tests), other head dims and the CPU keep the materialised path: on the CPU it stays the
+  // reference the flash kernels and their CPU twins are tested against, and CPU runs are small.
+  if (qkv.isCuda() && qkv.dtype() != DType::F64 && kernels::flashAttentionSupportsHeadDim(s.d)) {
+    return flashSelfAttention(qkvVar, s);
+  }
+  return causalSelfAttentionMaterialized(qkvVar, numHeads);
+}
+
+Variable causalSelfAttentionMaterialized(const Variable& qkvVar, int numHeads) {
+  const Tensor& qkv = qkvVar.data();
+  const AttentionShape s = attentionShape(qkv, numHeads);
+  MINIDP_CHECK(qkv.dtype() != DType::BF16, "causalSelfAttention: BF16 needs the CUDA flash kernels, got head dim "
+                                               << s.d << " on " << deviceName(qkv.device()));
   const int64_t C = s.C();
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
   Tensor q = headTensor(s, qkv), k = headTensor(s, qkv), v = headTensor(s, qkv);  // (B, H, T, d)

@@ -1,0 +1,656 @@
+// Causal flash attention, FlashAttention-2 style, then its launchers.
+//
+// Tiles of kTile = 64 query rows meet tiles of 64 key rows. One skeleton per pass, written once over a
+// `Math` policy that owns the tile products and which thread holds which score element:
+//   F32Math:  256 threads, exact fp32 FFMA (the reference path); thread (ty, tx) holds rows ty + 16 i,
+//             columns tx + 16 j; P goes through shared memory for the P @ V product.
+//   Bf16Math: 128 threads = 4 warps of 16 rows; mma.sync m16n8k16 bf16 -> fp32 on tensor cores; the
+//             score accumulators are reused in registers as the A operand of P @ V (no shared memory).
+// Passes:
+//   forward    one CTA per (query tile, head, batch): online softmax over key tiles 0..i, only the
+//              diagonal tile masked; y and the row logsumexp (natural log) written.
+//   backward   rowDot D = rowsum(dout * out); then one kernel per key tile (dK, dV, looping over the
+//              query tiles at or after it) and one per query tile (dQ, looping over key tiles up to it),
+//              both recomputing P from the logsumexp. Every output element has one writer: no atomics.
+// The looped-over tiles are copied with 16-byte cp.async.cg into two shared-memory buffers: tile j + 1
+// is in flight while tile j is computed (commit / wait_group 1). Rows past the sequence end are
+// zero-filled by the copy; padding query rows get logsumexp +inf, so their probabilities are exactly 0.
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda_check.h"
+#include "kernels/flash_attention.h"
+
+namespace minidp::kernels::cuda {
+
+namespace {
+
+constexpr int kTile = 64;  // query rows and key rows per tile
+
+// ---- cp.async ----
+
+// 16 bytes global -> shared, bypassing L1; with `valid` false the 16 bytes are zero-filled instead.
+__device__ void cpAsync16(void* dst, const void* src, bool valid) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ void cpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// Starts copying rows [0, kTile) of a matrix whose rows are `stride` elements apart (the first D used)
+// into shared rows of `ld` elements; rows at or past `validRows` are zero-filled.
+template <typename E, int D, int kThreads>
+__device__ void loadTileAsync(E* dst, int ld, const E* src, int64_t stride, int validRows) {
+  constexpr int kPerChunk = 16 / sizeof(E), kChunks = D / kPerChunk;
+  for (int c = threadIdx.x; c < kTile * kChunks; c += kThreads) {
+    const int r = c / kChunks, col = c % kChunks * kPerChunk;
+    const bool valid = r < validRows;
+    cpAsync16(dst + r * ld + col, valid ? src + r * stride + col : src, valid);
+  }
+}
+
+__device__ float toFloat(float x) { return x; }
+__device__ float toFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename E>
+__device__ E fromFloat(float x);
+template <>
+__device__ float fromFloat<float>(float x) {
+  return x;
+}
+template <>
+__device__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// All-lane max / sum over the kLanes consecutive lanes that share a row: a butterfly, so every lane
+// ends with the same bits.
+template <int kLanes>
+__device__ float rowMax(float v) {
+  for (int offset = kLanes / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+template <int kLanes>
+__device__ float rowSum(float v) {
+  for (int offset = kLanes / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// ---- F32Math: exact fp32, block-wide register tiles ----
+
+struct F32Math {
+  using Elem = float;
+  static constexpr int kThreads = 256;
+  static constexpr int kMinBlocks = 1;  // without it ptxas caps registers low and spills the forward
+  static constexpr int kPad = 4;       // shared rows of D + 4 floats: 16-byte aligned, A rows conflict-free
+  static constexpr int kLdP = 80;      // P rows: the two half-warps' rows land 16 banks apart
+  static constexpr int kScratchFloats = kTile * kLdP;
+  static constexpr int kRows = 4;      // rows per thread
+  static constexpr int kRowLanes = 16;
+  static constexpr int kScores = 16;   // score elements per thread (4 rows x 4 columns)
+  static constexpr int kOutPer16 = 4;  // output elements per thread per 16 columns of D
+  static constexpr float kExpScale = 1.0f;  // statistics in natural-log units
+
+  int ty, tx;
+  __device__ F32Math() : ty(threadIdx.x / 16), tx(threadIdx.x % 16) {}
+
+  static __device__ float exp(float x) { return expf(x); }
+  static __device__ float log(float x) { return logf(x); }
+  __device__ int slotRow(int slot) const { return ty + 16 * slot; }
+  __device__ bool writesRowStats() const { return tx == 0; }
+  // Score element e: row slot e / 4, column tx + 16 (e % 4).
+  static __device__ int scoreSlot(int e) { return e / 4; }
+  __device__ int scoreCol(int e) const { return tx + 16 * (e % 4); }
+  // Output element e of a (kTile, D) tile: row slot e / (D / 16), column tx + 16 (e % (D / 16)).
+  template <int D>
+  static __device__ int outSlot(int e) {
+    return e / (D / 16);
+  }
+  template <int D>
+  __device__ int outCol(int e) const {
+    return tx + 16 * (e % (D / 16));
+  }
+
+  // s = a @ b^T: a and b are (kTile, D) tiles in shared memory with rows `ld` apart.
+  template <int D>
+  __device__ void scores(float (&s)[kScores], const float* a, const float* b, int ld, float*) const {
+#pragma unroll
+    for (int e = 0; e < kScores; ++e) s[e] = 0.0f;
+    // Four k at a time as float4 (rows are 16-byte aligned); the products still add in k order.
+#pragma unroll 2
+    for (int k = 0; k < D; k += 4) {
+      float4 av[4], bv[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) av[i] = *reinterpret_cast<const float4*>(a + (ty + 16 * i) * ld + k);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) bv[j] = *reinterpret_cast<const float4*>(b + (tx + 16 * j) * ld + k);
+#pragma unroll
+      for (int e = 0; e < kScores; ++e) {
+        const float4 x = av[e / 4], y = bv[e % 4];
+        s[e] = fmaf(x.w, y.w, fmaf(x.z, y.z, fmaf(x.y, y.y, fmaf(x.x, y.x, s[e]))));
+      }
+    }
+  }
+
+  // acc += p @ b: p the (kTile, kTile) score tile held as by scores(), b a (kTile, D) tile. p passes
+  // through `scratch`; starts and ends with a barrier, so scratch may be reused right after.
+  template <int D>
+  __device__ void accumulate(float (&acc)[kOutPer16 * D / 16], const float (&p)[kScores], const float* b, int ld,
+                             float* scratch) const {
+    constexpr int kCols = D / 16;
+#pragma unroll
+    for (int e = 0; e < kScores; ++e) scratch[slotRow(scoreSlot(e)) * kLdP + scoreCol(e)] = p[e];
+    __syncthreads();
+#pragma unroll 2
+    for (int k = 0; k < kTile; k += 4) {
+      float4 av[4];  // p rows, four k at a time
+#pragma unroll
+      for (int i = 0; i < 4; ++i) av[i] = *reinterpret_cast<const float4*>(scratch + (ty + 16 * i) * kLdP + k);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        float bv[kCols];
+#pragma unroll
+        for (int j = 0; j < kCols; ++j) bv[j] = b[(k + kk) * ld + tx + 16 * j];
+#pragma unroll
+        for (int e = 0; e < kOutPer16 * D / 16; ++e) {
+          const float4 x = av[e / kCols];
+          const float pk = kk == 0 ? x.x : kk == 1 ? x.y : kk == 2 ? x.z : x.w;
+          acc[e] = fmaf(pk, bv[e % kCols], acc[e]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+};
+
+// ---- Bf16Math: tensor cores, warp-wide fragments ----
+
+__device__ uint32_t loadPair(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// Two floats as a bf16x2 register: `lo` in the low half (the lower column of a fragment).
+__device__ uint32_t packBf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// c[0..3] (16 x 8, fp32) += a (16 x 16, bf16, row) @ b (16 x 8, bf16, col).
+__device__ void mma16816(float* c, const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four 8 x 8 bf16 matrices, transposed: lane l gives the address of row l % 8 of matrix l / 8.
+__device__ void ldmatrixX4Trans(uint32_t (&r)[4], const __nv_bfloat16* rowAddr) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(rowAddr));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+struct Bf16Math {
+  using Elem = __nv_bfloat16;
+  static constexpr int kThreads = 128;
+  static constexpr int kMinBlocks = 0;  // ptxas's own choice: fewer registers, more CTAs per SM
+  static constexpr int kPad = 8;  // rows of D + 8 bf16 (16-byte aligned): fragment loads conflict-free
+  static constexpr int kScratchFloats = 0;
+  static constexpr int kRows = 2;  // rows g and g + 8 of the warp's 16
+  static constexpr int kRowLanes = 4;
+  static constexpr int kScores = 32;  // 8 n-tiles of 16 x 8, 4 elements each
+  static constexpr int kOutPer16 = 8;  // output elements per thread per 16 columns of D (two n-tiles)
+  static constexpr float kExpScale = 1.4426950408889634f;  // statistics in log2 units: exp2f is one MUFU op
+
+  int warp, g, t;  // mma fragment coordinates: group g = lane / 4, thread-in-group t = lane % 4
+  __device__ Bf16Math() : warp(threadIdx.x / 32), g(threadIdx.x % 32 / 4), t(threadIdx.x % 4) {}
+
+  static __device__ float exp(float x) { return exp2f(x); }
+  static __device__ float log(float x) { return log2f(x); }
+  __device__ int slotRow(int slot) const { return 16 * warp + g + 8 * slot; }
+  __device__ bool writesRowStats() const { return t == 0; }
+  // Accumulator element e: n-tile e / 4; e % 4 = 0, 1: row g, columns 2 t, 2 t + 1; 2, 3: row g + 8.
+  static __device__ int scoreSlot(int e) { return e % 4 / 2; }
+  __device__ int scoreCol(int e) const { return e / 4 * 8 + 2 * t + e % 2; }
+  template <int D>
+  static __device__ int outSlot(int e) {
+    return scoreSlot(e);
+  }
+  template <int D>
+  __device__ int outCol(int e) const {
+    return scoreCol(e);
+  }
+
+  // s = a @ b^T for the warp's 16 rows of a: a and b are (kTile, D) tiles with rows `ld` apart, so
+  // b's rows serve directly as the "col" B operand (two bf16 of one row per register).
+  template <int D>
+  __device__ void scores(float (&s)[kScores], const Elem* a, const Elem* b, int ld, float*) const {
+#pragma unroll
+    for (int e = 0; e < kScores; ++e) s[e] = 0.0f;
+    const Elem* aRow = a + (16 * warp + g) * ld + 2 * t;
+    const Elem* bRow = b + g * ld + 2 * t;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t af[4] = {loadPair(aRow + kk * 16), loadPair(aRow + 8 * ld + kk * 16),
+                              loadPair(aRow + kk * 16 + 8), loadPair(aRow + 8 * ld + kk * 16 + 8)};
+#pragma unroll
+      for (int nt = 0; nt < kTile / 8; ++nt) {
+        const Elem* bp = bRow + nt * 8 * ld + kk * 16;
+        mma16816(s + 4 * nt, af, loadPair(bp), loadPair(bp + 8));
+      }
+    }
+  }
+
+  // acc += p @ b: p the warp's (16, kTile) scores, rounded to bf16 in registers (an m16n8 accumulator
+  // pair is exactly an m16k16 A fragment); b a (kTile, D) tile read transposed by ldmatrix.
+  template <int D>
+  __device__ void accumulate(float (&acc)[kOutPer16 * D / 16], const float (&p)[kScores], const Elem* b, int ld,
+                             float*) const {
+    const int lane = threadIdx.x % 32, m = lane / 8;
+    const Elem* bRow = b + ((m & 1) * 8 + lane % 8) * ld + (m >> 1) * 8;
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) {
+      const float* lo = p + 8 * kk;  // n-tiles 2 kk and 2 kk + 1 of the scores
+      const uint32_t af[4] = {packBf16(lo[0], lo[1]), packBf16(lo[2], lo[3]), packBf16(lo[4], lo[5]),
+                              packBf16(lo[6], lo[7])};
+#pragma unroll
+      for (int np = 0; np < D / 16; ++np) {
+        uint32_t bf[4];
+        ldmatrixX4Trans(bf, bRow + kk * 16 * ld + np * 16);
+        mma16816(acc + 8 * np, af, bf[0], bf[1]);
+        mma16816(acc + 8 * np + 4, af, bf[2], bf[3]);
+      }
+    }
+  }
+};
+
+// Shared memory of one CTA: `tiles` (kTile, D + kPad) tiles of Elem, then `floats` floats.
+template <class Math, int D>
+constexpr size_t sharedBytes(int tiles, int floats) {
+  return size_t(tiles) * kTile * (D + Math::kPad) * sizeof(typename Math::Elem) + size_t(floats) * sizeof(float);
+}
+
+// ---- forward ----
+
+// Key and value tiles of one (batch, head), streamed through two shared buffers each: tile j lives in
+// buffer j & 1, and tile j + 1 is in flight while tile j is computed.
+template <typename E, int D, int kThreads, int kLd>
+struct KeyValueStream {
+  static constexpr int kTileElems = kTile * kLd;
+  E* sK;          // two (kTile, kLd) buffers
+  E* sV;          // two (kTile, kLd) buffers
+  const E* k;     // (T, d) rows `stride` apart
+  const E* v;
+  int64_t stride;
+  int seqLen;
+
+  // Starts copying tile j into its buffers (the caller commits).
+  __device__ void load(int j) const {
+    const int row0 = j * kTile, buf = j & 1;
+    loadTileAsync<E, D, kThreads>(sK + buf * kTileElems, kLd, k + row0 * stride, stride, seqLen - row0);
+    loadTileAsync<E, D, kThreads>(sV + buf * kTileElems, kLd, v + row0 * stride, stride, seqLen - row0);
+  }
+  // Starts tile j + 1 when j < last, then waits until tile j (and everything committed before) has landed.
+  __device__ void advance(int j, int last) const {
+    if (j < last) {
+      load(j + 1);
+      cpAsyncCommit();
+      cpAsyncWait<1>();
+    } else {
+      cpAsyncWait<0>();
+    }
+    __syncthreads();
+  }
+  __device__ const E* key(int j) const { return sK + (j & 1) * kTileElems; }
+  __device__ const E* value(int j) const { return sV + (j & 1) * kTileElems; }
+};
+
+template <class Math, int D>
+__global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
+    flashForwardKernel(const typename Math::Elem* qkv, typename Math::Elem* out, float* lse, int seqLen, int H,
+                       float scale) {
+  using E = typename Math::Elem;
+  constexpr int kLd = D + Math::kPad, kTileElems = kTile * kLd;
+  extern __shared__ __align__(16) unsigned char smem[];
+  E* sQ = reinterpret_cast<E*>(smem);
+  E* sK = sQ + kTileElems;      // two buffers
+  E* sV = sK + 2 * kTileElems;  // two buffers
+  float* scratch = reinterpret_cast<float*>(sV + 2 * kTileElems);
+  const int qTile = gridDim.x - 1 - blockIdx.x;  // the longest rows first
+  const int h = blockIdx.y, b = blockIdx.z, C = H * D, q0 = qTile * kTile;
+  const int64_t stride = 3 * int64_t(C);
+  const E* q = qkv + int64_t(b) * seqLen * stride + h * D;  // (T, d) rows `stride` apart
+  const KeyValueStream<E, D, Math::kThreads, kLd> kv{sK, sV, q + C, q + 2 * C, stride, seqLen};
+  loadTileAsync<E, D, Math::kThreads>(sQ, kLd, q + q0 * stride, stride, seqLen - q0);
+  kv.load(0);
+  cpAsyncCommit();
+
+  const Math math;
+  const float sc = scale * Math::kExpScale;
+  float s[Math::kScores], o[Math::kOutPer16 * D / 16], m[Math::kRows], l[Math::kRows];
+#pragma unroll
+  for (int e = 0; e < Math::kOutPer16 * D / 16; ++e) o[e] = 0.0f;
+#pragma unroll
+  for (int r = 0; r < Math::kRows; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;  // this thread's share of the row sum; the row's lanes are summed at the end
+  }
+  for (int kt = 0; kt <= qTile; ++kt) {
+    kv.advance(kt, qTile);
+    math.template scores<D>(s, sQ, kv.key(kt), kLd, scratch);
+    float tileMax[Math::kRows];
+#pragma unroll
+    for (int r = 0; r < Math::kRows; ++r) tileMax[r] = -INFINITY;
+#pragma unroll
+    for (int e = 0; e < Math::kScores; ++e) {
+      const int slot = Math::scoreSlot(e);
+      const bool masked = kt == qTile && math.scoreCol(e) > math.slotRow(slot);  // key > query: diagonal only
+      s[e] = masked ? -INFINITY : s[e] * sc;
+      tileMax[slot] = fmaxf(tileMax[slot], s[e]);
+    }
+    float correction[Math::kRows];
+#pragma unroll
+    for (int r = 0; r < Math::kRows; ++r) {
+      // Key 0 is in the first tile and visible to every row, so the running max is finite from then on.
+      const float mNew = fmaxf(m[r], rowMax<Math::kRowLanes>(tileMax[r]));
+      correction[r] = Math::exp(m[r] - mNew);
+      m[r] = mNew;
+      l[r] *= correction[r];
+    }
+#pragma unroll
+    for (int e = 0; e < Math::kScores; ++e) {
+      const int slot = Math::scoreSlot(e);
+      s[e] = Math::exp(s[e] - m[slot]);
+      l[slot] += s[e];
+    }
+#pragma unroll
+    for (int e = 0; e < Math::kOutPer16 * D / 16; ++e) o[e] *= correction[Math::template outSlot<D>(e)];
+    math.template accumulate<D>(o, s, kv.value(kt), kLd, scratch);
+    __syncthreads();  // this tile's buffers are refilled by the next iteration's copies
+  }
+
+#pragma unroll
+  for (int r = 0; r < Math::kRows; ++r) l[r] = rowSum<Math::kRowLanes>(l[r]);
+#pragma unroll
+  for (int e = 0; e < Math::kOutPer16 * D / 16; ++e) {
+    const int slot = Math::template outSlot<D>(e), row = q0 + math.slotRow(slot);
+    if (row < seqLen) out[(int64_t(b) * seqLen + row) * C + h * D + math.template outCol<D>(e)] = fromFloat<E>(o[e] / l[slot]);
+  }
+  if (math.writesRowStats()) {
+#pragma unroll
+    for (int r = 0; r < Math::kRows; ++r) {
+      const int row = q0 + math.slotRow(r);
+      if (row < seqLen) lse[(int64_t(b) * H + h) * seqLen + row] = (m[r] + Math::log(l[r])) / Math::kExpScale;
+    }
+  }
+}
+
+// ---- backward ----
+
+// rowDot[b, h, t] = sum_c dout[b, t, h d + c] * out[b, t, h d + c], in fp32; one warp per (b, t, h).
+template <typename E>
+__global__ void rowDotKernel(const E* dout, const E* out, float* rowDot, int64_t rows, int seqLen, int H, int d) {
+  const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;  // (b, t, h) order
+  if (row >= rows) return;
+  const int lane = threadIdx.x % 32;
+  float sum = 0.0f;
+  for (int c = lane; c < d; c += 32) sum += toFloat(dout[row * d + c]) * toFloat(out[row * d + c]);
+  sum = rowSum<32>(sum);
+  const int64_t h = row % H, t = row / H % seqLen, b = row / (int64_t(H) * seqLen);
+  if (lane == 0) rowDot[(b * H + h) * seqLen + t] = sum;
+}
+
+// Stores a (kTile, D) accumulator tile times `scale` into rows [row0, seqLen) of dst (rows `stride` apart).
+template <class Math, int D>
+__device__ void storeTile(const Math& math, const float (&acc)[Math::kOutPer16 * D / 16], float scale,
+                          typename Math::Elem* dst, int64_t stride, int row0, int seqLen) {
+#pragma unroll
+  for (int e = 0; e < Math::kOutPer16 * D / 16; ++e) {
+    const int row = row0 + math.slotRow(Math::template outSlot<D>(e));
+    if (row < seqLen) dst[row * stride + math.template outCol<D>(e)] = fromFloat<typename Math::Elem>(acc[e] * scale);
+  }
+}
+
+// dQ of one query tile: dS = P * (dout @ v^T - D), dq = scale * dS @ k over key tiles 0..i.
+template <class Math, int D>
+__global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
+    flashBackwardQueryKernel(const typename Math::Elem* dout, const typename Math::Elem* qkv, const float* lse,
+                             const float* rowDot, typename Math::Elem* dqkv, int seqLen, int H, float scale) {
+  using E = typename Math::Elem;
+  constexpr int kLd = D + Math::kPad, kTileElems = kTile * kLd;
+  extern __shared__ __align__(16) unsigned char smem[];
+  E* sQ = reinterpret_cast<E*>(smem);
+  E* sDout = sQ + kTileElems;
+  E* sK = sDout + kTileElems;   // two buffers
+  E* sV = sK + 2 * kTileElems;  // two buffers
+  float* scratch = reinterpret_cast<float*>(sV + 2 * kTileElems);
+  const int qTile = gridDim.x - 1 - blockIdx.x;
+  const int h = blockIdx.y, b = blockIdx.z, C = H * D, q0 = qTile * kTile;
+  const int64_t stride = 3 * int64_t(C);
+  const E* q = qkv + int64_t(b) * seqLen * stride + h * D;
+  const E* dy = dout + int64_t(b) * seqLen * C + h * D;  // (T, d) rows C apart
+  const KeyValueStream<E, D, Math::kThreads, kLd> kv{sK, sV, q + C, q + 2 * C, stride, seqLen};
+  loadTileAsync<E, D, Math::kThreads>(sQ, kLd, q + q0 * stride, stride, seqLen - q0);
+  loadTileAsync<E, D, Math::kThreads>(sDout, kLd, dy + int64_t(q0) * C, C, seqLen - q0);
+  kv.load(0);
+  cpAsyncCommit();
+
+  const Math math;
+  const float sc = scale * Math::kExpScale;
+  float rowLse[Math::kRows], rowD[Math::kRows];
+#pragma unroll
+  for (int r = 0; r < Math::kRows; ++r) {
+    const int row = q0 + math.slotRow(r);
+    const int64_t i = (int64_t(b) * H + h) * seqLen + row;
+    rowLse[r] = row < seqLen ? lse[i] * Math::kExpScale : INFINITY;
+    rowD[r] = row < seqLen ? rowDot[i] : 0.0f;
+  }
+  float s[Math::kScores], dp[Math::kScores], dq[Math::kOutPer16 * D / 16];
+#pragma unroll
+  for (int e = 0; e < Math::kOutPer16 * D / 16; ++e) dq[e] = 0.0f;
+  for (int kt = 0; kt <= qTile; ++kt) {
+    kv.advance(kt, qTile);
+    math.template scores<D>(s, sQ, kv.key(kt), kLd, scratch);
+    math.template scores<D>(dp, sDout, kv.value(kt), kLd, scratch);
+#pragma unroll
+    for (int e = 0; e < Math::kScores; ++e) {
+      const int slot = Math::scoreSlot(e);
+      const bool masked = kt == qTile && math.scoreCol(e) > math.slotRow(slot);
+      const float p = masked ? 0.0f : Math::exp(s[e] * sc - rowLse[slot]);
+      s[e] = p * (dp[e] - rowD[slot]);
+    }
+    math.template accumulate<D>(dq, s, kv.key(kt), kLd, scratch);
+    __syncthreads();
+  }
+  storeTile<Math, D>(math, dq, scale, dqkv + int64_t(b) * seqLen * stride + h * D, stride, q0, seqLen);
+}
+
+// dK, dV of one key tile, over the query tiles at or after it: with S^T = k q^T (keys as rows),
+// dv += P^T @ dout, dS^T = P^T * (v @ dout^T - D), dk = scale * dS^T @ q.
+template <class Math, int D>
+__global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
+    flashBackwardKeyKernel(const typename Math::Elem* dout, const typename Math::Elem* qkv, const float* lse,
+                           const float* rowDot, typename Math::Elem* dqkv, int seqLen, int H, float scale) {
+  using E = typename Math::Elem;
+  constexpr int kLd = D + Math::kPad, kTileElems = kTile * kLd;
+  extern __shared__ __align__(16) unsigned char smem[];
+  E* sK = reinterpret_cast<E*>(smem);
+  E* sV = sK + kTileElems;
+  E* sQ = sV + kTileElems;         // two buffers
+  E* sDout = sQ + 2 * kTileElems;  // two buffers
+  float* sLse = reinterpret_cast<float*>(sDout + 2 * kTileElems);  // two buffers of kTile, scaled by kExpScale
+  float* sD = sLse + 2 * kTile;                                    // two buffers of kTile
+  float* scratch = sD + 2 * kTile;
+  const int kTileIndex = blockIdx.x;  // the most query tiles first
+  const int h = blockIdx.y, b = blockIdx.z, C = H * D, k0 = kTileIndex * kTile;
+  const int qTiles = (seqLen + kTile - 1) / kTile;
+  const int64_t stride = 3 * int64_t(C);
+  const E* q = qkv + int64_t(b) * seqLen * stride + h * D;
+  const E* k = q + C;
+  const E* v = q + 2 * C;
+  const E* dy = dout + int64_t(b) * seqLen * C + h * D;
+  const float* rowLse = lse + (int64_t(b) * H + h) * seqLen;
+  const float* rowD = rowDot + (int64_t(b) * H + h) * seqLen;
+  // Query tile qt into buffer buf: q and dout by cp.async (committed by the caller), the row statistics by
+  // plain stores (visible after the caller's barrier).
+  auto loadQueryTile = [&](int qt, int buf) {
+    const int row0 = qt * kTile;
+    loadTileAsync<E, D, Math::kThreads>(sQ + buf * kTileElems, kLd, q + row0 * stride, stride, seqLen - row0);
+    loadTileAsync<E, D, Math::kThreads>(sDout + buf * kTileElems, kLd, dy + int64_t(row0) * C, C, seqLen - row0);
+    for (int r = threadIdx.x; r < kTile; r += Math::kThreads) {
+      const bool valid = row0 + r < seqLen;
+      sLse[buf * kTile + r] = valid ? rowLse[row0 + r] * Math::kExpScale : INFINITY;
+      sD[buf * kTile + r] = valid ? rowD[row0 + r] : 0.0f;
+    }
+  };
+  loadTileAsync<E, D, Math::kThreads>(sK, kLd, k + k0 * stride, stride, seqLen - k0);
+  loadTileAsync<E, D, Math::kThreads>(sV, kLd, v + k0 * stride, stride, seqLen - k0);
+  loadQueryTile(kTileIndex, 0);
+  cpAsyncCommit();
+
+  const Math math;
+  const float sc = scale * Math::kExpScale;
+  float s[Math::kScores], dp[Math::kScores], dk[Math::kOutPer16 * D / 16], dv[Math::kOutPer16 * D / 16];
+#pragma unroll
+  for (int e = 0; e < Math::kOutPer16 * D / 16; ++e) dk[e] = dv[e] = 0.0f;
+  for (int qt = kTileIndex; qt < qTiles; ++qt) {
+    const int buf = (qt - kTileIndex) & 1;
+    if (qt + 1 < qTiles) {
+      loadQueryTile(qt + 1, buf ^ 1);
+      cpAsyncCommit();
+      cpAsyncWait<1>();
+    } else {
+      cpAsyncWait<0>();
+    }
+    __syncthreads();
+    const E* qTileS = sQ + buf * kTileElems;
+    const E* doutTileS = sDout + buf * kTileElems;
+    const float* tileLse = sLse + buf * kTile;
+    const float* tileD = sD + buf * kTile;
+    math.template scores<D>(s, sK, qTileS, kLd, scratch);  // rows: keys, columns: queries
+#pragma unroll
+    for (int e = 0; e < Math::kScores; ++e) {
+      const int col = math.scoreCol(e);
+      const bool masked = qt == kTileIndex && col < math.slotRow(Math::scoreSlot(e));  // query < key
+      s[e] = masked ? 0.0f : Math::exp(s[e] * sc - tileLse[col]);
+    }
+    math.template accumulate<D>(dv, s, doutTileS, kLd, scratch);
+    math.template scores<D>(dp, sV, doutTileS, kLd, scratch);
+#pragma unroll
+    for (int e = 0; e < Math::kScores; ++e) s[e] *= dp[e] - tileD[math.scoreCol(e)];
+    math.template accumulate<D>(dk, s, qTileS, kLd, scratch);
+    __syncthreads();
+  }
+  E* dBase = dqkv + int64_t(b) * seqLen * stride + h * D;
+  storeTile<Math, D>(math, dk, scale, dBase + C, stride, k0, seqLen);
+  storeTile<Math, D>(math, dv, 1.0f, dBase + 2 * C, stride, k0, seqLen);
+}
+
+// ---- launchers ----
+
+template <typename Kernel>
+void setSharedBytes(Kernel kernel, size_t bytes) {
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
+void checkShape(const void* qkv, int64_t B, int64_t seqLen, int64_t H, int64_t d) {
+  MINIDP_CHECK(flashAttentionSupportsHeadDim(d), "flash attention: head dim " << d << " has no CUDA kernel");
+  MINIDP_CHECK(B <= 65535 && H <= 65535 && seqLen <= (int64_t(1) << 30), "flash attention: grid too large");
+  MINIDP_CHECK(reinterpret_cast<uintptr_t>(qkv) % 16 == 0, "flash attention: qkv must be 16-byte aligned");
+}
+
+template <class Math, int D>
+void forward(const typename Math::Elem* qkv, typename Math::Elem* out, float* lse, int64_t B, int64_t seqLen,
+             int64_t H, cudaStream_t stream) {
+  const size_t bytes = sharedBytes<Math, D>(5, Math::kScratchFloats);
+  auto kernel = flashForwardKernel<Math, D>;
+  setSharedBytes(kernel, bytes);
+  const dim3 grid(ceilDiv(seqLen, kTile), H, B);
+  kernel<<<grid, Math::kThreads, bytes, stream>>>(qkv, out, lse, int(seqLen), int(H), 1.0f / std::sqrt(float(D)));
+  CUDA_CHECK_LAUNCH();
+}
+
+template <class Math, int D>
+void backward(const typename Math::Elem* dout, const typename Math::Elem* qkv, const typename Math::Elem* out,
+              const float* lse, float* rowDot, typename Math::Elem* dqkv, int64_t B, int64_t seqLen, int64_t H,
+              cudaStream_t stream) {
+  constexpr int kRowDotBlock = 256;
+  const int64_t rows = B * seqLen * H;
+  rowDotKernel<<<ceilDiv(rows, kRowDotBlock / 32), kRowDotBlock, 0, stream>>>(dout, out, rowDot, rows, int(seqLen),
+                                                                              int(H), D);
+  CUDA_CHECK_LAUNCH();
+  const dim3 grid(ceilDiv(seqLen, kTile), H, B);
+  const float scale = 1.0f / std::sqrt(float(D));
+  const size_t keyBytes = sharedBytes<Math, D>(6, 4 * kTile + Math::kScratchFloats);
+  auto keyKernel = flashBackwardKeyKernel<Math, D>;
+  setSharedBytes(keyKernel, keyBytes);
+  keyKernel<<<grid, Math::kThreads, keyBytes, stream>>>(dout, qkv, lse, rowDot, dqkv, int(seqLen), int(H), scale);
+  CUDA_CHECK_LAUNCH();
+  const size_t queryBytes = sharedBytes<Math, D>(6, Math::kScratchFloats);
+  auto queryKernel = flashBackwardQueryKernel<Math, D>;
+  setSharedBytes(queryKernel, queryBytes);
+  queryKernel<<<grid, Math::kThreads, queryBytes, stream>>>(dout, qkv, lse, rowDot, dqkv, int(seqLen), int(H),
+                                                            scale);
+  CUDA_CHECK_LAUNCH();
+}
+
+// The element type's Math policy; bf16 pointers come in as minidp::bf16 (layout-compatible).
+template <typename T>
+struct MathFor;
+template <>
+struct MathFor<float> {
+  using type = F32Math;
+  static const float* cast(const float* p) { return p; }
+  static float* cast(float* p) { return p; }
+};
+template <>
+struct MathFor<bf16> {
+  using type = Bf16Math;
+  static const __nv_bfloat16* cast(const bf16* p) { return reinterpret_cast<const __nv_bfloat16*>(p); }
+  static __nv_bfloat16* cast(bf16* p) { return reinterpret_cast<__nv_bfloat16*>(p); }
+};
+
+}  // namespace
+
+template <typename T>
+void flashAttentionForward(const T* qkv, T* out, AccumOf<T>* lse, int64_t B, int64_t seqLen, int64_t H, int64_t d,
+                           cudaStream_t stream) {
+  checkShape(qkv, B, seqLen, H, d);
+  if (B * seqLen * H == 0) return;
+  using F = MathFor<T>;
+  if (d == 32) {
+    forward<typename F::type, 32>(F::cast(qkv), F::cast(out), lse, B, seqLen, H, stream);
+  } else {
+    forward<typename F::type, 64>(F::cast(qkv), F::cast(out), lse, B, seqLen, H, stream);
+  }
+}
+
+template <typename T>
+void flashAttentionBackward(const T* dout, const T* qkv, const T* out, const AccumOf<T>* lse, AccumOf<T>* rowDot,
+                            T* dqkv, int64_t B, int64_t seqLen, int64_t H, int64_t d, cudaStream_t stream) {
+  checkShape(qkv, B, seqLen, H, d);
+  MINIDP_CHECK(reinterpret_cast<uintptr_t>(dout) % 16 == 0, "flash attention: dout must be 16-byte aligned");
+  if (B * seqLen * H == 0) return;
+  using F = MathFor<T>;
+  if (d == 32) {
+    backward<typename F::type, 32>(F::cast(dout), F::cast(qkv), F::cast(out), lse, rowDot, F::cast(dqkv), B, seqLen,
+                                   H, stream);
+  } else {
+    backward<typename F::type, 64>(F::cast(dout), F::cast(qkv), F::cast(out), lse, rowDot, F::cast(dqkv), B, seqLen,
+                                   H, stream);
+  }
+}
+
+#define MINIDP_INSTANTIATE(T)                                                                                  \
+  template void flashAttentionForward<T>(const T*, T*, AccumOf<T>*, int64_t, int64_t, int64_t, int64_t,        \
+                                         cudaStream_t);                                                        \
+  template void flashAttentionBackward<T>(const T*, const T*, const T*, const AccumOf<T>*, AccumOf<T>*, T*,     \
+                                          int64_t, int64_t, int64_t, int64_t, cudaStream_t);
+MINIDP_INSTANTIATE(float)
+MINIDP_INSTANTIATE(bf16)
+#undef MINIDP_INSTANTIATE
+
+}  // namespace minidp::kernels::cuda

@@ -1,0 +1,153 @@
+// minidp-bench-attention: causal self-attention forward and forward + backward at GPT shapes: the flash
+// kernels (fp32 FFMA and bf16 tensor cores) beside the materialised (B, H, T, T) path (fp32, through the
+// op with autograd). Median of timed repetitions, CUDA events on the compute stream. FLOPs counted causal:
+// 4 B H T^2 d / 2 forward, 2.5 times that backward. train/torch_attention_bench.py prints the same
+// columns for PyTorch's scaled_dot_product_attention.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "framework/ops/ops.h"
+#include "framework/runtime/device.h"
+#include "kernels/cuda_check.h"
+#include "kernels/flash_attention.h"
+
+namespace {
+
+using namespace minidp;
+
+constexpr int kWarmup = 3, kRepeats = 20;
+
+// Median milliseconds of one call of `f` over kRepeats timed calls, after kWarmup untimed ones.
+double medianMs(const std::function<void()>& f) {
+  cudaStream_t stream = runtime::computeStream();
+  for (int i = 0; i < kWarmup; ++i) f();
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms(kRepeats);
+  for (float& m : ms) {
+    CUDA_CHECK(cudaEventRecord(start, stream));
+    f();
+    CUDA_CHECK(cudaEventRecord(stop, stream));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    CUDA_CHECK(cudaEventElapsedTime(&m, start, stop));
+  }
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(ms.begin(), ms.end());
+  return ms[kRepeats / 2];
+}
+
+std::vector<float> randomValues(int64_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// A CUDA tensor of `dtype` (F32 or BF16) holding `values` rounded to it.
+Tensor cudaTensor(const std::vector<float>& values, const Shape& shape, DType dtype) {
+  if (dtype == DType::F32) return Tensor::fromVector<float>(values, shape, Device::CUDA);
+  std::vector<bf16> rounded(values.size());
+  std::transform(values.begin(), values.end(), rounded.begin(), floatToBf16);
+  return Tensor::fromVector<bf16>(rounded, shape, Device::CUDA);
+}
+
+std::vector<float> hostValues(const Tensor& t) {
+  if (t.dtype() == DType::F32) return t.toVector<float>();
+  std::vector<bf16> v = t.toVector<bf16>();
+  std::vector<float> out(v.size());
+  std::transform(v.begin(), v.end(), out.begin(), bf16ToFloat);
+  return out;
+}
+
+// Max |a - b| / max |b|.
+double relativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, scale = 1e-30;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::abs(double(a[i]) - double(b[i])));
+    scale = std::max(scale, std::abs(double(b[i])));
+  }
+  return diff / scale;
+}
+
+struct Shape4 {
+  int64_t B, H, T, d;
+};
+
+void printRow(const char* impl, const char* dtype, const Shape4& s, double fwdMs, double fwdBwdMs, double check) {
+  const double fwdFlop = 4.0 * s.B * s.H * s.T * s.T * s.d / 2;
+  std::printf("%-13s %-5s %3lld %3lld %5lld %3lld  %9.3f %9.1f  %9.3f %9.1f  %9.2e\n", impl, dtype, (long long)s.B,
+              (long long)s.H, (long long)s.T, (long long)s.d, fwdMs, fwdFlop / (fwdMs * 1e9), fwdBwdMs,
+              3.5 * fwdFlop / (fwdBwdMs * 1e9), check);
+}
+
+// The flash kernels in `dtype` on preallocated buffers; `check` against the materialised fp32 output.
+template <typename T>
+void benchFlash(const Shape4& s, DType dtype, const std::vector<float>& qkvValues, const std::vector<float>& dyValues,
+                const std::vector<float>& reference) {
+  const int64_t C = s.H * s.d;
+  Tensor qkv = cudaTensor(qkvValues, {s.B, s.T, 3 * C}, dtype), dy = cudaTensor(dyValues, {s.B, s.T, C}, dtype);
+  Tensor y = Tensor::empty({s.B, s.T, C}, dtype, Device::CUDA), dqkv = Tensor::empty(qkv.shape(), dtype, Device::CUDA);
+  Tensor lse = Tensor::empty({s.B, s.H, s.T}, DType::F32, Device::CUDA);
+  Tensor rowDot = Tensor::empty({s.B, s.H, s.T}, DType::F32, Device::CUDA);
+  cudaStream_t stream = runtime::computeStream();
+  auto forward = [&] {
+    kernels::cuda::flashAttentionForward<T>(qkv.data<T>(), y.data<T>(), lse.data<float>(), s.B, s.T, s.H, s.d, stream);
+  };
+  auto forwardBackward = [&] {
+    forward();
+    kernels::cuda::flashAttentionBackward<T>(dy.data<T>(), qkv.data<T>(), y.data<T>(), lse.data<float>(),
+                                             rowDot.data<float>(), dqkv.data<T>(), s.B, s.T, s.H, s.d, stream);
+  };
+  const double fwdMs = medianMs(forward), fwdBwdMs = medianMs(forwardBackward);
+  printRow("flash", dtype == DType::F32 ? "fp32" : "bf16", s, fwdMs, fwdBwdMs, relativeDifference(hostValues(y), reference));
+}
+
+void benchShape(const Shape4& s) {
+  const int64_t C = s.H * s.d;
+  const std::vector<float> qkvValues = randomValues(s.B * s.T * 3 * C, 1), dyValues = randomValues(s.B * s.T * C, 2);
+  Tensor qkv = cudaTensor(qkvValues, {s.B, s.T, 3 * C}, DType::F32), dy = cudaTensor(dyValues, {s.B, s.T, C}, DType::F32);
+  const double fwdMs = medianMs([&] {
+    NoGradGuard noGrad;
+    ops::causalSelfAttentionMaterialized(Variable(qkv), int(s.H));
+  });
+  const double fwdBwdMs = medianMs([&] {
+    Variable x(qkv, true);
+    ops::causalSelfAttentionMaterialized(x, int(s.H)).backward(dy);
+  });
+  std::vector<float> reference;
+  {
+    NoGradGuard noGrad;
+    reference = hostValues(ops::causalSelfAttentionMaterialized(Variable(qkv), int(s.H)).data());
+  }
+  printRow("materialised", "fp32", s, fwdMs, fwdBwdMs, 0.0);
+  benchFlash<float>(s, DType::F32, qkvValues, dyValues, reference);
+  benchFlash<bf16>(s, DType::BF16, qkvValues, dyValues, reference);
+}
+
+}  // namespace
+
+int main() {
+  try {
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    std::printf("%s; causal attention, median of %d runs after %d warm-up; fp32 without TF32\n", prop.name, kRepeats,
+                kWarmup);
+    std::printf("%-13s %-5s %3s %3s %5s %3s  %9s %9s  %9s %9s  %9s\n", "impl", "dtype", "B", "H", "T", "d", "fwd ms",
+                "TFLOP/s", "f+b ms", "TFLOP/s", "y vs mat");
+    // GPT-2 small at batch 8 and 16; the 10.8 M fortunes GPT (6 heads of 64, context 256).
+    for (const Shape4& s : {Shape4{8, 12, 1024, 64}, Shape4{16, 12, 1024, 64}, Shape4{32, 6, 256, 64}}) benchShape(s);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "minidp-bench-attention: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,332 @@
+// Flash attention (kernels/flash_attention.h): the CPU twins against the existing CPU attention path
+// (float64, 1e-12) and float64 finite differences; the CUDA fp32 kernels against the CPU twin, the CUDA
+// bf16 kernels against a float64 reference within a bf16 tolerance, outputs poisoned with NaN first so
+// every element must be written; the op on CUDA against the CPU op, and bitwise reproducible.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "framework/ops/dispatch.h"
+#include "framework/ops/ops.h"
+#include "kernels/flash_attention.h"
+#include "tests/support/device_compare.h"
+#include "tests/support/gradcheck.h"
+
+namespace minidp {
+namespace {
+
+using testing::gradcheck;
+using testing::randomTensor;
+using testing::roundingEps;
+
+// Sizes of one attention call: B sequences of T tokens, H heads of d channels.
+struct Dims {
+  int64_t B, T, H, d;
+  int64_t C() const { return H * d; }
+};
+
+std::string describe(const Dims& s) {
+  return "B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " H=" + std::to_string(s.H) +
+         " d=" + std::to_string(s.d);
+}
+
+// ---- the CPU twin ----
+
+// The twin as an op, so autograd and gradcheck can drive it: y = attention(qkv), lse kept for backward.
+Variable twinAttention(const Variable& qkvVar, int64_t H) {
+  const Tensor& qkv = qkvVar.data();
+  const Dims s{qkv.size(0), qkv.size(1), H, qkv.size(2) / 3 / H};
+  Tensor y = Tensor::empty({s.B, s.T, s.C()}, DType::F64, Device::CPU);
+  Tensor lse = Tensor::empty({s.B, s.H, s.T}, DType::F64, Device::CPU);
+  kernels::cpu::flashAttentionForward<double>(qkv.data<double>(), y.data<double>(), lse.data<double>(), s.B, s.T,
+                                              s.H, s.d);
+  return Variable::fromOp(y, {qkvVar}, [s, qkv, y, lse](const Tensor& g) {
+    Tensor dqkv = Tensor::empty(qkv.shape(), DType::F64, Device::CPU);
+    Tensor rowDot = Tensor::empty({s.B, s.H, s.T}, DType::F64, Device::CPU);
+    kernels::cpu::flashAttentionBackward<double>(g.data<double>(), qkv.data<double>(), y.data<double>(),
+                                                 lse.data<double>(), rowDot.data<double>(), dqkv.data<double>(),
+                                                 s.B, s.T, s.H, s.d);
+    return std::vector<Tensor>{dqkv};
+  });
+}
+
+void expectNear(const std::vector<double>& actual, const std::vector<double>& expected, double tol,
+                const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (size_t i = 0; i < actual.size(); ++i) ASSERT_NEAR(actual[i], expected[i], tol) << what << " element " << i;
+}
+
+TEST(FlashAttentionCpu, ForwardAndBackwardMatchTheReferencePath) {
+  // The existing op on the CPU (scores, causal softmax, GEMMs) is the reference; T = 9, d = 5 odd sizes.
+  const int64_t H = 3;
+  Tensor qkv = randomTensor({2, 9, 3 * H * 5}, 101, -2.0, 2.0), dy = randomTensor({2, 9, H * 5}, 102);
+  Variable ref(qkv.clone(), true), twin(qkv.clone(), true);
+  Variable yRef = ops::causalSelfAttention(ref, H), yTwin = twinAttention(twin, H);
+  expectNear(yTwin.data().toVector<double>(), yRef.data().toVector<double>(), 1e-12, "y");
+  yRef.backward(dy);
+  yTwin.backward(dy);
+  expectNear(twin.grad().toVector<double>(), ref.grad().toVector<double>(), 1e-12, "dqkv");
+}
+
+TEST(FlashAttentionCpu, LogsumexpIsTheScaledScoresLogsumexp) {
+  const Dims s{2, 6, 2, 4};
+  Tensor qkv = randomTensor({s.B, s.T, 3 * s.C()}, 103, -2.0, 2.0);
+  std::vector<double> y(s.B * s.T * s.C()), lse(s.B * s.H * s.T), x = qkv.toVector<double>();
+  kernels::cpu::flashAttentionForward<double>(x.data(), y.data(), lse.data(), s.B, s.T, s.H, s.d);
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h)
+      for (int64_t i = 0; i < s.T; ++i) {
+        double total = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int64_t c = 0; c < s.d; ++c)
+            dot += x[(b * s.T + i) * 3 * s.C() + h * s.d + c] * x[(b * s.T + j) * 3 * s.C() + s.C() + h * s.d + c];
+          total += std::exp(dot / std::sqrt(double(s.d)));
+        }
+        EXPECT_NEAR(lse[(b * s.H + h) * s.T + i], std::log(total), 1e-12) << "b " << b << " h " << h << " t " << i;
+      }
+}
+
+TEST(FlashAttentionCpu, Gradcheck) {
+  std::string report;
+  EXPECT_LT(gradcheck([](const std::vector<Variable>& in) { return twinAttention(in[0], 2); },
+                      {Variable(randomTensor({2, 5, 24}, 104, -2.0, 2.0), true)}, &report),
+            1e-6)
+      << report;
+}
+
+TEST(FlashAttentionCpu, FloatTwinMatchesDoubleTwin) {
+  const Dims s{2, 33, 2, 8};
+  Tensor qkv = randomTensor({s.B, s.T, 3 * s.C()}, 105), dy = randomTensor({s.B, s.T, s.C()}, 106);
+  const std::vector<double> x = qkv.toVector<double>(), g = dy.toVector<double>();
+  const std::vector<float> xf(x.begin(), x.end()), gf(g.begin(), g.end());
+  std::vector<double> y(s.B * s.T * s.C()), lse(s.B * s.H * s.T), rowDot(lse.size()), dx(x.size());
+  std::vector<float> yf(y.size()), lsef(lse.size()), rowDotf(lse.size()), dxf(x.size());
+  kernels::cpu::flashAttentionForward<double>(x.data(), y.data(), lse.data(), s.B, s.T, s.H, s.d);
+  kernels::cpu::flashAttentionBackward<double>(g.data(), x.data(), y.data(), lse.data(), rowDot.data(), dx.data(), s.B,
+                                               s.T, s.H, s.d);
+  kernels::cpu::flashAttentionForward<float>(xf.data(), yf.data(), lsef.data(), s.B, s.T, s.H, s.d);
+  kernels::cpu::flashAttentionBackward<float>(gf.data(), xf.data(), yf.data(), lsef.data(), rowDotf.data(), dxf.data(),
+                                              s.B, s.T, s.H, s.d);
+  expectNear(std::vector<double>(yf.begin(), yf.end()), y, 1e-5, "y");
+  expectNear(std::vector<double>(lsef.begin(), lsef.end()), lse, 1e-5, "lse");
+  expectNear(std::vector<double>(dxf.begin(), dxf.end()), dx, 1e-5, "dqkv");
+}
+
+TEST(FlashAttentionOp, Bf16OnTheCpuIsAnError) {
+  Tensor qkv = Tensor::fromVector<bf16>(std::vector<bf16>(2 * 3 * 192, floatToBf16(0.5f)), {2, 3, 192});
+  EXPECT_THROW(ops::causalSelfAttention(Variable(qkv), 1), Error);
+}
+
+// ---- CUDA kernels ----
+
+// Host values of a float tensor of any float dtype (bf16 widened exactly).
+std::vector<double> valuesOf(const Tensor& t) {
+  if (t.dtype() != DType::BF16) return t.toDType(DType::F64).toVector<double>();
+  std::vector<double> out;
+  for (bf16 v : t.toVector<bf16>()) out.push_back(bf16ToFloat(v));
+  return out;
+}
+
+// A CUDA tensor of `dtype` (F32 or BF16) holding `values` rounded to it.
+Tensor cudaTensor(const std::vector<double>& values, const Shape& shape, DType dtype) {
+  if (dtype == DType::F32) return Tensor::fromVector<float>(std::vector<float>(values.begin(), values.end()), shape, Device::CUDA);
+  std::vector<bf16> rounded;
+  for (double v : values) rounded.push_back(floatToBf16(static_cast<float>(v)));
+  return Tensor::fromVector<bf16>(rounded, shape, Device::CUDA);
+}
+
+// A CUDA tensor whose every element is NaN (0xff bytes: a NaN in fp32 and in bf16).
+Tensor poisoned(const Shape& shape, DType dtype) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  return cudaTensor(std::vector<double>(shapeNumel(shape), nan), shape, dtype);
+}
+
+// y, lse and dqkv of one call, as float64 host vectors.
+struct AttentionResult {
+  std::vector<double> y, lse, dqkv;
+};
+
+// The CPU twin in float64 on `qkv` and `dy` as given (already rounded to the tested precision).
+AttentionResult referenceTwin(const Dims& s, const std::vector<double>& qkv, const std::vector<double>& dy) {
+  AttentionResult r{std::vector<double>(s.B * s.T * s.C()), std::vector<double>(s.B * s.H * s.T),
+                    std::vector<double>(qkv.size())};
+  std::vector<double> rowDot(r.lse.size());
+  kernels::cpu::flashAttentionForward<double>(qkv.data(), r.y.data(), r.lse.data(), s.B, s.T, s.H, s.d);
+  kernels::cpu::flashAttentionBackward<double>(dy.data(), qkv.data(), r.y.data(), r.lse.data(), rowDot.data(),
+                                               r.dqkv.data(), s.B, s.T, s.H, s.d);
+  return r;
+}
+
+// The CUDA kernels in `dtype` (F32 or BF16) on qkv and dy rounded to it; outputs poisoned first.
+AttentionResult runCuda(const Dims& s, const std::vector<double>& qkv, const std::vector<double>& dy, DType dtype) {
+  Tensor x = cudaTensor(qkv, {s.B, s.T, 3 * s.C()}, dtype), g = cudaTensor(dy, {s.B, s.T, s.C()}, dtype);
+  Tensor y = poisoned({s.B, s.T, s.C()}, dtype), dx = poisoned(x.shape(), dtype);
+  Tensor lse = poisoned({s.B, s.H, s.T}, DType::F32), rowDot = poisoned({s.B, s.H, s.T}, DType::F32);
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    MINIDP_ON_CUDA(kernels::cuda::flashAttentionForward<T>(x.data<T>(), y.data<T>(), lse.data<float>(), s.B, s.T, s.H,
+                                                           s.d, runtime::computeStream()));
+    MINIDP_ON_CUDA(kernels::cuda::flashAttentionBackward<T>(g.data<T>(), x.data<T>(), y.data<T>(), lse.data<float>(),
+                                                            rowDot.data<float>(), dx.data<T>(), s.B, s.T, s.H, s.d,
+                                                            runtime::computeStream()));
+  };
+  if (dtype == DType::F32) {
+    run(float{});
+  } else {
+    run(bf16{});
+  }
+  return {valuesOf(y), valuesOf(lse), valuesOf(dx)};
+}
+
+// Every value finite (none left at the poison), and max |a - b| / max |b|.
+double maxRelativeError(const std::vector<double>& a, const std::vector<double>& b, const std::string& what) {
+  EXPECT_EQ(a.size(), b.size()) << what;
+  double diff = 0, scale = 1e-30;
+  int64_t unwritten = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    unwritten += !std::isfinite(a[i]);
+    diff = std::max(diff, std::abs(a[i] - b[i]));
+    scale = std::max(scale, std::abs(b[i]));
+  }
+  EXPECT_EQ(unwritten, 0) << what << ": elements not written (or not finite)";
+  return unwritten ? std::numeric_limits<double>::infinity() : diff / scale;
+}
+
+// ||a - b||_2 / ||b||_2 over the elements of one part (0 = q, 1 = k, 2 = v) of (B, T, 3C) vectors, or all
+// elements with part = -1. A part that is (nearly) zero in the reference, as dq and dk are at T = 1 (a
+// softmax over one key has no gradient), is measured against 1% of the whole vector's norm instead.
+double relativeL2(const std::vector<double>& a, const std::vector<double>& b, int64_t C, int part) {
+  double num = 0, den = 0, denAll = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    denAll += b[i] * b[i];
+    if (part >= 0 && static_cast<int64_t>(i) % (3 * C) / C != part) continue;
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-4 * denAll));
+}
+
+class FlashAttentionCuda : public ::testing::TestWithParam<Dims> {
+ protected:
+  void SetUp() override {
+    if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+// Random values in [-1, 1) rounded to `dtype` (F32 or BF16), as float64.
+std::vector<double> randomValues(int64_t n, uint64_t seed, DType dtype) {
+  std::vector<double> v = randomTensor({n}, seed).toVector<double>();
+  for (double& x : v) x = dtype == DType::F32 ? double(float(x)) : double(bf16ToFloat(floatToBf16(float(x))));
+  return v;
+}
+
+TEST_P(FlashAttentionCuda, F32MatchesCpuTwin) {
+  // The same fp32 inputs; the twin in float64. The longest sums run over T keys and d channels, so fp32
+  // rounding stays within a few (T + d) ulp of the largest value; a wrong index, mask, tile edge or
+  // missed row is off by O(1).
+  const Dims s = GetParam();
+  const std::vector<double> qkv = randomValues(s.B * s.T * 3 * s.C(), 201, DType::F32);
+  const std::vector<double> dy = randomValues(s.B * s.T * s.C(), 202, DType::F32);
+  const AttentionResult expected = referenceTwin(s, qkv, dy), actual = runCuda(s, qkv, dy, DType::F32);
+  const double tol = 4.0 * static_cast<double>(s.T + s.d + 4) * roundingEps(DType::F32);
+  EXPECT_LE(maxRelativeError(actual.y, expected.y, "y"), tol) << describe(s);
+  EXPECT_LE(maxRelativeError(actual.lse, expected.lse, "lse"), tol) << describe(s);
+  EXPECT_LE(maxRelativeError(actual.dqkv, expected.dqkv, "dqkv"), tol) << describe(s);
+}
+
+TEST_P(FlashAttentionCuda, Bf16MatchesFloat64) {
+  // bf16 inputs; the reference in float64 on the same (rounded) values. The kernels round P and dS to
+  // bf16 for the tensor-core products (8 mantissa bits: 2^-9 relative) and store y and dqkv in bf16,
+  // with fp32 accumulation: relative L2 errors of a few 1e-3. Bound: 1e-2 per output and per part.
+  const Dims s = GetParam();
+  const std::vector<double> qkv = randomValues(s.B * s.T * 3 * s.C(), 203, DType::BF16);
+  const std::vector<double> dy = randomValues(s.B * s.T * s.C(), 204, DType::BF16);
+  const AttentionResult expected = referenceTwin(s, qkv, dy), actual = runCuda(s, qkv, dy, DType::BF16);
+  maxRelativeError(actual.y, expected.y, "y");  // every element written and finite
+  maxRelativeError(actual.lse, expected.lse, "lse");
+  maxRelativeError(actual.dqkv, expected.dqkv, "dqkv");
+  EXPECT_LT(relativeL2(actual.y, expected.y, s.C(), -1), 1e-2) << "y " << describe(s);
+  EXPECT_LT(relativeL2(actual.lse, expected.lse, s.C(), -1), 1e-2) << "lse " << describe(s);
+  const char* names[3] = {"dq", "dk", "dv"};
+  for (int part = 0; part < 3; ++part) {
+    EXPECT_LT(relativeL2(actual.dqkv, expected.dqkv, s.C(), part), 1e-2) << names[part] << " " << describe(s);
+  }
+}
+
+// T = 1, 17, 64, 200 (one key; a partial tile; exactly one tile; four tiles, the last partial), several B
+// and H, both head dims.
+INSTANTIATE_TEST_SUITE_P(Shapes, FlashAttentionCuda,
+                         ::testing::Values(Dims{1, 1, 1, 64}, Dims{2, 17, 3, 64}, Dims{1, 64, 2, 64},
+                                           Dims{2, 200, 2, 64}, Dims{3, 200, 1, 32}, Dims{1, 130, 4, 32},
+                                           Dims{1, 333, 2, 64}),
+                         [](const ::testing::TestParamInfo<Dims>& info) {
+                           const Dims& s = info.param;
+                           return "B" + std::to_string(s.B) + "T" + std::to_string(s.T) + "H" +
+                                  std::to_string(s.H) + "d" + std::to_string(s.d);
+                         });
+
+// ---- the op on CUDA ----
+
+using FlashAttentionOpCuda = testing::CudaVsCpuTest;
+
+TEST_P(FlashAttentionOpCuda, MatchesTheCpuOp) {
+  // d = 64 takes the flash kernels on CUDA (F32), the CPU keeps the reference path. F64 on CUDA keeps
+  // the reference path too: the comparison still runs, as the fp64 check of the wiring.
+  const DType dtype = GetParam();
+  const auto f = [](const std::vector<Variable>& in) { return ops::causalSelfAttention(in[0], 2); };
+  const testing::DeviceComparison c = testing::compareDevices(f, {randomTensor({2, 70, 384}, 205)}, dtype);
+  expectClose(c, 4.0 * (70 + 64 + 4) * roundingEps(dtype));
+}
+
+TEST_P(FlashAttentionOpCuda, BitwiseReproducible) {
+  const DType dtype = GetParam();
+  Tensor qkv = randomTensor({2, 130, 384}, 206, -1.0, 1.0, dtype).to(Device::CUDA);
+  Tensor dy = randomTensor({2, 130, 128}, 207, -1.0, 1.0, dtype).to(Device::CUDA);
+  std::vector<std::vector<double>> runs;
+  for (int run = 0; run < 2; ++run) {
+    Variable x(qkv.clone(), true);
+    Variable y = ops::causalSelfAttention(x, 2);
+    y.backward(dy);
+    std::vector<double> bits = valuesOf(y.data()), g = valuesOf(x.grad());
+    bits.insert(bits.end(), g.begin(), g.end());
+    runs.push_back(bits);
+  }
+  EXPECT_EQ(runs[0], runs[1]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, FlashAttentionOpCuda, ::testing::Values(DType::F32, DType::F64),
+                         [](const ::testing::TestParamInfo<DType>& info) { return dtypeName(info.param); });
+
+TEST(FlashAttentionOpBf16, MatchesFloat64AndIsReproducible) {
+  // BF16 qkv gives BF16 y and dqkv on the flash kernels; the float64 CPU op on the same rounded values
+  // is the reference (relative L2 < 1e-2, as for the kernels).
+  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  const Dims s{2, 150, 3, 64};
+  const std::vector<double> qkv = randomValues(s.B * s.T * 3 * s.C(), 208, DType::BF16);
+  const std::vector<double> dy = randomValues(s.B * s.T * s.C(), 209, DType::BF16);
+  Variable ref(Tensor::fromVector<double>(qkv, {s.B, s.T, 3 * s.C()}), true);
+  Variable yRef = ops::causalSelfAttention(ref, s.H);
+  yRef.backward(Tensor::fromVector<double>(dy, {s.B, s.T, s.C()}));
+  std::vector<std::vector<double>> runs;
+  for (int run = 0; run < 2; ++run) {
+    Variable x(cudaTensor(qkv, {s.B, s.T, 3 * s.C()}, DType::BF16), true);
+    Variable y = ops::causalSelfAttention(x, s.H);
+    ASSERT_EQ(y.dtype(), DType::BF16);
+    y.backward(cudaTensor(dy, {s.B, s.T, s.C()}, DType::BF16));
+    ASSERT_EQ(x.grad().dtype(), DType::BF16);
+    std::vector<double> out = valuesOf(y.data()), g = valuesOf(x.grad());
+    EXPECT_LT(relativeL2(out, yRef.data().toVector<double>(), s.C(), -1), 1e-2);
+    EXPECT_LT(relativeL2(g, ref.grad().toVector<double>(), s.C(), -1), 1e-2);
+    out.insert(out.end(), g.begin(), g.end());
+    runs.push_back(out);
+  }
+  EXPECT_EQ(runs[0], runs[1]);
+}
+
+}  // namespace
+}  // namespace minidp
