@@ -16,17 +16,6 @@
 namespace minidp {
 namespace {
 
-// ||a - b||_2 / ||b||_2 over host float64 copies.
-double relativeL2(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = a.toDType(DType::F64).toVector<double>(), y = b.toDType(DType::F64).toVector<double>();
-  double diff = 0, ref = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    diff += (x[i] - y[i]) * (x[i] - y[i]);
-    ref += y[i] * y[i];
-  }
-  return std::sqrt(diff / std::max(ref, 1e-300));
-}
-
 // Tolerances: every activation is rounded to bf16 (2^-9 relative) at each op, through a handful of
 // layers: the loss moves by well under 1%, a gradient by a few percent in the L2 sense. A wrong kernel
 // (a missing bias, a transposed operand, an unscaled gradient) is off by O(1).
@@ -58,7 +47,7 @@ void expectBf16StepMatchesF32(models::Model& f32, models::Model& bf16, const Ten
     const Variable& v = p16[i].second;
     ASSERT_EQ(v.dtype(), DType::F32) << p16[i].first;
     ASSERT_EQ(v.grad().dtype(), DType::F32) << p16[i].first;
-    EXPECT_LT(relativeL2(v.grad(), p32[i].second.grad()), kGradTolerance) << p16[i].first;
+    EXPECT_LT(testing::relativeL2(v.grad(), p32[i].second.grad()), kGradTolerance) << p16[i].first;
   }
 }
 

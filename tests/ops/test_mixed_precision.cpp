@@ -23,18 +23,7 @@ namespace {
 
 using testing::randomTensor;
 using testing::relativeError;
-
-// ||a - b||_2 / ||b||_2 over host float64 copies.
-double relativeL2(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = a.toDType(DType::F64).toVector<double>(), y = b.toDType(DType::F64).toVector<double>();
-  EXPECT_EQ(x.size(), y.size());
-  double diff = 0, ref = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    diff += (x[i] - y[i]) * (x[i] - y[i]);
-    ref += y[i] * y[i];
-  }
-  return std::sqrt(diff / std::max(ref, 1e-300));
-}
+using testing::relativeL2;
 
 // Byte-for-byte equality of two tensors' host copies.
 bool sameBytes(const Tensor& a, const Tensor& b) {
