@@ -9,6 +9,7 @@
 #include <map>
 #include <type_traits>
 
+#include "kernels/accum.h"
 #include "kernels/cuda_check.h"
 #include "kernels/matmul.h"
 
@@ -103,7 +104,16 @@ uint32_t alignmentOf(const void* ptr, int64_t strideBytes) {
   return static_cast<uint32_t>(bits & (~bits + 1));
 }
 
-// One cuBLASLt matmul shape: descriptors and the algorithm the heuristic chose (null when it found none).
+constexpr int kBiasBlock = 256;
+
+// The bias when cuBLASLt has no fused kernel: C (M, N) row-major += bias (N) on every row, float math.
+template <typename TC>
+__global__ void addRowBiasKernel(TC* C, const TC* bias, int64_t n, int64_t N) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    C[i] = fromAccum<TC>(toAccum(C[i]) + toAccum(bias[i % N]));
+}
+
+// One cuBLASLt matmul shape: descriptors and the algorithm the heuristic chose (found false: none).
 struct LtPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
@@ -223,22 +233,23 @@ void gemmBf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float a
     const cublasStatus_t status =
         cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &count);
     cublasLtMatmulPreferenceDestroy(pref);
-    MINIDP_CHECK(status == CUBLAS_STATUS_SUCCESS || status == CUBLAS_STATUS_NOT_SUPPORTED,
-                 "cublasLtMatmulAlgoGetHeuristic: " << cublasGetStatusString(status));
+    // NOT_SUPPORTED, or INVALID_VALUE for some one-row or one-column shapes: the general GEMM takes those.
     p.found = status == CUBLAS_STATUS_SUCCESS && count > 0;
     if (p.found) p.algo = result.algo;
     return p;
   });
   if (!plan.found) {
-    // No cuBLASLt kernel for this shape: cuBLAS's general GEMM (any sizes) without the fused bias.
-    MINIDP_CHECK(bias == nullptr, "gemmBf16: cuBLASLt has no kernel with a fused bias for M=" << M << " N=" << N
-                                                                                             << " K=" << K);
+    // No cuBLASLt kernel for this shape: cuBLAS's general GEMM (any sizes), then the bias in a pass of its own.
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(
         handleOn(stream), transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
         static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, B, CUDA_R_16BF,
         static_cast<int>(std::max<int64_t>(1, ldb)), strideB, A, CUDA_R_16BF,
         static_cast<int>(std::max<int64_t>(1, lda)), strideA, &beta, C, typeC, static_cast<int>(N), strideC,
         static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (bias) {
+      addRowBiasKernel<TC><<<std::min(ceilDiv(M * N, kBiasBlock), 65535u * 4), kBiasBlock, 0, stream>>>(C, bias, M * N, N);
+      CUDA_CHECK_LAUNCH();
+    }
     return;
   }
   if (bias) setAttribute<const void*>(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);

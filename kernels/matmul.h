@@ -27,7 +27,8 @@ void setTf32(bool enabled);
 /// Mixed precision: A and B bf16, C bf16 (activations) or float (weight gradients), fp32 accumulation
 /// and float alpha/beta, through cuBLASLt with a workspace allocated once per thread. `bias` (N), of
 /// C's type (cuBLASLt's bias type is the output type), may be null; else it is added to every row of C
-/// in the GEMM's epilogue. Other arguments as gemm.
+/// in the GEMM's epilogue (a pass of its own on shapes cuBLASLt has no kernel for, which run through
+/// cublasGemmStridedBatchedEx). Other arguments as gemm.
 template <typename TC>
 void gemmBf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
               int64_t strideA, const bf16* B, int64_t strideB, float beta, TC* C, int64_t strideC, int64_t batch,

@@ -118,7 +118,8 @@ TEST(GemmBf16, MatchesFloat64Reference) {
   const std::vector<GemmCase> cases{{false, false, 64, 96, 128, 1}, {false, true, 64, 96, 128, 1},
                                     {true, false, 64, 96, 128, 1},  {true, true, 64, 96, 128, 1},
                                     {false, true, 37, 45, 29, 1},   {false, false, 16, 24, 32, 3},
-                                    {true, false, 1, 40, 300, 1}};
+                                    {true, false, 1, 40, 300, 1},   {false, true, 1, 10, 16, 1},
+                                    {false, true, 32, 10, 64, 1}};
   uint64_t seed = 10;
   for (const GemmCase& c : cases) {
     SCOPED_TRACE(::testing::Message() << "transA " << c.transA << " transB " << c.transB << " M " << c.M << " N "
@@ -226,8 +227,13 @@ TEST(Bf16Ops, LinearMatchesF32) {
   expectBf16MatchesF32(withBias, {randomTensor({4, 6, 40}, 31), randomTensor({48, 40}, 32), randomTensor({48}, 33)},
                        {false, true, true});
   expectBf16MatchesF32(noBias, {randomTensor({24, 64}, 34), randomTensor({32, 64}, 35)}, {false, true});
-  // Odd sizes (no 16-byte-aligned rows) take cuBLAS's general GEMM when cuBLASLt has no kernel.
+  // Odd sizes (no 16-byte-aligned rows) and one row take cuBLAS's general GEMM (and a bias pass) when
+  // cuBLASLt has no kernel.
   expectBf16MatchesF32(noBias, {randomTensor({7, 13}, 36), randomTensor({5, 13}, 37)}, {false, true});
+  expectBf16MatchesF32(withBias, {randomTensor({7, 13}, 38), randomTensor({10, 13}, 39), randomTensor({10}, 40)},
+                       {false, true, true});
+  expectBf16MatchesF32(withBias, {randomTensor({1, 64}, 41), randomTensor({48, 64}, 42), randomTensor({48}, 43)},
+                       {false, true, true});
 }
 
 TEST(Bf16Ops, MatmulMatchesF32) {
