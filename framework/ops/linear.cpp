@@ -113,12 +113,8 @@ Variable linear(const Variable& xv, const Variable& weightv, const Variable& bia
   // cuBLASLt's bias type is its output type, so the bias is cast too (as PyTorch's autocast does).
   const Tensor wc = cast(w, x.dtype());
   Tensor y = Tensor::empty(replaceTail(x.shape(), 1, {out}), x.dtype(), x.device());  // (..., out)
-  if (mixed) {
-    gemm(false, true, rows, out, in, x, 0, wc, 0, y, 0, 1, 0, hasBias ? cast(b, x.dtype()) : Tensor());
-  } else {
-    gemm(false, true, rows, out, in, x, 0, w, 0, y, 0, 1);
-    if (hasBias) MINIDP_LAUNCH_FLOAT(y, T, addBias, y.data<T>(), b.data<T>(), rows, out);
-  }
+  gemm(false, true, rows, out, in, x, 0, wc, 0, y, 0, 1, 0, mixed && hasBias ? cast(b, x.dtype()) : Tensor());
+  if (!mixed && hasBias) MINIDP_LAUNCH_FLOAT(y, T, addBias, y.data<T>(), b.data<T>(), rows, out);
   // Only the gradients that are wanted: the first layer's input usually needs none, and its dx is a GEMM.
   const bool needX = xv.requiresGrad(), needW = weightv.requiresGrad(),
              needB = hasBias && biasv.requiresGrad();
