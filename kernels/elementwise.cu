@@ -1,4 +1,5 @@
 // Elementwise kernels (grid-stride loops), then their launchers.
+#include "kernels/accum.h"
 #include "kernels/cuda_check.h"
 #include "kernels/elementwise.h"
 #include "kernels/gelu_math.h"
@@ -28,39 +29,42 @@ void launchMap(int64_t n, cudaStream_t stream, F f) {
 
 }  // namespace
 
+// Math in AccumOf<T> (float for bf16); for float and double the loads and stores are the identity.
 template <typename T> void add(const T* a, const T* b, T* out, int64_t n, cudaStream_t s) {
-  launchMap(n, s, [=] __device__(int64_t i) { out[i] = a[i] + b[i]; });
+  launchMap(n, s, [=] __device__(int64_t i) { out[i] = fromAccum<T>(toAccum(a[i]) + toAccum(b[i])); });
 }
 template <typename T> void addInPlace(T* dst, const T* src, int64_t n, cudaStream_t s) {
-  launchMap(n, s, [=] __device__(int64_t i) { dst[i] += src[i]; });
+  launchMap(n, s, [=] __device__(int64_t i) { dst[i] = fromAccum<T>(toAccum(dst[i]) + toAccum(src[i])); });
 }
 template <typename T> void mul(const T* a, const T* b, T* out, int64_t n, cudaStream_t s) {
-  launchMap(n, s, [=] __device__(int64_t i) { out[i] = a[i] * b[i]; });
+  launchMap(n, s, [=] __device__(int64_t i) { out[i] = fromAccum<T>(toAccum(a[i]) * toAccum(b[i])); });
 }
-template <typename T> void scale(const T* x, T v, T* out, int64_t n, cudaStream_t s) {
-  launchMap(n, s, [=] __device__(int64_t i) { out[i] = x[i] * v; });
+template <typename T> void scale(const T* x, AccumOf<T> v, T* out, int64_t n, cudaStream_t s) {
+  launchMap(n, s, [=] __device__(int64_t i) { out[i] = fromAccum<T>(toAccum(x[i]) * v); });
 }
 template <typename T> void fill(T* out, T value, int64_t n, cudaStream_t s) {
   launchMap(n, s, [=] __device__(int64_t i) { out[i] = value; });
 }
 template <typename T> void reluForward(const T* x, T* y, int64_t n, cudaStream_t s) {
-  launchMap(n, s, [=] __device__(int64_t i) { y[i] = x[i] > T(0) ? x[i] : T(0); });
+  launchMap(n, s, [=] __device__(int64_t i) { y[i] = toAccum(x[i]) > AccumOf<T>(0) ? x[i] : T{}; });
 }
 template <typename T> void reluBackward(const T* x, const T* dy, T* dx, int64_t n, cudaStream_t s) {
-  launchMap(n, s, [=] __device__(int64_t i) { dx[i] = x[i] > T(0) ? dy[i] : T(0); });
+  launchMap(n, s, [=] __device__(int64_t i) { dx[i] = toAccum(x[i]) > AccumOf<T>(0) ? dy[i] : T{}; });
 }
 template <typename T> void geluForward(const T* x, T* y, int64_t n, cudaStream_t s) {
-  launchMap(n, s, [=] __device__(int64_t i) { y[i] = geluValue(x[i]); });
+  launchMap(n, s, [=] __device__(int64_t i) { y[i] = fromAccum<T>(geluValue(toAccum(x[i]))); });
 }
 template <typename T> void geluBackward(const T* x, const T* dy, T* dx, int64_t n, cudaStream_t s) {
-  launchMap(n, s, [=] __device__(int64_t i) { dx[i] = dy[i] * geluDerivative(x[i]); });
+  launchMap(n, s, [=] __device__(int64_t i) {
+    dx[i] = fromAccum<T>(toAccum(dy[i]) * geluDerivative(toAccum(x[i])));
+  });
 }
 
 #define MINIDP_INSTANTIATE(T)                                                    \
   template void add<T>(const T*, const T*, T*, int64_t, cudaStream_t);           \
   template void addInPlace<T>(T*, const T*, int64_t, cudaStream_t);              \
   template void mul<T>(const T*, const T*, T*, int64_t, cudaStream_t);           \
-  template void scale<T>(const T*, T, T*, int64_t, cudaStream_t);                \
+  template void scale<T>(const T*, AccumOf<T>, T*, int64_t, cudaStream_t);       \
   template void fill<T>(T*, T, int64_t, cudaStream_t);                           \
   template void reluForward<T>(const T*, T*, int64_t, cudaStream_t);             \
   template void reluBackward<T>(const T*, const T*, T*, int64_t, cudaStream_t);  \
@@ -68,6 +72,7 @@ template <typename T> void geluBackward(const T* x, const T* dy, T* dx, int64_t 
   template void geluBackward<T>(const T*, const T*, T*, int64_t, cudaStream_t);
 MINIDP_INSTANTIATE(float)
 MINIDP_INSTANTIATE(double)
+MINIDP_INSTANTIATE(bf16)
 template void fill<int32_t>(int32_t*, int32_t, int64_t, cudaStream_t);
 #undef MINIDP_INSTANTIATE
 

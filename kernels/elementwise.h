@@ -1,9 +1,10 @@
 // Elementwise kernels: arithmetic, ReLU and GELU forward/backward. CPU twins share the signatures,
-// minus the stream. Instantiated for float and double.
+// minus the stream. Instantiated for float and double; the CUDA kernels also for bf16 (math in float).
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/bf16.h"
 #include "kernels/stream.h"
 
 namespace minidp::kernels {
@@ -16,7 +17,7 @@ namespace minidp::kernels {
   /* out = a * b */                                                                           \
   template <typename T> void mul(const T* a, const T* b, T* out, int64_t n __VA_ARGS__);     \
   /* out = x * s (out may equal x) */                                                         \
-  template <typename T> void scale(const T* x, T s, T* out, int64_t n __VA_ARGS__);          \
+  template <typename T> void scale(const T* x, AccumOf<T> s, T* out, int64_t n __VA_ARGS__); \
   /* out = value */                                                                           \
   template <typename T> void fill(T* out, T value, int64_t n __VA_ARGS__);                   \
   /* y = max(x, 0) */                                                                         \

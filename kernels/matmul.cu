@@ -1,8 +1,15 @@
 // Row-major batched GEMM through cuBLAS (column-major): C (M, N) row-major is C^T (N, M) column-major,
 // so we ask cuBLAS for C^T = op(B)^T op(A)^T, passing B first. No transposes are materialised.
-#include <algorithm>
-#include <climits>
+#include <cublasLt.h>
 
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <climits>
+#include <map>
+#include <type_traits>
+
+#include "kernels/accum.h"
 #include "kernels/cuda_check.h"
 #include "kernels/matmul.h"
 
@@ -47,26 +54,213 @@ struct Gemm<double> {
   static constexpr auto stridedBatched = &cublasDgemmStridedBatched;
 };
 
-}  // namespace
+std::atomic<bool> gTf32{false};
 
-template <typename T>
-void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t strideA,
-          const T* B, int64_t strideB, T beta, T* C, int64_t strideC, int64_t batch, cudaStream_t stream) {
+// Sizes within cuBLAS's int range; false when there is nothing to compute (an empty C).
+bool checkGemmSizes(int64_t M, int64_t N, int64_t K, int64_t batch) {
   MINIDP_CHECK(M >= 0 && N >= 0 && K >= 0 && batch >= 0,
                "gemm: negative size M=" << M << " N=" << N << " K=" << K << " batch=" << batch);
   MINIDP_CHECK(
       std::max({M, N, K, batch}) <= INT_MAX,
       "gemm: a size exceeds cuBLAS's int range: M=" << M << " N=" << N << " K=" << K << " batch=" << batch);
-  if (M == 0 || N == 0 || batch == 0) return;
+  return M != 0 && N != 0 && batch != 0;
+}
+
+}  // namespace
+
+void setTf32(bool enabled) { gTf32 = enabled; }
+
+template <typename T>
+void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t strideA,
+          const T* B, int64_t strideB, T beta, T* C, int64_t strideC, int64_t batch, cudaStream_t stream) {
+  if (!checkGemmSizes(M, N, K, batch)) return;
   // Leading dimensions are the row lengths of the stored row-major matrices (at least 1 for cuBLAS).
   const int lda = static_cast<int>(std::max<int64_t>(1, transA ? M : K));
   const int ldb = static_cast<int>(std::max<int64_t>(1, transB ? K : N));
   const cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if constexpr (std::is_same_v<T, float>) {
+    if (gTf32) {
+      CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+          handleOn(stream), opB, opA, static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, B,
+          CUDA_R_32F, ldb, strideB, A, CUDA_R_32F, lda, strideA, &beta, C, CUDA_R_32F, static_cast<int>(N), strideC,
+          static_cast<int>(batch), CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
+      return;
+    }
+  }
   CUBLAS_CHECK(Gemm<T>::stridedBatched(handleOn(stream), opB, opA, static_cast<int>(N), static_cast<int>(M),
                                        static_cast<int>(K), &alpha, B, ldb, strideB, A, lda, strideA, &beta, C,
                                        static_cast<int>(N), strideC, static_cast<int>(batch)));
 }
+
+namespace {
+
+constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;  // cuBLAS's recommendation for Hopper
+
+// The largest power of two (up to 256) dividing every address the GEMM reads from `ptr`: cuBLASLt's
+// heuristic otherwise assumes 256-byte alignment, which bucket views and batch offsets need not have.
+uint32_t alignmentOf(const void* ptr, int64_t strideBytes) {
+  uint64_t bits = reinterpret_cast<uintptr_t>(ptr) | static_cast<uint64_t>(strideBytes) | 256;
+  return static_cast<uint32_t>(bits & (~bits + 1));
+}
+
+constexpr int kBiasBlock = 256;
+
+// The bias when cuBLASLt has no fused kernel: C (M, N) row-major += bias (N) on every row, float math.
+template <typename TC>
+__global__ void addRowBiasKernel(TC* C, const TC* bias, int64_t n, int64_t N) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    C[i] = fromAccum<TC>(toAccum(C[i]) + toAccum(bias[i % N]));
+}
+
+// One cuBLASLt matmul shape: descriptors and the algorithm the heuristic chose (found false: none).
+struct LtPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool found = false;
+};
+
+// cuBLASLt state of one host thread: handle, workspace (allocated once) and the plans by shape.
+class LtContext {
+ public:
+  LtContext() {
+    CUBLAS_CHECK(cublasLtCreate(&handle_));
+    CUDA_CHECK(cudaMalloc(&workspace_, kLtWorkspaceBytes));
+  }
+  // Statuses ignored: at process exit the CUDA runtime may already be gone.
+  ~LtContext() {
+    for (auto& [key, plan] : plans_) {
+      cublasLtMatrixLayoutDestroy(plan.a);
+      cublasLtMatrixLayoutDestroy(plan.b);
+      cublasLtMatrixLayoutDestroy(plan.c);
+      cublasLtMatmulDescDestroy(plan.desc);
+    }
+    cudaFree(workspace_);
+    cublasLtDestroy(handle_);
+  }
+  LtContext(const LtContext&) = delete;
+  LtContext& operator=(const LtContext&) = delete;
+
+  using Key = std::array<int64_t, 15>;
+  /// The plan for `key`, built by `build` on first use.
+  template <typename Build>
+  LtPlan& plan(const Key& key, Build build) {
+    auto it = plans_.find(key);
+    if (it == plans_.end()) it = plans_.emplace(key, build(handle_)).first;
+    return it->second;
+  }
+  cublasLtHandle_t handle() const { return handle_; }
+  void* workspace() const { return workspace_; }
+
+ private:
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  std::map<Key, LtPlan> plans_;
+};
+
+LtContext& ltContext() {
+  thread_local LtContext context;
+  return context;
+}
+
+template <typename T>
+void setAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof value));
+}
+
+// A column-major layout of `rows` x `cols` (leading dimension ld), `batch` matrices `stride` apart.
+cublasLtMatrixLayout_t layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+                              int64_t stride) {
+  cublasLtMatrixLayout_t l = nullptr;
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, type, rows, cols, ld));
+  if (batch > 1) {
+    const int32_t count = static_cast<int32_t>(batch);
+    CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+    CUBLAS_CHECK(
+        cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
+  }
+  return l;
+}
+
+}  // namespace
+
+template <typename TC>
+void gemmBf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
+              int64_t strideA, const bf16* B, int64_t strideB, float beta, TC* C, int64_t strideC, int64_t batch,
+              const TC* bias, cudaStream_t stream) {
+  static_assert(std::is_same_v<TC, bf16> || std::is_same_v<TC, float>, "gemmBf16 writes bf16 or float");
+  if (!checkGemmSizes(M, N, K, batch)) return;
+  MINIDP_CHECK(K > 0, "gemmBf16: K = 0 (an empty reduction) is not supported");
+  MINIDP_CHECK(bias == nullptr || batch == 1, "gemmBf16: a fused bias needs batch 1");
+  constexpr cudaDataType_t typeC = std::is_same_v<TC, bf16> ? CUDA_R_16BF : CUDA_R_32F;
+  const int64_t lda = transA ? M : K, ldb = transB ? K : N;
+  // As gemm: cuBLASLt (column-major) computes C^T (N, M) = op(B)^T op(A)^T, so our B is its first operand.
+  const uint32_t alignA = alignmentOf(A, batch > 1 ? strideA * 2 : 0);
+  const uint32_t alignB = alignmentOf(B, batch > 1 ? strideB * 2 : 0);
+  const uint32_t alignC = alignmentOf(C, batch > 1 ? strideC * static_cast<int64_t>(sizeof(TC)) : 0);
+  const LtContext::Key key{transA, transB, M, N, K, strideA, strideB, strideC, batch, typeC, bias != nullptr,
+                           alignA, alignB, alignC, bias ? alignmentOf(bias, 0) : 0};
+  LtContext& lt = ltContext();
+  LtPlan& plan = lt.plan(key, [&](cublasLtHandle_t handle) {
+    LtPlan p;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    setAttribute<int32_t>(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, transB ? CUBLAS_OP_T : CUBLAS_OP_N);
+    setAttribute<int32_t>(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, transA ? CUBLAS_OP_T : CUBLAS_OP_N);
+    if (bias) {
+      setAttribute<uint32_t>(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
+      setAttribute<int32_t>(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, typeC);
+      setAttribute<const void*>(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+    }
+    p.a = layout(CUDA_R_16BF, transB ? K : N, transB ? N : K, ldb, batch, strideB);
+    p.b = layout(CUDA_R_16BF, transA ? M : K, transA ? K : M, lda, batch, strideA);
+    p.c = layout(typeC, N, M, N, batch, strideC);
+    cublasLtMatmulPreference_t pref = nullptr;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t workspace = kLtWorkspaceBytes;
+    const std::array<std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t>, 4> alignments{
+        {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignB},
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignA},
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignC},
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignC}}};
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                      sizeof workspace));
+    for (const auto& [attribute, bytes] : alignments) {
+      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attribute, &bytes, sizeof bytes));
+    }
+    cublasLtMatmulHeuristicResult_t result{};
+    int count = 0;
+    const cublasStatus_t status =
+        cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &count);
+    cublasLtMatmulPreferenceDestroy(pref);
+    // NOT_SUPPORTED, or INVALID_VALUE for some one-row or one-column shapes: the general GEMM takes those.
+    p.found = status == CUBLAS_STATUS_SUCCESS && count > 0;
+    if (p.found) p.algo = result.algo;
+    return p;
+  });
+  if (!plan.found) {
+    // No cuBLASLt kernel for this shape: cuBLAS's general GEMM (any sizes), then the bias in a pass of its own.
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+        handleOn(stream), transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
+        static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, B, CUDA_R_16BF,
+        static_cast<int>(std::max<int64_t>(1, ldb)), strideB, A, CUDA_R_16BF,
+        static_cast<int>(std::max<int64_t>(1, lda)), strideA, &beta, C, typeC, static_cast<int>(N), strideC,
+        static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (bias) {
+      addRowBiasKernel<TC><<<std::min(ceilDiv(M * N, kBiasBlock), 65535u * 4), kBiasBlock, 0, stream>>>(C, bias, M * N, N);
+      CUDA_CHECK_LAUNCH();
+    }
+    return;
+  }
+  if (bias) setAttribute<const void*>(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  CUBLAS_CHECK(cublasLtMatmul(lt.handle(), plan.desc, &alpha, B, plan.a, A, plan.b, &beta, C, plan.c, C, plan.c,
+                              &plan.algo, lt.workspace(), kLtWorkspaceBytes, stream));
+}
+
+template void gemmBf16<bf16>(bool, bool, int64_t, int64_t, int64_t, float, const bf16*, int64_t, const bf16*,
+                             int64_t, float, bf16*, int64_t, int64_t, const bf16*, cudaStream_t);
+template void gemmBf16<float>(bool, bool, int64_t, int64_t, int64_t, float, const bf16*, int64_t, const bf16*,
+                              int64_t, float, float*, int64_t, int64_t, const float*, cudaStream_t);
 
 template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
                           int64_t, float, float*, int64_t, int64_t, cudaStream_t);

@@ -1,8 +1,9 @@
-// Row-major (batched) GEMM: cuBLAS on the GPU, Eigen on the CPU.
+// Row-major (batched) GEMM: cuBLAS on the GPU, Eigen on the CPU; bf16 inputs through cuBLASLt.
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/bf16.h"
 #include "kernels/stream.h"
 
 namespace minidp::kernels {
@@ -18,9 +19,20 @@ namespace cpu {
 template <typename T> void gemm(MINIDP_GEMM_ARGS);
 }  // namespace cpu
 namespace cuda {
-/// Uses a cuBLAS handle of this thread bound to `stream`; fp32 math without TF32, so results track
-/// the CPU twin to fp32 rounding.
+/// Uses a cuBLAS handle of this thread bound to `stream`; fp32 math without TF32 unless setTf32(true),
+/// so by default results track the CPU twin to fp32 rounding.
 template <typename T> void gemm(MINIDP_GEMM_ARGS, cudaStream_t stream);
+/// Whether fp32 GEMMs run on TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32); off by default. Process-wide.
+void setTf32(bool enabled);
+/// Mixed precision: A and B bf16, C bf16 (activations) or float (weight gradients), fp32 accumulation
+/// and float alpha/beta, through cuBLASLt with a workspace allocated once per thread. `bias` (N), of
+/// C's type (cuBLASLt's bias type is the output type), may be null; else it is added to every row of C
+/// in the GEMM's epilogue (a pass of its own on shapes cuBLASLt has no kernel for, which run through
+/// cublasGemmStridedBatchedEx). Other arguments as gemm.
+template <typename TC>
+void gemmBf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
+              int64_t strideA, const bf16* B, int64_t strideB, float beta, TC* C, int64_t strideC, int64_t batch,
+              const TC* bias, cudaStream_t stream);
 }  // namespace cuda
 
 #undef MINIDP_GEMM_ARGS

@@ -85,7 +85,8 @@ Variable GPT::forward(const Tensor& tokens) const {
                "GPT input must be int32 (B, T), got " << dtypeName(tokens.dtype()) << shapeString(tokens.shape()));
   MINIDP_CHECK(tokens.size(1) <= config_.context,
                "sequence length " << tokens.size(1) << " exceeds the context " << config_.context);
-  Variable x = ops::embedding(wte_, wpe_, tokens);  // (B, T, C)
+  const DType compute = activationDType(config_.compute, wte_.dtype());
+  Variable x = ops::embedding(wte_, wpe_, tokens, compute);  // (B, T, C), in the compute dtype
   for (const auto& block : blocks_) x = block->forward(x);
   Variable logits = lmHead_->forward(lnF_->forward(x));  // (B, T, V)
   return ops::reshape(logits, {-1, config_.vocab});

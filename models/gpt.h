@@ -12,13 +12,15 @@
 
 namespace minidp::models {
 
-/// Model size: vocabulary, context length, blocks, heads, width.
+/// Model size: vocabulary, context length, blocks, heads, width; and the compute dtype of the
+/// activations (BF16: mixed precision with the parameters' dtype as master; logits in it, loss fp32).
 struct GptConfig {
   int64_t vocab = 256;
   int64_t context = 128;
   int64_t layers = 4;
   int64_t heads = 4;
   int64_t embd = 128;
+  DType compute = DType::F32;
 };
 
 class GPT : public Model {

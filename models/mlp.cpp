@@ -17,7 +17,7 @@ class LayerList : public nn::Module {
 };
 }  // namespace
 
-MLP::MLP(const std::vector<int64_t>& dims, uint64_t seed) {
+MLP::MLP(const std::vector<int64_t>& dims, uint64_t seed, DType compute) : compute_(compute) {
   MINIDP_CHECK(dims.size() >= 2, "MLP needs at least an input and an output size");
   nn::Rng rng(seed);
   auto list = registerModule("layers", std::make_shared<LayerList>());
@@ -31,7 +31,7 @@ Variable MLP::forward(const Tensor& inputs) const {
   MINIDP_CHECK(inputs.ndim() == 2 && inputs.size(1) == layers_.front()->weight.shape()[1],
                "MLP input " << shapeString(inputs.shape()) << ", expected (B, "
                             << layers_.front()->weight.shape()[1] << ")");
-  Variable x(inputs);
+  Variable x = ops::cast(Variable(inputs), activationDType(compute_, layers_.front()->weight.dtype()));
   for (size_t i = 0; i < layers_.size(); ++i) {
     x = layers_[i]->forward(x);
     if (i + 1 < layers_.size()) x = ops::relu(x);

@@ -11,12 +11,14 @@ namespace minidp::models {
 /// nn.Linear named layers.0, layers.1, ... (tests/reference/models.py).
 class MLP : public Model {
  public:
-  MLP(const std::vector<int64_t>& dims, uint64_t seed);
-  /// inputs float (B, in) -> logits (B, out).
+  /// `compute`: the activations' dtype over fp32 parameters (BF16: mixed precision; see activationDType).
+  MLP(const std::vector<int64_t>& dims, uint64_t seed, DType compute = DType::F32);
+  /// inputs float (B, in), cast to the compute dtype -> logits (B, out) in it.
   Variable forward(const Tensor& inputs) const override;
 
  private:
   std::vector<std::shared_ptr<nn::Linear>> layers_;
+  DType compute_;
 };
 
 }  // namespace minidp::models

@@ -14,4 +14,8 @@ class Model : public nn::Module {
   Variable loss(const Tensor& inputs, const Tensor& targets) const;
 };
 
+/// The activations' dtype of a model whose parameters are `param`: `compute` (F32, or BF16 for mixed
+/// precision) over fp32 parameters; the parameters' own dtype otherwise (fp64 runs compute in fp64).
+DType activationDType(DType compute, DType param);
+
 }  // namespace minidp::models

@@ -66,6 +66,7 @@ struct Row {
   std::vector<StepSample> samples;
   double stepMs = 0, p90Ms = 0, computeMs = 0, commMs = 0, exposedMs = 0;
   double efficiency = NAN, speedup = NAN;  // overlap-on rows only
+  double peakMib = NAN;  // this rank's peak GPU memory held by tensors during the run (CUDA only)
 };
 
 double quantile(std::vector<double> v, double q) {
@@ -137,6 +138,7 @@ Row run(const train::Options& base, const BenchOptions& bench, train::Session& s
   o.firstBucketMb = std::min(base.firstBucketMb, bucketMb);
   o.overlap = overlap ? "on" : "off";
   train::Trainer trainer(o, session);
+  runtime::resetPeakMemory();
   const std::string label = runLabel(comm, bucketMb, overlap);
   std::vector<runtime::StepRecord> timed;
   const int64_t total = bench.warmup + o.steps;
@@ -157,6 +159,7 @@ Row run(const train::Options& base, const BenchOptions& bench, train::Session& s
   row.repeat = repeat;
   row.overlap = overlap;
   row.samples = samplesOf(train::gatherSteps(*session.comm, timed));
+  if (session.device == Device::CUDA) row.peakMib = runtime::allocatorStats().peakAllocatedBytes / 1048576.0;
   summarise(row);
   return row;
 }
@@ -169,11 +172,12 @@ std::string cell(double v, const char* format) {
 }
 
 void printRow(const Row& r) {
-  std::printf("%8s %8s %9g %6s %7s %9.3f %9.3f %10.3f %9.3f %10.3f %7s %8s\n",
+  std::printf("%8s %8s %9g %6s %7s %9.3f %9.3f %10.3f %9.3f %10.3f %7s %8s %8s\n",
               priorityName(r.comm.highPriority), r.comm.ctas > 0 ? std::to_string(r.comm.ctas).c_str() : "default",
               r.bucketMb,
               r.repeat < 0 ? "all" : std::to_string(r.repeat).c_str(), r.overlap ? "on" : "off", r.stepMs, r.p90Ms,
-              r.computeMs, r.commMs, r.exposedMs, cell(r.efficiency, "%.3f").c_str(), cell(r.speedup, "%.3f").c_str());
+              r.computeMs, r.commMs, r.exposedMs, cell(r.efficiency, "%.3f").c_str(), cell(r.speedup, "%.3f").c_str(),
+              cell(r.peakMib, "%.0f").c_str());
 }
 
 nlohmann::json nullable(double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); }
@@ -193,6 +197,7 @@ nlohmann::json rowJson(const Row& r) {
           {"exposed_ms", r.exposedMs},
           {"E", nullable(r.efficiency)},
           {"speedup", nullable(r.speedup)},
+          {"peak_mib", nullable(r.peakMib)},
           {"step_ms", steps}};
 }
 
@@ -302,8 +307,8 @@ int main(int argc, char** argv) {
           std::printf("EMULATED: one process modelling %d ranks; comm times are the model's, not a real network's\n",
                       opts.comm.emulatedWorld);
         }
-        std::printf("%8s %8s %9s %6s %7s %9s %9s %10s %9s %10s %7s %8s\n", "priority", "maxCTAs", "bucket_mb", "repeat", "overlap",
-                    "step_ms", "p90_ms", "compute_ms", "comm_ms", "exposed_ms", "E", "speed-up");
+        std::printf("%8s %8s %9s %6s %7s %9s %9s %10s %9s %10s %7s %8s %8s\n", "priority", "maxCTAs", "bucket_mb", "repeat",
+                    "overlap", "step_ms", "p90_ms", "compute_ms", "comm_ms", "exposed_ms", "E", "speed-up", "peak_mib");
         std::fflush(stdout);
       }
       for (double bucketMb : bench.bucketMbList) {

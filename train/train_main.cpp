@@ -76,6 +76,8 @@ int main(int argc, char** argv) {
         windowSteps = 0;
       }
     }
+    // Peak GPU memory held by tensors over the training steps (before evaluation's own allocations).
+    const double peakMib = runtime::allocatorStats().peakAllocatedBytes / 1048576.0;
     const double metric = trainer.evaluate();
     nlohmann::json summary = {{"model", opts.model},      {"device", opts.device},
                               {"world", session.world()}, {"steps", opts.steps},
@@ -83,6 +85,8 @@ int main(int argc, char** argv) {
                               {"final_loss", lastLoss},   {"mean_step_ms", timedSteps ? totalMs / timedSteps : NAN},
                               {"mean_comm_ms", timedSteps ? totalCommMs / timedSteps : NAN},
                               {"mean_exposed_comm_ms", timedSteps ? totalExposedMs / timedSteps : NAN}};
+    summary["dtype"] = opts.dtype;
+    if (session.device == Device::CUDA) summary["peak_gpu_mib"] = peakMib;
     if (!opts.trace.empty()) {
       train::writeTrace(*session.comm, traced, opts.trace,
                         {{"program", "minidp-train"}, {"model", opts.model}, {"device", opts.device},

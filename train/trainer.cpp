@@ -19,8 +19,9 @@ void addOptions(CLI::App& app, Options& o) {
   app.add_option("--data-dir", o.dataDir, "Dataset folder (default: the Debian package's folder)");
   app.add_option("--llmc-train", o.llmcTrain, "llm.c token file for training (--data llmc)");
   app.add_option("--llmc-val", o.llmcVal, "llm.c token file for validation (--data llmc)");
-  app.add_option("--dtype", o.dtype, "Parameter and activation precision")
-      ->check(CLI::IsMember({"fp32", "fp64"}))->capture_default_str();
+  app.add_option("--dtype", o.dtype, "Precision: fp32, fp64, or bf16 (fp32 parameters, bf16 activations; CUDA)")
+      ->check(CLI::IsMember({"fp32", "fp64", "bf16"}))->capture_default_str();
+  app.add_flag("--tf32", o.tf32, "CUDA fp32 GEMMs on TF32 tensor cores (default: exact fp32)");
   app.add_option("--steps", o.steps, "Optimizer steps (0: mlp 5000, gpt 2000)")->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--batch-size", o.batchSize, "Samples per rank per micro-batch (global batch = this x ranks)")
@@ -74,6 +75,10 @@ void openSession(Options& opts, Session& s) {
   if (opts.steps == 0) opts.steps = opts.model == "mlp" ? 5000 : 2000;
   s.device = opts.device == "cuda" ? Device::CUDA : Device::CPU;
   s.dtype = opts.dtype == "fp64" ? DType::F64 : DType::F32;
+  s.compute = opts.dtype == "bf16" ? DType::BF16 : s.dtype;
+  MINIDP_CHECK(s.compute != DType::BF16 || s.device == Device::CUDA,
+               "--dtype bf16 needs --device cuda (bf16 kernels are CUDA-only)");
+  ops::setFp32Gemm(opts.tf32 ? ops::Fp32Gemm::Tf32 : ops::Fp32Gemm::Exact);
   // MPI first: any failure after it (on any rank) ends every rank through runGuarded.
   if (distributed::MpiEnvironment::launchedByMpirun()) s.mpi = std::make_unique<distributed::MpiEnvironment>();
   if (s.device == Device::CUDA) {
@@ -104,13 +109,14 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
     std::vector<int64_t> dims{trainImages_.rows * trainImages_.cols};
     dims.insert(dims.end(), o.hidden.begin(), o.hidden.end());
     dims.push_back(10);
-    model_ = std::make_unique<models::MLP>(dims, o.seed);
+    model_ = std::make_unique<models::MLP>(dims, o.seed, session.compute);
     source = imageBatches(trainImages_, o.batchSize, rank, world, o.seed, session.dtype);
   } else {
     MINIDP_CHECK(data != "fashion-mnist", "--model gpt trains on fortunes or llmc");
     corpus_ = data == "llmc" ? loadLlmcTokens(o.llmcTrain, o.llmcVal) : loadFortunes(dir);
     models::GptConfig c = o.gpt;
     c.vocab = std::max<int64_t>(corpus_.vocab, 1);
+    c.compute = session.compute;
     model_ = std::make_unique<models::GPT>(c, o.seed);
     source = windowBatches(corpus_.train, o.batchSize, static_cast<int>(c.context), rank, world, o.seed);
   }

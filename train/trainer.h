@@ -50,6 +50,8 @@ struct Options {
   std::string trace;        // Chrome trace of the last traceSteps steps (bench: of each configuration)
   int64_t traceSteps = 3;
   distributed::CommOptions comm;
+  // Precision: --dtype bf16 trains fp32 parameters with bf16 activations; --tf32 runs fp32 GEMMs on TF32.
+  bool tf32 = false;
 };
 
 /// Registers the flags of `opts` on `app` (addSessionOptions included).
@@ -62,7 +64,8 @@ struct Session {
   std::unique_ptr<distributed::MpiEnvironment> mpi;
   std::shared_ptr<distributed::Communicator> comm;
   Device device = Device::CPU;
-  DType dtype = DType::F32;
+  DType dtype = DType::F32;    // parameters, gradient buckets, optimizer state
+  DType compute = DType::F32;  // activations: dtype, or BF16 (mixed precision, CUDA only)
   int rank() const { return comm->rank(); }
   int world() const { return comm->worldSize(); }
 };

@@ -1,4 +1,4 @@
-// Elementwise ops: tensor math (no autograd) and the differentiable wrappers.
+// Elementwise ops: tensor math (no autograd) and the differentiable wrappers; bf16 on CUDA (float math).
 #include "framework/ops/dispatch.h"
 #include "framework/ops/ops.h"
 #include "framework/ops/tensor_math.h"
@@ -25,30 +25,30 @@ void checkSameShape(const char* op, const Tensor& a, const Tensor& b) {
 Tensor add(const Tensor& a, const Tensor& b) {
   checkSameShape("add", a, b);
   Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
-  MINIDP_LAUNCH_FLOAT(a, T, add, a.data<T>(), b.data<T>(), out.data<T>(), a.numel());
+  MINIDP_LAUNCH_ACTIVATION(a, T, add, a.data<T>(), b.data<T>(), out.data<T>(), a.numel());
   return out;
 }
 
 void addInPlace(Tensor& dst, const Tensor& src) {
   checkSameShape("addInPlace", dst, src);
-  MINIDP_LAUNCH_FLOAT(dst, T, addInPlace, dst.data<T>(), src.data<T>(), dst.numel());
+  MINIDP_LAUNCH_ACTIVATION(dst, T, addInPlace, dst.data<T>(), src.data<T>(), dst.numel());
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   checkSameShape("mul", a, b);
   Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
-  MINIDP_LAUNCH_FLOAT(a, T, mul, a.data<T>(), b.data<T>(), out.data<T>(), a.numel());
+  MINIDP_LAUNCH_ACTIVATION(a, T, mul, a.data<T>(), b.data<T>(), out.data<T>(), a.numel());
   return out;
 }
 
 Tensor scale(const Tensor& x, double s) {
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  MINIDP_LAUNCH_FLOAT(x, T, scale, x.data<T>(), static_cast<T>(s), out.data<T>(), x.numel());
+  MINIDP_LAUNCH_ACTIVATION(x, T, scale, x.data<T>(), static_cast<AccumOf<T>>(s), out.data<T>(), x.numel());
   return out;
 }
 
 void scaleInPlace(Tensor& x, double s) {
-  MINIDP_LAUNCH_FLOAT(x, T, scale, x.data<T>(), static_cast<T>(s), x.data<T>(), x.numel());
+  MINIDP_LAUNCH_ACTIVATION(x, T, scale, x.data<T>(), static_cast<AccumOf<T>>(s), x.data<T>(), x.numel());
 }
 
 Tensor full(const Shape& shape, double value, DType dtype, Device device) {
@@ -77,10 +77,10 @@ Variable scale(const Variable& x, double s) {
 Variable relu(const Variable& v) {
   Tensor x = v.data();
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  MINIDP_LAUNCH_FLOAT(x, T, reluForward, x.data<T>(), y.data<T>(), x.numel());
+  MINIDP_LAUNCH_ACTIVATION(x, T, reluForward, x.data<T>(), y.data<T>(), x.numel());
   return Variable::fromOp(y, {v}, [x](const Tensor& g) {
     Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
-    MINIDP_LAUNCH_FLOAT(x, T, reluBackward, x.data<T>(), g.data<T>(), dx.data<T>(), x.numel());
+    MINIDP_LAUNCH_ACTIVATION(x, T, reluBackward, x.data<T>(), g.data<T>(), dx.data<T>(), x.numel());
     return std::vector<Tensor>{dx};
   });
 }
@@ -88,10 +88,10 @@ Variable relu(const Variable& v) {
 Variable gelu(const Variable& v) {
   Tensor x = v.data();
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  MINIDP_LAUNCH_FLOAT(x, T, geluForward, x.data<T>(), y.data<T>(), x.numel());
+  MINIDP_LAUNCH_ACTIVATION(x, T, geluForward, x.data<T>(), y.data<T>(), x.numel());
   return Variable::fromOp(y, {v}, [x](const Tensor& g) {
     Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
-    MINIDP_LAUNCH_FLOAT(x, T, geluBackward, x.data<T>(), g.data<T>(), dx.data<T>(), x.numel());
+    MINIDP_LAUNCH_ACTIVATION(x, T, geluBackward, x.data<T>(), g.data<T>(), dx.data<T>(), x.numel());
     return std::vector<Tensor>{dx};
   });
 }

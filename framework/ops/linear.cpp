@@ -1,7 +1,12 @@
-// Linear algebra ops: linear layer, batched matmul, transpose of the last two dimensions.
+// Linear algebra ops: linear layer, batched matmul, transpose of the last two dimensions; bf16 GEMMs
+// with fp32 accumulation on CUDA (mixed precision).
+#include <type_traits>
+
 #include "framework/ops/dispatch.h"
 #include "framework/ops/ops.h"
+#include "framework/ops/tensor_math.h"
 #include "kernels/bias.h"
+#include "kernels/elementwise.h"
 #include "kernels/matmul.h"
 #include "kernels/transpose.h"
 
@@ -9,11 +14,42 @@ namespace minidp::ops {
 
 namespace {
 
-// c[i] = op(a[i]) @ op(b[i]) for i in [0, batch); strides in elements (0 reuses one matrix).
+// c[i] = op(a[i]) @ op(b[i]) + beta * c[i] for i in [0, batch); strides in elements (0 reuses one
+// matrix). fp32/fp64: a, b and c share the dtype. bf16 a and b (CUDA): c is bf16 or fp32, accumulation
+// fp32, and `bias` (c's dtype, one per column of c) may be added in the GEMM's epilogue.
 void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const Tensor& a, int64_t strideA,
-          const Tensor& b, int64_t strideB, Tensor& c, int64_t strideC, int64_t batch) {
-  MINIDP_LAUNCH_FLOAT(c, T, gemm, transA, transB, M, N, K, T(1), a.data<T>(), strideA, b.data<T>(), strideB,
-                      T(0), c.data<T>(), strideC, batch);
+          const Tensor& b, int64_t strideB, Tensor& c, int64_t strideC, int64_t batch, double beta = 0,
+          const Tensor& bias = Tensor()) {
+  if (a.dtype() != DType::BF16) {
+    MINIDP_LAUNCH_FLOAT(c, T, gemm, transA, transB, M, N, K, T(1), a.data<T>(), strideA, b.data<T>(), strideB,
+                        T(beta), c.data<T>(), strideC, batch);
+    return;
+  }
+  MINIDP_CHECK(a.isCuda(), "bf16 matrix products are CUDA-only");
+  MINIDP_DISPATCH_ACTIVATION(c.dtype(), TC, {
+    if constexpr (!std::is_same_v<TC, double>) {
+      MINIDP_ON_CUDA(kernels::cuda::gemmBf16<TC>(transA, transB, M, N, K, 1.0f, a.data<bf16>(), strideA,
+                                                 b.data<bf16>(), strideB, static_cast<float>(beta), c.data<TC>(),
+                                                 strideC, batch, bias.defined() ? bias.data<TC>() : nullptr,
+                                                 runtime::computeStream()));
+    } else {
+      throwError("bf16 matrix products write bf16 or fp32", __FILE__, __LINE__);
+    }
+  });
+}
+
+// Where backward puts the gradient of parameter input `index` (shaped and typed like `param`).
+struct GradSink {
+  Tensor out;       // what the op writes
+  Tensor returned;  // what backward returns for the input: `out`, or undefined when it was installed
+  double beta;      // 1: accumulate into the installed gradient; 0: overwrite a new tensor
+};
+
+GradSink gradSink(size_t index, const Tensor& param) {
+  Tensor installed = leafGradTarget(index);
+  if (installed.defined()) return {installed, Tensor(), 1.0};
+  Tensor fresh = Tensor::empty(param.shape(), param.dtype(), param.device());
+  return {fresh, fresh, 0.0};
 }
 
 // Product of all but the last `dropped` extents: the rows or the batch.
@@ -41,41 +77,66 @@ Tensor transposeLast2(const Tensor& x) {
 
 Variable linear(const Variable& xv, const Variable& weightv, const Variable& biasv) {
   const Tensor x = xv.data(), w = weightv.data();
-  checkSame("linear", x, w);
+  // Mixed precision: bf16 activations with fp32 master parameters.
+  const bool mixed = x.dtype() == DType::BF16;
+  if (mixed) {
+    MINIDP_CHECK(w.dtype() == DType::F32 && w.device() == x.device(),
+                 "linear: a bf16 input takes an fp32 weight on its device, got " << dtypeName(w.dtype()) << " on "
+                                                                                 << deviceName(w.device()));
+  } else {
+    checkSame("linear", x, w);
+  }
   MINIDP_CHECK(x.ndim() >= 1 && w.ndim() == 2 && x.size(-1) == w.size(1),
                "linear: input " << shapeString(x.shape()) << " and weight " << shapeString(w.shape())
                                 << " (expected (..., in) and (out, in))");
   const int64_t in = w.size(1), out = w.size(0), rows = leadingNumel(x.shape(), 1);
-  Tensor y = Tensor::empty(replaceTail(x.shape(), 1, {out}), x.dtype(), x.device());  // (..., out)
-  gemm(false, true, rows, out, in, x, 0, w, 0, y, 0, 1);
   const bool hasBias = biasv.defined();
+  Tensor b;
   if (hasBias) {
-    const Tensor b = biasv.data();
-    checkSame("linear", x, b);
+    b = biasv.data();
+    checkSame("linear", w, b);
     MINIDP_CHECK(b.shape() == Shape{out},
                  "linear: bias " << shapeString(b.shape()) << " for " << out << " outputs");
-    MINIDP_LAUNCH_FLOAT(y, T, addBias, y.data<T>(), b.data<T>(), rows, out);
   }
+  // The compute copies (bf16 when mixed; the parameters themselves otherwise), kept for backward.
+  // cuBLASLt's bias type is its output type, so the bias is cast too (as PyTorch's autocast does).
+  const Tensor wc = cast(w, x.dtype());
+  Tensor y = Tensor::empty(replaceTail(x.shape(), 1, {out}), x.dtype(), x.device());  // (..., out)
+  gemm(false, true, rows, out, in, x, 0, wc, 0, y, 0, 1, 0, mixed && hasBias ? cast(b, x.dtype()) : Tensor());
+  if (!mixed && hasBias) MINIDP_LAUNCH_FLOAT(y, T, addBias, y.data<T>(), b.data<T>(), rows, out);
   // Only the gradients that are wanted: the first layer's input usually needs none, and its dx is a GEMM.
   const bool needX = xv.requiresGrad(), needW = weightv.requiresGrad(),
              needB = hasBias && biasv.requiresGrad();
-  return Variable::fromOp(y, {xv, weightv, biasv}, [=](const Tensor& g) {  // g (..., out)
+  return Variable::fromOp(y, {xv, weightv, biasv}, [=](const Tensor& g) {  // g (..., out), x's dtype
     Tensor dx, dw, db;
     if (needX) {
       dx = Tensor::empty(x.shape(), g.dtype(), g.device());  // (rows, in) = g (rows, out) @ W (out, in)
-      gemm(false, false, rows, in, out, g, 0, w, 0, dx, 0, 1);
+      gemm(false, false, rows, in, out, g, 0, wc, 0, dx, 0, 1);
     }
     if (needW) {
-      dw = Tensor::empty(w.shape(), g.dtype(), g.device());  // (out, in) = g^T (out, rows) @ x (rows, in)
-      gemm(true, false, out, in, rows, g, 0, x, 0, dw, 0, 1);
+      GradSink sink = gradSink(1, w);  // (out, in) (+)= g^T (out, rows) @ x (rows, in), in w's dtype
+      gemm(true, false, out, in, rows, g, 0, x, 0, sink.out, 0, 1, sink.beta);
+      dw = sink.returned;
     }
     if (needB) {
-      db = Tensor::empty({out}, g.dtype(), g.device());
-      Tensor scratch = Tensor::empty({kernels::sumColumnsScratchSize(rows, out)}, g.dtype(), g.device());
-      MINIDP_LAUNCH_FLOAT(g, T, sumColumns, g.data<T>(), db.data<T>(), scratch.data<T>(), rows, out, false);
+      // (out) (+)= the column sums of g (rows, out), in a fixed order, accumulated in ParamOf<T>.
+      GradSink sink = gradSink(2, b);
+      const DType accum = mixed ? DType::F32 : g.dtype();
+      Tensor scratch = Tensor::empty({kernels::sumColumnsScratchSize(rows, out)}, accum, g.device());
+      MINIDP_LAUNCH_ACTIVATION(g, T, sumColumns, g.data<T>(), sink.out.data<ParamOf<T>>(),
+                               scratch.data<AccumOf<T>>(), rows, out, sink.beta != 0);
+      db = sink.returned;
     }
     return std::vector<Tensor>{dx, dw, db};
   });
+}
+
+void setFp32Gemm(Fp32Gemm mode) {
+#if MINIDP_WITH_CUDA
+  kernels::cuda::setTf32(mode == Fp32Gemm::Tf32);
+#else
+  (void)mode;
+#endif
 }
 
 Variable matmul(const Variable& av, const Variable& bv) {

@@ -19,6 +19,9 @@ Variable scale(const Variable& x, double s);
 Variable relu(const Variable& x);
 /// GELU, tanh approximation (as GPT-2 and PyTorch's approximate='tanh').
 Variable gelu(const Variable& x);
+/// x converted to `dtype` (mixed precision: fp32 <-> bf16); backward converts the gradient back.
+/// x itself when it already has that dtype.
+Variable cast(const Variable& x, DType dtype);
 
 // ---- reductions and shapes (framework/ops/reduce.cpp) ----
 /// Sum of all elements, shape [1].
@@ -28,7 +31,10 @@ Variable mean(const Variable& x);
 /// Same elements, new shape (one extent may be -1). Shares storage in forward.
 Variable reshape(const Variable& x, const Shape& shape);
 // ---- linear algebra (framework/ops/linear.cpp) ----
-/// x (..., in) @ weight(out, in)^T + bias(out) -> (..., out). `bias` may be undefined.
+/// x (..., in) @ weight(out, in)^T + bias(out) -> (..., out). `bias` may be undefined. A bf16 x (CUDA)
+/// takes fp32 weight and bias: bf16 copies are made inside the op (kept for backward), y is bf16 and the
+/// weight and bias gradients are fp32. Parameter gradients go straight into an installed gradient
+/// (leafGradTarget, e.g. a DDP bucket view) with beta = 1 GEMMs.
 Variable linear(const Variable& x, const Variable& weight, const Variable& bias);
 /// Swaps the last two dimensions of a (..., M, N) tensor: (..., N, M).
 Variable transpose(const Variable& x);

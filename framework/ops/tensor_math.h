@@ -19,5 +19,12 @@ void scaleInPlace(Tensor& x, double s);
 Tensor sumAll(const Tensor& x);
 /// A tensor of `shape` filled with `value`.
 Tensor full(const Shape& shape, double value, DType dtype, Device device);
+/// x converted to `dtype` (float types; bf16 rounds to nearest even); x itself when it has that dtype.
+Tensor cast(const Tensor& x, DType dtype);
+
+/// How fp32 GEMMs compute on CUDA: exactly (fp32 FMA, the reference path) or on TF32 tensor cores.
+enum class Fp32Gemm { Exact, Tf32 };
+/// Sets the fp32 GEMM mode for the process (default Exact); a no-op without CUDA.
+void setFp32Gemm(Fp32Gemm mode);
 
 }  // namespace minidp::ops

@@ -1,5 +1,6 @@
 #include "framework/runtime/device.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -38,6 +39,11 @@ size_t roundSize(size_t bytes) {
   const size_t small = 512, large = size_t(2) << 20;
   if (bytes < (size_t(1) << 20)) return (bytes + small - 1) / small * small;
   return (bytes + large - 1) / large * large;
+}
+
+void noteAllocated(AllocatorStats& stats, size_t size) {
+  stats.allocatedBytes += size;
+  stats.peakAllocatedBytes = std::max(stats.peakAllocatedBytes, stats.allocatedBytes);
 }
 
 }  // namespace
@@ -93,6 +99,7 @@ void* deviceAllocate(size_t bytes) {
     void* ptr = it->second;
     ctx.freeBlocks.erase(it);
     ctx.stats.cachedBytes -= size;
+    noteAllocated(ctx.stats, size);
     return ptr;
   }
   void* ptr = nullptr;
@@ -107,6 +114,7 @@ void* deviceAllocate(size_t bytes) {
   }
   CUDA_CHECK(err);
   ++ctx.stats.mallocCalls;
+  noteAllocated(ctx.stats, size);
   return ptr;
 }
 
@@ -116,6 +124,7 @@ void deviceRelease(void* ptr, size_t bytes) {
   std::lock_guard<std::mutex> lock(ctx.mutex);
   ctx.freeBlocks.emplace(size, ptr);
   ctx.stats.cachedBytes += size;
+  ctx.stats.allocatedBytes -= size;
 }
 
 void* pinnedAllocate(size_t bytes) {
@@ -132,6 +141,11 @@ void pinnedRelease(void* ptr) {
 AllocatorStats allocatorStats() {
   std::lock_guard<std::mutex> lock(context().mutex);
   return context().stats;
+}
+
+void resetPeakMemory() {
+  std::lock_guard<std::mutex> lock(context().mutex);
+  context().stats.peakAllocatedBytes = context().stats.allocatedBytes;
 }
 
 #else  // CPU-only build
@@ -154,6 +168,7 @@ void deviceRelease(void*, size_t) {}
 void* pinnedAllocate(size_t bytes) { return std::malloc(bytes == 0 ? 1 : bytes); }
 void pinnedRelease(void* ptr) { std::free(ptr); }
 AllocatorStats allocatorStats() { return {}; }
+void resetPeakMemory() {}
 
 #endif
 

@@ -34,11 +34,16 @@ void deviceRelease(void* ptr, size_t bytes);
 void* pinnedAllocate(size_t bytes);
 /// Returns pinned memory; called from destructors, so it logs failures instead of throwing.
 void pinnedRelease(void* ptr);
-/// Counters of the caching allocator: cudaMalloc calls and bytes currently cached.
+/// Counters of the caching allocator: cudaMalloc calls, bytes cached (free), bytes held by tensors now
+/// and at most since the last resetPeakMemory (block sizes as rounded by the allocator).
 struct AllocatorStats {
   size_t mallocCalls = 0;
   size_t cachedBytes = 0;
+  size_t allocatedBytes = 0;
+  size_t peakAllocatedBytes = 0;
 };
 AllocatorStats allocatorStats();
+/// Starts a new peak: peakAllocatedBytes = allocatedBytes (e.g. at the start of the steps measured).
+void resetPeakMemory();
 
 }  // namespace minidp::runtime

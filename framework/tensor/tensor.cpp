@@ -3,8 +3,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <type_traits>
 
 #include "framework/runtime/device.h"
+#include "kernels/convert.h"
 
 #if MINIDP_WITH_CUDA
 #include "kernels/cuda_check.h"
@@ -153,16 +155,21 @@ Tensor Tensor::toDType(DType dtype) const {
   MINIDP_CHECK(dtype != DType::I32 && dtype_ != DType::I32, "toDType converts float types only");
   Tensor host = to(Device::CPU);
   Tensor out = empty(shape_, dtype, Device::CPU);
-  const int64_t n = numel();
-  if (dtype == DType::F64) {
-    const float* s = host.data<float>();
-    double* d = out.data<double>();
-    for (int64_t i = 0; i < n; ++i) d[i] = s[i];
-  } else {
-    const double* s = host.data<double>();
-    float* d = out.data<float>();
-    for (int64_t i = 0; i < n; ++i) d[i] = static_cast<float>(s[i]);
-  }
+  // From and To bound by the two dtypes; the pair is never equal here (equal dtypes returned above).
+  const auto typed = [](DType d, auto f) {
+    switch (d) {
+      case DType::F32: return f(float{});
+      case DType::F64: return f(double{});
+      default: return f(bf16{});
+    }
+  };
+  typed(dtype_, [&](auto from) {
+    typed(dtype, [&](auto to) {
+      using From = decltype(from);
+      using To = decltype(to);
+      if constexpr (!std::is_same_v<From, To>) kernels::cpu::convert(host.data<From>(), out.data<To>(), numel());
+    });
+  });
   return out.to(device_);
 }
 

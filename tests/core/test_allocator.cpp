@@ -10,9 +10,15 @@
 namespace minidp {
 namespace {
 
-TEST(CachingAllocator, SteadyStateTrainingStepsMakeNoCudaMalloc) {
+// Parameterised by the compute dtype: fp32, and bf16 (mixed precision: per-step bf16 weight copies, the
+// bias-gradient ones vector and cuBLASLt's workspace must all come from the cache after the first steps).
+class CachingAllocator : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CachingAllocator, SteadyStateTrainingStepsMakeNoCudaMalloc) {
   if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
-  models::GPT model(models::GptConfig{32, 16, 2, 2, 32}, 1);
+  models::GptConfig config{32, 16, 2, 2, 32};
+  config.compute = GetParam();
+  models::GPT model(config, 1);
   model.to(Device::CUDA, DType::F32);
   distributed::CommOptions opts;
   opts.backend = "single";
@@ -36,6 +42,26 @@ TEST(CachingAllocator, SteadyStateTrainingStepsMakeNoCudaMalloc) {
   EXPECT_EQ(runtime::allocatorStats().mallocCalls, before);
   EXPECT_GT(before, 0u);
 }
+
+// The peak counter behind minidp-bench's peak_mib and minidp-train's peak_gpu_mib.
+TEST(CachingAllocatorCounters, PeakFollowsAllocationsUntilReset) {
+  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  runtime::resetPeakMemory();
+  const size_t before = runtime::allocatorStats().allocatedBytes;
+  const size_t bytes = size_t(4) << 20;  // a multiple of the 2 MiB rounding
+  {
+    const Tensor t = Tensor::empty({static_cast<int64_t>(bytes / 4)}, DType::F32, Device::CUDA);
+    EXPECT_EQ(runtime::allocatorStats().allocatedBytes, before + bytes);
+  }
+  const runtime::AllocatorStats after = runtime::allocatorStats();
+  EXPECT_EQ(after.allocatedBytes, before);
+  EXPECT_EQ(after.peakAllocatedBytes, before + bytes);
+  runtime::resetPeakMemory();
+  EXPECT_EQ(runtime::allocatorStats().peakAllocatedBytes, before);
+}
+
+INSTANTIATE_TEST_SUITE_P(ComputeDtypes, CachingAllocator, ::testing::Values(DType::F32, DType::BF16),
+                         [](const ::testing::TestParamInfo<DType>& info) { return dtypeName(info.param); });
 
 }  // namespace
 }  // namespace minidp

@@ -77,4 +77,16 @@ double relativeError(const Tensor& a, const Tensor& b) {
   return maxDiff / maxRef;
 }
 
+double relativeL2(const Tensor& a, const Tensor& b) {
+  std::vector<double> x = a.toDType(DType::F64).toVector<double>();
+  std::vector<double> y = b.toDType(DType::F64).toVector<double>();
+  MINIDP_CHECK(x.size() == y.size(), "relativeL2: " << x.size() << " vs " << y.size() << " elements");
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    diff += (x[i] - y[i]) * (x[i] - y[i]);
+    ref += y[i] * y[i];
+  }
+  return std::sqrt(diff / std::max(ref, 1e-300));
+}
+
 }  // namespace minidp::testing

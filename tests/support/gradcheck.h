@@ -23,5 +23,7 @@ double gradcheck(const std::function<Variable(const std::vector<Variable>&)>& f,
 
 /// Max |a - b| / max(|b|max, tiny) over all elements (host copies; any device, any float dtype).
 double relativeError(const Tensor& a, const Tensor& b);
+/// ||a - b||_2 / ||b||_2 (host copies; any device, any float dtype).
+double relativeL2(const Tensor& a, const Tensor& b);
 
 }  // namespace minidp::testing

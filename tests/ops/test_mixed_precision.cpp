@@ -1,0 +1,368 @@
+// Mixed precision ops: the cast op and host bf16 rounding, bf16 GEMMs against a float64 reference, bf16
+// linear and elementwise ops against their fp32 runs on CUDA, TF32, and gradients written straight into
+// an installed gradient (a DDP bucket view) byte for byte as the returned-gradient path wrote them.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "framework/distributed/ddp.h"
+#include "framework/nn/module.h"
+#include "framework/ops/dispatch.h"
+#include "framework/ops/ops.h"
+#include "framework/ops/tensor_math.h"
+#include "framework/runtime/device.h"
+#include "kernels/matmul.h"
+#include "tests/support/device_compare.h"
+#include "tests/support/gradcheck.h"
+
+namespace minidp {
+namespace {
+
+using testing::randomTensor;
+using testing::relativeError;
+using testing::relativeL2;
+
+// Byte-for-byte equality of two tensors' host copies.
+bool sameBytes(const Tensor& a, const Tensor& b) {
+  const Tensor x = a.to(Device::CPU), y = b.to(Device::CPU);
+  return x.dtype() == y.dtype() && x.shape() == y.shape() && std::memcmp(x.raw(), y.raw(), x.nbytes()) == 0;
+}
+
+std::vector<uint16_t> bf16Bits(const Tensor& t) {
+  std::vector<uint16_t> bits;
+  for (bf16 v : t.toVector<bf16>()) bits.push_back(v.bits);
+  return bits;
+}
+
+#define SKIP_WITHOUT_CUDA() \
+  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device"
+
+// ---- cast and host conversion ----
+
+TEST(Cast, HostBf16RoundsToNearestEven) {
+  // bf16 keeps 7 mantissa bits: the spacing above 1 is 2^-7. Ties go to the even mantissa.
+  const double u = std::ldexp(1.0, -8);  // half a bf16 step at 1
+  const std::vector<double> in{1.0, 1 + u, 1 + 3 * u, 1 + u + u / 16, -2.5, 0.0, -(1 + 5 * u)};
+  const std::vector<double> expected{1.0, 1.0, 1 + 4 * u, 1 + 2 * u, -2.5, 0.0, -(1 + 4 * u)};
+  const Tensor x = Tensor::fromVector(in, {7});
+  const Tensor b = x.toDType(DType::F32).toDType(DType::BF16);
+  EXPECT_EQ(b.dtype(), DType::BF16);
+  EXPECT_EQ(bf16Bits(b)[0], 0x3F80);  // 1.0: the upper half of 0x3F800000
+  EXPECT_EQ(b.toDType(DType::F64).toVector<double>(), expected);
+  // float64 -> bf16 rounds through float32, as the CUDA kernel does.
+  EXPECT_EQ(bf16Bits(x.toDType(DType::BF16)), bf16Bits(b));
+}
+
+TEST(Cast, CpuFloatDoubleAndBackwardCastsTheGradientBack) {
+  const Tensor x64 = randomTensor({3, 5}, 1);
+  const Variable x(x64, true);
+  const Variable y = ops::cast(x, DType::F32);
+  ASSERT_EQ(y.dtype(), DType::F32);
+  const std::vector<double> xv = x64.toVector<double>();
+  const std::vector<float> yv = y.data().toVector<float>();
+  for (size_t i = 0; i < xv.size(); ++i) EXPECT_EQ(yv[i], static_cast<float>(xv[i])) << i;
+  const Tensor g = randomTensor({3, 5}, 2, -1, 1, DType::F32);
+  Variable(y).backward(g);
+  ASSERT_EQ(x.grad().dtype(), DType::F64);
+  EXPECT_TRUE(sameBytes(x.grad(), g.toDType(DType::F64)));  // float -> double is exact
+  // Casting to its own dtype is the identity: the same variable, no new node.
+  EXPECT_EQ(ops::cast(x, DType::F64).id(), x.id());
+}
+
+TEST(Cast, CudaMatchesHostConversion) {
+  SKIP_WITHOUT_CUDA();
+  for (DType from : {DType::F32, DType::F64}) {
+    const Tensor host = randomTensor({1000}, 3, -100, 100, from);
+    const Tensor b = ops::cast(host.to(Device::CUDA), DType::BF16);
+    EXPECT_EQ(bf16Bits(b), bf16Bits(host.toDType(DType::BF16))) << dtypeName(from);
+    // bf16 -> fp32/fp64 is exact on both.
+    EXPECT_TRUE(sameBytes(ops::cast(b, from), host.toDType(DType::BF16).toDType(from))) << dtypeName(from);
+  }
+}
+
+// ---- GEMMs ----
+
+struct GemmCase {
+  bool transA, transB;
+  int64_t M, N, K, batch;
+};
+
+// Reference in float64 from the (bf16-exact) inputs: C[b] = beta C0[b] + op(A[b]) op(B[b]) (+ bias).
+std::vector<double> referenceGemm(const GemmCase& c, const std::vector<double>& a, const std::vector<double>& b,
+                                  double beta, const std::vector<double>& c0, const std::vector<double>* bias) {
+  std::vector<double> out(c.batch * c.M * c.N);
+  for (int64_t z = 0; z < c.batch; ++z)
+    for (int64_t m = 0; m < c.M; ++m)
+      for (int64_t n = 0; n < c.N; ++n) {
+        double s = beta * c0[(z * c.M + m) * c.N + n] + (bias ? (*bias)[n] : 0.0);
+        for (int64_t k = 0; k < c.K; ++k) {
+          const double av = c.transA ? a[(z * c.K + k) * c.M + m] : a[(z * c.M + m) * c.K + k];
+          const double bv = c.transB ? b[(z * c.N + n) * c.K + k] : b[(z * c.K + k) * c.N + n];
+          s += av * bv;
+        }
+        out[(z * c.M + m) * c.N + n] = s;
+      }
+  return out;
+}
+
+// Tolerances: inputs are bf16-exact, so the error is fp32 accumulation (~1e-6 relative) plus the
+// output's rounding: 2^-9 relative per element for bf16 outputs, fp32 rounding for fp32 outputs.
+constexpr double kBf16OutTolerance = 1e-2;
+constexpr double kF32OutTolerance = 1e-5;
+
+TEST(GemmBf16, MatchesFloat64Reference) {
+  SKIP_WITHOUT_CUDA();
+  const std::vector<GemmCase> cases{{false, false, 64, 96, 128, 1}, {false, true, 64, 96, 128, 1},
+                                    {true, false, 64, 96, 128, 1},  {true, true, 64, 96, 128, 1},
+                                    {false, true, 37, 45, 29, 1},   {false, false, 16, 24, 32, 3},
+                                    {true, false, 1, 40, 300, 1},   {false, true, 1, 10, 16, 1},
+                                    {false, true, 32, 10, 64, 1}};
+  uint64_t seed = 10;
+  for (const GemmCase& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "transA " << c.transA << " transB " << c.transB << " M " << c.M << " N "
+                                      << c.N << " K " << c.K << " batch " << c.batch);
+    // bf16-exact inputs: float64 values rounded to bf16 and back.
+    const Tensor a = randomTensor({c.batch, c.M * c.K}, ++seed).toDType(DType::BF16);
+    const Tensor b = randomTensor({c.batch, c.K * c.N}, ++seed).toDType(DType::BF16);
+    const Tensor c0 = randomTensor({c.batch, c.M * c.N}, ++seed).toDType(DType::BF16);
+    const Tensor bias = randomTensor({c.N}, ++seed).toDType(DType::BF16);
+    const std::vector<double> av = a.toDType(DType::F64).toVector<double>(), bv = b.toDType(DType::F64).toVector<double>(),
+                              c0v = c0.toDType(DType::F64).toVector<double>(),
+                              biasv = bias.toDType(DType::F64).toVector<double>();
+    const Tensor da = a.to(Device::CUDA), db = b.to(Device::CUDA);
+    const int64_t sA = c.M * c.K, sB = c.K * c.N, sC = c.M * c.N;
+    const auto run = [&](DType outType, double beta, bool withBias) {
+      Tensor out = c0.toDType(outType).to(Device::CUDA);
+      const Tensor dbias = bias.toDType(outType).to(Device::CUDA);
+      if (outType == DType::BF16) {
+        MINIDP_ON_CUDA(kernels::cuda::gemmBf16<bf16>(c.transA, c.transB, c.M, c.N, c.K, 1.0f, da.data<bf16>(), sA,
+                                                     db.data<bf16>(), sB, static_cast<float>(beta), out.data<bf16>(),
+                                                     sC, c.batch, withBias ? dbias.data<bf16>() : nullptr,
+                                                     runtime::computeStream()));
+      } else {
+        MINIDP_ON_CUDA(kernels::cuda::gemmBf16<float>(c.transA, c.transB, c.M, c.N, c.K, 1.0f, da.data<bf16>(), sA,
+                                                      db.data<bf16>(), sB, static_cast<float>(beta),
+                                                      out.data<float>(), sC, c.batch,
+                                                      withBias ? dbias.data<float>() : nullptr,
+                                                      runtime::computeStream()));
+      }
+      return out;
+    };
+    for (DType outType : {DType::BF16, DType::F32}) {
+      const double tolerance = outType == DType::BF16 ? kBf16OutTolerance : kF32OutTolerance;
+      for (double beta : {0.0, 1.0}) {
+        const Tensor expected = Tensor::fromVector(referenceGemm(c, av, bv, beta, c0v, nullptr), {c.batch, c.M * c.N});
+        EXPECT_LT(relativeL2(run(outType, beta, false), expected), tolerance) << dtypeName(outType) << " beta " << beta;
+      }
+      if (c.batch == 1) {
+        const Tensor expected = Tensor::fromVector(referenceGemm(c, av, bv, 0.0, c0v, &biasv), {1, c.M * c.N});
+        EXPECT_LT(relativeL2(run(outType, 0.0, true), expected), tolerance) << dtypeName(outType) << " with bias";
+      }
+    }
+  }
+}
+
+TEST(GemmTf32, CloseToFloat64AndOffIsExactAgain) {
+  SKIP_WITHOUT_CUDA();
+  const int64_t M = 96, N = 80, K = 256;
+  const Tensor a = randomTensor({M, K}, 21, -1, 1, DType::F32), b = randomTensor({K, N}, 22, -1, 1, DType::F32);
+  const Tensor da = a.to(Device::CUDA), db = b.to(Device::CUDA);
+  const auto run = [&] {
+    Tensor c = Tensor::empty({M, N}, DType::F32, Device::CUDA);
+    MINIDP_ON_CUDA(kernels::cuda::gemm<float>(false, false, M, N, K, 1.0f, da.data<float>(), 0, db.data<float>(), 0,
+                                              0.0f, c.data<float>(), 0, 1, runtime::computeStream()));
+    return c;
+  };
+  const Tensor exact = run();
+  ops::setFp32Gemm(ops::Fp32Gemm::Tf32);
+  const Tensor tf32 = run();
+  ops::setFp32Gemm(ops::Fp32Gemm::Exact);
+  const std::vector<double> av = a.toDType(DType::F64).toVector<double>(), bv = b.toDType(DType::F64).toVector<double>();
+  const Tensor expected = Tensor::fromVector(referenceGemm({false, false, M, N, K, 1}, av, bv, 0, std::vector<double>(M * N), nullptr), {M, N});
+  // TF32 keeps 10 mantissa bits of each input: errors near 2^-11 relative, far below 1e-2; exact fp32 ~1e-6.
+  EXPECT_LT(relativeL2(tf32, expected), 1e-2);
+  EXPECT_LT(relativeL2(exact, expected), 1e-5);
+  EXPECT_TRUE(sameBytes(run(), exact));
+}
+
+// ---- bf16 ops against their fp32 runs on CUDA ----
+
+// Activations rounded to bf16 (2^-9 relative) once per op, sums in fp32: a few 2^-9 in the worst
+// element relative to the largest; a wrong result is off by O(1).
+constexpr double kBf16OpTolerance = 2e-2;
+
+// Runs f on fp32 CUDA copies of the float64 `inputs`, once in fp32 and once with the inputs cast to bf16
+// inside the graph (parameters listed in `params` stay fp32), backward with the same upstream gradient;
+// expects output and every input gradient of the bf16 run within kBf16OpTolerance of the fp32 run.
+void expectBf16MatchesF32(const std::function<Variable(const std::vector<Variable>&)>& f,
+                          const std::vector<Tensor>& inputs, const std::vector<bool>& params) {
+  std::vector<Variable> v32, v16;
+  std::vector<Variable> leaves32, leaves16;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor t = inputs[i].toDType(DType::F32).to(Device::CUDA);
+    leaves32.emplace_back(t, true);
+    leaves16.emplace_back(t.clone(), true);
+    v32.push_back(leaves32.back());
+    v16.push_back(params[i] ? leaves16.back() : ops::cast(leaves16.back(), DType::BF16));
+  }
+  const Variable y32 = f(v32), y16 = f(v16);
+  ASSERT_EQ(y16.dtype(), DType::BF16);
+  EXPECT_LT(relativeError(y16.data(), y32.data()), kBf16OpTolerance) << "output";
+  const Tensor g = randomTensor(y32.shape(), 77, -1, 1, DType::F32).to(Device::CUDA);
+  Variable(y32).backward(g);
+  Variable(y16).backward(ops::cast(g, DType::BF16));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ASSERT_EQ(leaves16[i].grad().dtype(), DType::F32) << "input " << i;
+    EXPECT_LT(relativeError(leaves16[i].grad(), leaves32[i].grad()), kBf16OpTolerance) << "gradient of input " << i;
+  }
+}
+
+TEST(Bf16Ops, LinearMatchesF32) {
+  SKIP_WITHOUT_CUDA();
+  const auto withBias = [](const std::vector<Variable>& v) { return ops::linear(v[0], v[1], v[2]); };
+  const auto noBias = [](const std::vector<Variable>& v) { return ops::linear(v[0], v[1], Variable()); };
+  expectBf16MatchesF32(withBias, {randomTensor({4, 6, 40}, 31), randomTensor({48, 40}, 32), randomTensor({48}, 33)},
+                       {false, true, true});
+  expectBf16MatchesF32(noBias, {randomTensor({24, 64}, 34), randomTensor({32, 64}, 35)}, {false, true});
+  // Odd sizes (no 16-byte-aligned rows) and one row take cuBLAS's general GEMM (and a bias pass) when
+  // cuBLASLt has no kernel.
+  expectBf16MatchesF32(noBias, {randomTensor({7, 13}, 36), randomTensor({5, 13}, 37)}, {false, true});
+  expectBf16MatchesF32(withBias, {randomTensor({7, 13}, 38), randomTensor({10, 13}, 39), randomTensor({10}, 40)},
+                       {false, true, true});
+  expectBf16MatchesF32(withBias, {randomTensor({1, 64}, 41), randomTensor({48, 64}, 42), randomTensor({48}, 43)},
+                       {false, true, true});
+}
+
+TEST(Bf16Ops, MatmulMatchesF32) {
+  SKIP_WITHOUT_CUDA();
+  expectBf16MatchesF32([](const std::vector<Variable>& v) { return ops::matmul(v[0], v[1]); },
+                       {randomTensor({3, 16, 24}, 41), randomTensor({3, 24, 8}, 42)}, {false, false});
+}
+
+TEST(Bf16Ops, ElementwiseMatchF32) {
+  SKIP_WITHOUT_CUDA();
+  const Tensor a = randomTensor({5, 33}, 51, -3, 3), b = randomTensor({5, 33}, 52, -3, 3);
+  using V = std::vector<Variable>;
+  expectBf16MatchesF32([](const V& v) { return ops::add(v[0], v[1]); }, {a, b}, {false, false});
+  expectBf16MatchesF32([](const V& v) { return ops::mul(v[0], v[1]); }, {a, b}, {false, false});
+  expectBf16MatchesF32([](const V& v) { return ops::scale(v[0], -0.37); }, {a}, {false});
+  expectBf16MatchesF32([](const V& v) { return ops::relu(v[0]); }, {a}, {false});
+  expectBf16MatchesF32([](const V& v) { return ops::gelu(v[0]); }, {a}, {false});
+  // A value used twice: the engine adds the two bf16 gradients (addInPlace / add in bf16).
+  expectBf16MatchesF32([](const V& v) { return ops::mul(ops::gelu(v[0]), v[0]); }, {a}, {false});
+}
+
+TEST(Bf16Ops, Bf16OnTheCpuIsAnError) {
+  const Variable x(Tensor::zeros({2, 3}, DType::F32, Device::CPU).toDType(DType::BF16));
+  EXPECT_THROW(ops::relu(x), Error);
+  EXPECT_THROW(ops::linear(x, Variable(Tensor::zeros({4, 3}, DType::F32, Device::CPU)), Variable()), Error);
+}
+
+// ---- gradients written straight into an installed gradient ----
+
+// Two layers, so that the first's dx is needed too; loss sum(y * w) with fixed weights w.
+Variable twoLayers(const nn::Linear& l1, const nn::Linear& l2, const Tensor& x, const Tensor& w) {
+  return ops::sum(ops::mul(l2.forward(ops::relu(l1.forward(Variable(x)))), Variable(w)));
+}
+
+class DirectGrad : public ::testing::TestWithParam<std::tuple<DType, Device>> {
+ protected:
+  void SetUp() override {
+    if (std::get<1>(GetParam()) == Device::CUDA && !runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+// The same layers trained under DDP (gradients are bucket views, written by the GEMMs with beta = 1)
+// and without (the op returns new gradient tensors): byte-identical gradients, since the buckets
+// start the step zeroed and 0 + g = g.
+TEST_P(DirectGrad, UnderDdpSameBytesAsReturnedGradients) {
+  const auto [dtype, device] = GetParam();
+  const Tensor x = randomTensor({6, 10}, 61).toDType(dtype).to(device);
+  const Tensor w = randomTensor({6, 7}, 62).toDType(dtype).to(device);
+  const auto build = [&](std::shared_ptr<nn::Linear>& l1, std::shared_ptr<nn::Linear>& l2) {
+    nn::Rng rng(5);
+    l1 = std::make_shared<nn::Linear>(10, 12, true, rng);
+    l2 = std::make_shared<nn::Linear>(12, 7, true, rng);
+    l1->to(device, dtype);
+    l2->to(device, dtype);
+  };
+  std::shared_ptr<nn::Linear> a1, a2, b1, b2;
+  build(a1, a2);
+  build(b1, b2);
+  twoLayers(*a1, *a2, x, w).backward();
+
+  nn::NamedParameters params{{"l1.weight", b1->weight}, {"l1.bias", b1->bias}, {"l2.weight", b2->weight},
+                             {"l2.bias", b2->bias}};
+  distributed::CommOptions opts;
+  opts.backend = "single";
+  opts.cuda = device == Device::CUDA;
+  distributed::DistributedDataParallel ddp(params, distributed::makeCommunicator(opts, nullptr),
+                                           distributed::DdpOptions{});
+  ddp.prepareStep();
+  twoLayers(*b1, *b2, x, w).backward();
+  ddp.finalize();
+  const std::vector<std::pair<Variable, Variable>> pairs{
+      {a1->weight, b1->weight}, {a1->bias, b1->bias}, {a2->weight, b2->weight}, {a2->bias, b2->bias}};
+  for (size_t i = 0; i < pairs.size(); ++i) EXPECT_TRUE(sameBytes(pairs[i].second.grad(), pairs[i].first.grad())) << i;
+}
+
+// A second backward accumulates into the installed gradient: grad = g1 + g2, in place.
+TEST_P(DirectGrad, AccumulatesIntoTheInstalledGradient) {
+  const auto [dtype, device] = GetParam();
+  nn::Rng rng(8);
+  nn::Linear layer(9, 4, true, rng);
+  layer.to(device, dtype);
+  const Tensor x = randomTensor({5, 9}, 63).toDType(dtype).to(device);
+  const Tensor w = randomTensor({5, 4}, 64).toDType(dtype).to(device);
+  const auto loss = [&] { return ops::sum(ops::mul(layer.forward(Variable(x)), Variable(w))); };
+  loss().backward();
+  const Tensor once = layer.weight.grad().clone(), onceBias = layer.bias.grad().clone();
+  Tensor installed = Tensor::zeros(layer.weight.shape(), dtype, device);
+  installed.copyFrom(once);
+  layer.weight.setGrad(installed);
+  loss().backward();
+  EXPECT_TRUE(layer.weight.grad().sharesStorage(installed));
+  EXPECT_LT(relativeError(layer.weight.grad(), ops::scale(once, 2.0)), testing::roundingEps(dtype) * 4);
+  EXPECT_LT(relativeError(layer.bias.grad(), ops::scale(onceBias, 2.0)), testing::roundingEps(dtype) * 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, DirectGrad,
+                         ::testing::Values(std::make_tuple(DType::F32, Device::CPU),
+                                           std::make_tuple(DType::F64, Device::CPU),
+                                           std::make_tuple(DType::F32, Device::CUDA)));
+
+// bf16 activations with fp32 parameters under DDP: the fp32 bucket views receive the GEMMs' fp32 output.
+TEST(DirectGradBf16, BucketGradientsMatchReturnedGradients) {
+  SKIP_WITHOUT_CUDA();
+  const Tensor x = randomTensor({16, 32}, 65).toDType(DType::F32).to(Device::CUDA);
+  const Tensor w = randomTensor({16, 24}, 66).toDType(DType::BF16).to(Device::CUDA);
+  const auto make = [] {
+    nn::Rng rng(9);
+    auto l = std::make_shared<nn::Linear>(32, 24, true, rng);
+    l->to(Device::CUDA, DType::F32);
+    return l;
+  };
+  const auto loss = [&](const nn::Linear& l) {
+    return ops::sum(ops::cast(ops::mul(l.forward(ops::cast(Variable(x), DType::BF16)), Variable(w)), DType::F32));
+  };
+  auto plain = make(), bucketed = make();
+  loss(*plain).backward();
+  distributed::CommOptions opts;
+  opts.backend = "single";
+  opts.cuda = true;
+  distributed::DistributedDataParallel ddp({{"weight", bucketed->weight}, {"bias", bucketed->bias}},
+                                           distributed::makeCommunicator(opts, nullptr), distributed::DdpOptions{});
+  ddp.prepareStep();
+  loss(*bucketed).backward();
+  ddp.finalize();
+  ASSERT_EQ(bucketed->weight.grad().dtype(), DType::F32);
+  // beta = 1 onto a zeroed bucket versus beta = 0: cuBLASLt may pick another kernel, so fp32 rounding apart.
+  EXPECT_LT(relativeError(bucketed->weight.grad(), plain->weight.grad()), 1e-5);
+  EXPECT_LT(relativeError(bucketed->bias.grad(), plain->bias.grad()), 1e-5);
+}
+
+}  // namespace
+}  // namespace minidp
