@@ -1,10 +1,12 @@
 // Optimizer steps against values worked out by hand from the torch.optim formulas, the multi-tensor launch
-// against one launch per parameter, state save/restore, double bias corrections, and CUDA vs CPU.
+// against one launch per parameter, state save/restore, double bias corrections, the gradient norm, and CUDA
+// vs CPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "framework/ops/ops.h"
+#include "framework/optim/grad_clip.h"
 #include "framework/optim/optimizer.h"
 #include "kernels/optimizer.h"
 #include "framework/runtime/device.h"
@@ -142,21 +144,64 @@ TEST(Optimizer, AdamWBiasCorrectionsInDouble) {
 
 TEST(Optimizer, CudaMatchesCpu) {
   if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
-  for (const std::string name : {"sgd", "adamw"}) {
-    Tensor w = testing::randomTensor({kernels::kParamChunkElements * 2 + 5}, 1, -1, 1, DType::F32), g = testing::randomTensor({kernels::kParamChunkElements * 2 + 5}, 2, -1, 1, DType::F32);
-    Variable cpu(w.clone(), true), gpu(w.to(Device::CUDA), true);
-    cpu.setGrad(g.clone());
-    gpu.setGrad(g.to(Device::CUDA));
-    auto a = optim::makeOptimizer(name, {cpu}, 0.01, 0.1), b = optim::makeOptimizer(name, {gpu}, 0.01, 0.1);
-    a->setGradScale(Tensor::fromVector(std::vector<float>{0.25f}, {1}));
-    b->setGradScale(Tensor::fromVector(std::vector<float>{0.25f}, {1}, Device::CUDA));
-    for (int i = 0; i < 3; ++i) {
-      a->step();
-      b->step();
+  for (DType dtype : {DType::F32, DType::F64}) {
+    for (const std::string name : {"sgd", "adamw"}) {
+      std::vector<Variable> cpu = randomParams(dtype, 50), gpu;
+      for (const Variable& p : cpu) {
+        Variable g(p.data().to(Device::CUDA), true);
+        g.setGrad(p.grad().to(Device::CUDA));
+        gpu.push_back(g);
+      }
+      auto a = optim::makeOptimizer(name, cpu, 0.01, 0.1), b = optim::makeOptimizer(name, gpu, 0.01, 0.1);
+      const Tensor scale = Tensor::fromVector(std::vector<double>{0.25}, {1}).toDType(dtype);
+      a->setGradScale(scale);
+      b->setGradScale(scale.to(Device::CUDA));
+      for (int i = 0; i < 3; ++i) {
+        a->step();
+        b->step();
+      }
+      // Same formula, same order; only fused multiply-add contraction may differ.
+      for (size_t i = 0; i < cpu.size(); ++i) {
+        EXPECT_LT(testing::relativeError(gpu[i].data(), cpu[i].data()), dtype == DType::F32 ? 1e-6 : 1e-12)
+            << name << " " << dtypeName(dtype) << " parameter " << i;
+      }
     }
-    // Same formula, same order; only fused multiply-add contraction may differ.
-    EXPECT_LT(testing::relativeError(gpu.data(), cpu.data()), 1e-6) << name;
   }
+}
+
+// The norm over several buffers equals the norm of their concatenation summed directly in long double;
+// the coefficient is min(1, max / (norm + 1e-6)).
+TEST(GradClipper, NormAndCoefficientOverBuffers) {
+  std::vector<Tensor> buffers = {testing::randomTensor({3}, 60, -1, 1, DType::F32),
+                                 testing::randomTensor({100003}, 61, -1, 1, DType::F32),
+                                 testing::randomTensor({700}, 62, -1, 1, DType::F32)};
+  long double sum = 0;
+  for (const Tensor& b : buffers)
+    for (float v : b.toVector<float>()) sum += (long double)v * v;
+  const double want = std::sqrt((double)sum);
+  for (double maxNorm : {0.0, 1.0, 1e6}) {
+    optim::GradClipper clipper(maxNorm, DType::F32, Device::CPU);
+    clipper.compute(buffers);
+    EXPECT_NEAR(clipper.norm(), want, 1e-12 * want);
+    const double coefficient = maxNorm > 0 ? std::min(1.0, maxNorm / (want + 1e-6)) : 1.0;
+    EXPECT_FLOAT_EQ(clipper.scale().toVector<float>()[0], static_cast<float>(coefficient)) << "max " << maxNorm;
+  }
+}
+
+TEST(GradClipper, CudaMatchesCpu) {
+  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  std::vector<Tensor> cpu = {testing::randomTensor({5}, 70, -1, 1, DType::F32),
+                             testing::randomTensor({3000017}, 71, -1, 1, DType::F32)}, gpu;
+  for (const Tensor& b : cpu) gpu.push_back(b.to(Device::CUDA));
+  optim::GradClipper a(1.0, DType::F32, Device::CPU), b(1.0, DType::F32, Device::CUDA);
+  a.compute(cpu);
+  b.compute(gpu);
+  EXPECT_NEAR(b.norm(), a.norm(), 1e-12 * a.norm());
+  EXPECT_FLOAT_EQ(b.scale().to(Device::CPU).toVector<float>()[0], a.scale().toVector<float>()[0]);
+  b.compute(gpu);  // the same buffers again: the same bits (fixed order, no atomics)
+  const double first = b.norm();
+  b.compute(gpu);
+  EXPECT_EQ(b.norm(), first);
 }
 
 }  // namespace
