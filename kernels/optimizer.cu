@@ -1,4 +1,6 @@
-// Fused optimizer kernels (grid-stride), then their launchers.
+// Multi-tensor optimizer kernels (one block per parameter chunk, one launch per step), the fixed-order
+// sum-of-squares partials of the gradient norm and its combine, then their launchers.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cuda_check.h"
@@ -9,45 +11,104 @@ namespace minidp::kernels::cuda {
 namespace {
 
 constexpr int kBlock = 256;
+constexpr unsigned kMaxChunkBlocks = 1u << 16;  // more chunks than this: blocks loop over them
 
-unsigned gridFor(int64_t n) { return std::min(ceilDiv(n, kBlock), 8192u); }
+unsigned chunkGrid(int64_t numChunks) { return static_cast<unsigned>(std::min<int64_t>(numChunks, kMaxChunkBlocks)); }
 
 template <typename T>
-__global__ void sgdKernel(T* param, const T* grad, T* buf, int64_t n, SgdParams<T> h) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    T unused = 0;
-    sgdUpdate(param[i], grad[i], buf ? buf[i] : unused, h);
+__global__ void sgdMultiKernel(const ParamChunk<T>* chunks, int64_t numChunks, SgdParams<T> h, const T* gradScale) {
+  const T factor = gradFactor(gradScale);
+  for (int64_t c = blockIdx.x; c < numChunks; c += gridDim.x) {
+    const ParamChunk<T> k = chunks[c];
+    for (int64_t i = threadIdx.x; i < k.n; i += blockDim.x) {
+      T unused = 0;
+      sgdUpdate(k.param[i], k.grad[i] * factor, k.state0 ? k.state0[i] : unused, h);
+    }
   }
 }
 
 template <typename T>
-__global__ void adamwKernel(T* param, const T* grad, T* m, T* v, int64_t n, AdamWParams<T> h, T bias1, T bias2) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    adamwUpdate(param[i], grad[i], m[i], v[i], h, bias1, bias2);
+__global__ void adamwMultiKernel(const ParamChunk<T>* chunks, int64_t numChunks, AdamWParams<T> h,
+                                 const T* gradScale) {
+  const T factor = gradFactor(gradScale);
+  for (int64_t c = blockIdx.x; c < numChunks; c += gridDim.x) {
+    const ParamChunk<T> k = chunks[c];
+    for (int64_t i = threadIdx.x; i < k.n; i += blockDim.x)
+      adamwUpdate(k.param[i], k.grad[i] * factor, k.state0[i], k.state1[i], h);
+  }
+}
+
+/// Shared-memory tree over kBlock values: a fixed order, so the bits do not depend on timing.
+__device__ double blockSum(double v) {
+  __shared__ double partial[kBlock];
+  partial[threadIdx.x] = v;
+  __syncthreads();
+  for (int stride = kBlock / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+    __syncthreads();
+  }
+  return partial[0];
+}
+
+template <typename T>
+__global__ void sumSquaresKernel(const T* x, int64_t n, double* partials) {
+  double s = 0;
+  for (int64_t i = blockIdx.x * int64_t(kBlock) + threadIdx.x; i < n; i += int64_t(kNormPartials) * kBlock) {
+    const double v = static_cast<double>(x[i]);
+    s += v * v;
+  }
+  const double total = blockSum(s);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+template <typename T>
+__global__ void clipCoefficientKernel(const double* partials, int64_t count, double maxNorm, double* norm, T* scale) {
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < count; i += kBlock) s += partials[i];
+  const double total = blockSum(s);
+  if (threadIdx.x == 0) {
+    norm[0] = sqrt(total);
+    scale[0] = clipFactor<T>(norm[0], maxNorm);
+  }
 }
 
 }  // namespace
 
 template <typename T>
-void sgdStep(T* param, const T* grad, T* momentumBuf, int64_t n, SgdParams<T> h, cudaStream_t stream) {
-  if (n == 0) return;
-  sgdKernel<T><<<gridFor(n), kBlock, 0, stream>>>(param, grad, momentumBuf, n, h);
+void sgdMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, SgdParams<T> h, const T* gradScale,
+                  cudaStream_t stream) {
+  if (numChunks == 0) return;
+  sgdMultiKernel<T><<<chunkGrid(numChunks), kBlock, 0, stream>>>(chunks, numChunks, h, gradScale);
   CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
-void adamwStep(T* param, const T* grad, T* m, T* v, int64_t n, AdamWParams<T> h, cudaStream_t stream) {
-  if (n == 0) return;
-  // Bias corrections on the host, in the same precision as the CPU twin computes them.
-  const T bias1 = T(1) - std::pow(h.beta1, T(h.step)), bias2 = T(1) - std::pow(h.beta2, T(h.step));
-  adamwKernel<T><<<gridFor(n), kBlock, 0, stream>>>(param, grad, m, v, n, h, bias1, bias2);
+void adamwMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, AdamWParams<T> h, const T* gradScale,
+                    cudaStream_t stream) {
+  if (numChunks == 0) return;
+  adamwMultiKernel<T><<<chunkGrid(numChunks), kBlock, 0, stream>>>(chunks, numChunks, h, gradScale);
   CUDA_CHECK_LAUNCH();
 }
 
-template void sgdStep<float>(float*, const float*, float*, int64_t, SgdParams<float>, cudaStream_t);
-template void sgdStep<double>(double*, const double*, double*, int64_t, SgdParams<double>, cudaStream_t);
-template void adamwStep<float>(float*, const float*, float*, float*, int64_t, AdamWParams<float>, cudaStream_t);
-template void adamwStep<double>(double*, const double*, double*, double*, int64_t, AdamWParams<double>,
-                                cudaStream_t);
+template <typename T> void sumSquaresPartials(const T* x, int64_t n, double* partials, cudaStream_t stream) {
+  sumSquaresKernel<T><<<kNormPartials, kBlock, 0, stream>>>(x, n, partials);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void clipCoefficient(const double* partials, int64_t count, double maxNorm, double* norm, T* scale,
+                     cudaStream_t stream) {
+  clipCoefficientKernel<T><<<1, kBlock, 0, stream>>>(partials, count, maxNorm, norm, scale);
+  CUDA_CHECK_LAUNCH();
+}
+
+#define MINIDP_INSTANTIATE(T)                                                                             \
+  template void sgdMultiStep<T>(const ParamChunk<T>*, int64_t, SgdParams<T>, const T*, cudaStream_t);     \
+  template void adamwMultiStep<T>(const ParamChunk<T>*, int64_t, AdamWParams<T>, const T*, cudaStream_t); \
+  template void sumSquaresPartials<T>(const T*, int64_t, double*, cudaStream_t);                          \
+  template void clipCoefficient<T>(const double*, int64_t, double, double*, T*, cudaStream_t);
+MINIDP_INSTANTIATE(float)
+MINIDP_INSTANTIATE(double)
+#undef MINIDP_INSTANTIATE
 
 }  // namespace minidp::kernels::cuda

@@ -1,38 +1,84 @@
-// Fused optimizer updates: one kernel per parameter tensor and step, reading the gradient once.
+// Multi-tensor optimizer updates (one launch per step for every parameter, like PyTorch's fused/foreach
+// Adam) and the global gradient norm that feeds their clipping, without a host synchronisation.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/stream.h"
 
 namespace minidp::kernels {
 
-/// Hyper-parameters of SGD as torch.optim.SGD defines them (dampening 0, no Nesterov).
+/// One chunk of one parameter in a multi-tensor launch: pointers already offset to the chunk's first
+/// element; `state0`/`state1` are null where the optimizer keeps no such state. The table of chunks is
+/// built once (again only when a gradient moves) and lives on the parameters' device.
+template <typename T>
+struct ParamChunk {
+  T* param;
+  const T* grad;
+  T* state0;  // SGD: momentum_buffer; AdamW: exp_avg
+  T* state1;  // AdamW: exp_avg_sq
+  int64_t n;
+};
+
+/// Elements per chunk: one CUDA block updates one chunk.
+constexpr int64_t kParamChunkElements = int64_t(1) << 16;
+
+/// Hyper-parameters of one SGD step as torch.optim.SGD defines them (dampening 0, no Nesterov).
 template <typename T>
 struct SgdParams {
   T lr, momentum, weightDecay;
   bool firstStep;  // the momentum buffer starts as the first gradient
 };
 
-/// Hyper-parameters of AdamW as torch.optim.AdamW defines them; `step` counts from 1.
+/// Hyper-parameters of one AdamW step, torch.optim.AdamW's arithmetic: the bias corrections enter as
+/// stepSize = lr / (1 - beta1^t) and bias2Sqrt = sqrt(1 - beta2^t), computed in double (adamwParams).
 template <typename T>
 struct AdamWParams {
-  T lr, beta1, beta2, eps, weightDecay;
-  int64_t step;
+  T lr, weightDecay, beta1, oneMinusBeta1, beta2, oneMinusBeta2, eps, stepSize, bias2Sqrt;
 };
 
+/// AdamW's per-step scalars for step `step` (from 1). Every scalar is computed in double and rounded to T
+/// once, as PyTorch does: in fp32, 1 - beta2^t computed in fp32 is off by up to ~1e-4 relative.
+template <typename T>
+inline AdamWParams<T> adamwParams(double lr, double beta1, double beta2, double eps, double weightDecay,
+                                  int64_t step) {
+  const double bias1 = 1.0 - std::pow(beta1, static_cast<double>(step));
+  const double bias2 = 1.0 - std::pow(beta2, static_cast<double>(step));
+  return {T(lr), T(weightDecay), T(beta1), T(1.0 - beta1), T(beta2), T(1.0 - beta2), T(eps), T(lr / bias1),
+          T(std::sqrt(bias2))};
+}
+
+/// Partial sums of squares per bucket in the global gradient norm: a fixed count, so the summation order
+/// (and the bits) do not depend on the device.
+constexpr int kNormPartials = 256;
+
 namespace cpu {
-/// g = grad + wd * p; buf = first ? g : momentum * buf + g; p -= lr * (momentum ? buf : g).
-template <typename T> void sgdStep(T* param, const T* grad, T* momentumBuf, int64_t n, SgdParams<T> h);
-/// p *= 1 - lr*wd; m, v moments; p -= lr * mhat / (sqrt(vhat) + eps).
-template <typename T> void adamwStep(T* param, const T* grad, T* m, T* v, int64_t n, AdamWParams<T> h);
+/// Each chunk: g = grad * (gradScale ? *gradScale : 1) + wd * p; buf = first ? g : momentum * buf + g;
+/// p -= lr * (momentum ? buf : g).
+template <typename T>
+void sgdMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, SgdParams<T> h, const T* gradScale);
+/// Each chunk: g = grad * scale; p *= 1 - lr*wd; m, v moments; p -= stepSize * m / (sqrt(v) / bias2Sqrt + eps).
+template <typename T>
+void adamwMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, AdamWParams<T> h, const T* gradScale);
+/// partials[0..kNormPartials) = sums of x[i]^2 (in double) over fixed strided slices of x[0..n).
+template <typename T> void sumSquaresPartials(const T* x, int64_t n, double* partials);
+/// norm[0] = sqrt(sum of partials[0..count)) in a fixed order; scale[0] = min(1, maxNorm / (norm + 1e-6))
+/// (torch.nn.utils.clip_grad_norm_'s coefficient), or 1 when maxNorm <= 0.
+template <typename T> void clipCoefficient(const double* partials, int64_t count, double maxNorm, double* norm,
+                                           T* scale);
 }  // namespace cpu
 
 namespace cuda {
 template <typename T>
-void sgdStep(T* param, const T* grad, T* momentumBuf, int64_t n, SgdParams<T> h, cudaStream_t stream);
+void sgdMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, SgdParams<T> h, const T* gradScale,
+                  cudaStream_t stream);
 template <typename T>
-void adamwStep(T* param, const T* grad, T* m, T* v, int64_t n, AdamWParams<T> h, cudaStream_t stream);
+void adamwMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, AdamWParams<T> h, const T* gradScale,
+                    cudaStream_t stream);
+template <typename T> void sumSquaresPartials(const T* x, int64_t n, double* partials, cudaStream_t stream);
+template <typename T> void clipCoefficient(const double* partials, int64_t count, double maxNorm, double* norm,
+                                           T* scale, cudaStream_t stream);
 }  // namespace cuda
 
 }  // namespace minidp::kernels

@@ -5,19 +5,48 @@
 
 namespace minidp::kernels::cpu {
 
-template <typename T> void sgdStep(T* param, const T* grad, T* momentumBuf, int64_t n, SgdParams<T> h) {
-  T unused = 0;
-  for (int64_t i = 0; i < n; ++i) sgdUpdate(param[i], grad[i], momentumBuf ? momentumBuf[i] : unused, h);
+template <typename T>
+void sgdMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, SgdParams<T> h, const T* gradScale) {
+  const T factor = gradFactor(gradScale);
+  for (int64_t c = 0; c < numChunks; ++c) {
+    const ParamChunk<T>& k = chunks[c];
+    T unused = 0;
+    for (int64_t i = 0; i < k.n; ++i) sgdUpdate(k.param[i], k.grad[i] * factor, k.state0 ? k.state0[i] : unused, h);
+  }
 }
 
-template <typename T> void adamwStep(T* param, const T* grad, T* m, T* v, int64_t n, AdamWParams<T> h) {
-  const T bias1 = T(1) - std::pow(h.beta1, T(h.step)), bias2 = T(1) - std::pow(h.beta2, T(h.step));
-  for (int64_t i = 0; i < n; ++i) adamwUpdate(param[i], grad[i], m[i], v[i], h, bias1, bias2);
+template <typename T>
+void adamwMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, AdamWParams<T> h, const T* gradScale) {
+  const T factor = gradFactor(gradScale);
+  for (int64_t c = 0; c < numChunks; ++c) {
+    const ParamChunk<T>& k = chunks[c];
+    for (int64_t i = 0; i < k.n; ++i) adamwUpdate(k.param[i], k.grad[i] * factor, k.state0[i], k.state1[i], h);
+  }
 }
 
-template void sgdStep<float>(float*, const float*, float*, int64_t, SgdParams<float>);
-template void sgdStep<double>(double*, const double*, double*, int64_t, SgdParams<double>);
-template void adamwStep<float>(float*, const float*, float*, float*, int64_t, AdamWParams<float>);
-template void adamwStep<double>(double*, const double*, double*, double*, int64_t, AdamWParams<double>);
+template <typename T> void sumSquaresPartials(const T* x, int64_t n, double* partials) {
+  for (int64_t b = 0; b < kNormPartials; ++b) {
+    double s = 0;
+    for (int64_t i = b * n / kNormPartials; i < (b + 1) * n / kNormPartials; ++i) s += double(x[i]) * double(x[i]);
+    partials[b] = s;
+  }
+}
+
+template <typename T>
+void clipCoefficient(const double* partials, int64_t count, double maxNorm, double* norm, T* scale) {
+  double s = 0;
+  for (int64_t i = 0; i < count; ++i) s += partials[i];
+  norm[0] = std::sqrt(s);
+  scale[0] = clipFactor<T>(norm[0], maxNorm);
+}
+
+#define MINIDP_INSTANTIATE(T)                                                                      \
+  template void sgdMultiStep<T>(const ParamChunk<T>*, int64_t, SgdParams<T>, const T*);            \
+  template void adamwMultiStep<T>(const ParamChunk<T>*, int64_t, AdamWParams<T>, const T*);        \
+  template void sumSquaresPartials<T>(const T*, int64_t, double*);                                 \
+  template void clipCoefficient<T>(const double*, int64_t, double, double*, T*);
+MINIDP_INSTANTIATE(float)
+MINIDP_INSTANTIATE(double)
+#undef MINIDP_INSTANTIATE
 
 }  // namespace minidp::kernels::cpu

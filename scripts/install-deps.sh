@@ -4,7 +4,8 @@
 set -euo pipefail
 
 packages=(build-essential cmake libeigen3-dev libgtest-dev libcli11-dev nlohmann-json3-dev libopenmpi-dev
-          openmpi-bin zlib1g-dev dataset-fashion-mnist fortunes python3-torch python3-numpy python3-pip)
+          openmpi-bin zlib1g-dev dataset-fashion-mnist fortunes python3-torch python3-numpy python3-pip
+          python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

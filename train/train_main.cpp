@@ -1,7 +1,8 @@
 // minidp-train: trains the MLP on Fashion-MNIST or the GPT on fortunes / llm.c tokens, data-parallel over
 // the ranks mpirun started (or alone). Rank 0 prints a line per logged step, the evaluation, and last a
 // one-line JSON summary for scripts. Logged steps also say how much all-reduce time the step had and how
-// much of it was exposed (not hidden behind backward); --trace writes a Chrome trace of the last steps.
+// much of it was exposed (not hidden behind backward); --trace writes a Chrome trace of the last steps;
+// --metrics writes the logged steps as JSON lines (train/plot_metrics.py draws them).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -11,6 +12,7 @@
 
 #include "framework/nn/checkpoint.h"
 #include "framework/runtime/device.h"
+#include "train/metrics.h"
 #include "train/trace.h"
 #include "train/trainer.h"
 
@@ -39,11 +41,19 @@ int main(int argc, char** argv) {
     std::vector<runtime::StepRecord> traced;
     auto windowStart = Clock::now();
     int64_t windowSteps = 0;
+    // Training-loop reporting: metrics file, validation every --eval-every steps, throughput and MFU.
+    std::unique_ptr<train::MetricsFile> metrics;
+    if (printer && !opts.metrics.empty()) metrics = std::make_unique<train::MetricsFile>(opts.metrics);
+    const bool gpt = opts.model == "gpt";
+    const double itemsPerStep = static_cast<double>(trainer.samplesPerStep()) * (gpt ? opts.gpt.context : 1);
+    const double flopsPerStep = itemsPerStep * train::flopsPerItem(trainer.model().numParameters(), gpt ? opts.gpt.layers : 0,
+                                                                   opts.gpt.embd, opts.gpt.context);
     for (int64_t step = 1; step <= opts.steps; ++step) {
       trainer.timer().setDetailed(!opts.trace.empty() && step > opts.steps - opts.traceSteps);
       Tensor loss = trainer.step();
       ++windowSteps;
-      if (step % opts.logEvery == 0 || step == opts.steps) {
+      const bool evalNow = opts.evalEvery > 0 && step % opts.evalEvery == 0;
+      if (step % opts.logEvery == 0 || step == opts.steps || evalNow) {
         // The only host synchronisation of the loop: reading the loss (averaged over the ranks).
         lastLoss = trainer.globalLoss(loss);
         const double ms = std::chrono::duration<double, std::milli>(Clock::now() - windowStart).count() / windowSteps;
@@ -62,14 +72,28 @@ int main(int argc, char** argv) {
           totalExposedMs += exposedMs * windowSteps;
           timedSteps += windowSteps;
         }
+        train::LogPoint point;
+        point.step = step;
+        point.totalSteps = opts.steps;
+        point.loss = lastLoss;
+        point.lr = trainer.lr();
+        point.gradNorm = trainer.gradNorm();
+        point.stepMs = ms;
+        point.itemsPerS = itemsPerStep * 1000.0 / ms;
+        point.tokens = gpt;
+        if (session.device == Device::CUDA) point.mfu = flopsPerStep / (ms / 1000.0) / session.world() / (opts.peakTflops * 1e12);
+        if (session.world() > 1) {
+          point.commMs = commMs;
+          point.exposedCommMs = exposedMs;
+        }
+        if (evalNow) {
+          const train::Evaluation e = trainer.evaluate();
+          point.valLoss = e.loss;
+          point.valAccuracy = e.accuracy;
+        }
+        if (metrics) metrics->append(point.toJson());
         if (printer) {
-          std::printf("step %6lld  loss %.4f  %.2f ms/step  %.0f samples/s", static_cast<long long>(step), lastLoss,
-                      ms, trainer.samplesPerStep() * 1000.0 / ms);
-          if (session.world() > 1) {
-            std::printf("  all-reduce %.2f ms, exposed %.2f ms (%.0f%% hidden)", commMs, exposedMs,
-                        commMs > 0 ? 100.0 * std::clamp(1.0 - exposedMs / commMs, 0.0, 1.0) : 0.0);
-          }
-          std::printf("\n");
+          std::printf("%s\n", point.terminalLine().c_str());
           std::fflush(stdout);
         }
         windowStart = Clock::now();
@@ -78,7 +102,7 @@ int main(int argc, char** argv) {
     }
     // Peak GPU memory held by tensors over the training steps (before evaluation's own allocations).
     const double peakMib = runtime::allocatorStats().peakAllocatedBytes / 1048576.0;
-    const double metric = trainer.evaluate();
+    const train::Evaluation evaluation = trainer.evaluate();
     nlohmann::json summary = {{"model", opts.model},      {"device", opts.device},
                               {"world", session.world()}, {"steps", opts.steps},
                               {"batch_size", opts.batchSize}, {"overlap", opts.overlap},
@@ -94,14 +118,15 @@ int main(int argc, char** argv) {
                          {"communicator", session.comm->describe()}});
       if (printer) std::printf("trace of %zu step(s) written to %s\n", traced.size(), opts.trace.c_str());
     }
+    summary["val_loss"] = evaluation.loss;
     if (opts.model == "mlp") {
-      summary["test_accuracy"] = metric;
-      if (printer) std::printf("test accuracy %.4f\n", metric);
+      summary["test_accuracy"] = evaluation.accuracy;
+      if (printer) std::printf("test loss %.4f, accuracy %.4f\n", evaluation.loss, evaluation.accuracy);
     } else {
-      summary["val_loss"] = metric;
-      if (printer) std::printf("validation loss %.4f nats/byte\n", metric);
-      if (opts.sample > 0 && printer) {
-        std::printf("sample: %s\n", trainer.sample("The ", opts.sample).c_str());
+      if (printer) std::printf("validation loss %.4f nats/%s\n", evaluation.loss, opts.data == "llmc" ? "token" : "byte");
+      if (opts.sample > 0) {
+        const std::string text = trainer.sample(opts.sample);  // every rank: the same forward passes
+        if (printer) std::printf("sample: %s\n", text.c_str());
       }
     }
     if (!opts.save.empty()) {

@@ -12,10 +12,12 @@
 #include "framework/distributed/communicator.h"
 #include "framework/distributed/ddp.h"
 #include "framework/distributed/mpi_environment.h"
+#include "framework/optim/grad_clip.h"
 #include "framework/optim/optimizer.h"
 #include "framework/runtime/step_timer.h"
 #include "models/gpt.h"
 #include "models/mlp.h"
+#include "train/schedule.h"
 
 namespace CLI {
 class App;
@@ -52,10 +54,23 @@ struct Options {
   distributed::CommOptions comm;
   // Precision: --dtype bf16 trains fp32 parameters with bf16 activations; --tf32 runs fp32 GEMMs on TF32.
   bool tf32 = false;
+  // The training loop (schedule, clipping, periodic validation, metrics, sampling): addLoopOptions.
+  LrScheduleKind lrSchedule = LrScheduleKind::Constant;
+  int64_t warmupSteps = 0;
+  double minLrFrac = 0.1;  // nanoGPT: decay to lr / 10
+  double clipGradNorm = 0;  // 0: no clipping
+  int64_t evalEvery = 0;    // 0: validation at the end only
+  std::string metrics;      // JSON lines, one per logged step
+  double peakTflops = 790;  // MFU's reference: the H200's measured bf16 GEMM ceiling
+  double temperature = 1;   // sampling; 0: greedy
+  int64_t topK = 0;         // sampling; 0: the whole vocabulary
 };
 
 /// Registers the flags of `opts` on `app` (addSessionOptions included).
 void addOptions(CLI::App& app, Options& opts);
+/// Registers the training-loop flags (--lr-schedule, --warmup-steps, --min-lr-frac, --clip-grad-norm,
+/// --eval-every, --metrics, --peak-tflops, --temperature, --top-k); addOptions calls it.
+void addLoopOptions(CLI::App& app, Options& opts);
 /// Registers the device and communicator flags (--device, --comm, --nccl-max-ctas, ..., --watchdog-s).
 void addSessionOptions(CLI::App& app, Options& opts);
 
@@ -75,6 +90,12 @@ struct Session {
 /// can end the other ranks (which would otherwise wait in the communicator's setup).
 void openSession(Options& opts, Session& session);
 
+/// Validation numbers; NaN where the model has none (accuracy of the GPT).
+struct Evaluation {
+  double loss = 0;
+  double accuracy = 0;
+};
+
 /// Model, data, DDP and optimizer of a run.
 class Trainer {
  public:
@@ -85,10 +106,18 @@ class Trainer {
   Tensor step();
   /// The mean of `loss` over all ranks: the loss of the global batch (a collective; synchronises).
   double globalLoss(const Tensor& loss);
-  /// MLP: accuracy on the test split. GPT: mean validation loss (nats per token) over evalBatches.
-  double evaluate();
-  /// GPT only: `bytes` bytes continued from `prompt` (greedy).
-  std::string sample(const std::string& prompt, int64_t bytes);
+  /// Validation, every rank on its shard, averaged over the ranks (a collective). MLP: loss and accuracy
+  /// on the test split; GPT: mean loss (nats per token) over evalBatches global batches.
+  Evaluation evaluate();
+  /// The learning rate of the last step (the schedule's value).
+  double lr() const { return lr_; }
+  /// The global norm of the last step's averaged gradients (computed on the device now unless clipping
+  /// already did; reading it synchronises: log points only).
+  double gradNorm();
+  /// GPT only: `count` tokens continued from a prompt (bytes of "The " for byte vocabularies, else token 0
+  /// or GPT-2's <|endoftext|>), drawn at opts.temperature from the opts.topK most likely, seeded by
+  /// opts.seed: the same on every rank. Byte vocabularies give text, others token ids separated by spaces.
+  std::string sample(int64_t count);
   models::Model& model() { return *model_; }
   distributed::DistributedDataParallel& ddp() { return *ddp_; }
   int64_t samplesPerStep() const;  // global samples per optimizer step
@@ -96,6 +125,8 @@ class Trainer {
   runtime::StepTimer& timer() { return timer_; }
 
  private:
+  /// The reducer's bucket buffers: after finalize, the rank-averaged gradients.
+  std::vector<Tensor> bucketBuffers() const;
   /// Adds the buckets' all-reduce spans to the open step's record (read once the step completed).
   void timeBuckets();
   const Options& opts_;
@@ -106,6 +137,10 @@ class Trainer {
   std::unique_ptr<models::Model> model_;
   std::unique_ptr<distributed::DistributedDataParallel> ddp_;
   std::unique_ptr<optim::Optimizer> optimizer_;
+  LrSchedule schedule_;
+  std::unique_ptr<optim::GradClipper> clipper_;  // the gradient norm (and clip coefficient)
+  bool normMeasured_ = false;                     // clipper_ holds the norm of the last step
+  double lr_ = 0;
   std::unique_ptr<Prefetcher> batches_;
 };
 

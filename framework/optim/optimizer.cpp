@@ -6,58 +6,132 @@
 namespace minidp::optim {
 
 namespace {
-std::vector<Tensor> zerosLike(const std::vector<Variable>& params) {
-  std::vector<Tensor> out;
-  for (const Variable& p : params) out.push_back(Tensor::zeros(p.shape(), p.dtype(), p.device()));
+template <typename T> const kernels::ParamChunk<T>* chunksOf(const Tensor& table) {
+  return reinterpret_cast<const kernels::ParamChunk<T>*>(table.raw());
+}
+template <typename T> const T* scaleOf(const Tensor& scale) { return scale.defined() ? scale.data<T>() : nullptr; }
+}  // namespace
+
+ParamList::ParamList(std::vector<Variable> v) : vars(std::move(v)) {
+  for (size_t i = 0; i < vars.size(); ++i) slots.push_back({std::to_string(i), vars[i].data(), vars[i].grad()});
+}
+
+ParamList::ParamList(const std::vector<std::pair<std::string, Variable>>& named) {
+  for (const auto& [name, var] : named) {
+    slots.push_back({name, var.data(), var.grad()});
+    vars.push_back(var);
+  }
+}
+
+ParamList::ParamList(std::vector<ParamSlot> s) : slots(std::move(s)) {}
+
+Optimizer::Optimizer(ParamList params, double lr)
+    : lr_(lr), slots_(std::move(params.slots)), vars_(std::move(params.vars)) {
+  for (const ParamSlot& s : slots_) {
+    MINIDP_CHECK(s.param.defined(), "optimizer: parameter " << s.name << " has no data");
+    MINIDP_CHECK(s.param.dtype() == slots_[0].param.dtype() && s.param.device() == slots_[0].param.device(),
+                 "optimizer: parameter " << s.name << " differs in dtype or device from " << slots_[0].name);
+  }
+}
+
+void Optimizer::allocateState(std::vector<std::string> names) {
+  stateNames_ = std::move(names);
+  state_.assign(stateNames_.size(), {});
+  for (std::vector<Tensor>& kind : state_) {
+    for (const ParamSlot& s : slots_) kind.push_back(Tensor::zeros(s.param.shape(), s.param.dtype(), s.param.device()));
+  }
+}
+
+void Optimizer::setGradScale(Tensor scale) {
+  if (scale.defined() && !slots_.empty()) {
+    const Tensor& p = slots_[0].param;
+    MINIDP_CHECK(scale.numel() == 1 && scale.dtype() == p.dtype() && scale.device() == p.device(),
+                 "optimizer: the gradient scale must be one element of the parameters' dtype and device");
+  }
+  gradScale_ = std::move(scale);
+}
+
+std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    for (size_t k = 0; k < state_.size(); ++k) out.emplace_back(slots_[i].name + "." + stateNames_[k], state_[k][i]);
+  }
   return out;
 }
 
-void checkGrad(const Variable& p, size_t index) {
-  MINIDP_CHECK(p.grad().defined(), "optimizer step: parameter " << index << " has no gradient");
+void Optimizer::setStepCount(int64_t steps) {
+  MINIDP_CHECK(steps >= 0, "optimizer: step count " << steps << " is negative");
+  stepCount_ = steps;
 }
-}  // namespace
 
-Sgd::Sgd(std::vector<Variable> params, double lr, double momentum, double weightDecay)
+void Optimizer::refreshTable() {
+  std::vector<const void*> pointers;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    ParamSlot& s = slots_[i];
+    if (!vars_.empty()) {
+      s.param = vars_[i].data();
+      s.grad = vars_[i].grad();
+    }
+    MINIDP_CHECK(s.grad.defined(), "optimizer step: parameter " << s.name << " has no gradient");
+    MINIDP_CHECK(s.grad.numel() == s.param.numel() && s.grad.dtype() == s.param.dtype() &&
+                     s.grad.device() == s.param.device(),
+                 "optimizer step: the gradient of " << s.name << " differs from the parameter in size, dtype or device");
+    pointers.push_back(s.param.raw());
+    pointers.push_back(s.grad.raw());
+  }
+  if (table_.defined() && pointers == tableGrads_) return;
+  tableGrads_ = std::move(pointers);
+  if (slots_.empty()) return;
+  const Tensor& first = slots_[0].param;
+  MINIDP_DISPATCH_FLOAT(first.dtype(), T, {
+    std::vector<kernels::ParamChunk<T>> chunks;
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      const ParamSlot& s = slots_[i];
+      for (int64_t off = 0; off < s.param.numel(); off += kernels::kParamChunkElements) {
+        auto state = [&](size_t k) { return k < state_.size() ? state_[k][i].data<T>() + off : nullptr; };
+        chunks.push_back({s.param.data<T>() + off, s.grad.data<T>() + off, state(0), state(1),
+                          std::min(kernels::kParamChunkElements, s.param.numel() - off)});
+      }
+    }
+    numChunks_ = static_cast<int64_t>(chunks.size());
+    // Raw bytes of the table in an I32 tensor: allocated by the caching allocator on the parameters' device.
+    static_assert(sizeof(kernels::ParamChunk<T>) % sizeof(int32_t) == 0);
+    table_ = Tensor::fromHost(chunks.data(), {numChunks_ * int64_t(sizeof(chunks[0]) / sizeof(int32_t))},
+                              DType::I32, first.device());
+  });
+}
+
+void Optimizer::step() {
+  refreshTable();
+  ++stepCount_;
+  if (numChunks_ > 0) launch(table_, numChunks_);
+}
+
+Sgd::Sgd(ParamList params, double lr, double momentum, double weightDecay)
     : Optimizer(std::move(params), lr), momentum_(momentum), weightDecay_(weightDecay) {
-  if (momentum_ != 0) buffers_ = zerosLike(params_);
+  allocateState(momentum_ != 0 ? std::vector<std::string>{"momentum_buffer"} : std::vector<std::string>{});
 }
 
-void Sgd::step() {
-  for (size_t i = 0; i < params_.size(); ++i) {
-    Variable& p = params_[i];
-    checkGrad(p, i);
-    Tensor& w = p.data();
-    MINIDP_DISPATCH_FLOAT(w.dtype(), T, {
-      kernels::SgdParams<T> h{T(lr_), T(momentum_), T(weightDecay_), firstStep_};
-      T* buf = buffers_.empty() ? nullptr : buffers_[i].data<T>();
-      MINIDP_LAUNCH(w, sgdStep<T>, w.data<T>(), p.grad().data<T>(), buf, w.numel(), h);
-    });
-  }
-  firstStep_ = false;
+void Sgd::launch(const Tensor& table, int64_t numChunks) {
+  MINIDP_DISPATCH_FLOAT(dtype(), T, {
+    kernels::SgdParams<T> h{T(lr_), T(momentum_), T(weightDecay_), stepCount() == 1};
+    MINIDP_LAUNCH(table, sgdMultiStep<T>, chunksOf<T>(table), numChunks, h, scaleOf<T>(gradScale()));
+  });
 }
 
-AdamW::AdamW(std::vector<Variable> params, double lr, double beta1, double beta2, double eps, double weightDecay)
+AdamW::AdamW(ParamList params, double lr, double beta1, double beta2, double eps, double weightDecay)
     : Optimizer(std::move(params), lr), beta1_(beta1), beta2_(beta2), eps_(eps), weightDecay_(weightDecay) {
-  m_ = zerosLike(params_);
-  v_ = zerosLike(params_);
+  allocateState({"exp_avg", "exp_avg_sq"});
 }
 
-void AdamW::step() {
-  ++step_;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    Variable& p = params_[i];
-    checkGrad(p, i);
-    Tensor& w = p.data();
-    MINIDP_DISPATCH_FLOAT(w.dtype(), T, {
-      kernels::AdamWParams<T> h{T(lr_), T(beta1_), T(beta2_), T(eps_), T(weightDecay_), step_};
-      MINIDP_LAUNCH(w, adamwStep<T>, w.data<T>(), p.grad().data<T>(), m_[i].data<T>(), v_[i].data<T>(),
-                    w.numel(), h);
-    });
-  }
+void AdamW::launch(const Tensor& table, int64_t numChunks) {
+  MINIDP_DISPATCH_FLOAT(dtype(), T, {
+    const kernels::AdamWParams<T> h = kernels::adamwParams<T>(lr_, beta1_, beta2_, eps_, weightDecay_, stepCount());
+    MINIDP_LAUNCH(table, adamwMultiStep<T>, chunksOf<T>(table), numChunks, h, scaleOf<T>(gradScale()));
+  });
 }
 
-std::unique_ptr<Optimizer> makeOptimizer(const std::string& name, std::vector<Variable> params, double lr,
-                                         double weightDecay) {
+std::unique_ptr<Optimizer> makeOptimizer(const std::string& name, ParamList params, double lr, double weightDecay) {
   if (name == "sgd") return std::make_unique<Sgd>(std::move(params), lr, 0.9, weightDecay);
   if (name == "adamw") return std::make_unique<AdamW>(std::move(params), lr, 0.9, 0.999, 1e-8, weightDecay);
   throwError("unknown optimizer '" + name + "' (expected sgd or adamw)", __FILE__, __LINE__);

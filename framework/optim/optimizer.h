@@ -1,54 +1,106 @@
-// Optimizers over a list of parameters; each step launches one fused kernel per parameter tensor.
+// Optimizers over a list of parameters. Each step is one multi-tensor kernel launch for all parameters
+// (a chunk table built once on the device), with the learning rate as a kernel argument and an optional
+// device-side gradient scale (the clip coefficient), so a step needs no host-device traffic.
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "framework/autograd/variable.h"
 
 namespace minidp::optim {
 
-/// Updates parameters in place from their gradients.
+/// A parameter and its gradient as plain tensors of the same numel (views are fine: a ZeRO shard, a bucket).
+struct ParamSlot {
+  std::string name;
+  Tensor param;
+  Tensor grad;
+};
+
+/// What an optimizer updates: Variables (their gradients are read at every step, so a gradient view
+/// re-installed by a bucket rebuild is followed; state named by index) or named Variables, or plain
+/// (param, grad) tensor pairs.
+struct ParamList {
+  ParamList(std::vector<Variable> vars);
+  ParamList(std::initializer_list<Variable> vars) : ParamList(std::vector<Variable>(vars)) {}
+  ParamList(const std::vector<std::pair<std::string, Variable>>& named);
+  ParamList(std::vector<ParamSlot> slots);
+  std::vector<ParamSlot> slots;
+  std::vector<Variable> vars;  // empty for tensor pairs
+};
+
+/// Updates parameters in place from their gradients; keeps PyTorch's per-parameter state tensors.
 class Optimizer {
  public:
-  Optimizer(std::vector<Variable> params, double lr) : params_(std::move(params)), lr_(lr) {}
+  Optimizer(ParamList params, double lr);
   virtual ~Optimizer() = default;
-  /// One update from the current gradients (which must exist).
-  virtual void step() = 0;
+  /// One update from the current gradients (which must exist), with the current learning rate.
+  void step();
+
+  double lr() const { return lr_; }
+  /// The learning rate of the following steps (a scalar kernel argument: no copy to the device).
+  void setLr(double lr) { lr_ = lr; }
+  /// A one-element tensor of the parameters' dtype and device that every gradient is multiplied by
+  /// inside the kernel (the clip coefficient, written on the device); undefined: no scaling.
+  void setGradScale(Tensor scale);
+
+  /// The live state tensors, "<param name>.<state>" with PyTorch's state names (exp_avg, exp_avg_sq,
+  /// momentum_buffer) in parameter order: copy into them to restore a checkpoint.
+  std::vector<std::pair<std::string, Tensor>> state() const;
+  /// Steps taken so far (AdamW's t; SGD's momentum buffer starts at step 0).
+  int64_t stepCount() const { return stepCount_; }
+  void setStepCount(int64_t steps);
 
  protected:
-  std::vector<Variable> params_;
+  /// PyTorch's names of the state tensors kept per parameter (at most two), allocated as zeros.
+  void allocateState(std::vector<std::string> names);
+  /// Launches the update of every chunk; `table` is the chunk table (kernels::ParamChunk<T>) on the
+  /// parameters' device, `stepCount()` already counts this step.
+  virtual void launch(const Tensor& table, int64_t numChunks) = 0;
+  const Tensor& gradScale() const { return gradScale_; }
+  /// The parameters' dtype (F32 when there are none).
+  DType dtype() const { return slots_.empty() ? DType::F32 : slots_[0].param.dtype(); }
   double lr_;
+
+ private:
+  /// Re-reads the Variables' gradients and rebuilds the chunk table when a pointer changed.
+  void refreshTable();
+  std::vector<ParamSlot> slots_;
+  std::vector<Variable> vars_;
+  std::vector<std::string> stateNames_;
+  std::vector<std::vector<Tensor>> state_;  // [state kind][parameter]
+  std::vector<const void*> tableGrads_;     // the gradient pointers the table was built from
+  Tensor table_;
+  int64_t numChunks_ = 0;
+  Tensor gradScale_;
+  int64_t stepCount_ = 0;
 };
 
 /// torch.optim.SGD: momentum (dampening 0) and L2 weight decay added to the gradient.
 class Sgd : public Optimizer {
  public:
-  Sgd(std::vector<Variable> params, double lr, double momentum = 0, double weightDecay = 0);
-  void step() override;
+  Sgd(ParamList params, double lr, double momentum = 0, double weightDecay = 0);
 
  private:
+  void launch(const Tensor& table, int64_t numChunks) override;
   double momentum_, weightDecay_;
-  std::vector<Tensor> buffers_;
-  bool firstStep_ = true;
 };
 
-/// torch.optim.AdamW: decoupled weight decay, bias-corrected moments.
+/// torch.optim.AdamW: decoupled weight decay, bias-corrected moments (corrections in double).
 class AdamW : public Optimizer {
  public:
-  AdamW(std::vector<Variable> params, double lr, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8,
+  AdamW(ParamList params, double lr, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8,
         double weightDecay = 0.01);
-  void step() override;
 
  private:
+  void launch(const Tensor& table, int64_t numChunks) override;
   double beta1_, beta2_, eps_, weightDecay_;
-  std::vector<Tensor> m_, v_;
-  int64_t step_ = 0;
 };
 
 /// "sgd" (momentum 0.9) or "adamw" with the given learning rate and weight decay.
-std::unique_ptr<Optimizer> makeOptimizer(const std::string& name, std::vector<Variable> params, double lr,
-                                         double weightDecay);
+std::unique_ptr<Optimizer> makeOptimizer(const std::string& name, ParamList params, double lr, double weightDecay);
 
 }  // namespace minidp::optim

@@ -1,0 +1,51 @@
+// What a logged step reports: one JSON line per logged step in the --metrics file (written by rank 0,
+// each line in one write and flushed, so a reader or a crash never sees half a line) and the terminal line.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace minidp::train {
+
+/// The numbers of one logged step; NaN (or a negative count) where not measured.
+struct LogPoint {
+  int64_t step = 0, totalSteps = 0;
+  double loss = NAN, valLoss = NAN, valAccuracy = NAN;
+  double lr = NAN, gradNorm = NAN;
+  double stepMs = NAN;      // mean over the steps since the last log point
+  double itemsPerS = NAN;   // tokens/s (GPT) or samples/s (MLP), all ranks together
+  bool tokens = false;      // itemsPerS counts tokens
+  double mfu = NAN;         // model FLOPs utilisation per device, against the stated peak (CUDA only)
+  double commMs = NAN, exposedCommMs = NAN;
+
+  /// {"step", "loss", "val_loss"?, "val_accuracy"?, "lr", "grad_norm"?, "step_ms", "tokens_per_s" or
+  /// "samples_per_s", "mfu"?, "comm_ms"?, "exposed_comm_ms"?}: measured values only.
+  nlohmann::ordered_json toJson() const;
+  /// "step 100/400  loss 2.1234  val 2.2345  lr 3.00e-04  norm 0.812  12.3 ms  5.2k tok/s  MFU 41.2%  ETA 3m12s"
+  std::string terminalLine() const;
+};
+
+/// Model FLOPs of one training step per token (GPT: 6 x parameters + 12 x layers x width x context, the
+/// attention scores and weighted values, PaLM's count) or per sample (MLP: 6 x parameters).
+double flopsPerItem(int64_t parameters, int64_t layers, int64_t width, int64_t context);
+
+/// Appends one JSON line per call to a file created (truncated) at construction.
+class MetricsFile {
+ public:
+  explicit MetricsFile(const std::string& path);
+  ~MetricsFile();
+  MetricsFile(const MetricsFile&) = delete;
+  MetricsFile& operator=(const MetricsFile&) = delete;
+  /// Writes `line` and a newline in one write, then flushes.
+  void append(const nlohmann::ordered_json& line);
+
+ private:
+  std::string path_;
+  std::FILE* file_ = nullptr;
+};
+
+}  // namespace minidp::train
