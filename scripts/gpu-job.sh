@@ -33,7 +33,29 @@ step_sanitize() {
     done
   done
 }
+gpt2=(--model gpt --layers 12 --heads 12 --embd 768 --context 1024 --data llmc --llmc-train "$out/tokens/train.bin"
+      --llmc-val "$out/tokens/val.bin" --device cuda --optimizer adamw)
+step_kernels() {
+  build/bin/minidp-bench-attention 2>&1 | tee "$out/bench_attention.txt"
+  python3 train/torch_attention_bench.py 2>&1 | tee "$out/torch_attention.txt"
+  build/bin/minidp-bench-kernels 2>&1 | tee "$out/bench_kernels.txt"
+}
+# The GPT-2-small step (issue 9): minidp bf16 / fp32 beside PyTorch eager bf16 and torch.compile.
+step_fast_step() {
+  [ -f "$out/tokens/train.bin" ] || python3 scripts/make-random-tokens.py "$out/tokens"
+  for b in 8 16; do
+    build/bin/minidp-bench "${gpt2[@]}" --batch-size $b --dtype bf16 --steps 15 --warmup 5 --bucket-mb-list 25 \
+      --json "$out/mdp_gpt2_bf16_b$b.json" >"$out/mdp_gpt2_bf16_b$b.txt" 2>&1; tail -4 "$out/mdp_gpt2_bf16_b$b.txt"
+  done
+  for b in 8 16; do
+    python3 train/torch_bench.py --model gpt --layers 12 --heads 12 --embd 768 --context 1024 --vocab 50257 \
+      --dtype bf16 --compile ${COMPILE:-off on} --attention sdpa --batch-size $b --steps 15 --warmup 5 --device cuda \
+      --json "$out/torch_gpt2_b$b.json" 2>&1 | tee "$out/torch_gpt2_b$b.txt" | tail -4
+  done
+}
 for s in "$@"; do
   echo "== $s ($(date -u +%T))"
-  "step_$s"
+  "step_${s//-/_}"
 done
+# One archive of the logs (the device tool brings back few files); the token files stay behind.
+[ -n "${OUT:-}" ] && tar czf "$OUT/job.tgz" --exclude=tokens -C "$(dirname "$out")" "$(basename "$out")"
