@@ -9,11 +9,16 @@
 #include "framework/ops/ops.h"
 #include "framework/ops/tensor_math.h"
 #include "framework/runtime/device.h"
+#include "models/registry.h"
 
 namespace minidp::train {
 
 void addOptions(CLI::App& app, Options& o) {
-  app.add_option("--model", o.model, "Model to train")->check(CLI::IsMember({"mlp", "gpt"}))->capture_default_str();
+  app.add_option("--model", o.model, "Model to train: a name of the model registry (mlp, gpt, or one the program "
+                                     "registered)")
+      ->check(CLI::Validator([](std::string& name) { return models::hasModel(name) ? "" : "unknown model " + name; },
+                             "MODEL"))
+      ->capture_default_str();
   app.add_option("--data", o.data, "Dataset: fashion-mnist (mlp), fortunes or llmc (gpt); default by model")
       ->check(CLI::IsMember({"fashion-mnist", "fortunes", "llmc"}));
   app.add_option("--data-dir", o.dataDir, "Dataset folder (default: the Debian package's folder)");
@@ -71,7 +76,7 @@ void addSessionOptions(CLI::App& app, Options& o) {
 }
 
 void openSession(Options& opts, Session& s) {
-  if (opts.steps == 0) opts.steps = opts.model == "mlp" ? 5000 : 2000;
+  if (opts.steps == 0) opts.steps = models::findModel(opts.model).defaultSteps;
   s.device = opts.device == "cuda" ? Device::CUDA : Device::CPU;
   s.dtype = opts.dtype == "fp64" ? DType::F64 : DType::F32;
   // MPI first: any failure after it (on any rank) ends every rank through runGuarded.
@@ -93,27 +98,27 @@ std::string defaultDir(const std::string& data) {
 }  // namespace
 
 Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(session), timer_(session.device) {
-  const std::string data = o.data.empty() ? (o.model == "mlp" ? "fashion-mnist" : "fortunes") : o.data;
+  const models::ModelEntry& entry = models::findModel(o.model);
+  const std::string data = o.data.empty() ? entry.defaultData : o.data;
   const std::string dir = o.dataDir.empty() ? defaultDir(data) : o.dataDir;
   const int rank = session.rank(), world = session.world();
+  models::ModelArgs args{o.seed, 0, 0, 0, o.hidden, o.gpt.layers, o.gpt.heads, o.gpt.embd};
   std::unique_ptr<BatchSource> source;
-  if (o.model == "mlp") {
-    MINIDP_CHECK(data == "fashion-mnist", "--model mlp trains on fashion-mnist, not " << data);
+  if (entry.data == models::DataKind::Images) {
+    MINIDP_CHECK(data == "fashion-mnist", "--model " << o.model << " reads images: fashion-mnist, not " << data);
     trainImages_ = loadFashionMnist(dir, "train");
     testImages_ = loadFashionMnist(dir, "test");
-    std::vector<int64_t> dims{trainImages_.rows * trainImages_.cols};
-    dims.insert(dims.end(), o.hidden.begin(), o.hidden.end());
-    dims.push_back(10);
-    model_ = std::make_unique<models::MLP>(dims, o.seed);
+    args.inputs = trainImages_.rows * trainImages_.cols;
+    args.classes = 10;
     source = imageBatches(trainImages_, o.batchSize, rank, world, o.seed, session.dtype);
   } else {
-    MINIDP_CHECK(data != "fashion-mnist", "--model gpt trains on fortunes or llmc");
+    MINIDP_CHECK(data != "fashion-mnist", "--model " << o.model << " reads tokens: fortunes or llmc");
     corpus_ = data == "llmc" ? loadLlmcTokens(o.llmcTrain, o.llmcVal) : loadFortunes(dir);
-    models::GptConfig c = o.gpt;
-    c.vocab = std::max<int64_t>(corpus_.vocab, 1);
-    model_ = std::make_unique<models::GPT>(c, o.seed);
-    source = windowBatches(corpus_.train, o.batchSize, static_cast<int>(c.context), rank, world, o.seed);
+    args.classes = std::max<int64_t>(corpus_.vocab, 1);
+    args.context = o.gpt.context;
+    source = windowBatches(corpus_.train, o.batchSize, static_cast<int>(args.context), rank, world, o.seed);
   }
+  model_ = entry.make(args);
   if (!o.load.empty()) nn::loadCheckpoint(*model_, o.load);
   model_->to(session.device, session.dtype);
   std::vector<std::string> names;
@@ -132,8 +137,8 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
   ddpOptions.firstBucketMb = o.firstBucketMb;
   ddpOptions.rebuildBuckets = o.rebuildBuckets;
   ddp_ = std::make_unique<distributed::DistributedDataParallel>(model_->namedParameters(), session.comm, ddpOptions);
-  const std::string optName = o.optimizer.empty() ? (o.model == "mlp" ? "sgd" : "adamw") : o.optimizer;
-  const double lr = o.lr > 0 ? o.lr : (o.model == "mlp" ? 0.05 : 1e-3);
+  const std::string optName = o.optimizer.empty() ? entry.defaultOptimizer : o.optimizer;
+  const double lr = o.lr > 0 ? o.lr : entry.defaultLr;
   optimizer_ = optim::makeOptimizer(optName, model_->parameters(), lr, o.weightDecay);
   batches_ = std::make_unique<Prefetcher>(std::move(source), session.device);
   batches_->setTimer(&timer_);
@@ -194,38 +199,52 @@ double Trainer::globalLoss(const Tensor& loss) {
 
 double Trainer::evaluate() {
   NoGradGuard noGrad;
-  if (opts_.model == "mlp") {
+  const bool accuracy = models::findModel(opts_.model).evaluation == models::Evaluation::Accuracy;
+  int64_t correct = 0, scored = 0, batches = 0;
+  double totalLoss = 0;
+  auto score = [&](const Tensor& x, const Tensor& y) {
+    ++batches;
+    if (!accuracy) {
+      totalLoss += model_->loss(x, y).data().toDType(DType::F64).toVector<double>()[0];
+      return;
+    }
+    const std::vector<double> v = model_->forward(x).data().toDType(DType::F64).toVector<double>();  // (N, classes)
+    const std::vector<int32_t> labels = y.to(Device::CPU).toVector<int32_t>();                      // (N)
+    const size_t classes = v.size() / labels.size();
+    for (size_t i = 0; i < labels.size(); ++i) {
+      const auto row = v.begin() + i * classes;
+      correct += (std::max_element(row, row + classes) - row) == labels[i];
+    }
+    scored += static_cast<int64_t>(labels.size());
+  };
+  if (models::findModel(opts_.model).data == models::DataKind::Images) {
     const int64_t chunk = 1000, pixels = testImages_.rows * testImages_.cols;
-    int64_t correct = 0;
     for (int64_t start = 0; start < testImages_.count; start += chunk) {
       const int64_t n = std::min(chunk, testImages_.count - start);
       Tensor x = Tensor::fromHost(testImages_.images.data() + start * pixels, {n, pixels}, DType::F32, Device::CPU);
-      Tensor logits = model_->forward(x.toDType(session_.dtype).to(session_.device)).data().toDType(DType::F64);
-      std::vector<double> v = logits.toVector<double>();
-      for (int64_t i = 0; i < n; ++i) {
-        const auto row = v.begin() + i * 10;
-        correct += (std::max_element(row, row + 10) - row) == testImages_.labels[start + i];
-      }
+      std::vector<int32_t> labels(testImages_.labels.begin() + start, testImages_.labels.begin() + start + n);
+      score(x.toDType(session_.dtype).to(session_.device), Tensor::fromVector(labels, {n}, session_.device));
     }
-    return static_cast<double>(correct) / static_cast<double>(testImages_.count);
+  } else {
+    // Validation windows drawn with a fixed seed: the same windows for every run and world size.
+    const int context = static_cast<int>(opts_.gpt.context);
+    auto source = windowBatches(corpus_.val, opts_.batchSize, context, 0, 1, 7);
+    std::vector<int32_t> inputs(opts_.batchSize * context), targets(inputs.size());
+    for (int64_t b = 0; b < opts_.evalBatches; ++b) {
+      source->fill(inputs.data(), targets.data());
+      score(Tensor::fromVector(inputs, {opts_.batchSize, context}, session_.device),
+            Tensor::fromVector(targets, {opts_.batchSize * context}, session_.device));
+    }
   }
-  // Validation windows drawn with a fixed seed: the same windows for every run and world size.
-  const int context = static_cast<int>(opts_.gpt.context);
-  auto source = windowBatches(corpus_.val, opts_.batchSize, context, 0, 1, 7);
-  std::vector<int32_t> inputs(opts_.batchSize * context), targets(inputs.size());
-  double total = 0;
-  for (int64_t b = 0; b < opts_.evalBatches; ++b) {
-    source->fill(inputs.data(), targets.data());
-    Tensor x = Tensor::fromVector(inputs, {opts_.batchSize, context}, session_.device);
-    Tensor y = Tensor::fromVector(targets, {opts_.batchSize, context}, session_.device);
-    total += model_->loss(x, y).data().toDType(DType::F64).toVector<double>()[0];
-  }
-  return total / static_cast<double>(std::max<int64_t>(opts_.evalBatches, 1));
+  if (accuracy) return static_cast<double>(correct) / static_cast<double>(std::max<int64_t>(scored, 1));
+  return totalLoss / static_cast<double>(std::max<int64_t>(batches, 1));
 }
 
 std::string Trainer::sample(const std::string& prompt, int64_t bytes) {
   NoGradGuard noGrad;
-  const int64_t context = opts_.gpt.context, vocab = static_cast<models::GPT&>(*model_).config().vocab;
+  MINIDP_CHECK(models::findModel(opts_.model).data == models::DataKind::Tokens,
+               "sample: --model " << opts_.model << " does not read tokens");
+  const int64_t context = opts_.gpt.context, vocab = std::max<int64_t>(corpus_.vocab, 1);
   std::vector<int32_t> tokens(prompt.begin(), prompt.end());
   std::string out;
   for (int64_t i = 0; i < bytes; ++i) {

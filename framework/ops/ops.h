@@ -3,6 +3,7 @@
 #pragma once
 
 #include "framework/autograd/variable.h"
+#include "framework/ops/composite.h"  // sub, div, pow, rsqrt, ..., broadcasts, last-dim sums
 
 namespace minidp::ops {
 

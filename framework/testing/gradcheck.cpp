@@ -1,4 +1,4 @@
-#include "tests/support/gradcheck.h"
+#include "framework/testing/gradcheck.h"
 
 #include <algorithm>
 #include <cmath>
