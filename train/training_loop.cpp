@@ -43,7 +43,8 @@ int runTraining(int argc, char** argv, const std::string& program) {
     if (printer) {
       std::printf("%s: %s, %lld parameters, %d rank(s) on %s (%s), communicator %s, overlap %s\n",
                   program.c_str(), opts.model.c_str(), static_cast<long long>(trainer.model().numParameters()),
-                  session.world(), opts.device.c_str(), opts.dtype.c_str(), session.comm->describe().c_str(), opts.overlap.c_str());
+                  session.world(), opts.device.c_str(), opts.dtype.c_str(), session.comm->describe().c_str(),
+                  opts.overlap.c_str());
       std::printf("%s", trainer.ddp().plan().describe().c_str());
     }
     using Clock = std::chrono::steady_clock;

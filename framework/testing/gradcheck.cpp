@@ -65,6 +65,14 @@ double gradcheck(const std::function<Variable(const std::vector<Variable>&)>& f,
   return worst;
 }
 
+::testing::AssertionResult gradcheckPasses(const std::function<Variable(const std::vector<Variable>&)>& f,
+                                           std::vector<Variable> inputs, double tolerance) {
+  std::string report;
+  const double error = gradcheck(f, std::move(inputs), &report);
+  if (error < tolerance) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "gradcheck error " << error << " >= " << tolerance << "\n" << report;
+}
+
 double relativeError(const Tensor& a, const Tensor& b) {
   std::vector<double> x = a.toDType(DType::F64).toVector<double>();
   std::vector<double> y = b.toDType(DType::F64).toVector<double>();

@@ -6,6 +6,8 @@
 // passes `gradcheck(...) < kGradcheckTolerance` (1e-6) with a wide margin on both sides.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <functional>
 #include <string>
 #include <vector>
@@ -29,6 +31,11 @@ Tensor randomIndices(const Shape& shape, int32_t bound, uint64_t seed);
 /// The inputs must be float64 CPU tensors (randomTensor's default); keep them away from kinks (relu at 0).
 double gradcheck(const std::function<Variable(const std::vector<Variable>&)>& f,
                  std::vector<Variable> inputs, std::string* report = nullptr, double h = 1e-6);
+
+/// GoogleTest check: gradcheck(f, inputs) < tolerance; on failure the message holds the per-input report.
+/// EXPECT_TRUE(gradcheckPasses(f, {Variable(x, true), ...})).
+::testing::AssertionResult gradcheckPasses(const std::function<Variable(const std::vector<Variable>&)>& f,
+                                           std::vector<Variable> inputs, double tolerance = kGradcheckTolerance);
 
 /// Max |a - b| / max(|b|max, tiny) over all elements (host copies; any device, any float dtype).
 double relativeError(const Tensor& a, const Tensor& b);

@@ -50,7 +50,9 @@ TEST(ModelRegistry, GptFactoryMatchesConstructor) {
 
 TEST(ModelRegistry, RegisteredModelIsFoundAndListed) {
   models::ModelEntry e;
-  e.make = [](const models::ModelArgs& a) { return std::make_unique<models::MLP>(std::vector<int64_t>{a.inputs, 2}, 1); };
+  e.make = [](const models::ModelArgs& a) {
+    return std::make_unique<models::MLP>(std::vector<int64_t>{a.inputs, 2}, 1);
+  };
   models::registerModel("registry-test-linear", e);
   EXPECT_TRUE(models::hasModel("registry-test-linear"));
   models::ModelArgs args;
