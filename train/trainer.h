@@ -72,7 +72,7 @@ struct Session {
 /// can end the other ranks (which would otherwise wait in the communicator's setup).
 void openSession(Options& opts, Session& session);
 
-/// Model, data, DDP and optimizer of a run.
+/// Model (by name from models/registry.h), data, DDP and optimizer of a run.
 class Trainer {
  public:
   Trainer(const Options& opts, Session& session);
@@ -82,9 +82,10 @@ class Trainer {
   Tensor step();
   /// The mean of `loss` over all ranks: the loss of the global batch (a collective; synchronises).
   double globalLoss(const Tensor& loss);
-  /// MLP: accuracy on the test split. GPT: mean validation loss (nats per token) over evalBatches.
+  /// The model's registered evaluation, accuracy or mean loss (nats per token), over the test split (images)
+  /// or evalBatches validation batches (tokens).
   double evaluate();
-  /// GPT only: `bytes` bytes continued from `prompt` (greedy).
+  /// Token models only: `bytes` bytes continued from `prompt` (greedy).
   std::string sample(const std::string& prompt, int64_t bytes);
   models::Model& model() { return *model_; }
   distributed::DistributedDataParallel& ddp() { return *ddp_; }
