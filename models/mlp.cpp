@@ -1,29 +1,17 @@
 #include "models/mlp.h"
 
+#include "framework/nn/module_list.h"
 #include "framework/ops/ops.h"
 
 namespace minidp::models {
 
-namespace {
-// Registers each Linear as a child of a "layers" container so names read layers.0.weight.
-class LayerList : public nn::Module {
- public:
-  std::shared_ptr<nn::Linear> add(std::shared_ptr<nn::Linear> layer) {
-    return registerModule(std::to_string(count_++), std::move(layer));
-  }
-
- private:
-  int count_ = 0;
-};
-}  // namespace
-
 MLP::MLP(const std::vector<int64_t>& dims, uint64_t seed, DType compute) : compute_(compute) {
   MINIDP_CHECK(dims.size() >= 2, "MLP needs at least an input and an output size");
   nn::Rng rng(seed);
-  auto list = registerModule("layers", std::make_shared<LayerList>());
+  auto list = registerModule("layers", std::make_shared<nn::ModuleList>());
   for (size_t i = 0; i + 1 < dims.size(); ++i) {
     MINIDP_CHECK(dims[i] > 0 && dims[i + 1] > 0, "MLP layer sizes must be positive");
-    layers_.push_back(list->add(std::make_shared<nn::Linear>(dims[i], dims[i + 1], true, rng)));
+    layers_.push_back(list->append(std::make_shared<nn::Linear>(dims[i], dims[i + 1], true, rng)));
   }
 }
 

@@ -26,6 +26,7 @@
 
 #include "framework/runtime/device.h"
 #include "framework/io/atomic_file.h"
+#include "models/registry.h"
 #include "train/trace.h"
 #include "train/trainer.h"
 
@@ -271,7 +272,7 @@ int main(int argc, char** argv) {
                              {"seed", opts.seed},
                              {"date", utcNow()},
                              {"emulated", emulated}};
-    if (opts.model == "gpt") {
+    if (models::findModel(opts.model).data == models::DataKind::Tokens) {  // the size flags it read
       config["gpt"] = {{"layers", opts.gpt.layers},
                        {"heads", opts.gpt.heads},
                        {"embd", opts.gpt.embd},

@@ -10,12 +10,17 @@
 #include "framework/ops/ops.h"
 #include "framework/ops/tensor_math.h"
 #include "framework/runtime/device.h"
+#include "models/registry.h"
 #include "train/sampling.h"
 
 namespace minidp::train {
 
 void addOptions(CLI::App& app, Options& o) {
-  app.add_option("--model", o.model, "Model to train")->check(CLI::IsMember({"mlp", "gpt"}))->capture_default_str();
+  app.add_option("--model", o.model, "Model to train: a name of the model registry (mlp, gpt, or one the program "
+                                     "registered)")
+      ->check(CLI::Validator([](std::string& name) { return models::hasModel(name) ? "" : "unknown model " + name; },
+                             "MODEL"))
+      ->capture_default_str();
   app.add_option("--data", o.data, "Dataset: fashion-mnist (mlp), fortunes or llmc (gpt); default by model")
       ->check(CLI::IsMember({"fashion-mnist", "fortunes", "llmc"}));
   app.add_option("--data-dir", o.dataDir, "Dataset folder (default: the Debian package's folder)");
@@ -96,7 +101,7 @@ void addSessionOptions(CLI::App& app, Options& o) {
 }
 
 void openSession(Options& opts, Session& s) {
-  if (opts.steps == 0) opts.steps = opts.model == "mlp" ? 5000 : 2000;
+  if (opts.steps == 0) opts.steps = models::findModel(opts.model).defaultSteps;
   s.device = opts.device == "cuda" ? Device::CUDA : Device::CPU;
   s.dtype = opts.dtype == "fp64" ? DType::F64 : DType::F32;
   s.compute = opts.dtype == "bf16" ? DType::BF16 : s.dtype;
@@ -122,28 +127,27 @@ std::string defaultDir(const std::string& data) {
 }  // namespace
 
 Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(session), timer_(session.device) {
-  const std::string data = o.data.empty() ? (o.model == "mlp" ? "fashion-mnist" : "fortunes") : o.data;
+  const models::ModelEntry& entry = models::findModel(o.model);
+  const std::string data = o.data.empty() ? entry.defaultData : o.data;
   const std::string dir = o.dataDir.empty() ? defaultDir(data) : o.dataDir;
   const int rank = session.rank(), world = session.world();
+  models::ModelArgs args{o.seed, 0, 0, 0, o.hidden, o.gpt.layers, o.gpt.heads, o.gpt.embd, session.compute};
   std::unique_ptr<BatchSource> source;
-  if (o.model == "mlp") {
-    MINIDP_CHECK(data == "fashion-mnist", "--model mlp trains on fashion-mnist, not " << data);
+  if (entry.data == models::DataKind::Images) {
+    MINIDP_CHECK(data == "fashion-mnist", "--model " << o.model << " reads images: fashion-mnist, not " << data);
     trainImages_ = loadFashionMnist(dir, "train");
     testImages_ = loadFashionMnist(dir, "test");
-    std::vector<int64_t> dims{trainImages_.rows * trainImages_.cols};
-    dims.insert(dims.end(), o.hidden.begin(), o.hidden.end());
-    dims.push_back(10);
-    model_ = std::make_unique<models::MLP>(dims, o.seed, session.compute);
+    args.inputs = trainImages_.rows * trainImages_.cols;
+    args.classes = 10;
     source = imageBatches(trainImages_, o.batchSize, rank, world, o.seed, session.dtype);
   } else {
-    MINIDP_CHECK(data != "fashion-mnist", "--model gpt trains on fortunes or llmc");
+    MINIDP_CHECK(data != "fashion-mnist", "--model " << o.model << " reads tokens: fortunes or llmc");
     corpus_ = data == "llmc" ? loadLlmcTokens(o.llmcTrain, o.llmcVal) : loadFortunes(dir);
-    models::GptConfig c = o.gpt;
-    c.vocab = std::max<int64_t>(corpus_.vocab, 1);
-    c.compute = session.compute;
-    model_ = std::make_unique<models::GPT>(c, o.seed);
-    source = windowBatches(corpus_.train, o.batchSize, static_cast<int>(c.context), rank, world, o.seed);
+    args.classes = std::max<int64_t>(corpus_.vocab, 1);
+    args.context = o.gpt.context;
+    source = windowBatches(corpus_.train, o.batchSize, static_cast<int>(args.context), rank, world, o.seed);
   }
+  model_ = entry.make(args);
   if (!o.load.empty()) nn::loadCheckpoint(*model_, o.load);
   model_->to(session.device, session.dtype);
   std::vector<std::string> names;
@@ -162,8 +166,8 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
   ddpOptions.firstBucketMb = o.firstBucketMb;
   ddpOptions.rebuildBuckets = o.rebuildBuckets;
   ddp_ = std::make_unique<distributed::DistributedDataParallel>(model_->namedParameters(), session.comm, ddpOptions);
-  const std::string optName = o.optimizer.empty() ? (o.model == "mlp" ? "sgd" : "adamw") : o.optimizer;
-  const double lr = o.lr > 0 ? o.lr : (o.model == "mlp" ? 0.05 : 1e-3);
+  const std::string optName = o.optimizer.empty() ? entry.defaultOptimizer : o.optimizer;
+  const double lr = o.lr > 0 ? o.lr : entry.defaultLr;
   optimizer_ = optim::makeOptimizer(optName, model_->namedParameters(), lr, o.weightDecay);
   schedule_ = LrSchedule{o.lrSchedule, lr, o.warmupSteps, o.steps, o.minLrFrac};
   clipper_ = std::make_unique<optim::GradClipper>(o.clipGradNorm, model_->parameters().front().dtype(),
@@ -248,7 +252,8 @@ Evaluation Trainer::evaluate() {
   const int rank = session_.rank(), world = session_.world();
   // Sums over this rank's shard, then averaged over the ranks: [loss sum, correct, count].
   std::vector<double> sums(3, 0.0);
-  if (opts_.model == "mlp") {
+  const bool images = models::findModel(opts_.model).data == models::DataKind::Images;
+  if (images) {
     const int64_t chunk = 1000, pixels = testImages_.rows * testImages_.cols;
     const int64_t first = testImages_.count * rank / world, end = testImages_.count * (rank + 1) / world;
     for (int64_t start = first; start < end; start += chunk) {
@@ -258,10 +263,11 @@ Evaluation Trainer::evaluate() {
       Variable logits = model_->forward(x.toDType(session_.dtype).to(session_.device));
       const Tensor y = Tensor::fromVector(labels, {n}, session_.device);
       sums[0] += ops::crossEntropy(logits, y).data().toDType(DType::F64).toVector<double>()[0] * n;
-      std::vector<double> v = logits.data().toDType(DType::F64).toVector<double>();
+      std::vector<double> v = logits.data().toDType(DType::F64).toVector<double>();  // (n, classes)
+      const int64_t classes = static_cast<int64_t>(v.size()) / n;
       for (int64_t i = 0; i < n; ++i) {
-        const auto row = v.begin() + i * 10;
-        sums[1] += (std::max_element(row, row + 10) - row) == labels[i];
+        const auto row = v.begin() + i * classes;
+        sums[1] += (std::max_element(row, row + classes) - row) == labels[i];
       }
       sums[2] += static_cast<double>(n);
     }
@@ -283,12 +289,14 @@ Evaluation Trainer::evaluate() {
   session_.comm->allReduceAverage(total, "validation")->wait();
   const std::vector<double> mean = total.toVector<double>();
   const double count = std::max(mean[2], 1e-300);
-  return {mean[0] / count, opts_.model == "mlp" ? mean[1] / count : NAN};
+  return {mean[0] / count, images ? mean[1] / count : NAN};
 }
 
 std::string Trainer::sample(int64_t count) {
   NoGradGuard noGrad;
-  const int64_t context = opts_.gpt.context, vocab = static_cast<models::GPT&>(*model_).config().vocab;
+  MINIDP_CHECK(models::findModel(opts_.model).data == models::DataKind::Tokens,
+               "sample: --model " << opts_.model << " does not read tokens");
+  const int64_t context = opts_.gpt.context, vocab = std::max<int64_t>(corpus_.vocab, 1);
   const bool bytes = opts_.data != "llmc";  // fortunes: one token per byte
   const std::string prompt = "The ";
   std::vector<int32_t> tokens = bytes ? std::vector<int32_t>(prompt.begin(), prompt.end())

@@ -96,7 +96,7 @@ struct Evaluation {
   double accuracy = 0;
 };
 
-/// Model, data, DDP and optimizer of a run.
+/// Model (by name from models/registry.h), data, DDP and optimizer of a run.
 class Trainer {
  public:
   Trainer(const Options& opts, Session& session);
@@ -106,15 +106,15 @@ class Trainer {
   Tensor step();
   /// The mean of `loss` over all ranks: the loss of the global batch (a collective; synchronises).
   double globalLoss(const Tensor& loss);
-  /// Validation, every rank on its shard, averaged over the ranks (a collective). MLP: loss and accuracy
-  /// on the test split; GPT: mean loss (nats per token) over evalBatches global batches.
+  /// Validation, every rank on its shard, averaged over the ranks (a collective). image models: loss and
+  /// accuracy on the test split; token models: mean loss (nats per token) over evalBatches global batches.
   Evaluation evaluate();
   /// The learning rate of the last step (the schedule's value).
   double lr() const { return lr_; }
   /// The global norm of the last step's averaged gradients (computed on the device now unless clipping
   /// already did; reading it synchronises: log points only).
   double gradNorm();
-  /// GPT only: `count` tokens continued from a prompt (bytes of "The " for byte vocabularies, else token 0
+  /// Token models only: `count` tokens continued from a prompt (bytes of "The " for byte vocabularies, else token 0
   /// or GPT-2's <|endoftext|>), drawn at opts.temperature from the opts.topK most likely, seeded by
   /// opts.seed: the same on every rank. Byte vocabularies give text, others token ids separated by spaces.
   std::string sample(int64_t count);

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "framework/autograd/variable.h"
+#include "framework/ops/composite.h"  // sub, div, pow, rsqrt, ..., broadcasts, last-dim sums
 
 namespace minidp::ops {
 

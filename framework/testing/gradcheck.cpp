@@ -1,4 +1,4 @@
-#include "tests/support/gradcheck.h"
+#include "framework/testing/gradcheck.h"
 
 #include <algorithm>
 #include <cmath>
@@ -63,6 +63,14 @@ double gradcheck(const std::function<Variable(const std::vector<Variable>&)>& f,
   }
   if (report) *report += os.str();
   return worst;
+}
+
+::testing::AssertionResult gradcheckPasses(const std::function<Variable(const std::vector<Variable>&)>& f,
+                                           std::vector<Variable> inputs, double tolerance) {
+  std::string report;
+  const double error = gradcheck(f, std::move(inputs), &report);
+  if (error < tolerance) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "gradcheck error " << error << " >= " << tolerance << "\n" << report;
 }
 
 double relativeError(const Tensor& a, const Tensor& b) {

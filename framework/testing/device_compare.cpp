@@ -1,7 +1,7 @@
-#include "tests/support/device_compare.h"
+#include "framework/testing/device_compare.h"
 
 #include "framework/runtime/device.h"
-#include "tests/support/gradcheck.h"
+#include "framework/testing/gradcheck.h"
 
 namespace minidp::testing {
 
@@ -27,6 +27,8 @@ DeviceComparison compareDevices(const std::function<Variable(const std::vector<V
 }
 
 double roundingEps(DType dtype) { return dtype == DType::F32 ? 6e-8 : 1.2e-16; }
+
+double sumTolerance(DType dtype, int64_t terms) { return 2.0 * static_cast<double>(terms + 4) * roundingEps(dtype); }
 
 void CudaVsCpuTest::SetUp() {
   if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";

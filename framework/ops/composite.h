@@ -1,0 +1,48 @@
+// Composable differentiable ops: enough elementwise, broadcast and last-dimension reductions that a layer
+// such as RMSNorm or SwiGLU is a few lines of ops, on the CPU and on CUDA, float32 and float64.
+// Shapes: x (..., C); "rows" are the leading dimensions. Included by framework/ops/ops.h.
+#pragma once
+
+#include "framework/autograd/variable.h"
+
+namespace minidp::ops {
+
+// ---- elementwise, same shape ----
+/// a - b.
+Variable sub(const Variable& a, const Variable& b);
+/// a / b.
+Variable div(const Variable& a, const Variable& b);
+/// -x.
+Variable neg(const Variable& x);
+/// x + s.
+Variable addScalar(const Variable& x, double s);
+/// x ^ p for a scalar exponent p (x > 0 unless p is a whole number).
+Variable pow(const Variable& x, double p);
+/// sqrt(x), x > 0.
+Variable sqrt(const Variable& x);
+/// 1 / sqrt(x), x > 0.
+Variable rsqrt(const Variable& x);
+/// e^x.
+Variable exp(const Variable& x);
+/// 1 / (1 + e^-x).
+Variable sigmoid(const Variable& x);
+/// x * sigmoid(x) (SiLU, the gate of SwiGLU).
+Variable silu(const Variable& x);
+
+// ---- broadcast: x (..., C) with y (C) (per column) or (..., 1) (per row) ----
+/// x + y, y broadcast over x's rows (y (C)) or columns (y (..., 1)).
+Variable addBroadcast(const Variable& x, const Variable& y);
+/// x * y, y broadcast as in addBroadcast.
+Variable mulBroadcast(const Variable& x, const Variable& y);
+
+// ---- reductions over the last dimension ----
+/// Sum over the last dimension: (..., C) -> (..., 1) with keepdim, (...) without.
+Variable sumLastDim(const Variable& x, bool keepdim = true);
+/// Mean over the last dimension, shapes as sumLastDim.
+Variable meanLastDim(const Variable& x, bool keepdim = true);
+
+// ---- lookup ----
+/// table[index]: table (V, C), index int32 (...) -> (..., C). Deterministic backward (no atomics).
+Variable gatherRows(const Variable& table, const Tensor& index);
+
+}  // namespace minidp::ops

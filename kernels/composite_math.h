@@ -1,0 +1,72 @@
+// Elementwise math of the composable ops, shared by the CUDA kernels and their CPU twins.
+#pragma once
+
+#include <cmath>
+
+#include "kernels/composite.h"
+#include "kernels/host_device.h"
+
+namespace minidp::kernels {
+
+template <typename T>
+MINIDP_HOST_DEVICE inline T sigmoidValue(T x) {
+  return T(1) / (T(1) + exp(-x));
+}
+
+/// f(x; p) of a UnaryOp.
+template <typename T>
+MINIDP_HOST_DEVICE inline T unaryValue(UnaryOp op, T x, T p) {
+  switch (op) {
+    case UnaryOp::Neg: return -x;
+    case UnaryOp::Exp: return exp(x);
+    case UnaryOp::Sqrt: return sqrt(x);
+    case UnaryOp::Rsqrt: return T(1) / sqrt(x);
+    case UnaryOp::Pow: return pow(x, p);
+    case UnaryOp::AddScalar: return x + p;
+    case UnaryOp::Sigmoid: return sigmoidValue(x);
+    case UnaryOp::Silu: return x * sigmoidValue(x);
+  }
+  return x;
+}
+
+/// f'(x; p) of a UnaryOp.
+template <typename T>
+MINIDP_HOST_DEVICE inline T unaryDerivative(UnaryOp op, T x, T p) {
+  switch (op) {
+    case UnaryOp::Neg: return T(-1);
+    case UnaryOp::Exp: return exp(x);
+    case UnaryOp::Sqrt: return T(0.5) / sqrt(x);
+    case UnaryOp::Rsqrt: return T(-0.5) / (x * sqrt(x));
+    case UnaryOp::Pow: return p * pow(x, p - T(1));
+    case UnaryOp::AddScalar: return T(1);
+    case UnaryOp::Sigmoid: {
+      const T s = sigmoidValue(x);
+      return s * (T(1) - s);
+    }
+    case UnaryOp::Silu: {
+      const T s = sigmoidValue(x);
+      return s * (T(1) + x * (T(1) - s));
+    }
+  }
+  return T(0);
+}
+
+/// a op b of a BinaryOp.
+template <typename T>
+MINIDP_HOST_DEVICE inline T binaryValue(BinaryOp op, T a, T b) {
+  switch (op) {
+    case BinaryOp::Add: return a + b;
+    case BinaryOp::Sub: return a - b;
+    case BinaryOp::Mul: return a * b;
+    case BinaryOp::Div: return a / b;
+    case BinaryOp::Right: return b;
+  }
+  return b;
+}
+
+/// The index into b of element i of a (rows, cols).
+MINIDP_HOST_DEVICE inline int64_t broadcastIndex(Broadcast broadcast, int64_t i, int64_t cols) {
+  return broadcast == Broadcast::Same ? i : broadcast == Broadcast::Columns ? i % cols : i / cols;
+}
+
+}  // namespace minidp::kernels

@@ -1,0 +1,155 @@
+// The training loop of minidp-train as a library call: rank 0 prints a line per logged step, the
+// evaluation, and last a one-line JSON summary for scripts. Logged steps also say how much all-reduce time
+// the step had and how much of it was exposed (not hidden behind backward); --trace writes a Chrome trace
+// of the last steps; --metrics writes the logged steps as JSON lines (train/plot_metrics.py draws them).
+#include "train/training_loop.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "framework/nn/checkpoint.h"
+#include "framework/runtime/device.h"
+#include "models/registry.h"
+#include "train/metrics.h"
+#include "train/trace.h"
+#include "train/trainer.h"
+
+namespace minidp::train {
+
+namespace {
+
+std::string modelList() {
+  std::string names;
+  for (const std::string& name : models::registeredModels()) names += (names.empty() ? "" : ", ") + name;
+  return names;
+}
+
+}  // namespace
+
+int runTraining(int argc, char** argv, const std::string& program) {
+  CLI::App app{program + ": data-parallel training of a registered model (" + modelList() + ")"};
+  Options opts;
+  addOptions(app, opts);
+  CLI11_PARSE(app, argc, argv);
+
+  Session session;
+  return runGuarded(program.c_str(), session, [&] {
+    openSession(opts, session);
+    Trainer trainer(opts, session);
+    const bool printer = session.rank() == 0;
+    if (printer) {
+      std::printf("%s: %s, %lld parameters, %d rank(s) on %s (%s), communicator %s, overlap %s\n",
+                  program.c_str(), opts.model.c_str(), static_cast<long long>(trainer.model().numParameters()),
+                  session.world(), opts.device.c_str(), opts.dtype.c_str(), session.comm->describe().c_str(),
+                  opts.overlap.c_str());
+      std::printf("%s", trainer.ddp().plan().describe().c_str());
+    }
+    using Clock = std::chrono::steady_clock;
+    double lastLoss = NAN, totalMs = 0, totalCommMs = 0, totalExposedMs = 0;
+    int64_t timedSteps = 0;
+    std::vector<runtime::StepRecord> traced;
+    auto windowStart = Clock::now();
+    int64_t windowSteps = 0;
+    // Training-loop reporting: metrics file, validation every --eval-every steps, throughput and MFU.
+    std::unique_ptr<MetricsFile> metrics;
+    if (printer && !opts.metrics.empty()) metrics = std::make_unique<MetricsFile>(opts.metrics);
+    const models::ModelEntry& entry = models::findModel(opts.model);
+    const bool gpt = entry.data == models::DataKind::Tokens;  // throughput in tokens, MFU with attention
+    const double itemsPerStep = static_cast<double>(trainer.samplesPerStep()) * (gpt ? opts.gpt.context : 1);
+    const double flopsPerStep = itemsPerStep * flopsPerItem(trainer.model().numParameters(), gpt ? opts.gpt.layers : 0,
+                                                                   opts.gpt.embd, opts.gpt.context);
+    for (int64_t step = 1; step <= opts.steps; ++step) {
+      trainer.timer().setDetailed(!opts.trace.empty() && step > opts.steps - opts.traceSteps);
+      Tensor loss = trainer.step();
+      ++windowSteps;
+      const bool evalNow = opts.evalEvery > 0 && step % opts.evalEvery == 0;
+      if (step % opts.logEvery == 0 || step == opts.steps || evalNow) {
+        // The only host synchronisation of the loop: reading the loss (averaged over the ranks).
+        lastLoss = trainer.globalLoss(loss);
+        const double ms = std::chrono::duration<double, std::milli>(Clock::now() - windowStart).count() / windowSteps;
+        // The steps are complete now (the loss was read): their timings resolve without another stall.
+        double commMs = 0, exposedMs = 0;
+        const std::vector<runtime::StepRecord> records = trainer.timer().collect(true);
+        for (const runtime::StepRecord& r : records) {
+          commMs += r.commMs() / records.size();
+          exposedMs += r.exposedMs() / records.size();
+          if (r.step > opts.steps - opts.traceSteps) traced.push_back(r);
+        }
+        // The first window holds start-up costs (allocations, cuBLAS set-up); the mean excludes it.
+        if (step > opts.logEvery || opts.steps <= opts.logEvery) {
+          totalMs += ms * windowSteps;
+          totalCommMs += commMs * windowSteps;
+          totalExposedMs += exposedMs * windowSteps;
+          timedSteps += windowSteps;
+        }
+        LogPoint point;
+        point.step = step;
+        point.totalSteps = opts.steps;
+        point.loss = lastLoss;
+        point.lr = trainer.lr();
+        point.gradNorm = trainer.gradNorm();
+        point.stepMs = ms;
+        point.itemsPerS = itemsPerStep * 1000.0 / ms;
+        point.tokens = gpt;
+        if (session.device == Device::CUDA) point.mfu = flopsPerStep / (ms / 1000.0) / session.world() / (opts.peakTflops * 1e12);
+        if (session.world() > 1) {
+          point.commMs = commMs;
+          point.exposedCommMs = exposedMs;
+        }
+        if (evalNow) {
+          const Evaluation e = trainer.evaluate();
+          point.valLoss = e.loss;
+          point.valAccuracy = e.accuracy;
+        }
+        if (metrics) metrics->append(point.toJson());
+        if (printer) {
+          std::printf("%s\n", point.terminalLine().c_str());
+          std::fflush(stdout);
+        }
+        windowStart = Clock::now();
+        windowSteps = 0;
+      }
+    }
+    // Peak GPU memory held by tensors over the training steps (before evaluation's own allocations).
+    const double peakMib = runtime::allocatorStats().peakAllocatedBytes / 1048576.0;
+    const Evaluation evaluation = trainer.evaluate();
+    nlohmann::json summary = {{"model", opts.model},      {"device", opts.device},
+                              {"world", session.world()}, {"steps", opts.steps},
+                              {"batch_size", opts.batchSize}, {"overlap", opts.overlap},
+                              {"final_loss", lastLoss},   {"mean_step_ms", timedSteps ? totalMs / timedSteps : NAN},
+                              {"mean_comm_ms", timedSteps ? totalCommMs / timedSteps : NAN},
+                              {"mean_exposed_comm_ms", timedSteps ? totalExposedMs / timedSteps : NAN}};
+    summary["dtype"] = opts.dtype;
+    if (session.device == Device::CUDA) summary["peak_gpu_mib"] = peakMib;
+    if (!opts.trace.empty()) {
+      writeTrace(*session.comm, traced, opts.trace,
+                        {{"program", program}, {"model", opts.model}, {"device", opts.device},
+                         {"world", session.world()}, {"overlap", opts.overlap}, {"bucket_mb", opts.bucketMb},
+                         {"communicator", session.comm->describe()}});
+      if (printer) std::printf("trace of %zu step(s) written to %s\n", traced.size(), opts.trace.c_str());
+    }
+    summary["val_loss"] = evaluation.loss;
+    if (entry.evaluation == models::Evaluation::Accuracy) {
+      summary["test_accuracy"] = evaluation.accuracy;
+      if (printer) std::printf("test loss %.4f, accuracy %.4f\n", evaluation.loss, evaluation.accuracy);
+    } else {
+      if (printer) std::printf("validation loss %.4f nats/%s\n", evaluation.loss, opts.data == "llmc" ? "token" : "byte");
+      if (opts.sample > 0) {
+        const std::string text = trainer.sample(opts.sample);  // every rank: the same forward passes
+        if (printer) std::printf("sample: %s\n", text.c_str());
+      }
+    }
+    if (!opts.save.empty()) {
+      if (printer) nn::saveCheckpoint(trainer.model(), opts.save);
+      if (printer) std::printf("saved %s\n", opts.save.c_str());
+    }
+    if (printer) std::printf("%s\n", summary.dump().c_str());
+    return 0;
+  });
+}
+
+}  // namespace minidp::train
