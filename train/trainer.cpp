@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "framework/distributed/launcher.h"
 #include "framework/nn/checkpoint.h"
 #include "framework/ops/ops.h"
 #include "framework/ops/tensor_math.h"
@@ -53,6 +54,15 @@ void addOptions(CLI::App& app, Options& o) {
   app.add_option("--trace", o.trace, "Write a Chrome trace (JSON) of the last --trace-steps steps to this file");
   app.add_option("--trace-steps", o.traceSteps, "Steps in the trace")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--grad-comm", o.gradComm, "Gradient precision on the wire: fp32, or bf16 (cast, averaged, cast "
+                                            "back into the fp32 bucket)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
+  app.add_option("--zero", o.zero, "ZeRO stage: 0 all-reduces gradients; 1 reduce-scatters them and shards the "
+                                   "optimizer state")
+      ->check(CLI::IsMember({0, 1}))->capture_default_str();
+  app.add_option("--zero-gather", o.zeroGather, "ZeRO-1 parameter all-gather: end (after every shard's update) or "
+                                                "overlap (bucket by bucket, as each shard is updated)")
+      ->check(CLI::IsMember({"end", "overlap"}))->capture_default_str();
   addSessionOptions(app, o);
 }
 
@@ -65,6 +75,8 @@ void addSessionOptions(CLI::App& app, Options& o) {
   app.add_option("--emulated-world", o.comm.emulatedWorld, "Emulated link: ranks modelled")->capture_default_str();
   app.add_option("--emulated-gbps", o.comm.emulatedGBps, "Emulated link: bandwidth, GB/s")->capture_default_str();
   app.add_option("--emulated-latency-us", o.comm.emulatedLatencyUs, "Emulated link: latency, us")
+      ->capture_default_str();
+  app.add_option("--gpu", o.comm.gpu, "CUDA device of this rank (-1: node-local rank modulo the visible devices)")
       ->capture_default_str();
   app.add_option("--watchdog-s", o.comm.watchdogSeconds, "Abort every rank if a collective takes longer")
       ->capture_default_str();
@@ -79,6 +91,8 @@ void openSession(Options& opts, Session& s) {
   if (s.device == Device::CUDA) {
     MINIDP_CHECK(runtime::cudaAvailable(), "--device cuda, but no CUDA device is available (or minidp was built "
                                            "without CUDA)");
+    runtime::setDevice(distributed::selectGpu(opts.comm.gpu, s.mpi ? s.mpi->localRank() : 0,
+                                              runtime::cudaDeviceCount()));
   }
   opts.comm.cuda = s.device == Device::CUDA;
   s.comm = distributed::makeCommunicator(opts.comm, s.mpi.get());
@@ -131,10 +145,23 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
   ddpOptions.bucketMb = o.bucketMb;
   ddpOptions.firstBucketMb = o.firstBucketMb;
   ddpOptions.rebuildBuckets = o.rebuildBuckets;
+  ddpOptions.gradComm = o.gradComm == "bf16" ? distributed::GradComm::Bf16 : distributed::GradComm::Fp32;
+  ddpOptions.zeroStage = o.zero;
   ddp_ = std::make_unique<distributed::DistributedDataParallel>(model_->namedParameters(), session.comm, ddpOptions);
   const std::string optName = o.optimizer.empty() ? (o.model == "mlp" ? "sgd" : "adamw") : o.optimizer;
   const double lr = o.lr > 0 ? o.lr : (o.model == "mlp" ? 0.05 : 1e-3);
-  optimizer_ = optim::makeOptimizer(optName, model_->parameters(), lr, o.weightDecay);
+  if (o.zero == 1) {
+    const auto gather = o.zeroGather == "overlap" ? distributed::ZeroGather::Overlap : distributed::ZeroGather::End;
+    auto sharded = std::make_unique<distributed::ShardedOptimizer>(*ddp_, optName, lr, o.weightDecay, gather);
+    if (session.rank() == 0) {
+      const double bytes = static_cast<double>(dtypeSize(session.dtype));
+      std::printf("ZeRO-1: optimizer state %.2f MB per rank (%.2f MB unsharded)\n",
+                  sharded->stateElements() * bytes / 1e6, sharded->unshardedStateElements() * bytes / 1e6);
+    }
+    optimizer_ = std::move(sharded);
+  } else {
+    optimizer_ = optim::makeOptimizer(optName, model_->parameters(), lr, o.weightDecay);
+  }
   batches_ = std::make_unique<Prefetcher>(std::move(source), session.device);
   batches_->setTimer(&timer_);
 }

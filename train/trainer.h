@@ -12,6 +12,7 @@
 #include "framework/distributed/communicator.h"
 #include "framework/distributed/ddp.h"
 #include "framework/distributed/mpi_environment.h"
+#include "framework/distributed/zero.h"
 #include "framework/optim/optimizer.h"
 #include "framework/runtime/step_timer.h"
 #include "models/gpt.h"
@@ -50,6 +51,10 @@ struct Options {
   std::string trace;        // Chrome trace of the last traceSteps steps (bench: of each configuration)
   int64_t traceSteps = 3;
   distributed::CommOptions comm;
+  // Data-parallel communication: gradients on the wire, ZeRO-1 sharding and its parameter gather.
+  std::string gradComm = "fp32";
+  int zero = 0;
+  std::string zeroGather = "end";
 };
 
 /// Registers the flags of `opts` on `app` (addSessionOptions included).

@@ -22,6 +22,10 @@ struct DdpOptions {
   double firstBucketMb = 1;
   /// After the first step, re-plan the buckets in rank 0's observed ready order (once; same bits).
   bool rebuildBuckets = false;
+  /// The precision buckets travel in (bf16: PyTorch's bf16_compress_hook).
+  GradComm gradComm = GradComm::Fp32;
+  /// ZeRO stage: 0 all-reduces the buckets; 1 reduce-scatters them (ShardedOptimizer updates the shards).
+  int zeroStage = 0;
 };
 
 /// One step: prepareStep(); setRequireSync(...) and backward per micro-batch; finalize(); optimizer.
@@ -48,6 +52,7 @@ class DistributedDataParallel {
   bool rebuiltLastStep() const { return rebuiltLastStep_; }
 
   const BucketPlan& plan() const { return reducer_->plan(); }
+  const nn::NamedParameters& parameters() const { return params_; }
   Communicator& communicator() const { return *comm_; }
   Reducer& reducer() { return *reducer_; }
   const Reducer& reducer() const { return *reducer_; }
