@@ -13,6 +13,25 @@
 
 namespace minidp::train {
 
+namespace {
+
+/// --bucket-mb: a positive number, or "auto" (stored as 0).
+const CLI::Validator autoBucketCap(
+    [](std::string& value) -> std::string {
+      if (value == "auto") {
+        value = "0";
+        return {};
+      }
+      try {
+        if (std::stod(value) > 0) return {};
+      } catch (const std::exception&) {
+      }
+      return "bucket cap must be a positive number of MB or auto, not '" + value + "'";
+    },
+    "MB|auto");
+
+}  // namespace
+
 void addOptions(CLI::App& app, Options& o) {
   app.add_option("--model", o.model, "Model to train")->check(CLI::IsMember({"mlp", "gpt"}))->capture_default_str();
   app.add_option("--data", o.data, "Dataset: fashion-mnist (mlp), fortunes or llmc (gpt); default by model")
@@ -41,7 +60,9 @@ void addOptions(CLI::App& app, Options& o) {
   app.add_option("--context", o.gpt.context, "GPT context length")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--overlap", o.overlap, "on: all-reduce buckets during backward; off: after it")
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
-  app.add_option("--bucket-mb", o.bucketMb, "Gradient bucket cap (MB)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--bucket-mb", o.bucketMb, "Gradient bucket cap (MB), or auto: chosen after the first step from the "
+                                            "measured link and backward")
+      ->transform(autoBucketCap)->capture_default_str();
   app.add_option("--first-bucket-mb", o.firstBucketMb, "Cap of the first bucket launched (MB)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_flag("--rebuild-buckets", o.rebuildBuckets, "After the first step, re-plan the buckets in rank 0's "
@@ -142,7 +163,14 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
   timer_.setParameterNames(std::move(names));
   distributed::DdpOptions ddpOptions;
   ddpOptions.overlap = o.overlap == "on";
-  ddpOptions.bucketMb = o.bucketMb;
+  ddpOptions.bucketMb = o.bucketMb > 0 ? o.bucketMb : 25;  // auto: a start plan, replaced after the first step
+  bucketCapMb_ = ddpOptions.bucketMb;
+  autoCapPending_ = o.bucketMb == 0;
+  if (autoCapPending_) {
+    MINIDP_CHECK(o.zero == 0 && !o.rebuildBuckets, "--bucket-mb auto re-plans after the first step: not with --zero 1 "
+                                                   "or --rebuild-buckets");
+    link_ = distributed::measureLinkCost(*session.comm, session.device, 256 << 10, 32 << 20, 3);
+  }
   ddpOptions.firstBucketMb = o.firstBucketMb;
   ddpOptions.rebuildBuckets = o.rebuildBuckets;
   ddpOptions.gradComm = o.gradComm == "bf16" ? distributed::GradComm::Bf16 : distributed::GradComm::Fp32;
@@ -169,6 +197,8 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
 int64_t Trainer::samplesPerStep() const { return opts_.batchSize * opts_.gradAccum * session_.world(); }
 
 Tensor Trainer::step() {
+  const bool profiled = autoCapPending_, detailed = timer_.detailed();
+  if (profiled) timer_.setDetailed(true);  // per-layer backward spans for the cost model
   timer_.beginStep("forward");
   ddp_->prepareStep();
   Tensor last;
@@ -195,7 +225,24 @@ Tensor Trainer::step() {
   optimizer_->step();
   timeBuckets();
   timer_.endStep();
+  if (profiled) {
+    chooseBucketCap();
+    timer_.setDetailed(detailed);
+  }
   return last;
+}
+
+void Trainer::chooseBucketCap() {
+  std::vector<std::string> names;
+  for (const distributed::ParamInfo& p : ddp_->parameterInfos()) names.push_back(p.name);
+  const distributed::BackwardProfile profile = distributed::profileFromStep(timer_.peek(true).back(), names);
+  std::string report;
+  const double wire = opts_.gradComm == "bf16" ? 0.5 : 1.0;
+  bucketCapMb_ = distributed::chooseBucketCap(*session_.comm, ddp_->parameterInfos(), profile, link_,
+                                              opts_.firstBucketMb, wire, report);
+  ddp_->replan(bucketCapMb_, std::min(opts_.firstBucketMb, bucketCapMb_));
+  autoCapPending_ = false;
+  if (session_.rank() == 0) std::printf("%s\n%s", report.c_str(), ddp_->plan().describe().c_str());
 }
 
 void Trainer::timeBuckets() {

@@ -9,6 +9,7 @@
 
 #include "data/batches.h"
 #include "data/text.h"
+#include "framework/distributed/bucket_model.h"
 #include "framework/distributed/communicator.h"
 #include "framework/distributed/ddp.h"
 #include "framework/distributed/mpi_environment.h"
@@ -43,7 +44,7 @@ struct Options {
   std::vector<int64_t> hidden = {256, 256};
   models::GptConfig gpt;
   std::string overlap = "on";
-  double bucketMb = 25, firstBucketMb = 1;
+  double bucketMb = 25, firstBucketMb = 1;  // bucketMb 0: auto, from the measured cost model
   bool rebuildBuckets = false;  // re-plan the buckets in the observed ready order after the first step
   int64_t gradAccum = 1;
   std::string save, load;
@@ -96,10 +97,14 @@ class Trainer {
   int64_t samplesPerStep() const;  // global samples per optimizer step
   /// The timer of step(): collect() its records; setDetailed(true) for per-layer and copy spans.
   runtime::StepTimer& timer() { return timer_; }
+  /// The bucket cap in use (MB): --bucket-mb, or what --bucket-mb auto chose after the first step.
+  double bucketCapMb() const { return bucketCapMb_; }
 
  private:
   /// Adds the buckets' all-reduce spans to the open step's record (read once the step completed).
   void timeBuckets();
+  /// --bucket-mb auto, after the first (detailed) step: model the caps, re-plan with rank 0's choice.
+  void chooseBucketCap();
   const Options& opts_;
   Session& session_;
   runtime::StepTimer timer_;  // before the model: the parameters' hooks point at it
@@ -109,6 +114,9 @@ class Trainer {
   std::unique_ptr<distributed::DistributedDataParallel> ddp_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<Prefetcher> batches_;
+  distributed::LinkCost link_;  // --bucket-mb auto: measured at construction
+  bool autoCapPending_ = false;
+  double bucketCapMb_ = 0;
 };
 
 /// Runs `body`; on an exception prints one line, aborts the communicator and, under mpirun with more

@@ -92,4 +92,11 @@ void DistributedDataParallel::finalize(const std::function<void()>& beforeWaits)
   rebuiltLastStep_ = true;
 }
 
+void DistributedDataParallel::replan(double capMb, double firstCapMb) {
+  MINIDP_CHECK(opts_.zeroStage == 0, "ZeRO-1 keeps its first plan: its optimizer holds views of the buckets");
+  reducer_->rebuild(planBuckets(infos_, capMb, firstCapMb));
+  opts_.bucketMb = capMb;
+  opts_.firstBucketMb = firstCapMb;
+}
+
 }  // namespace minidp::distributed

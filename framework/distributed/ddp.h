@@ -48,6 +48,11 @@ class DistributedDataParallel {
   /// rebuildBuckets, the first call then rebuilds the buckets (a collective: every rank gets rank 0's
   /// ready order, so the plans stay identical); the averaged gradients keep their values.
   void finalize(const std::function<void()>& beforeWaits = nullptr);
+  /// Between steps: re-plans the buckets in registration order under new caps (MiB); the gradients keep
+  /// their values (--bucket-mb auto). Not with ZeRO-1, whose optimizer holds views of the buckets.
+  void replan(double capMb, double firstCapMb);
+  /// Name, size and dtype per parameter, in registration order: what the plans are computed from.
+  const std::vector<ParamInfo>& parameterInfos() const { return infos_; }
   /// Whether the last finalize() rebuilt the buckets (plan() is the new plan then).
   bool rebuiltLastStep() const { return rebuiltLastStep_; }
 
