@@ -85,6 +85,7 @@ stamp "weak scaling: one GPU"
 "$build/bin/minidp-bench" "${gpt[@]}" "${bench[@]}" --bucket-mb-list 25 --json "$out/weak_np1.json" \
   | tee "$out/weak_np1.txt"
 stamp "trace picture"
-"$python" train/plot_bench.py --trace "$out/trace_fp32.json" --match "bucket auto MB, overlap on" -o "$out/timeline_$link.png" || true
+"$python" train/plot_bench.py --trace "$out/trace_fp32.json" --match "bucket auto MB, overlap on" \
+  -o "$out/timeline_$link.png" || true
 stamp "done"
 "$python" train/dp_summary.py "$out" --link "$link" | tee "$out/summary.md"

@@ -328,8 +328,9 @@ int main(int argc, char** argv) {
           std::printf("EMULATED: one process modelling %d ranks; comm times are the model's, not a real network's\n",
                       opts.comm.emulatedWorld);
         }
-        std::printf("%8s %8s %9s %6s %7s %9s %9s %10s %9s %10s %7s %8s %6s\n", "priority", "maxCTAs", "bucket_mb", "repeat",
-                    "overlap", "step_ms", "p90_ms", "compute_ms", "comm_ms", "exposed_ms", "E", "speed-up", "H");
+        std::printf("%8s %8s %9s %6s %7s %9s %9s %10s %9s %10s %7s %8s %6s\n", "priority", "maxCTAs", "bucket_mb",
+                    "repeat", "overlap", "step_ms", "p90_ms", "compute_ms", "comm_ms", "exposed_ms", "E", "speed-up",
+                    "H");
         std::fflush(stdout);
       }
       for (double bucketMb : bench.bucketMbList) {

@@ -103,7 +103,8 @@ def main():
         cap = str(best[5].get("bucket_mb_used", best[3]))
         cap = f"{float(cap):g}"
         versus = theirs.get(cap)
-        line = f"- {wire} on the wire: minidp's best cap {best[3]} MB: {best[5]['step_ms_median']:.1f} ms, H {fmt(best[5].get('H'), 2)}"
+        line = (f"- {wire} on the wire: minidp's best cap {best[3]} MB: {best[5]['step_ms_median']:.1f} ms, "
+                f"H {fmt(best[5].get('H'), 2)}")
         if versus is not None:
             line += f"; PyTorch DDP at {cap} MB: {versus:.1f} ms ({versus / best[5]['step_ms_median']:.2f}x minidp)"
         print(line)

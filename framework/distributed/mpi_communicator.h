@@ -10,11 +10,12 @@
 namespace minidp::distributed {
 
 /// Averages by MPI_Reduce(SUM) to rank 0, a scale by 1/N on rank 0, and MPI_Bcast: every rank receives
-/// rank 0's bits; a reduce-scatter is the same with MPI_Scatter instead of MPI_Bcast. bf16 on the wire:
-/// every rank casts its bucket to bf16 (as uint16) and pre-multiplies it by bf16(1/N), MPI_Reduce sums with
-/// a user-defined op rounding each add to bf16, and the bf16 result goes out from rank 0: what NCCL's ncclAvg
-/// on ncclBfloat16 computes, up to the summation order. (MPI_Allreduce does not promise that: recursive doubling sums in a rank-dependent
-/// order, so ranks could hold different bits and drift apart.)
+/// rank 0's bits; a reduce-scatter is the same with MPI_Scatter instead of MPI_Bcast. (MPI_Allreduce does
+/// not promise that: recursive doubling sums in a rank-dependent order, so ranks could hold different bits
+/// and drift apart.) bf16 on the wire: every rank casts its bucket to bf16 (sent as uint16) and
+/// pre-multiplies it by bf16(1/N), MPI_Reduce sums with a user-defined op that rounds each add to bf16, and
+/// the bf16 result goes out from rank 0: what NCCL's ncclAvg on ncclBfloat16 computes, up to the summation
+/// order.
 class MpiCommunicator : public Communicator {
  public:
   /// `env` must outlive the communicator.

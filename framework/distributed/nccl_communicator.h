@@ -16,8 +16,9 @@
 
 namespace minidp::distributed {
 
-/// One NCCL communicator per process on its GPU (--gpu, or the node-local rank modulo the visible devices). Averages with ncclAvg: ring and
-/// tree all-reduce both end with every rank holding the same reduced bits.
+/// One NCCL communicator per process on its GPU (--gpu, or the node-local rank modulo the visible
+/// devices). Averages with ncclAvg: ring and tree all-reduce both end with every rank holding the same
+/// reduced bits.
 class NcclCommunicator : public Communicator {
  public:
   /// Collective over the ranks of `env` (world 1 when `env` is null). Selects the device of

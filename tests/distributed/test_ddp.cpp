@@ -355,6 +355,37 @@ TEST_P(DdpWire, ZeroOneMatchesDdpAfterFiftySteps) {
   EXPECT_GT(maxRelativeError(*zeroEnd, *model(11)), 1e-2);
 }
 
+// The hook grad-norm clipping needs under ZeRO-1: each rank's partial sum over its shards, one all-reduce
+// of a scalar, equals the squared norm of the whole averaged gradient that plain DDP holds.
+TEST_P(DdpWire, ZeroGradNormIsTheWholeGradientsNorm) {
+  const Batch mine = myRows(global(world_ * kRowsPerRank, 500));
+  double want = 0;
+  {
+    auto m = model(11);
+    DistributedDataParallel ddp(m->namedParameters(), comm_, kSmallBuckets);
+    ddp.prepareStep();
+    m->loss(mine.inputs, mine.targets).backward();
+    ddp.finalize();
+    for (const auto& [name, p] : m->namedParameters()) {
+      for (double g : p.grad().toDType(DType::F64).toVector<double>()) want += g * g;
+    }
+  }
+  auto m = model(11);
+  DdpOptions opts = kSmallBuckets;
+  opts.zeroStage = 1;
+  DistributedDataParallel ddp(m->namedParameters(), comm_, opts);
+  distributed::ShardedOptimizer optimizer(ddp, "sgd", 0.1, 0, distributed::ZeroGather::End);
+  ddp.prepareStep();
+  m->loss(mine.inputs, mine.targets).backward();
+  ddp.finalize();
+  EXPECT_GT(want, 0);
+  EXPECT_NEAR(optimizer.gradSquaredNorm(), want, 1e-5 * want);
+  // Optimizer state per rank: 1/N of the (padded) elements, SGD's momentum only.
+  const int64_t padding = world_ * static_cast<int64_t>(ddp.plan().buckets.size());  // under N per bucket
+  EXPECT_GE(optimizer.stateElements() * world_, optimizer.unshardedStateElements());
+  EXPECT_LE(optimizer.stateElements() * world_, optimizer.unshardedStateElements() + padding);
+}
+
 TEST_P(DdpWire, Bf16OnTheWireIsIdenticalOnRanksAndOverlapAndNearFp32) {
   if (GetParam().dtype != DType::F32) GTEST_SKIP() << "bf16 on the wire compresses fp32 gradients";
   // SGD: AdamW's normalised steps turn any difference in a near-zero gradient into a full step of

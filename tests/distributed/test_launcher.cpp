@@ -27,8 +27,9 @@ void expectInfo(const LaunchInfo& info, const std::string& launcher, int rank, i
 TEST(Launcher, ReadsEachLaunchersVariables) {
   expectInfo(detect({}), "", -1, -1, -1);
   EXPECT_FALSE(detect({}).launched());
-  expectInfo(detect({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "8"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}}),
-             "openmpi", 3, 8, 1);
+  expectInfo(
+      detect({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "8"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}}),
+      "openmpi", 3, 8, 1);
   expectInfo(detect({{"SLURM_PROCID", "5"}, {"SLURM_STEP_NUM_TASKS", "16"}, {"SLURM_LOCALID", "2"},
                      {"SLURM_NTASKS", "16"}, {"PMIX_RANK", "5"}}),
              "slurm", 5, 16, 2);
