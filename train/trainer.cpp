@@ -163,18 +163,21 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
   timer_.setParameterNames(std::move(names));
   distributed::DdpOptions ddpOptions;
   ddpOptions.overlap = o.overlap == "on";
-  ddpOptions.bucketMb = o.bucketMb > 0 ? o.bucketMb : 25;  // auto: a start plan, replaced after the first step
-  bucketCapMb_ = ddpOptions.bucketMb;
+  ddpOptions.bucketMb = o.bucketMb;
+  ddpOptions.firstBucketMb = o.firstBucketMb;
+  ddpOptions.rebuildBuckets = o.rebuildBuckets;
+  // Issue 10: bf16 on the wire, ZeRO-1's sharded optimizer, --bucket-mb auto (a start plan of 25 MB,
+  // re-planned after the first step from the link measured here and that step's backward).
+  ddpOptions.gradComm = o.gradComm == "bf16" ? distributed::GradComm::Bf16 : distributed::GradComm::Fp32;
+  ddpOptions.zeroStage = o.zero;
   autoCapPending_ = o.bucketMb == 0;
   if (autoCapPending_) {
     MINIDP_CHECK(o.zero == 0 && !o.rebuildBuckets, "--bucket-mb auto re-plans after the first step: not with --zero 1 "
                                                    "or --rebuild-buckets");
+    ddpOptions.bucketMb = 25;
     link_ = distributed::measureLinkCost(*session.comm, session.device, 256 << 10, 32 << 20, 3);
   }
-  ddpOptions.firstBucketMb = o.firstBucketMb;
-  ddpOptions.rebuildBuckets = o.rebuildBuckets;
-  ddpOptions.gradComm = o.gradComm == "bf16" ? distributed::GradComm::Bf16 : distributed::GradComm::Fp32;
-  ddpOptions.zeroStage = o.zero;
+  bucketCapMb_ = ddpOptions.bucketMb;
   ddp_ = std::make_unique<distributed::DistributedDataParallel>(model_->namedParameters(), session.comm, ddpOptions);
   const std::string optName = o.optimizer.empty() ? (o.model == "mlp" ? "sgd" : "adamw") : o.optimizer;
   const double lr = o.lr > 0 ? o.lr : (o.model == "mlp" ? 0.05 : 1e-3);
