@@ -10,6 +10,9 @@
 //   E           1 - (T_on - T_compute) / T_comm, with T_compute and T_comm of the overlap-off run:
 //               the share of the off run's communication that overlap hid (1 all, 0 none)
 //   speed-up    T_off / T_on
+//   H           (T_off - T_on) / min(T_comm, T_backward), T_comm and T_backward of the overlap-off run:
+//               the share of the hideable communication that was hidden (E cannot reach 1 when the
+//               all-reduce is longer than backward; H can)
 //
 // The same flags as minidp-train, plus the sweep flags; --overlap, --log-every, --save and --sample are
 // not used. The first bucket's cap is min(--first-bucket-mb, bucket size). NCCL reads maxCTAs and the
@@ -49,7 +52,7 @@ struct BenchOptions {
 
 /// Per timed step, over the ranks: the slowest rank's step and the ranks' mean components.
 struct StepSample {
-  double stepMs = 0, computeMs = 0, commMs = 0, exposedMs = 0;
+  double stepMs = 0, computeMs = 0, commMs = 0, exposedMs = 0, backwardMs = 0;
 };
 
 /// The communicator settings swept: one communicator per combination.
@@ -61,12 +64,13 @@ struct CommConfig {
 /// One table row: a run (or, with repeat -1, every repeat of a configuration pooled).
 struct Row {
   CommConfig comm;
-  double bucketMb = 0;
+  double bucketMb = 0;  // 0: auto
+  double chosenMb = 0;  // the cap used (auto: the cost model's choice)
   int repeat = 0;
   bool overlap = false;
   std::vector<StepSample> samples;
-  double stepMs = 0, p90Ms = 0, computeMs = 0, commMs = 0, exposedMs = 0;
-  double efficiency = NAN, speedup = NAN;  // overlap-on rows only
+  double stepMs = 0, p90Ms = 0, computeMs = 0, commMs = 0, exposedMs = 0, backwardMs = 0;
+  double efficiency = NAN, speedup = NAN, hidden = NAN;  // overlap-on rows only
   double peakMib = NAN;  // this rank's peak GPU memory held by tensors during the run (CUDA only)
 };
 
@@ -95,12 +99,15 @@ void summarise(Row& row) {
   row.computeMs = median(row.samples, &StepSample::computeMs);
   row.commMs = median(row.samples, &StepSample::commMs);
   row.exposedMs = median(row.samples, &StepSample::exposedMs);
+  row.backwardMs = median(row.samples, &StepSample::backwardMs);
 }
 
 /// E and speed-up of an overlap-on row against its overlap-off partner.
 void compare(const Row& off, Row& on) {
   on.speedup = off.stepMs / on.stepMs;
   on.efficiency = off.commMs > 0 ? 1.0 - (on.stepMs - off.computeMs) / off.commMs : NAN;
+  const double hideable = std::min(off.commMs, off.backwardMs);
+  on.hidden = hideable > 0 ? (off.stepMs - on.stepMs) / hideable : NAN;
 }
 
 /// Per timed step: max over ranks of the step time, mean over ranks of the rest.
@@ -114,6 +121,7 @@ std::vector<StepSample> samplesOf(const std::vector<std::vector<runtime::StepRec
       out[k].computeMs += steps[k].computeMs() / n;
       out[k].commMs += steps[k].commMs() / n;
       out[k].exposedMs += steps[k].exposedMs() / n;
+      out[k].backwardMs += steps[k].phaseMs("backward") / n;
     }
   }
   return out;
@@ -121,9 +129,17 @@ std::vector<StepSample> samplesOf(const std::vector<std::vector<runtime::StepRec
 
 const char* priorityName(bool highPriority) { return highPriority ? "high" : "default"; }
 
+std::string cell(double v, const char* format) {
+  if (std::isnan(v)) return "-";
+  char text[32];
+  std::snprintf(text, sizeof text, format, v);
+  return text;
+}
+
 std::string runLabel(const CommConfig& comm, double bucketMb, bool overlap) {
   char text[128];
-  std::snprintf(text, sizeof text, "bucket %g MB, overlap %s, priority %s", bucketMb, overlap ? "on" : "off",
+  std::snprintf(text, sizeof text, "bucket %s MB, overlap %s, priority %s",
+                bucketMb > 0 ? cell(bucketMb, "%g").c_str() : "auto", overlap ? "on" : "off",
                 priorityName(comm.highPriority));
   std::string label = text;
   if (comm.ctas > 0) label += ", maxCTAs " + std::to_string(comm.ctas);
@@ -136,7 +152,7 @@ Row run(const train::Options& base, const BenchOptions& bench, train::Session& s
         double bucketMb, int repeat, bool overlap, bool trace, std::vector<runtime::StepRecord>& traced) {
   train::Options o = base;
   o.bucketMb = bucketMb;
-  o.firstBucketMb = std::min(base.firstBucketMb, bucketMb);
+  o.firstBucketMb = bucketMb > 0 ? std::min(base.firstBucketMb, bucketMb) : base.firstBucketMb;
   o.overlap = overlap ? "on" : "off";
   train::Trainer trainer(o, session);
   runtime::resetPeakMemory();
@@ -157,6 +173,7 @@ Row run(const train::Options& base, const BenchOptions& bench, train::Session& s
   Row row;
   row.comm = comm;
   row.bucketMb = bucketMb;
+  row.chosenMb = trainer.bucketCapMb();
   row.repeat = repeat;
   row.overlap = overlap;
   row.samples = samplesOf(train::gatherSteps(*session.comm, timed));
@@ -165,20 +182,20 @@ Row run(const train::Options& base, const BenchOptions& bench, train::Session& s
   return row;
 }
 
-std::string cell(double v, const char* format) {
-  if (std::isnan(v)) return "-";
+/// The cap, "auto:25" when the cost model chose it.
+std::string bucketCell(const Row& r) {
   char text[32];
-  std::snprintf(text, sizeof text, format, v);
+  std::snprintf(text, sizeof text, r.bucketMb > 0 ? "%g" : "auto:%g", r.chosenMb);
   return text;
 }
 
 void printRow(const Row& r) {
-  std::printf("%8s %8s %9g %6s %7s %9.3f %9.3f %10.3f %9.3f %10.3f %7s %8s %8s\n",
+  std::printf("%8s %8s %9s %6s %7s %9.3f %9.3f %10.3f %9.3f %10.3f %7s %8s %6s %8s\n",
               priorityName(r.comm.highPriority), r.comm.ctas > 0 ? std::to_string(r.comm.ctas).c_str() : "default",
-              r.bucketMb,
+              bucketCell(r).c_str(),
               r.repeat < 0 ? "all" : std::to_string(r.repeat).c_str(), r.overlap ? "on" : "off", r.stepMs, r.p90Ms,
               r.computeMs, r.commMs, r.exposedMs, cell(r.efficiency, "%.3f").c_str(), cell(r.speedup, "%.3f").c_str(),
-              cell(r.peakMib, "%.0f").c_str());
+              cell(r.hidden, "%.3f").c_str(), cell(r.peakMib, "%.0f").c_str());
 }
 
 nlohmann::json nullable(double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); }
@@ -188,7 +205,8 @@ nlohmann::json rowJson(const Row& r) {
   for (const StepSample& s : r.samples) steps.push_back(s.stepMs);
   return {{"comm_priority", priorityName(r.comm.highPriority)},
           {"nccl_max_ctas", r.comm.ctas},
-          {"bucket_mb", r.bucketMb},
+          {"bucket_mb", r.bucketMb > 0 ? nlohmann::json(r.bucketMb) : nlohmann::json("auto")},
+          {"bucket_mb_used", r.chosenMb},
           {"repeat", r.repeat < 0 ? nlohmann::json("all") : nlohmann::json(r.repeat)},
           {"overlap", r.overlap ? "on" : "off"},
           {"step_ms_median", r.stepMs},
@@ -199,6 +217,8 @@ nlohmann::json rowJson(const Row& r) {
           {"E", nullable(r.efficiency)},
           {"speedup", nullable(r.speedup)},
           {"peak_mib", nullable(r.peakMib)},
+          {"backward_ms", r.backwardMs},
+          {"H", nullable(r.hidden)},
           {"step_ms", steps}};
 }
 
@@ -229,8 +249,9 @@ int main(int argc, char** argv) {
   train::addOptions(app, opts);
   BenchOptions bench;
   app.add_option("--bucket-mb-list", bench.bucketMbList,
-                 "Bucket caps to sweep (MB), e.g. 1,5,25 (default: --bucket-mb)")
-      ->delimiter(',');
+                 "Bucket caps to sweep (MB), e.g. auto,1,5,25 (default: --bucket-mb); auto: the cost model's")
+      ->delimiter(',')
+      ->transform([](std::string value) { return value == "auto" ? std::string("0") : value; });
   app.add_option("--nccl-max-ctas-list", bench.ncclMaxCtasList,
                  "NCCL maxCTAs values to sweep, a new communicator each (default: --nccl-max-ctas)")
       ->delimiter(',');
@@ -271,7 +292,10 @@ int main(int argc, char** argv) {
                              {"first_bucket_mb", opts.firstBucketMb},
                              {"seed", opts.seed},
                              {"date", utcNow()},
-                             {"emulated", emulated}};
+                             {"emulated", emulated},
+                             {"grad_comm", opts.gradComm},
+                             {"zero", opts.zero},
+                             {"zero_gather", opts.zeroGather}};
     if (models::findModel(opts.model).data == models::DataKind::Tokens) {  // the size flags it read
       config["gpt"] = {{"layers", opts.gpt.layers},
                        {"heads", opts.gpt.heads},
@@ -300,16 +324,18 @@ int main(int argc, char** argv) {
       if (printer) {
         std::printf(
             "%sminidp-bench: %s, %d rank(s) on %s (%s), batch %lld per rank, warmup %lld, %lld timed step(s) "
-            "x %lld repeat(s)\ncommunicator %s\n",
+            "x %lld repeat(s), gradients on the wire %s, ZeRO %d%s\ncommunicator %s\n",
             emulated ? "EMULATED " : "", opts.model.c_str(), session.world(), deviceDescription(session).c_str(),
             opts.dtype.c_str(), static_cast<long long>(opts.batchSize), static_cast<long long>(bench.warmup),
-            static_cast<long long>(opts.steps), static_cast<long long>(bench.repeats), communicators.back().c_str());
+            static_cast<long long>(opts.steps), static_cast<long long>(bench.repeats), opts.gradComm.c_str(), opts.zero,
+            opts.zero ? (" (gather " + opts.zeroGather + ")").c_str() : "", communicators.back().c_str());
         if (emulated) {
           std::printf("EMULATED: one process modelling %d ranks; comm times are the model's, not a real network's\n",
                       opts.comm.emulatedWorld);
         }
-        std::printf("%8s %8s %9s %6s %7s %9s %9s %10s %9s %10s %7s %8s %8s\n", "priority", "maxCTAs", "bucket_mb", "repeat",
-                    "overlap", "step_ms", "p90_ms", "compute_ms", "comm_ms", "exposed_ms", "E", "speed-up", "peak_mib");
+        std::printf("%8s %8s %9s %6s %7s %9s %9s %10s %9s %10s %7s %8s %6s %8s\n", "priority", "maxCTAs",
+                    "bucket_mb", "repeat", "overlap", "step_ms", "p90_ms", "compute_ms", "comm_ms", "exposed_ms", "E",
+                    "speed-up", "H", "peak_mib");
         std::fflush(stdout);
       }
       for (double bucketMb : bench.bucketMbList) {
@@ -322,6 +348,7 @@ int main(int argc, char** argv) {
           for (const Row* r : {&off, &on}) {
             Row& pool = pooled[r->overlap];
             pool.samples.insert(pool.samples.end(), r->samples.begin(), r->samples.end());
+            pool.chosenMb = r->chosenMb;
             if (printer) printRow(*r);
             rows.push_back(*r);
           }

@@ -8,6 +8,8 @@ alternates overlap "off" and "on" runs (as minidp does), excluding warmup steps:
   off: backward under ddp.no_sync(), then the grads are packed into buckets of
        bucket_mb (reverse parameter order), all-reduced (SUM, then /world) and
        copied back - same communication volume, no overlap.
+  --grad-comm bf16: DDP with bf16_compress_hook (on), the buckets /world, cast to
+       bf16, summed and cast back (off) - minidp's --grad-comm bf16.
 World size 1: plain model, no communication; one row (overlap "off").
 Step time of a step = max over ranks; reported median/p90 in ms, tokens/s, peak GPU memory
 (torch.cuda.max_memory_allocated) and, for the GPT on CUDA, MFU against the bf16 GEMM rate measured in
@@ -66,6 +68,8 @@ def parse_args():
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--grad-comm", choices=["fp32", "bf16"], default="fp32",
+                    help="gradients on the wire; bf16: DDP's bf16_compress_hook")
     ap.add_argument("--json", help="write results here (rank 0)")
     args = ap.parse_args()
     args.compile = args.compile or ["on"]
@@ -73,11 +77,11 @@ def parse_args():
 
 
 def dist_env():
-    """(rank, world, local_rank) from torchrun or OpenMPI environment variables."""
+    """(rank, world, local_rank) from torchrun, OpenMPI or Slurm's srun environment variables."""
     env = os.environ
-    rank = int(env.get("RANK", env.get("OMPI_COMM_WORLD_RANK", 0)))
-    world = int(env.get("WORLD_SIZE", env.get("OMPI_COMM_WORLD_SIZE", 1)))
-    local = int(env.get("LOCAL_RANK", env.get("OMPI_COMM_WORLD_LOCAL_RANK", 0)))
+    rank = int(env.get("RANK", env.get("OMPI_COMM_WORLD_RANK", env.get("SLURM_PROCID", 0))))
+    world = int(env.get("WORLD_SIZE", env.get("OMPI_COMM_WORLD_SIZE", env.get("SLURM_STEP_NUM_TASKS", 1))))
+    local = int(env.get("LOCAL_RANK", env.get("OMPI_COMM_WORLD_LOCAL_RANK", env.get("SLURM_LOCALID", 0))))
     return rank, world, local
 
 
@@ -150,14 +154,19 @@ def make_buckets(params, bucket_mb):
     return [(b, torch.empty(sum(p.numel() for p in b), device=b[0].device)) for b in buckets]
 
 
-def allreduce_buckets(buckets, world):
+def allreduce_buckets(buckets, world, grad_comm):
     for params, flat in buckets:
         off = 0
         for p in params:
             flat[off:off + p.numel()].copy_(p.grad.reshape(-1))
             off += p.numel()
-        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-        flat.div_(world)
+        if grad_comm == "bf16":  # what bf16_compress_hook does: /world, bf16 sum, back to fp32
+            wire = flat.div_(world).to(torch.bfloat16)
+            dist.all_reduce(wire, op=dist.ReduceOp.SUM)
+            flat.copy_(wire)
+        else:
+            dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+            flat.div_(world)
         off = 0
         for p in params:
             p.grad.copy_(flat[off:off + p.numel()].view_as(p.grad))
@@ -187,6 +196,16 @@ def gpt_flops_per_token(args, n_params):
     return 6 * matmul_params + 12 * args.layers * args.embd * args.context
 
 
+def wrap_ddp(model, device, bucket_mb, grad_comm):
+    """DDP with minidp's bucket cap; bf16 gradients on the wire through bf16_compress_hook."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    ids = [device.index] if device.type == "cuda" else None
+    wrapped = DDP(model, device_ids=ids, bucket_cap_mb=bucket_mb)
+    if grad_comm == "bf16":
+        wrapped.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    return wrapped
+
+
 def run(args, device, world, overlap, bucket_mb, batches, dtype, compiled):
     """One run; returns per-step times in ms (max over ranks), warmup excluded, and peak memory in MiB."""
     torch.backends.cuda.matmul.allow_tf32 = dtype == "bf16" or args.tf32
@@ -194,8 +213,7 @@ def run(args, device, world, overlap, bucket_mb, batches, dtype, compiled):
     model = build_model(args, device)
     wrapped = torch.compile(model) if compiled == "on" else model
     if world > 1:
-        ids = [device.index] if device.type == "cuda" else None
-        wrapped = DDP(wrapped, device_ids=ids, bucket_cap_mb=bucket_mb)
+        wrapped = wrap_ddp(wrapped, device, bucket_mb, args.grad_comm)
     if args.optimizer == "adamw":
         opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
     else:
@@ -222,7 +240,7 @@ def run(args, device, world, overlap, bucket_mb, batches, dtype, compiled):
                 with autocast:
                     _, loss = wrapped(x, y)
                 loss.backward()
-            allreduce_buckets(buckets, world)
+            allreduce_buckets(buckets, world, args.grad_comm)
         else:
             with autocast:
                 _, loss = wrapped(x, y)
@@ -282,7 +300,7 @@ def main():
             for overlap in (["off", "on"] if world > 1 else ["off"]):
                 times, peak_mib = run(args, device, world, overlap, bucket_mb, batches, dtype, compiled)
                 row = {"dtype": dtype, "compile": compiled, "overlap": overlap, "bucket_mb": bucket_mb,
-                       **summarize(times, samples, tokens), "peak_mem_mib": peak_mib}
+                       "grad_comm": args.grad_comm, **summarize(times, samples, tokens), "peak_mem_mib": peak_mib}
                 if measure_mfu:  # per GPU: tokens/s of one rank against one GPU's ceiling
                     flops = gpt_flops_per_token(args, n_params) * row["tokens_per_s"] / world
                     row["mfu"] = flops / (ceiling * 1e12)
@@ -303,6 +321,7 @@ def main():
                "mfu", "peak_mib"]
         if ceiling:
             print(f"bf16 GEMM ceiling ({GEMM_CEILING_N}^3): {ceiling:.1f} TFLOP/s")
+        print(f"gradients on the wire: {args.grad_comm}")
         print(" ".join(f"{h:>13}" for h in hdr))
         for r in rows:
             vals = ["pytorch", model_name, world, r["dtype"], r["compile"], f"{r['bucket_mb']:g}", r["overlap"],

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <random>
 
+#include "framework/distributed/launcher.h"
 #include "framework/nn/checkpoint.h"
 #include "framework/ops/ops.h"
 #include "framework/ops/tensor_math.h"
@@ -14,6 +15,25 @@
 #include "train/sampling.h"
 
 namespace minidp::train {
+
+namespace {
+
+/// --bucket-mb: a positive number, or "auto" (stored as 0).
+const CLI::Validator autoBucketCap(
+    [](std::string& value) -> std::string {
+      if (value == "auto") {
+        value = "0";
+        return {};
+      }
+      try {
+        if (std::stod(value) > 0) return {};
+      } catch (const std::exception&) {
+      }
+      return "bucket cap must be a positive number of MB or auto, not '" + value + "'";
+    },
+    "MB|auto");
+
+}  // namespace
 
 void addOptions(CLI::App& app, Options& o) {
   app.add_option("--model", o.model, "Model to train: a name of the model registry (mlp, gpt, or one the program "
@@ -48,7 +68,9 @@ void addOptions(CLI::App& app, Options& o) {
   app.add_option("--context", o.gpt.context, "GPT context length")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--overlap", o.overlap, "on: all-reduce buckets during backward; off: after it")
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
-  app.add_option("--bucket-mb", o.bucketMb, "Gradient bucket cap (MB)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--bucket-mb", o.bucketMb, "Gradient bucket cap (MB), or auto: chosen after the first step from the "
+                                            "measured link and backward")
+      ->transform(autoBucketCap)->capture_default_str();
   app.add_option("--first-bucket-mb", o.firstBucketMb, "Cap of the first bucket launched (MB)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_flag("--rebuild-buckets", o.rebuildBuckets, "After the first step, re-plan the buckets in rank 0's "
@@ -61,6 +83,15 @@ void addOptions(CLI::App& app, Options& o) {
   app.add_option("--trace", o.trace, "Write a Chrome trace (JSON) of the last --trace-steps steps to this file");
   app.add_option("--trace-steps", o.traceSteps, "Steps in the trace")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--grad-comm", o.gradComm, "Gradient precision on the wire: fp32, or bf16 (cast, averaged, cast "
+                                            "back into the fp32 bucket)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
+  app.add_option("--zero", o.zero, "ZeRO stage: 0 all-reduces gradients; 1 reduce-scatters them and shards the "
+                                   "optimizer state")
+      ->check(CLI::IsMember({0, 1}))->capture_default_str();
+  app.add_option("--zero-gather", o.zeroGather, "ZeRO-1 parameter all-gather: end (after every shard's update) or "
+                                                "overlap (bucket by bucket, as each shard is updated)")
+      ->check(CLI::IsMember({"end", "overlap"}))->capture_default_str();
   addSessionOptions(app, o);
   addLoopOptions(app, o);
 }
@@ -96,6 +127,8 @@ void addSessionOptions(CLI::App& app, Options& o) {
   app.add_option("--emulated-gbps", o.comm.emulatedGBps, "Emulated link: bandwidth, GB/s")->capture_default_str();
   app.add_option("--emulated-latency-us", o.comm.emulatedLatencyUs, "Emulated link: latency, us")
       ->capture_default_str();
+  app.add_option("--gpu", o.comm.gpu, "CUDA device of this rank (-1: node-local rank modulo the visible devices)")
+      ->capture_default_str();
   app.add_option("--watchdog-s", o.comm.watchdogSeconds, "Abort every rank if a collective takes longer")
       ->capture_default_str();
 }
@@ -113,6 +146,8 @@ void openSession(Options& opts, Session& s) {
   if (s.device == Device::CUDA) {
     MINIDP_CHECK(runtime::cudaAvailable(), "--device cuda, but no CUDA device is available (or minidp was built "
                                            "without CUDA)");
+    runtime::setDevice(distributed::selectGpu(opts.comm.gpu, s.mpi ? s.mpi->localRank() : 0,
+                                              runtime::cudaDeviceCount()));
   }
   opts.comm.cuda = s.device == Device::CUDA;
   s.comm = distributed::makeCommunicator(opts.comm, s.mpi.get());
@@ -165,10 +200,35 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
   ddpOptions.bucketMb = o.bucketMb;
   ddpOptions.firstBucketMb = o.firstBucketMb;
   ddpOptions.rebuildBuckets = o.rebuildBuckets;
+  // Issue 10: bf16 on the wire, ZeRO-1's sharded optimizer, --bucket-mb auto (a start plan of 25 MB,
+  // re-planned after the first step from the link measured here and that step's backward).
+  ddpOptions.gradComm = o.gradComm == "bf16" ? distributed::GradComm::Bf16 : distributed::GradComm::Fp32;
+  ddpOptions.zeroStage = o.zero;
+  autoCapPending_ = o.bucketMb == 0;
+  if (autoCapPending_) {
+    MINIDP_CHECK(o.zero == 0 && !o.rebuildBuckets, "--bucket-mb auto re-plans after the first step: not with --zero 1 "
+                                                   "or --rebuild-buckets");
+    ddpOptions.bucketMb = 25;
+    link_ = distributed::measureLinkCost(*session.comm, session.device, 256 << 10, 32 << 20, 3);
+  }
+  bucketCapMb_ = ddpOptions.bucketMb;
   ddp_ = std::make_unique<distributed::DistributedDataParallel>(model_->namedParameters(), session.comm, ddpOptions);
   const std::string optName = o.optimizer.empty() ? entry.defaultOptimizer : o.optimizer;
   const double lr = o.lr > 0 ? o.lr : entry.defaultLr;
-  optimizer_ = optim::makeOptimizer(optName, model_->namedParameters(), lr, o.weightDecay);
+  if (o.zero == 1) {
+    MINIDP_CHECK(o.clipGradNorm == 0, "--clip-grad-norm with --zero 1 is not supported yet (each rank holds only "
+                                      "its shard of the gradients)");
+    const auto gather = o.zeroGather == "overlap" ? distributed::ZeroGather::Overlap : distributed::ZeroGather::End;
+    auto sharded = std::make_unique<distributed::ShardedOptimizer>(*ddp_, optName, lr, o.weightDecay, gather);
+    if (session.rank() == 0) {
+      const double bytes = static_cast<double>(dtypeSize(session.dtype));
+      std::printf("ZeRO-1: optimizer state %.2f MB per rank (%.2f MB unsharded)\n",
+                  sharded->stateElements() * bytes / 1e6, sharded->unshardedStateElements() * bytes / 1e6);
+    }
+    optimizer_ = std::move(sharded);
+  } else {
+    optimizer_ = optim::makeOptimizer(optName, model_->namedParameters(), lr, o.weightDecay);
+  }
   schedule_ = LrSchedule{o.lrSchedule, lr, o.warmupSteps, o.steps, o.minLrFrac};
   clipper_ = std::make_unique<optim::GradClipper>(o.clipGradNorm, model_->parameters().front().dtype(),
                                                   session.device);
@@ -180,6 +240,8 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
 int64_t Trainer::samplesPerStep() const { return opts_.batchSize * opts_.gradAccum * session_.world(); }
 
 Tensor Trainer::step() {
+  const bool profiled = autoCapPending_, detailed = timer_.detailed();
+  if (profiled) timer_.setDetailed(true);  // per-layer backward spans for the cost model
   timer_.beginStep("forward");
   ddp_->prepareStep();
   Tensor last;
@@ -211,7 +273,24 @@ Tensor Trainer::step() {
   optimizer_->step();
   timeBuckets();
   timer_.endStep();
+  if (profiled) {
+    chooseBucketCap();
+    timer_.setDetailed(detailed);
+  }
   return last;
+}
+
+void Trainer::chooseBucketCap() {
+  std::vector<std::string> names;
+  for (const distributed::ParamInfo& p : ddp_->parameterInfos()) names.push_back(p.name);
+  const distributed::BackwardProfile profile = distributed::profileFromStep(timer_.peek(true).back(), names);
+  std::string report;
+  const double wire = opts_.gradComm == "bf16" ? 0.5 : 1.0;
+  bucketCapMb_ = distributed::chooseBucketCap(*session_.comm, ddp_->parameterInfos(), profile, link_,
+                                              opts_.firstBucketMb, wire, report);
+  ddp_->replan(bucketCapMb_, std::min(opts_.firstBucketMb, bucketCapMb_));
+  autoCapPending_ = false;
+  if (session_.rank() == 0) std::printf("%s\n%s", report.c_str(), ddp_->plan().describe().c_str());
 }
 
 void Trainer::timeBuckets() {

@@ -9,10 +9,12 @@
 
 #include "data/batches.h"
 #include "data/text.h"
+#include "framework/distributed/bucket_model.h"
 #include "framework/distributed/communicator.h"
 #include "framework/distributed/ddp.h"
 #include "framework/distributed/mpi_environment.h"
 #include "framework/optim/grad_clip.h"
+#include "framework/distributed/zero.h"
 #include "framework/optim/optimizer.h"
 #include "framework/runtime/step_timer.h"
 #include "models/gpt.h"
@@ -44,7 +46,7 @@ struct Options {
   std::vector<int64_t> hidden = {256, 256};
   models::GptConfig gpt;
   std::string overlap = "on";
-  double bucketMb = 25, firstBucketMb = 1;
+  double bucketMb = 25, firstBucketMb = 1;  // bucketMb 0: auto, from the measured cost model
   bool rebuildBuckets = false;  // re-plan the buckets in the observed ready order after the first step
   int64_t gradAccum = 1;
   std::string save, load;
@@ -64,6 +66,10 @@ struct Options {
   double peakTflops = 790;  // MFU's reference: the H200's measured bf16 GEMM ceiling
   double temperature = 1;   // sampling; 0: greedy
   int64_t topK = 0;         // sampling; 0: the whole vocabulary
+  // Data-parallel communication: gradients on the wire, ZeRO-1 sharding and its parameter gather.
+  std::string gradComm = "fp32";
+  int zero = 0;
+  std::string zeroGather = "end";
 };
 
 /// Registers the flags of `opts` on `app` (addSessionOptions included).
@@ -123,12 +129,16 @@ class Trainer {
   int64_t samplesPerStep() const;  // global samples per optimizer step
   /// The timer of step(): collect() its records; setDetailed(true) for per-layer and copy spans.
   runtime::StepTimer& timer() { return timer_; }
+  /// The bucket cap in use (MB): --bucket-mb, or what --bucket-mb auto chose after the first step.
+  double bucketCapMb() const { return bucketCapMb_; }
 
  private:
   /// The reducer's bucket buffers: after finalize, the rank-averaged gradients.
   std::vector<Tensor> bucketBuffers() const;
   /// Adds the buckets' all-reduce spans to the open step's record (read once the step completed).
   void timeBuckets();
+  /// --bucket-mb auto, after the first (detailed) step: model the caps, re-plan with rank 0's choice.
+  void chooseBucketCap();
   const Options& opts_;
   Session& session_;
   runtime::StepTimer timer_;  // before the model: the parameters' hooks point at it
@@ -142,6 +152,9 @@ class Trainer {
   bool normMeasured_ = false;                     // clipper_ holds the norm of the last step
   double lr_ = 0;
   std::unique_ptr<Prefetcher> batches_;
+  distributed::LinkCost link_;  // --bucket-mb auto: measured at construction
+  bool autoCapPending_ = false;
+  double bucketCapMb_ = 0;
 };
 
 /// Runs `body`; on an exception prints one line, aborts the communicator and, under mpirun with more

@@ -5,6 +5,8 @@
 #include "framework/distributed/emulated_communicator.h"
 #include "framework/distributed/mpi_communicator.h"
 #include "framework/distributed/mpi_environment.h"
+#include "framework/ops/dispatch.h"
+#include "kernels/bf16_cast.h"
 
 #if MINIDP_WITH_CUDA
 #include "framework/distributed/nccl_communicator.h"
@@ -20,6 +22,35 @@ WorkTiming CompletedWork::timing(cudaEvent_t reference) const {
   // On the host the collective took no time; on the GPU there is no event to place it.
   if (!reference) t.startedMs = t.finishedMs = launchedMs_;
   return t;
+}
+
+int64_t paddedNumel(int64_t numel, int world) { return (numel + world - 1) / world * world; }
+
+void checkGradientBucket(const Tensor& buffer, const Tensor& wire, Reduction reduction, int world) {
+  MINIDP_CHECK(buffer.defined() && buffer.dtype() != DType::I32, "gradient bucket must be a float tensor");
+  MINIDP_CHECK(reduction == Reduction::AllReduce || buffer.numel() % world == 0,
+               "reduce-scatter of " << buffer.numel() << " elements over " << world << " ranks: pad the bucket");
+  if (!wire.defined()) return;
+  MINIDP_CHECK(buffer.dtype() == DType::F32 && wire.dtype() == DType::BF16 && wire.numel() == buffer.numel() &&
+                   wire.device() == buffer.device(),
+               "bf16 on the wire needs an F32 bucket and a BF16 wire buffer of its size on its device");
+}
+
+void roundTripBf16(Tensor& buffer, Tensor& wire) {
+  const int64_t n = buffer.numel();
+  MINIDP_LAUNCH(buffer, castToBf16, buffer.data<float>(), wire.data<bf16>(), n);
+  MINIDP_LAUNCH(buffer, castFromBf16, wire.data<bf16>(), buffer.data<float>(), n);
+}
+
+std::shared_ptr<Work> Communicator::reduceGradients(Tensor buffer, Tensor wire, Reduction reduction,
+                                                    const std::string& tag) {
+  MINIDP_CHECK(!wire.defined() && reduction == Reduction::AllReduce,
+               "communicator " << name() << " does not reduce-scatter or send bf16");
+  return allReduceAverage(std::move(buffer), tag);
+}
+
+std::shared_ptr<Work> Communicator::allGatherShards(Tensor, const std::string&) {
+  throwError("communicator " + name() + " does not all-gather shards (ZeRO-1)", __FILE__, __LINE__);
 }
 
 bool Communicator::allAgree(bool ok) {
@@ -40,6 +71,16 @@ class SingleCommunicator : public Communicator {
   std::string describe() const override { return "single: one rank, no communication"; }
   bool supports(Device) const override { return true; }
   std::shared_ptr<Work> allReduceAverage(Tensor buffer, const std::string& tag) override {
+    return std::make_shared<CompletedWork>(tag, buffer.nbytes());
+  }
+  /// The average over one rank is the bucket; bf16 on the wire still rounds it, as N ranks would.
+  std::shared_ptr<Work> reduceGradients(Tensor buffer, Tensor wire, Reduction reduction,
+                                        const std::string& tag) override {
+    checkGradientBucket(buffer, wire, reduction, 1);
+    if (wire.defined()) roundTripBf16(buffer, wire);
+    return std::make_shared<CompletedWork>(tag, buffer.nbytes());
+  }
+  std::shared_ptr<Work> allGatherShards(Tensor buffer, const std::string& tag) override {
     return std::make_shared<CompletedWork>(tag, buffer.nbytes());
   }
   void broadcast(Tensor&, int root) override { MINIDP_CHECK(root == 0, "broadcast from rank " << root << " of 1"); }

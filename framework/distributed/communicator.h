@@ -65,6 +65,26 @@ class CompletedWork : public Work {
   double launchedMs_;
 };
 
+/// How gradients travel (--grad-comm): as they are (fp32), or rounded to bf16 for the collective and widened
+/// back into the fp32 bucket (PyTorch's bf16_compress_hook).
+enum class GradComm { Fp32, Bf16 };
+
+/// What a gradient bucket's collective leaves in the bucket.
+enum class Reduction {
+  /// Every element holds the average over the ranks (DDP).
+  AllReduce,
+  /// Only this rank's shard, elements [rank * n / world, (rank + 1) * n / world), holds the average; the
+  /// rest of the bucket is unspecified (ZeRO-1). n must be a multiple of the world size.
+  ReduceScatter,
+};
+
+/// `numel` rounded up to a multiple of `world`: a bucket whose shards are equal and contiguous.
+int64_t paddedNumel(int64_t numel, int world);
+/// For backends: checks reduceGradients' arguments, naming what is wrong.
+void checkGradientBucket(const Tensor& buffer, const Tensor& wire, Reduction reduction, int world);
+/// bucket -> bf16 `wire` -> bucket (CUDA: on the compute stream): a world of one's bf16 "average".
+void roundTripBf16(Tensor& buffer, Tensor& wire);
+
 /// The process group of a data-parallel job. Collectives are issued in call order; every rank must
 /// issue the same collectives in the same order.
 class Communicator {
@@ -81,6 +101,18 @@ class Communicator {
   /// Starts averaging the float tensor `buffer` in place over all ranks; the result has the same bits
   /// on every rank. `tag` names the collective in timings and watchdog messages.
   virtual std::shared_ptr<Work> allReduceAverage(Tensor buffer, const std::string& tag) = 0;
+  /// Starts averaging the gradient bucket `buffer` over the ranks, as `reduction` says. `wire` undefined:
+  /// the bucket travels as it is. `wire` a BF16 tensor of the bucket's numel (the bucket then fp32): the
+  /// bucket is cast into it, averaged in bf16 (each rank's values pre-multiplied by 1/N, then summed,
+  /// one rounding per operation, as NCCL's ncclAvg on bf16) and cast back; the caller keeps `wire` alive
+  /// until the work completed. The result has the same bits on every rank. The base class does the
+  /// fp32 all-reduce with allReduceAverage and refuses the rest.
+  virtual std::shared_ptr<Work> reduceGradients(Tensor buffer, Tensor wire, Reduction reduction,
+                                                const std::string& tag);
+  /// Starts the in-place all-gather of equal shards: every rank's shard r (elements [r * n / world,
+  /// (r + 1) * n / world)) becomes rank r's. n must be a multiple of the world size. ZeRO-1's parameter
+  /// gather; the base class refuses it.
+  virtual std::shared_ptr<Work> allGatherShards(Tensor buffer, const std::string& tag);
   /// Copies rank `root`'s tensor into every rank's tensor; blocking (setup only).
   virtual void broadcast(Tensor& tensor, int root) = 0;
   /// Every rank's `bytes`, indexed by rank; blocking (setup and checks only).
@@ -106,6 +138,8 @@ struct CommOptions {
   /// Emulated link: ranks modelled, bandwidth in GB/s (1e9 bytes/s), latency in us.
   int emulatedWorld = 8;
   double emulatedGBps = 100, emulatedLatencyUs = 10;
+  /// The CUDA device (--gpu); -1: the node-local rank modulo the visible devices (launcher.h).
+  int gpu = -1;
   /// A collective unfinished for longer than this ends every rank (<= 0: no watchdog).
   double watchdogSeconds = 300;
 };

@@ -60,8 +60,13 @@ DistributedDataParallel::DistributedDataParallel(nn::NamedParameters params, std
     comm_->broadcast(p.data(), 0);
   }
   for (const auto& [name, p] : params_) infos_.push_back(ParamInfo{name, p.data().numel(), p.dtype()});
+  MINIDP_CHECK(opts.zeroStage == 0 || opts.zeroStage == 1, "ZeRO stage " << opts.zeroStage << " (0 or 1)");
+  MINIDP_CHECK(opts.zeroStage == 0 || !opts.rebuildBuckets,
+               "ZeRO-1 shards the first plan's buckets: it cannot be combined with rebuilding the buckets");
+  const BucketReduction reduction{opts.gradComm,
+                                  opts.zeroStage == 1 ? Reduction::ReduceScatter : Reduction::AllReduce};
   reducer_ = std::make_unique<Reducer>(params_, planBuckets(infos_, opts.bucketMb, opts.firstBucketMb), comm_,
-                                       opts.overlap);
+                                       opts.overlap, reduction);
   for (size_t i = 0; i < params_.size(); ++i) {
     Reducer* reducer = reducer_.get();
     params_[i].second.addGradReadyHook([reducer, i](Variable&) { reducer->markReady(i); });
@@ -85,6 +90,13 @@ void DistributedDataParallel::finalize(const std::function<void()>& beforeWaits)
   reducer_->rebuild(planBucketsInOrder(infos_, order, opts_.bucketMb, opts_.firstBucketMb));
   rebuildPending_ = false;
   rebuiltLastStep_ = true;
+}
+
+void DistributedDataParallel::replan(double capMb, double firstCapMb) {
+  MINIDP_CHECK(opts_.zeroStage == 0, "ZeRO-1 keeps its first plan: its optimizer holds views of the buckets");
+  reducer_->rebuild(planBuckets(infos_, capMb, firstCapMb));
+  opts_.bucketMb = capMb;
+  opts_.firstBucketMb = firstCapMb;
 }
 
 }  // namespace minidp::distributed

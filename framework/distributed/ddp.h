@@ -22,6 +22,10 @@ struct DdpOptions {
   double firstBucketMb = 1;
   /// After the first step, re-plan the buckets in rank 0's observed ready order (once; same bits).
   bool rebuildBuckets = false;
+  /// The precision buckets travel in (bf16: PyTorch's bf16_compress_hook).
+  GradComm gradComm = GradComm::Fp32;
+  /// ZeRO stage: 0 all-reduces the buckets; 1 reduce-scatters them (ShardedOptimizer updates the shards).
+  int zeroStage = 0;
 };
 
 /// One step: prepareStep(); setRequireSync(...) and backward per micro-batch; finalize(); optimizer.
@@ -44,10 +48,16 @@ class DistributedDataParallel {
   /// rebuildBuckets, the first call then rebuilds the buckets (a collective: every rank gets rank 0's
   /// ready order, so the plans stay identical); the averaged gradients keep their values.
   void finalize(const std::function<void()>& beforeWaits = nullptr);
+  /// Between steps: re-plans the buckets in registration order under new caps (MiB); the gradients keep
+  /// their values (--bucket-mb auto). Not with ZeRO-1, whose optimizer holds views of the buckets.
+  void replan(double capMb, double firstCapMb);
+  /// Name, size and dtype per parameter, in registration order: what the plans are computed from.
+  const std::vector<ParamInfo>& parameterInfos() const { return infos_; }
   /// Whether the last finalize() rebuilt the buckets (plan() is the new plan then).
   bool rebuiltLastStep() const { return rebuiltLastStep_; }
 
   const BucketPlan& plan() const { return reducer_->plan(); }
+  const nn::NamedParameters& parameters() const { return params_; }
   Communicator& communicator() const { return *comm_; }
   Reducer& reducer() { return *reducer_; }
   const Reducer& reducer() const { return *reducer_; }

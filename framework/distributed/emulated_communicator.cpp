@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "framework/distributed/comm_thread.h"
+#include "kernels/bf16_cast.h"
 #include "kernels/emulated_link.h"
 
 #if MINIDP_WITH_CUDA
@@ -45,23 +46,37 @@ double EmulatedCommunicator::modelledSeconds(size_t bytes) const {
 }
 
 std::shared_ptr<Work> EmulatedCommunicator::allReduceAverage(Tensor buffer, const std::string& tag) {
+  return reduceGradients(std::move(buffer), Tensor(), Reduction::AllReduce, tag);
+}
+
+std::shared_ptr<Work> EmulatedCommunicator::reduceGradients(Tensor buffer, Tensor wire, Reduction reduction,
+                                                            const std::string& tag) {
   MINIDP_CHECK(buffer.defined() && supports(buffer.device()),
                "emulated " << (cuda_ ? "cuda" : "cpu") << " link cannot reduce a " << deviceName(buffer.device())
                            << " tensor");
-  const size_t bytes = buffer.nbytes();
+  MINIDP_CHECK(reduction == Reduction::AllReduce, "the emulated link models all-reduce only (no ZeRO-1)");
+  checkGradientBucket(buffer, wire, reduction, world_);
+  // bf16 on the wire: the link carries the bf16 copy; identical ranks average to it, cast back.
+  const bool bf16 = wire.defined();
+  Tensor onWire = bf16 ? wire : buffer;
+  const size_t bytes = onWire.nbytes();
   const double seconds = modelledSeconds(bytes);
+  const int ctas = ctas_;
+  const int64_t n = buffer.numel();
   if (cuda_) {
 #if MINIDP_WITH_CUDA
-    const int ctas = ctas_;
     return stream_->launch(tag, buffer, [&](cudaStream_t s) {
-      kernels::cuda::emulatedLink(buffer.raw(), static_cast<int64_t>(bytes), seconds, ctas, s);
+      if (bf16) kernels::cuda::castToBf16(buffer.data<float>(), wire.data<minidp::bf16>(), n, s);
+      kernels::cuda::emulatedLink(onWire.raw(), static_cast<int64_t>(bytes), seconds, ctas, s);
+      if (bf16) kernels::cuda::castFromBf16(wire.data<minidp::bf16>(), buffer.data<float>(), n, s);
     });
 #endif
   }
-  const int ctas = ctas_;
   return thread_->post(
-      [buffer, bytes, seconds, ctas] {
-        kernels::cpu::emulatedLink(buffer.raw(), static_cast<int64_t>(bytes), seconds, ctas);
+      [buffer, wire, onWire, bf16, n, bytes, seconds, ctas] {
+        if (bf16) kernels::cpu::castToBf16(buffer.data<float>(), wire.data<minidp::bf16>(), n);
+        kernels::cpu::emulatedLink(onWire.raw(), static_cast<int64_t>(bytes), seconds, ctas);
+        if (bf16) kernels::cpu::castFromBf16(wire.data<minidp::bf16>(), buffer.data<float>(), n);
       },
       tag, bytes);
 }

@@ -10,18 +10,28 @@
 namespace minidp::distributed {
 
 /// Averages by MPI_Reduce(SUM) to rank 0, a scale by 1/N on rank 0, and MPI_Bcast: every rank receives
-/// rank 0's bits. (MPI_Allreduce does not promise that: recursive doubling sums in a rank-dependent
-/// order, so ranks could hold different bits and drift apart.)
+/// rank 0's bits; a reduce-scatter is the same with MPI_Scatter instead of MPI_Bcast. (MPI_Allreduce does
+/// not promise that: recursive doubling sums in a rank-dependent order, so ranks could hold different bits
+/// and drift apart.) bf16 on the wire: every rank casts its bucket to bf16 (sent as uint16) and
+/// pre-multiplies it by bf16(1/N), MPI_Reduce sums with a user-defined op that rounds each add to bf16, and
+/// the bf16 result goes out from rank 0: what NCCL's ncclAvg on ncclBfloat16 computes, up to the summation
+/// order.
 class MpiCommunicator : public Communicator {
  public:
   /// `env` must outlive the communicator.
   MpiCommunicator(MpiEnvironment& env, double watchdogSeconds);
+  /// Frees the bf16 sum op (logs failures).
+  ~MpiCommunicator() override;
   int rank() const override { return env_.rank(); }
   int worldSize() const override { return env_.worldSize(); }
   std::string name() const override { return "mpi"; }
   std::string describe() const override;
   bool supports(Device device) const override { return device == Device::CPU; }
   std::shared_ptr<Work> allReduceAverage(Tensor buffer, const std::string& tag) override;
+  std::shared_ptr<Work> reduceGradients(Tensor buffer, Tensor wire, Reduction reduction,
+                                        const std::string& tag) override;
+  /// MPI_Allgather in place.
+  std::shared_ptr<Work> allGatherShards(Tensor buffer, const std::string& tag) override;
   void broadcast(Tensor& tensor, int root) override;
   std::vector<std::string> allGather(const std::string& bytes) override;
   /// MPI_Abort: ends every rank.
@@ -30,6 +40,7 @@ class MpiCommunicator : public Communicator {
  private:
   MpiEnvironment& env_;
   Watchdog watchdog_;
+  MPI_Op bf16Sum_ = MPI_OP_NULL;
 };
 
 }  // namespace minidp::distributed

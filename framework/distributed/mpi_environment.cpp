@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "framework/distributed/comm_thread.h"
+#include "framework/distributed/launcher.h"
 
 namespace minidp::distributed {
 
@@ -31,6 +32,7 @@ MpiEnvironment::MpiEnvironment() {
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MPI_CHECK(MPI_Comm_size(comm_, &world_));
+  checkLaunchAgrees(detectLauncher(), world_);
   MPI_Comm node = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
   MPI_CHECK(MPI_Comm_rank(node, &localRank_));
@@ -85,9 +87,7 @@ void MpiEnvironment::broadcastBytes(void* data, size_t bytes, int root) {
   execute([&] { MPI_CHECK(MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_)); }, "broadcast");
 }
 
-bool MpiEnvironment::launchedByMpirun() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr;
-}
+bool MpiEnvironment::launchedByMpirun() { return detectLauncher().launched(); }
 
 void MpiEnvironment::abortAll(int code) {
   int initialized = 0, finalized = 0;

@@ -56,7 +56,7 @@ class MpiEnvironment {
   /// Copies `bytes` bytes at `data` from rank `root` to every rank.
   void broadcastBytes(void* data, size_t bytes, int root);
 
-  /// True when this process was started by mpirun / srun (OMPI_COMM_WORLD_SIZE or PMI_SIZE is set).
+  /// True when this process was started by mpirun, srun or a PMI launcher (launcher.h).
   static bool launchedByMpirun();
   /// Ends every rank of the job with `code` (MPI_Abort; std::abort when MPI is not running).
   [[noreturn]] static void abortAll(int code);

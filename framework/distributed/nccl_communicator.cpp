@@ -4,8 +4,10 @@
 #include <cstdio>
 #include <sstream>
 
+#include "framework/distributed/launcher.h"
 #include "framework/distributed/mpi_environment.h"
 #include "framework/runtime/device.h"
+#include "kernels/bf16_cast.h"
 #include "kernels/cuda_check.h"
 
 namespace minidp::distributed {
@@ -33,7 +35,6 @@ NcclCommunicator::NcclCommunicator(const CommOptions& opts, MpiEnvironment* env)
   if (env_) {
     rank_ = env_->rank();
     world_ = env_->worldSize();
-    device_ = env_->localRank();
   }
   // Every rank sets up its device (rank 0 also creates the unique id), then all ranks agree before the id
   // is broadcast: a rank that fails here would otherwise leave the others waiting in the broadcast or in
@@ -41,9 +42,7 @@ NcclCommunicator::NcclCommunicator(const CommOptions& opts, MpiEnvironment* env)
   ncclUniqueId id{};
   std::string problem;
   try {
-    const int devices = runtime::cudaDeviceCount();
-    MINIDP_CHECK(device_ < devices, "node-local rank " << device_ << " but only " << devices
-                                                        << " CUDA device(s) are visible: start one rank per GPU");
+    device_ = selectGpu(opts.gpu, env_ ? env_->localRank() : 0, runtime::cudaDeviceCount());
     runtime::setDevice(device_);
     warnIfSerialisedStreams(rank_);
     stream_ = std::make_unique<CommStream>(opts.commHighPriority);
@@ -101,10 +100,44 @@ std::string NcclCommunicator::describe() const {
 }
 
 std::shared_ptr<Work> NcclCommunicator::allReduceAverage(Tensor buffer, const std::string& tag) {
-  checkCuda("allReduceAverage", buffer);
-  MINIDP_CHECK(buffer.dtype() != DType::I32, "allReduceAverage of an int32 tensor");
+  return reduceGradients(std::move(buffer), Tensor(), Reduction::AllReduce, tag);
+}
+
+std::shared_ptr<Work> NcclCommunicator::reduceGradients(Tensor buffer, Tensor wire, Reduction reduction,
+                                                        const std::string& tag) {
+  checkCuda("reduceGradients", buffer);
+  checkGradientBucket(buffer, wire, reduction, world_);
   std::shared_ptr<Work> work = stream_->launch(tag, buffer, [&](cudaStream_t s) {
-    NCCL_CHECK(ncclAllReduce(buffer.raw(), buffer.raw(), buffer.numel(), ncclType(buffer.dtype()), ncclAvg, comm_, s));
+    const bool bf16 = wire.defined();
+    const size_t n = buffer.numel(), elementBytes = bf16 ? sizeof(minidp::bf16) : dtypeSize(buffer.dtype());
+    // The casts run on the comm stream, between the collective's start and done events.
+    if (bf16) kernels::cuda::castToBf16(buffer.data<float>(), wire.data<minidp::bf16>(), n, s);
+    char* data = static_cast<char*>(bf16 ? wire.raw() : buffer.raw());
+    const ncclDataType_t type = bf16 ? ncclBfloat16 : ncclType(buffer.dtype());
+    size_t first = 0, count = n;
+    if (reduction == Reduction::AllReduce) {
+      NCCL_CHECK(ncclAllReduce(data, data, n, type, ncclAvg, comm_, s));
+    } else {
+      count = n / world_;
+      first = rank_ * count;  // in place: the receive buffer is this rank's shard of the send buffer
+      NCCL_CHECK(ncclReduceScatter(data, data + first * elementBytes, count, type, ncclAvg, comm_, s));
+    }
+    if (bf16) {
+      kernels::cuda::castFromBf16(wire.data<minidp::bf16>() + first, buffer.data<float>() + first, count, s);
+    }
+  });
+  watchdog_->watch(work);
+  return work;
+}
+
+std::shared_ptr<Work> NcclCommunicator::allGatherShards(Tensor buffer, const std::string& tag) {
+  checkCuda("allGatherShards", buffer);
+  checkGradientBucket(buffer, Tensor(), Reduction::ReduceScatter, world_);
+  std::shared_ptr<Work> work = stream_->launch(tag, buffer, [&](cudaStream_t s) {
+    const size_t count = buffer.numel() / world_;
+    char* data = static_cast<char*>(buffer.raw());
+    NCCL_CHECK(ncclAllGather(data + rank_ * count * dtypeSize(buffer.dtype()), data, count,
+                             ncclType(buffer.dtype()), comm_, s));
   });
   watchdog_->watch(work);
   return work;

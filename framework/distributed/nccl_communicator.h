@@ -16,12 +16,13 @@
 
 namespace minidp::distributed {
 
-/// One NCCL communicator per process on the GPU of its node-local rank. Averages with ncclAvg: ring and
-/// tree all-reduce both end with every rank holding the same reduced bits.
+/// One NCCL communicator per process on its GPU (--gpu, or the node-local rank modulo the visible
+/// devices). Averages with ncclAvg: ring and tree all-reduce both end with every rank holding the same
+/// reduced bits.
 class NcclCommunicator : public Communicator {
  public:
-  /// Collective over the ranks of `env` (world 1 when `env` is null). Selects the device of the
-  /// node-local rank (it may be current already); rank 0 creates the unique id and broadcasts it over MPI
+  /// Collective over the ranks of `env` (world 1 when `env` is null). Selects the device of
+  /// selectGpu (it may be current already); rank 0 creates the unique id and broadcasts it over MPI
   /// once every rank reported a usable device, else every rank throws the same error. Its watchdog also
   /// polls ncclCommGetAsyncError and aborts on an asynchronous error.
   NcclCommunicator(const CommOptions& opts, MpiEnvironment* env);
@@ -34,6 +35,12 @@ class NcclCommunicator : public Communicator {
   bool supports(Device device) const override { return device == Device::CUDA; }
   /// ready event on the compute stream -> comm stream waits -> ncclAllReduce(ncclAvg) -> done event.
   std::shared_ptr<Work> allReduceAverage(Tensor buffer, const std::string& tag) override;
+  /// ready event -> comm stream waits -> [cast to bf16] -> ncclAllReduce / ncclReduceScatter (ncclAvg, in
+  /// place) -> [cast back] -> done event.
+  std::shared_ptr<Work> reduceGradients(Tensor buffer, Tensor wire, Reduction reduction,
+                                        const std::string& tag) override;
+  /// ncclAllGather in place on the comm stream.
+  std::shared_ptr<Work> allGatherShards(Tensor buffer, const std::string& tag) override;
   void broadcast(Tensor& tensor, int root) override;
   std::vector<std::string> allGather(const std::string& bytes) override;
   /// ncclCommAbort, then MPI_Abort under mpirun.

@@ -6,8 +6,10 @@
 
 namespace minidp::distributed {
 
-Reducer::Reducer(nn::NamedParameters params, BucketPlan plan, std::shared_ptr<Communicator> comm, bool overlap)
-    : params_(std::move(params)), plan_(std::move(plan)), comm_(std::move(comm)), overlap_(overlap) {
+Reducer::Reducer(nn::NamedParameters params, BucketPlan plan, std::shared_ptr<Communicator> comm, bool overlap,
+                 BucketReduction reduction)
+    : params_(std::move(params)), plan_(std::move(plan)), comm_(std::move(comm)), overlap_(overlap),
+      reduction_(reduction) {
   MINIDP_CHECK(comm_, "reducer without a communicator");
   MINIDP_CHECK(plan_.slots.size() == params_.size(),
                "bucket plan for " << plan_.slots.size() << " parameters, got " << params_.size());
@@ -22,8 +24,17 @@ Reducer::Reducer(nn::NamedParameters params, BucketPlan plan, std::shared_ptr<Co
 
 void Reducer::installBuckets(bool keepGradients) {
   const Device device = params_.front().second.device();
-  std::vector<Tensor> buffers;
-  for (const Bucket& b : plan_.buckets) buffers.push_back(Tensor::zeros({b.numel}, b.dtype, device));
+  std::vector<Tensor> buffers, wires;
+  for (const Bucket& b : plan_.buckets) {
+    const int64_t numel =
+        reduction_.reduction == Reduction::ReduceScatter ? paddedNumel(b.numel, comm_->worldSize()) : b.numel;
+    buffers.push_back(Tensor::zeros({numel}, b.dtype, device));
+    if (reduction_.wire == GradComm::Bf16) {
+      MINIDP_CHECK(b.dtype == DType::F32, "bf16 gradient communication needs fp32 gradients, bucket of "
+                                              << dtypeName(b.dtype));
+      wires.push_back(Tensor::empty({numel}, DType::BF16, device));
+    }
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
     auto& [name, param] = params_[i];
     const ParamSlot& slot = plan_.slots[i];
@@ -36,6 +47,7 @@ void Reducer::installBuckets(bool keepGradients) {
     param.setGrad(std::move(view));
   }
   buffers_ = std::move(buffers);
+  wires_ = std::move(wires);
   pending_.assign(plan_.buckets.size(), 0);
   nextLaunch_ = plan_.buckets.size();
 }
@@ -109,7 +121,8 @@ void Reducer::launch(size_t b) {
   const std::string tag = "bucket " + std::to_string(b);
   runtime::NvtxRange range(tag.c_str());
   timings_[b].launchMs = hostNowMs();
-  timings_[b].work = comm_->allReduceAverage(buffers_[b], tag);
+  timings_[b].work =
+      comm_->reduceGradients(buffers_[b], wires_.empty() ? Tensor() : wires_[b], reduction_.reduction, tag);
 }
 
 void Reducer::finalize(const std::function<void()>& beforeWaits) {

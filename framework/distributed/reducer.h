@@ -3,7 +3,8 @@
 //
 // Gradient convention (the one place it is stated for data-parallel training): prepareStep() zeroes
 // every bucket, backward ACCUMULATES (+=) into each parameter's gradient, which is a view into its
-// bucket (no copy), and finalize() leaves the rank-averaged gradients there.
+// bucket (no copy), and finalize() leaves the rank-averaged gradients there (under reduce-scatter, ZeRO-1:
+// only in this rank's shard of each bucket; see zero.h).
 //
 // A step: prepareStep(); [setRequireSync(false); backward of micro-batches 1..K-1;] setRequireSync(true);
 // backward of the last micro-batch (hooks call markReady); finalize(). With K micro-batches each
@@ -34,13 +35,22 @@ struct BucketTiming {
   std::shared_ptr<Work> work;
 };
 
+/// How the buckets are reduced: the wire precision, and all-reduce (DDP) or reduce-scatter (ZeRO-1, where
+/// each bucket is padded to a multiple of the world size so that every rank's shard is contiguous).
+struct BucketReduction {
+  GradComm wire = GradComm::Fp32;
+  Reduction reduction = Reduction::AllReduce;
+};
+
 /// Owns the bucket buffers for as long as it lives (a comm stream never reads memory the allocator
 /// reused) and launches their all-reduces.
 class Reducer {
  public:
   /// Allocates the buckets of `plan` on the parameters' device and installs each parameter's gradient
   /// as a view into its bucket. `overlap`: launch buckets during backward; otherwise all at finalize.
-  Reducer(nn::NamedParameters params, BucketPlan plan, std::shared_ptr<Communicator> comm, bool overlap);
+  /// bf16 on the wire allocates a bf16 copy of each bucket, once, for the collectives.
+  Reducer(nn::NamedParameters params, BucketPlan plan, std::shared_ptr<Communicator> comm, bool overlap,
+          BucketReduction reduction = {});
   /// Destroyed between a launch and finalize() (an exception in backward or in finalize): CUDA makes the
   /// compute stream wait on every launched all-reduce, so the buckets go back to the allocator (which
   /// reuses blocks in compute-stream order) only after the comm stream is done with them. Logs errors.
@@ -69,7 +79,9 @@ class Reducer {
   const BucketPlan& plan() const { return plan_; }
   /// Registration indices in the order markReady counted them in the current (or last) synced step.
   const std::vector<int>& readyOrder() const { return readyOrder_; }
-  /// The flat buffer of bucket `b` (numel = plan().buckets[b].numel).
+  const BucketReduction& reduction() const { return reduction_; }
+  /// The flat buffer of bucket `b`: plan().buckets[b].numel elements, padded to a multiple of the world
+  /// size under reduce-scatter (the padding is zero before and after the reduction).
   const Tensor& bucketBuffer(size_t b) const { return buffers_.at(b); }
   /// Timings of the buckets in the last step, indexed by bucket.
   const std::vector<BucketTiming>& lastStepTimings() const { return timings_; }
@@ -84,9 +96,11 @@ class Reducer {
   BucketPlan plan_;
   std::shared_ptr<Communicator> comm_;
   bool overlap_;
+  BucketReduction reduction_;
   bool requireSync_ = true;
   bool stepOpen_ = false;
   std::vector<Tensor> buffers_;
+  std::vector<Tensor> wires_;  // bf16 on the wire: per bucket, the bf16 copy the collective sends
   std::vector<bool> marked_;
   std::vector<int> readyOrder_;
   std::vector<size_t> pending_;  // per bucket: gradients not yet ready in this step

@@ -38,7 +38,8 @@ class Optimizer {
   Optimizer(ParamList params, double lr);
   virtual ~Optimizer() = default;
   /// One update from the current gradients (which must exist), with the current learning rate.
-  void step();
+  /// Virtual for optimizers that delegate (ZeRO-1's ShardedOptimizer updates shards, then gathers).
+  virtual void step();
 
   double lr() const { return lr_; }
   /// The learning rate of the following steps (a scalar kernel argument: no copy to the device).

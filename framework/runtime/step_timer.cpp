@@ -239,6 +239,11 @@ void StepTimer::collectCompleted(bool wait) {
   }
 }
 
+const std::vector<StepRecord>& StepTimer::peek(bool wait) {
+  collectCompleted(wait);
+  return resolved_;
+}
+
 std::vector<StepRecord> StepTimer::collect(bool wait) {
   collectCompleted(wait);
   std::vector<StepRecord> out = std::move(resolved_);

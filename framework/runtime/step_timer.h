@@ -116,6 +116,9 @@ class StepTimer {
   /// The closed steps resolved so far, in order, handed over once. `wait`: first blocks until every
   /// closed step's work completed (a host synchronisation: log points and per-step benchmarks only).
   std::vector<StepRecord> collect(bool wait);
+  /// The resolved steps not collected yet, left in place for collect() (the trainer's own look at its
+  /// first step, --bucket-mb auto). `wait` as for collect.
+  const std::vector<StepRecord>& peek(bool wait);
 
  private:
   struct Mark {

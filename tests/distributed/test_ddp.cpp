@@ -11,6 +11,7 @@
 
 #include "framework/distributed/ddp.h"
 #include "framework/distributed/emulated_communicator.h"
+#include "framework/distributed/zero.h"
 #include "framework/ops/ops.h"
 #include "framework/ops/tensor_math.h"
 #include "framework/runtime/device.h"
@@ -287,6 +288,206 @@ TEST_P(Ddp, DifferentModelsFailOnEveryRankWithAMessage) {
   }
   EXPECT_TRUE(comm_->allAgree(true)) << "the communicator is still usable";
 }
+
+// ZeRO-1 and bf16 on the wire, 50 optimizer steps of each configuration from the same start.
+struct WireRun {
+  bool overlap = true;
+  distributed::GradComm wire = distributed::GradComm::Fp32;
+  int zero = 0;
+  distributed::ZeroGather gather = distributed::ZeroGather::End;
+  std::string optimizer = "adamw";
+};
+
+class DdpWire : public Ddp {
+ protected:
+  static constexpr int kSteps = 50;
+  std::unique_ptr<models::Model> train(const WireRun& run) {
+    auto m = model(11 + rank_);
+    DdpOptions opts = kSmallBuckets;
+    opts.overlap = run.overlap;
+    opts.gradComm = run.wire;
+    opts.zeroStage = run.zero;
+    DistributedDataParallel ddp(m->namedParameters(), comm_, opts);
+    std::unique_ptr<optim::Optimizer> optimizer;
+    if (run.zero == 1) {
+      optimizer = std::make_unique<distributed::ShardedOptimizer>(ddp, run.optimizer, 1e-2, 0.01, run.gather);
+    } else {
+      optimizer = optim::makeOptimizer(run.optimizer, m->parameters(), 1e-2, 0.01);
+    }
+    for (uint64_t step = 0; step < kSteps; ++step) {
+      const Batch mine = myRows(global(world_ * kRowsPerRank, 300 + step));
+      ddp.prepareStep();
+      m->loss(mine.inputs, mine.targets).backward();
+      ddp.finalize();
+      optimizer->step();
+    }
+    return m;
+  }
+  /// Every rank holds the bits of rank 0.
+  void expectRanksIdentical(const nn::Module& m, const std::string& what) {
+    const std::vector<std::string> all = comm_->allGather(parameterBytes(m));
+    for (int r = 1; r < world_; ++r) EXPECT_TRUE(all[r] == all[0]) << what << ": rank " << r << " differs from rank 0";
+  }
+  /// Largest relative error over the parameters.
+  static double maxRelativeError(const nn::Module& a, const nn::Module& b) {
+    const auto pa = a.namedParameters(), pb = b.namedParameters();
+    double worst = 0;
+    for (size_t i = 0; i < pa.size(); ++i) {
+      worst = std::max(worst, testing::relativeError(pa[i].second.data(), pb[i].second.data()));
+    }
+    return worst;
+  }
+};
+
+TEST_P(DdpWire, ZeroOneMatchesDdpAfterFiftySteps) {
+  auto ddp = train({});
+  auto zeroEnd = train({true, distributed::GradComm::Fp32, 1, distributed::ZeroGather::End});
+  auto zeroOverlap = train({true, distributed::GradComm::Fp32, 1, distributed::ZeroGather::Overlap});
+  auto zeroOff = train({false, distributed::GradComm::Fp32, 1, distributed::ZeroGather::End});
+  const std::string bytes = parameterBytes(*zeroEnd);
+  EXPECT_TRUE(bytes == parameterBytes(*zeroOverlap)) << "gather at the end and overlapped differ";
+  EXPECT_TRUE(bytes == parameterBytes(*zeroOff)) << "overlap on and off differ under ZeRO-1";
+  expectRanksIdentical(*zeroEnd, "ZeRO-1");
+  // Sharding changes who computes an element's update, not the update: DDP's numbers up to rounding
+  // (CPU: the same reduction to rank 0, so usually the same bits).
+  EXPECT_LE(maxRelativeError(*zeroEnd, *ddp), 100 * tolerance());
+  // And the run did train: 50 steps of lr 1e-2 moved the weights well away from the start.
+  EXPECT_GT(maxRelativeError(*zeroEnd, *model(11)), 1e-2);
+}
+
+// The hook grad-norm clipping needs under ZeRO-1: each rank's partial sum over its shards, one all-reduce
+// of a scalar, equals the squared norm of the whole averaged gradient that plain DDP holds.
+TEST_P(DdpWire, ZeroGradNormIsTheWholeGradientsNorm) {
+  const Batch mine = myRows(global(world_ * kRowsPerRank, 500));
+  double want = 0;
+  {
+    auto m = model(11);
+    DistributedDataParallel ddp(m->namedParameters(), comm_, kSmallBuckets);
+    ddp.prepareStep();
+    m->loss(mine.inputs, mine.targets).backward();
+    ddp.finalize();
+    for (const auto& [name, p] : m->namedParameters()) {
+      for (double g : p.grad().toDType(DType::F64).toVector<double>()) want += g * g;
+    }
+  }
+  auto m = model(11);
+  DdpOptions opts = kSmallBuckets;
+  opts.zeroStage = 1;
+  DistributedDataParallel ddp(m->namedParameters(), comm_, opts);
+  distributed::ShardedOptimizer optimizer(ddp, "sgd", 0.1, 0, distributed::ZeroGather::End);
+  ddp.prepareStep();
+  m->loss(mine.inputs, mine.targets).backward();
+  ddp.finalize();
+  EXPECT_GT(want, 0);
+  EXPECT_NEAR(optimizer.gradSquaredNorm(), want, 1e-5 * want);
+  // Optimizer state per rank: 1/N of the (padded) elements, SGD's momentum only.
+  const int64_t padding = world_ * static_cast<int64_t>(ddp.plan().buckets.size());  // under N per bucket
+  EXPECT_GE(optimizer.stateElements() * world_, optimizer.unshardedStateElements());
+  EXPECT_LE(optimizer.stateElements() * world_, optimizer.unshardedStateElements() + padding);
+}
+
+TEST_P(DdpWire, Bf16OnTheWireIsIdenticalOnRanksAndOverlapAndNearFp32) {
+  if (GetParam().dtype != DType::F32) GTEST_SKIP() << "bf16 on the wire compresses fp32 gradients";
+  // SGD: AdamW's normalised steps turn any difference in a near-zero gradient into a full step of
+  // lr, so its runs part by far more than the gradients do (tens of percent after 50 steps).
+  const auto sgd = [](bool overlap, distributed::GradComm wire, int zero) {
+    return WireRun{overlap, wire, zero, distributed::ZeroGather::Overlap, "sgd"};
+  };
+  auto fp32 = train(sgd(true, distributed::GradComm::Fp32, 0));
+  auto on = train(sgd(true, distributed::GradComm::Bf16, 0));
+  auto off = train(sgd(false, distributed::GradComm::Bf16, 0));
+  auto zero = train(sgd(true, distributed::GradComm::Bf16, 1));
+  EXPECT_TRUE(parameterBytes(*on) == parameterBytes(*off)) << "overlap on and off differ with bf16 on the wire";
+  expectRanksIdentical(*on, "bf16");
+  expectRanksIdentical(*zero, "bf16 + ZeRO-1");
+  // bf16 keeps 8 significant bits (relative rounding 2^-9 per gradient element): the weights stay within
+  // a percent of the fp32 run, yet not equal to it.
+  const double error = maxRelativeError(*on, *fp32);
+  EXPECT_LE(error, 1e-2);
+  EXPECT_GT(error, 0.0) << "bf16 on the wire changed nothing: are the gradients really rounded?";
+  EXPECT_LE(maxRelativeError(*zero, *on), 1e-2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, DdpWire,
+                         ::testing::Values(Setup{"mlp", Device::CPU, DType::F64}, Setup{"mlp", Device::CPU, DType::F32},
+                                           Setup{"gpt", Device::CPU, DType::F32}, Setup{"mlp", Device::CUDA, DType::F32},
+                                           Setup{"gpt", Device::CUDA, DType::F32}),
+                         setupName);
+
+// The collectives ZeRO-1 and bf16 on the wire add, on the CPU (mpi / single) and CUDA (nccl).
+class WireCollectives : public ::testing::TestWithParam<Device> {
+ protected:
+  void SetUp() override {
+    std::string reason;
+    comm_ = testing::sharedCommunicator(GetParam(), &reason);
+    if (!comm_) GTEST_SKIP() << reason;
+  }
+  std::shared_ptr<Communicator> comm_;
+};
+
+// What NCCL's ncclAvg on bf16 computes: each rank's values rounded to bf16, pre-multiplied by bf16(1/N)
+// (rounded), summed with one rounding per add; identical on every rank; the reduce-scatter's shard is the
+// all-reduce's.
+TEST_P(WireCollectives, Bf16AverageIsNcclsPreMultipliedSum) {
+  const int world = comm_->worldSize(), rank = comm_->rank();
+  const int64_t n = distributed::paddedNumel(999, world);
+  const auto values = [&](int r) { return testing::randomTensor({n}, 50 + r, -1, 1, DType::F32); };
+  Tensor buffer = values(rank).to(GetParam());
+  Tensor wire = Tensor::empty({n}, DType::BF16, GetParam());
+  comm_->reduceGradients(buffer, wire, distributed::Reduction::AllReduce, "bucket 0")->wait();
+  const std::vector<float> got = buffer.toVector<float>();
+  const std::vector<std::string> all =
+      comm_->allGather(std::string(reinterpret_cast<const char*>(got.data()), got.size() * sizeof(float)));
+  for (int r = 1; r < world; ++r) EXPECT_TRUE(all[r] == all[0]) << "rank " << r << " holds other bits";
+
+  const float scale = bf16ToFloat(floatToBf16(1.0f / static_cast<float>(world)));
+  std::vector<float> reference(n, 0.0f), average(n, 0.0f);
+  for (int r = 0; r < world; ++r) {
+    const std::vector<float> x = values(r).toVector<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      const float term = bf16ToFloat(floatToBf16(bf16ToFloat(floatToBf16(x[i])) * scale));
+      reference[i] = r == 0 ? term : bf16ToFloat(floatToBf16(reference[i] + term));
+      average[i] += x[i] / static_cast<float>(world);
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(bf16ToFloat(floatToBf16(got[i])), got[i]) << "element " << i << " is not a bf16 value";
+    // Two ranks: one add, whatever the order. More: the summation order is the library's (MPI's reduction
+    // tree, NCCL's ring), so only the distance to the exact average is checked.
+    if (world <= 2) ASSERT_EQ(got[i], reference[i]) << "element " << i;
+    ASSERT_NEAR(got[i], average[i], 4.0 / 256) << "element " << i;
+  }
+
+  Tensor scattered = values(rank).to(GetParam());
+  comm_->reduceGradients(scattered, wire, distributed::Reduction::ReduceScatter, "bucket 1")->wait();
+  const int64_t shard = n / world;
+  const std::vector<float> mine = scattered.toVector<float>();
+  for (int64_t i = rank * shard; i < (rank + 1) * shard; ++i) {
+    ASSERT_NEAR(mine[i], got[i], GetParam() == Device::CPU ? 0.0 : 4.0 / 256) << "element " << i;
+  }
+}
+
+TEST_P(WireCollectives, Fp32ReduceScatterAndAllGatherShards) {
+  const int world = comm_->worldSize(), rank = comm_->rank();
+  const int64_t n = distributed::paddedNumel(1001, world), shard = n / world;
+  // Rank r holds (r + 1) * x: the average is (N + 1) / 2 * x.
+  Tensor x = testing::randomTensor({n}, 61, -1, 1, DType::F32);
+  Tensor buffer = ops::scale(x, rank + 1.0).to(GetParam());
+  comm_->reduceGradients(buffer, Tensor(), distributed::Reduction::ReduceScatter, "bucket 0")->wait();
+  const std::vector<float> got = buffer.toVector<float>(), want = ops::scale(x, (world + 1) / 2.0).toVector<float>();
+  for (int64_t i = rank * shard; i < (rank + 1) * shard; ++i) ASSERT_NEAR(got[i], want[i], 1e-6) << "element " << i;
+
+  // Shard r holds r + 1 on rank r and -1 elsewhere; after the gather every rank holds r + 1 in shard r.
+  std::vector<float> params(n, -1.0f);
+  for (int64_t i = rank * shard; i < (rank + 1) * shard; ++i) params[i] = static_cast<float>(rank + 1);
+  Tensor gathered = Tensor::fromVector(params, {n}, GetParam());
+  comm_->allGatherShards(gathered, "gather 0")->wait();
+  const std::vector<float> out = gathered.toVector<float>();
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out[i], static_cast<float>(i / shard + 1)) << "element " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, WireCollectives, ::testing::Values(Device::CPU, Device::CUDA),
+                         [](const ::testing::TestParamInfo<Device>& info) { return deviceName(info.param); });
 
 INSTANTIATE_TEST_SUITE_P(Backends, Ddp,
                          ::testing::Values(Setup{"mlp", Device::CPU, DType::F64}, Setup{"mlp", Device::CPU, DType::F32},

@@ -1,0 +1,126 @@
+#include "framework/distributed/bucket_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "framework/runtime/device.h"
+
+namespace minidp::distributed {
+
+std::string LinkCost::describe() const {
+  char text[96];
+  std::snprintf(text, sizeof text, "alpha %.3f ms, %.2f GB/s", alphaMs, msPerByte > 0 ? 1e-6 / msPerByte : 0.0);
+  return text;
+}
+
+LinkCost fitLinkCost(const std::vector<std::pair<double, double>>& samples) {
+  MINIDP_CHECK(samples.size() >= 2, "a link cost needs at least two samples");
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& [x, y] : samples) {
+    n += 1;
+    sx += x;
+    sy += y;
+    sxx += x * x;
+    sxy += x * y;
+  }
+  const double denominator = n * sxx - sx * sx;
+  MINIDP_CHECK(denominator > 0, "a link cost needs samples of at least two sizes");
+  LinkCost cost;
+  cost.msPerByte = std::max(0.0, (n * sxy - sx * sy) / denominator);
+  cost.alphaMs = std::max(0.0, (sy - cost.msPerByte * sx) / n);
+  return cost;
+}
+
+LinkCost measureLinkCost(Communicator& comm, Device device, size_t smallBytes, size_t largeBytes, int repeats) {
+  std::vector<std::pair<double, double>> samples;
+  for (size_t bytes : {smallBytes, largeBytes}) {
+    Tensor buffer = Tensor::zeros({static_cast<int64_t>(bytes / sizeof(float))}, DType::F32, device);
+    for (int i = -1; i < repeats; ++i) {
+      runtime::synchronize();
+      const double start = hostNowMs();
+      comm.allReduceAverage(buffer, "link probe")->wait();
+      runtime::synchronize();
+      if (i >= 0) samples.emplace_back(static_cast<double>(buffer.nbytes()), hostNowMs() - start);
+    }
+  }
+  return fitLinkCost(samples);
+}
+
+BackwardProfile profileFromStep(const runtime::StepRecord& step, const std::vector<std::string>& names) {
+  double start = 0, end = 0;
+  for (const runtime::Span& phase : step.phases) {
+    if (phase.name != "backward") continue;
+    start = phase.startMs;
+    end = phase.endMs;
+  }
+  std::map<std::string, double> layerEnd;
+  for (const runtime::Span& layer : step.layers) layerEnd[layer.name] = layer.endMs - start;
+  BackwardProfile profile;
+  profile.endMs = end - start;
+  for (const std::string& name : names) {
+    auto it = layerEnd.find(runtime::layerOf(name));
+    profile.readyMs.push_back(it == layerEnd.end() ? profile.endMs : it->second);
+  }
+  return profile;
+}
+
+double modelledExposedMs(const BucketPlan& plan, const BackwardProfile& profile, const LinkCost& link,
+                         double wireBytesPerByte) {
+  MINIDP_CHECK(profile.readyMs.size() == plan.slots.size(),
+               "backward profile of " << profile.readyMs.size() << " parameters, plan of " << plan.slots.size());
+  double end = 0;
+  for (const Bucket& bucket : plan.buckets) {
+    double ready = 0;
+    for (int p : bucket.params) ready = std::max(ready, profile.readyMs[p]);
+    end = std::max(end, ready) + link.ms(static_cast<double>(bucket.bytes()) * wireBytesPerByte);
+  }
+  return std::max(0.0, end - profile.endMs);
+}
+
+std::vector<CapChoice> modelCaps(const std::vector<ParamInfo>& params, const BackwardProfile& profile,
+                                 const LinkCost& link, const std::vector<double>& candidatesMb, double firstCapMb,
+                                 double wireBytesPerByte, size_t& best) {
+  MINIDP_CHECK(!candidatesMb.empty(), "no bucket caps to model");
+  std::vector<CapChoice> out;
+  best = 0;
+  for (double cap : candidatesMb) {
+    const BucketPlan plan = planBuckets(params, cap, std::min(firstCapMb, cap));
+    out.push_back({cap, modelledExposedMs(plan, profile, link, wireBytesPerByte)});
+    const CapChoice& b = out[best];
+    if (out.back().exposedMs < b.exposedMs || (out.back().exposedMs == b.exposedMs && cap > b.capMb)) {
+      best = out.size() - 1;
+    }
+  }
+  return out;
+}
+
+double chooseBucketCap(Communicator& comm, const std::vector<ParamInfo>& params, const BackwardProfile& profile,
+                       const LinkCost& link, double firstCapMb, double wireBytesPerByte, std::string& report) {
+  double totalBytes = 0;
+  for (const ParamInfo& p : params) totalBytes += static_cast<double>(p.numel) * dtypeSize(p.dtype);
+  std::vector<double> candidates = {1, 2, 5, 10, 25, 50, 100, 200, 400};
+  const double totalMb = std::ceil(totalBytes / 1048576.0);
+  if (totalMb > candidates.back()) candidates.push_back(totalMb);  // one bucket for everything
+  size_t best = 0;
+  const std::vector<CapChoice> choices =
+      modelCaps(params, profile, link, candidates, firstCapMb, wireBytesPerByte, best);
+  char text[160];
+  std::snprintf(text, sizeof text, "bucket cap auto: link %s, backward %.2f ms; modelled exposed ms per cap (MB):",
+                link.describe().c_str(), profile.endMs);
+  std::string line = text;
+  for (const CapChoice& c : choices) {
+    std::snprintf(text, sizeof text, " %g: %.2f", c.capMb, c.exposedMs);
+    line += text;
+  }
+  // Ranks time their own link and backward; every rank takes rank 0's choice and report.
+  const std::vector<std::string> all = comm.allGather(std::to_string(choices[best].capMb) + "\n" + line);
+  const size_t split = all[0].find('\n');
+  const double chosen = std::stod(all[0].substr(0, split));
+  std::snprintf(text, sizeof text, "; chose %g MB", chosen);
+  report = all[0].substr(split + 1) + text;
+  return chosen;
+}
+
+}  // namespace minidp::distributed
