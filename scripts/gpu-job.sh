@@ -53,6 +53,14 @@ step_fast_step() {
       --json "$out/torch_gpt2_b$b.json" 2>&1 | tee "$out/torch_gpt2_b$b.txt" | tail -4
   done
 }
+# Where the GPU time of GPT-2-small bf16 steps goes: ncu kernel durations of steps after the warm-up.
+step_profile() {
+  [ -f "$out/tokens/train.bin" ] || python3 scripts/make-random-tokens.py "$out/tokens"
+  ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip ${NCU_SKIP:-3000} \
+    --launch-count ${NCU_COUNT:-1500} build/bin/minidp-train "${gpt2[@]}" --batch-size 8 --dtype bf16 --steps 8 \
+    --log-every 8 --eval-batches 1 >"$out/ncu.csv" 2>"$out/ncu.err"
+  python3 scripts/ncu-summary.py "$out/ncu.csv" 40
+}
 for s in "$@"; do
   echo "== $s ($(date -u +%T))"
   "step_${s//-/_}"
