@@ -61,6 +61,9 @@ step_profile() {
     --log-every 8 --eval-batches 1 >"$out/ncu.csv" 2>"$out/ncu.err"
   python3 scripts/ncu-summary.py "$out/ncu.csv" 40
 }
+# Issue 10's two-link job on a machine with several GPUs (scripts/multi-gpu-job.sh).
+step_multi_nvlink() { scripts/multi-gpu-job.sh "$out/nvlink" nvlink 2>&1 | tail -30; }
+step_multi_socket() { scripts/multi-gpu-job.sh "$out/socket" socket 2>&1 | tail -30; }
 for s in "$@"; do
   echo "== $s ($(date -u +%T))"
   "step_${s//-/_}"
