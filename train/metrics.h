@@ -29,8 +29,9 @@ struct LogPoint {
   std::string terminalLine() const;
 };
 
-/// Model FLOPs of one training step per token (GPT: 6 x parameters + 12 x layers x width x context, the
-/// attention scores and weighted values, PaLM's count) or per sample (MLP: 6 x parameters).
+/// Model FLOPs of one training step per token (GPT: 6 x matrix-product parameters + 12 x layers x width x
+/// context, the attention scores and weighted values, PaLM's count, as train/torch_bench.py counts) or per
+/// sample (MLP: 6 x parameters). `parameters` excludes lookup tables (a GPT's wte and wpe).
 double flopsPerItem(int64_t parameters, int64_t layers, int64_t width, int64_t context);
 
 /// Appends one JSON line per call to a file created (truncated) at construction.

@@ -60,8 +60,14 @@ int runTraining(int argc, char** argv, const std::string& program) {
     const models::ModelEntry& entry = models::findModel(opts.model);
     const bool gpt = entry.data == models::DataKind::Tokens;  // throughput in tokens, MFU with attention
     const double itemsPerStep = static_cast<double>(trainer.samplesPerStep()) * (gpt ? opts.gpt.context : 1);
-    const double flopsPerStep = itemsPerStep * flopsPerItem(trainer.model().numParameters(), gpt ? opts.gpt.layers : 0,
-                                                                   opts.gpt.embd, opts.gpt.context);
+    // MFU counts matrix-product FLOPs: the token and position tables are lookups, not products.
+    int64_t lookups = 0;
+    for (const auto& [name, p] : trainer.model().namedParameters()) {
+      if (name.find("wte.") != std::string::npos || name.find("wpe.") != std::string::npos) lookups += p.data().numel();
+    }
+    const double flopsPerStep =
+        itemsPerStep * flopsPerItem(trainer.model().numParameters() - lookups, gpt ? opts.gpt.layers : 0,
+                                    opts.gpt.embd, opts.gpt.context);
     for (int64_t step = 1; step <= opts.steps; ++step) {
       trainer.timer().setDetailed(!opts.trace.empty() && step > opts.steps - opts.traceSteps);
       Tensor loss = trainer.step();
