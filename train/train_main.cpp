@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "framework/nn/checkpoint.h"
 #include "framework/runtime/device.h"
+#include "train/run_checks.h"
 #include "train/trace.h"
 #include "train/trainer.h"
 
@@ -20,12 +20,15 @@ int main(int argc, char** argv) {
   CLI::App app{"minidp-train: data-parallel training of the MLP (Fashion-MNIST) or GPT (fortunes)"};
   train::Options opts;
   train::addOptions(app, opts);
-  CLI11_PARSE(app, argc, argv);
+  train::addResumeOptions(app, opts);
+  if (const int status = train::parseCommandLine(app, argc, argv, "minidp-train"); status >= 0) return status;
 
   train::Session session;
   return train::runGuarded("minidp-train", session, [&] {
     train::openSession(opts, session);
+    train::checkTrainingRun(opts, session);
     train::Trainer trainer(opts, session);
+    const int64_t firstStep = opts.resume.empty() ? 1 : trainer.resume(opts.resume) + 1;
     const bool printer = session.rank() == 0;
     if (printer) {
       std::printf("minidp-train: %s, %lld parameters, %d rank(s) on %s (%s), communicator %s, overlap %s\n",
@@ -39,13 +42,18 @@ int main(int argc, char** argv) {
     std::vector<runtime::StepRecord> traced;
     auto windowStart = Clock::now();
     int64_t windowSteps = 0;
-    for (int64_t step = 1; step <= opts.steps; ++step) {
+    if (printer && firstStep > 1) std::printf("resumed from %s after step %lld\n", opts.resume.c_str(),
+                                              static_cast<long long>(firstStep - 1));
+    for (int64_t step = firstStep; step <= opts.steps; ++step) {
       trainer.timer().setDetailed(!opts.trace.empty() && step > opts.steps - opts.traceSteps);
       Tensor loss = trainer.step();
       ++windowSteps;
-      if (step % opts.logEvery == 0 || step == opts.steps) {
+      const bool logged = step % opts.logEvery == 0 || step == opts.steps;
+      if (opts.checkFinite && !logged) train::checkFiniteLoss(trainer.globalLoss(loss), step, opts);
+      if (logged) {
         // The only host synchronisation of the loop: reading the loss (averaged over the ranks).
         lastLoss = trainer.globalLoss(loss);
+        train::checkFiniteLoss(lastLoss, step, opts);
         const double ms = std::chrono::duration<double, std::milli>(Clock::now() - windowStart).count() / windowSteps;
         // The steps are complete now (the loss was read): their timings resolve without another stall.
         double commMs = 0, exposedMs = 0;
@@ -75,6 +83,7 @@ int main(int argc, char** argv) {
         windowStart = Clock::now();
         windowSteps = 0;
       }
+      if (opts.saveEvery > 0 && step % opts.saveEvery == 0 && step < opts.steps) trainer.saveState(opts.save, step);
     }
     const double metric = trainer.evaluate();
     nlohmann::json summary = {{"model", opts.model},      {"device", opts.device},
@@ -101,7 +110,7 @@ int main(int argc, char** argv) {
       }
     }
     if (!opts.save.empty()) {
-      if (printer) nn::saveCheckpoint(trainer.model(), opts.save);
+      trainer.saveState(opts.save, opts.steps);
       if (printer) std::printf("saved %s\n", opts.save.c_str());
     }
     if (printer) std::printf("%s\n", summary.dump().c_str());

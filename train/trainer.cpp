@@ -9,6 +9,7 @@
 #include "framework/ops/ops.h"
 #include "framework/ops/tensor_math.h"
 #include "framework/runtime/device.h"
+#include "train/run_checks.h"
 
 namespace minidp::train {
 
@@ -68,6 +69,8 @@ void addSessionOptions(CLI::App& app, Options& o) {
       ->capture_default_str();
   app.add_option("--watchdog-s", o.comm.watchdogSeconds, "Abort every rank if a collective takes longer")
       ->capture_default_str();
+  app.add_flag("--verbose", o.verbose, "Errors name the source file and line");
+  addValueChecks(app);
 }
 
 void openSession(Options& opts, Session& s) {
@@ -75,7 +78,10 @@ void openSession(Options& opts, Session& s) {
   s.device = opts.device == "cuda" ? Device::CUDA : Device::CPU;
   s.dtype = opts.dtype == "fp64" ? DType::F64 : DType::F32;
   // MPI first: any failure after it (on any rank) ends every rank through runGuarded.
-  if (distributed::MpiEnvironment::launchedByMpirun()) s.mpi = std::make_unique<distributed::MpiEnvironment>();
+  s.verbose = opts.verbose;
+  if (distributed::MpiEnvironment::launchedByMpirun()) {
+    s.mpi = std::make_unique<distributed::MpiEnvironment>(opts.comm.watchdogSeconds);
+  }
   if (s.device == Device::CUDA) {
     MINIDP_CHECK(runtime::cudaAvailable(), "--device cuda, but no CUDA device is available (or minidp was built "
                                            "without CUDA)");
@@ -245,8 +251,15 @@ std::string Trainer::sample(const std::string& prompt, int64_t bytes) {
 int runGuarded(const char* program, Session& session, const std::function<int()>& body) {
   try {
     return body();
+  } catch (const AgreedError& e) {
+    if (!session.comm || session.rank() == 0) {
+      std::fprintf(stderr, "%s: error: %s\n", program, userMessage(e.what(), session.verbose).c_str());
+    }
+    return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+    const bool many = session.comm && session.world() > 1;
+    std::fprintf(stderr, "%s: error: %s%s\n", program, many ? ("rank " + std::to_string(session.rank()) + ": ").c_str() : "",
+                 userMessage(e.what(), session.verbose).c_str());
     std::fflush(stderr);
     if (session.comm && session.world() > 1) session.comm->abort();  // NCCL: ncclCommAbort, then MPI_Abort
     if (session.mpi && session.mpi->worldSize() > 1) distributed::MpiEnvironment::abortAll(1);

@@ -50,6 +50,11 @@ struct Options {
   std::string trace;        // Chrome trace of the last traceSteps steps (bench: of each configuration)
   int64_t traceSteps = 3;
   distributed::CommOptions comm;
+  // Robustness (train/run_checks.h, train/train_state.h).
+  int64_t saveEvery = 0;     // also write the training state to `save` every N steps
+  std::string resume;        // continue the training state in this file
+  bool checkFinite = false;  // check the loss every step, not only at log points
+  bool verbose = false;      // errors keep their source locations
 };
 
 /// Registers the flags of `opts` on `app` (addSessionOptions included).
@@ -63,6 +68,7 @@ struct Session {
   std::shared_ptr<distributed::Communicator> comm;
   Device device = Device::CPU;
   DType dtype = DType::F32;
+  bool verbose = false;  // runGuarded prints source locations
   int rank() const { return comm->rank(); }
   int world() const { return comm->worldSize(); }
 };
@@ -91,6 +97,10 @@ class Trainer {
   int64_t samplesPerStep() const;  // global samples per optimizer step
   /// The timer of step(): collect() its records; setDetailed(true) for per-layer and copy spans.
   runtime::StepTimer& timer() { return timer_; }
+  /// Rank 0 writes parameters, optimizer state, `step` and the sampler position to `path` (train_state.cpp).
+  void saveState(const std::string& path, int64_t step);
+  /// Restores what saveState wrote (on every rank); returns the step it was saved after.
+  int64_t resume(const std::string& path);
 
  private:
   /// Adds the buckets' all-reduce spans to the open step's record (read once the step completed).
@@ -106,9 +116,10 @@ class Trainer {
   std::unique_ptr<Prefetcher> batches_;
 };
 
-/// Runs `body`; on an exception prints one line, aborts the communicator and, under mpirun with more
-/// than one rank, every rank (even when the communicator was never built), so other ranks do not hang;
-/// returns 1.
+/// Runs `body`; on an exception prints one line (train/run_checks.h's userMessage), aborts the
+/// communicator and, under mpirun with more than one rank, every rank (even when the communicator was
+/// never built), so other ranks do not hang; returns 1. An AgreedError, which every rank threw alike, is
+/// printed by rank 0 alone and ends no one: every rank returns 1 and finalises MPI cleanly.
 int runGuarded(const char* program, Session& session, const std::function<int()>& body);
 
 }  // namespace minidp::train

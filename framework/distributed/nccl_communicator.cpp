@@ -65,7 +65,13 @@ NcclCommunicator::NcclCommunicator(const CommOptions& opts, MpiEnvironment* env)
   } else if (minCtas_ > 0) {
     config.minCTAs = minCtas_;
   }
-  NCCL_CHECK(ncclCommInitRankConfig(&comm_, world_, id, rank_, &config));
+  {
+    Deadline init(opts.watchdogSeconds, "minidp watchdog: rank " + std::to_string(rank_) +
+                                            ": ncclCommInitRank did not complete in time (a rank stopped during "
+                                            "NCCL set-up); aborting every rank",
+                  [] { MpiEnvironment::abortAll(1); });
+    NCCL_CHECK(ncclCommInitRankConfig(&comm_, world_, id, rank_, &config));
+  }
 
   const int device = device_;
   watchdog_ = std::make_unique<Watchdog>(
@@ -103,20 +109,24 @@ std::string NcclCommunicator::describe() const {
 std::shared_ptr<Work> NcclCommunicator::allReduceAverage(Tensor buffer, const std::string& tag) {
   checkCuda("allReduceAverage", buffer);
   MINIDP_CHECK(buffer.dtype() != DType::I32, "allReduceAverage of an int32 tensor");
-  std::shared_ptr<Work> work = stream_->launch(tag, buffer, [&](cudaStream_t s) {
-    NCCL_CHECK(ncclAllReduce(buffer.raw(), buffer.raw(), buffer.numel(), ncclType(buffer.dtype()), ncclAvg, comm_, s));
-  });
-  watchdog_->watch(work);
-  return work;
+  return stream_->launch(
+      tag, buffer,
+      [&](cudaStream_t s) {
+        NCCL_CHECK(ncclAllReduce(buffer.raw(), buffer.raw(), buffer.numel(), ncclType(buffer.dtype()), ncclAvg, comm_,
+                                 s));
+      },
+      watch());
 }
 
 void NcclCommunicator::broadcast(Tensor& tensor, int root) {
   checkCuda("broadcast", tensor);
   MINIDP_CHECK(root >= 0 && root < world_, "broadcast from rank " << root << " of " << world_);
-  std::shared_ptr<Work> work = stream_->launch("broadcast", tensor, [&](cudaStream_t s) {
-    NCCL_CHECK(ncclBroadcast(tensor.raw(), tensor.raw(), tensor.numel(), ncclType(tensor.dtype()), root, comm_, s));
-  });
-  watchdog_->watch(work);
+  std::shared_ptr<Work> work = stream_->launch(
+      "broadcast", tensor,
+      [&](cudaStream_t s) {
+        NCCL_CHECK(ncclBroadcast(tensor.raw(), tensor.raw(), tensor.numel(), ncclType(tensor.dtype()), root, comm_, s));
+      },
+      watch());
   work->wait();
   CUDA_CHECK(cudaStreamSynchronize(stream_->stream()));  // setup only: surface errors here
 }
@@ -125,10 +135,21 @@ std::vector<std::string> NcclCommunicator::allGather(const std::string& bytes) {
   return env_ ? env_->allGather(bytes) : std::vector<std::string>{bytes};
 }
 
+std::function<void(const std::shared_ptr<Work>&)> NcclCommunicator::watch() {
+  return [this](const std::shared_ptr<Work>& work) { watchdog_->watch(work); };
+}
+
 void NcclCommunicator::abort() noexcept {
-  if (!aborted_.exchange(true)) {
+  const auto abortComm = [this] {
+    if (aborted_.exchange(true)) return;
     const ncclResult_t status = ncclCommAbort(comm_);
     if (status != ncclSuccess) std::fprintf(stderr, "minidp: ncclCommAbort failed: %s\n", ncclGetErrorString(status));
+  };
+  // The watchdog's health check queries comm_: no query may run while (or after) ncclCommAbort frees it.
+  if (watchdog_) {
+    watchdog_->runExclusive(abortComm);
+  } else {
+    abortComm();
   }
   if (env_) MpiEnvironment::abortAll(1);
 }

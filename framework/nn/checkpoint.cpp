@@ -31,12 +31,11 @@ Tensor fromSafeTensor(const SafeTensor& st, const std::string& name) {
 }
 
 void saveCheckpoint(const Module& module, const std::string& path,
-                    const std::map<std::string, std::string>& metadata) {
+                    const std::map<std::string, std::string>& metadata,
+                    const std::vector<std::pair<std::string, SafeTensor>>& extra) {
   std::vector<std::pair<std::string, SafeTensor>> tensors;
-  for (const auto& [name, param] : module.namedParameters()) {
-    tensors.emplace_back(name, toSafeTensor(param.data().dtype() == DType::F32 ? param.data()
-                                                                               : param.data().toDType(DType::F32)));
-  }
+  for (const auto& [name, param] : module.namedParameters()) tensors.emplace_back(name, toSafeTensor(param.data()));
+  tensors.insert(tensors.end(), extra.begin(), extra.end());
   writeSafetensors(path, tensors, metadata);
 }
 
@@ -53,6 +52,7 @@ void loadParameters(Module& module, const SafeTensorFile& file, const std::strin
   }
   if (!prefix.empty()) return;
   for (const auto& [name, tensor] : file.tensors) {
+    if (name.compare(0, std::strlen(kOptimizerPrefix), kOptimizerPrefix) == 0) continue;
     MINIDP_CHECK(expected.count(name), "the file holds tensor '" << name << "', which the model does not have");
   }
 }

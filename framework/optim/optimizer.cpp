@@ -17,6 +17,15 @@ void checkGrad(const Variable& p, size_t index) {
 }
 }  // namespace
 
+void Optimizer::setParameterNames(std::vector<std::string> names) {
+  MINIDP_CHECK(names.size() == params_.size(), names.size() << " names for " << params_.size() << " parameters");
+  names_ = std::move(names);
+}
+
+std::string Optimizer::stateName(size_t index, const char* kind) const {
+  return (names_.empty() ? std::to_string(index) : names_[index]) + "." + kind;
+}
+
 Sgd::Sgd(std::vector<Variable> params, double lr, double momentum, double weightDecay)
     : Optimizer(std::move(params), lr), momentum_(momentum), weightDecay_(weightDecay) {
   if (momentum_ != 0) buffers_ = zerosLike(params_);
@@ -28,12 +37,18 @@ void Sgd::step() {
     checkGrad(p, i);
     Tensor& w = p.data();
     MINIDP_DISPATCH_FLOAT(w.dtype(), T, {
-      kernels::SgdParams<T> h{T(lr_), T(momentum_), T(weightDecay_), firstStep_};
+      kernels::SgdParams<T> h{T(lr_), T(momentum_), T(weightDecay_), steps_ == 0};
       T* buf = buffers_.empty() ? nullptr : buffers_[i].data<T>();
       MINIDP_LAUNCH(w, sgdStep<T>, w.data<T>(), p.grad().data<T>(), buf, w.numel(), h);
     });
   }
-  firstStep_ = false;
+  ++steps_;
+}
+
+Optimizer::State Sgd::state() const {
+  State out;
+  for (size_t i = 0; i < buffers_.size(); ++i) out.emplace_back(stateName(i, "momentum_buffer"), buffers_[i]);
+  return out;
 }
 
 AdamW::AdamW(std::vector<Variable> params, double lr, double beta1, double beta2, double eps, double weightDecay)
@@ -43,17 +58,26 @@ AdamW::AdamW(std::vector<Variable> params, double lr, double beta1, double beta2
 }
 
 void AdamW::step() {
-  ++step_;
+  ++steps_;
   for (size_t i = 0; i < params_.size(); ++i) {
     Variable& p = params_[i];
     checkGrad(p, i);
     Tensor& w = p.data();
     MINIDP_DISPATCH_FLOAT(w.dtype(), T, {
-      kernels::AdamWParams<T> h{T(lr_), T(beta1_), T(beta2_), T(eps_), T(weightDecay_), step_};
+      kernels::AdamWParams<T> h{T(lr_), T(beta1_), T(beta2_), T(eps_), T(weightDecay_), steps_};
       MINIDP_LAUNCH(w, adamwStep<T>, w.data<T>(), p.grad().data<T>(), m_[i].data<T>(), v_[i].data<T>(),
                     w.numel(), h);
     });
   }
+}
+
+Optimizer::State AdamW::state() const {
+  State out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    out.emplace_back(stateName(i, "exp_avg"), m_[i]);
+    out.emplace_back(stateName(i, "exp_avg_sq"), v_[i]);
+  }
+  return out;
 }
 
 std::unique_ptr<Optimizer> makeOptimizer(const std::string& name, std::vector<Variable> params, double lr,
