@@ -83,6 +83,20 @@ MpiEnvironment::MpiEnvironment(double deadlineSeconds) : deadlineSeconds_(deadli
 }
 
 MpiEnvironment::~MpiEnvironment() {
+  if (world_ > 1) {
+    // MPI_Finalize may return on one rank while another is stopped, leaving mpirun waiting for ever: a
+    // barrier against the deadline first names the rank that did not come.
+    try {
+      thread_->execute(
+          [this] {
+            exchange("the barrier before MPI_Finalize",
+                     {[this](MPI_Request* r) { MPI_CHECK(MPI_Ibarrier(comm_, r)); }});
+          },
+          "finalize barrier");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "minidp: the barrier before MPI_Finalize failed: %s\n", e.what());
+    }
+  }
   thread_.reset();
   if (MPI_Comm_free(&arrivals_) != MPI_SUCCESS || MPI_Comm_free(&comm_) != MPI_SUCCESS) {
     std::fprintf(stderr, "minidp: MPI_Comm_free failed\n");
