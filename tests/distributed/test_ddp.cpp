@@ -410,5 +410,13 @@ TEST(CudaCommunicators, NcclAverageAndBroadcast) {
   }
 }
 
+// The watchdog thread calls MPI_Abort while the MPI thread may sit in a collective: MPI must allow calls
+// from several threads (MPI_THREAD_SERIALIZED, asked for before, does not).
+TEST(MpiEnvironment, GrantsMultipleThreadsForAbortsFromTheWatchdog) {
+  distributed::MpiEnvironment* env = testing::mpiEnvironment();
+  if (!env) GTEST_SKIP() << "not started by mpirun";
+  EXPECT_EQ(env->threadLevel(), MPI_THREAD_MULTIPLE);
+}
+
 }  // namespace
 }  // namespace minidp
