@@ -235,6 +235,7 @@ void agreeOnChecks(distributed::Communicator& comm, const std::function<void()>&
     problem = e.what();
     if (problem.empty()) problem = "check failed";
   }
+  const distributed::ExchangeLabel label("start-up checks agreement");
   const std::vector<std::string> problems = comm.allGather(problem);
   int failed = 0, first = -1;
   for (int r = 0; r < static_cast<int>(problems.size()); ++r) {

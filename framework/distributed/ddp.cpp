@@ -4,6 +4,8 @@
 #include <map>
 #include <sstream>
 
+#include "framework/distributed/mpi_environment.h"
+
 namespace minidp::distributed {
 
 namespace {
@@ -76,6 +78,7 @@ DistributedDataParallel::DistributedDataParallel(nn::NamedParameters params, std
   BucketPlan plan = planBuckets(infos_, opts.bucketMb, opts.firstBucketMb);
   // The options and the plan travel with the parameters: ranks that would launch different buckets stop
   // here with an error instead of hanging (or mixing gradients) in the first all-reduce.
+  const ExchangeLabel label("DDP parameter and option check");
   const std::vector<std::string> signatures =
       comm_->allGather(parameterSignature(params_) + '\0' + optionsSignature(opts_) + plan.describe());
   checkSameLines(part(signatures, 0), "parameter", "every rank must build the same model");
@@ -102,6 +105,7 @@ void DistributedDataParallel::finalize(const std::function<void()>& beforeWaits)
   // Ranks may observe different ready orders; every rank plans with rank 0's, so the plans stay identical.
   std::ostringstream mine;
   for (int i : reducer_->readyOrder()) mine << i << " ";
+  const ExchangeLabel label("--rebuild-buckets ready order exchange");
   std::istringstream rank0(comm_->allGather(mine.str()).at(0));
   std::vector<int> order;
   for (int i; rank0 >> i;) order.push_back(i);

@@ -40,6 +40,16 @@ std::string secondsText(double seconds) {
 
 }  // namespace
 
+thread_local std::string tExchangeLabel;
+
+ExchangeLabel::ExchangeLabel(std::string what) : previous_(std::move(tExchangeLabel)) { tExchangeLabel = std::move(what); }
+
+ExchangeLabel::~ExchangeLabel() { tExchangeLabel = std::move(previous_); }
+
+std::string ExchangeLabel::current(const std::string& fallback) {
+  return tExchangeLabel.empty() ? fallback : tExchangeLabel;
+}
+
 MpiEnvironment::MpiEnvironment(double deadlineSeconds) : deadlineSeconds_(deadlineSeconds) {
   MINIDP_CHECK(deadlineSeconds > 0, "the MPI deadline must be positive, got " << deadlineSeconds);
   int initialized = 0;
@@ -161,12 +171,13 @@ void MpiEnvironment::execute(std::function<void()> task, std::string tag) {
 std::vector<std::string> MpiEnvironment::allGather(const std::string& bytes) {
   MINIDP_CHECK(bytes.size() <= INT_MAX, "allGather of " << bytes.size() << " bytes");
   std::vector<std::string> out(world_);
+  const std::string label = ExchangeLabel::current("allgather");
   execute(
       [&] {
         const int mine = static_cast<int>(bytes.size());
         std::vector<int> lengths(world_), offsets(world_);
         std::string all;
-        exchange("allgather #" + std::to_string(exchanges_ + 1),
+        exchange(label + " (exchange #" + std::to_string(exchanges_ + 1) + ")",
                  {[&](MPI_Request* r) {
                     MPI_CHECK(MPI_Iallgather(&mine, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm_, r));
                   },
@@ -190,9 +201,10 @@ std::vector<std::string> MpiEnvironment::allGather(const std::string& bytes) {
 void MpiEnvironment::broadcastBytes(void* data, size_t bytes, int root) {
   MINIDP_CHECK(root >= 0 && root < world_, "broadcast from rank " << root << " of " << world_);
   MINIDP_CHECK(bytes <= INT_MAX, "broadcast of " << bytes << " bytes");
+  const std::string label = ExchangeLabel::current("broadcast");
   execute(
       [&] {
-        exchange("broadcast #" + std::to_string(exchanges_ + 1), {[&](MPI_Request* r) {
+        exchange(label + " (exchange #" + std::to_string(exchanges_ + 1) + ")", {[&](MPI_Request* r) {
                    MPI_CHECK(MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_, r));
                  }});
       },

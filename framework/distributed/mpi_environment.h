@@ -36,6 +36,21 @@ namespace minidp::distributed {
 class CommThread;
 class CpuWork;
 
+/// Names the blocking exchanges this thread starts while it is alive ("DDP parameter check"), so that
+/// an expired deadline says which one stalled. Nests: the innermost label wins.
+class ExchangeLabel {
+ public:
+  explicit ExchangeLabel(std::string what);
+  ~ExchangeLabel();
+  ExchangeLabel(const ExchangeLabel&) = delete;
+  ExchangeLabel& operator=(const ExchangeLabel&) = delete;
+  /// The innermost label of this thread, or `fallback` when there is none.
+  static std::string current(const std::string& fallback);
+
+ private:
+  std::string previous_;
+};
+
 /// RAII MPI_Init_thread / MPI_Finalize; rank, world, node-local rank; the MPI thread.
 class MpiEnvironment {
  public:

@@ -51,6 +51,7 @@ NcclCommunicator::NcclCommunicator(const CommOptions& opts, MpiEnvironment* env)
   } catch (const std::exception& e) {
     problem = e.what();
   }
+  const ExchangeLabel label("NCCL set-up agreement");
   const std::vector<std::string> problems = allGather(problem);
   std::string failed;
   for (int r = 0; r < world_; ++r) {

@@ -50,7 +50,7 @@ def cases(p):
     t, b = [train], [bench]
     mpi2 = [mpiexec, "-np", "2", "--oversubscribe", train]
     return [
-        # (name, command, exit status, text the line must contain)
+        # (name, command, exit status, text the line must contain[, environment])
         ("negative lr", t + ["--lr", "-1"], 2, "--lr"),
         ("nan lr", t + ["--lr", "nan"], 2, "--lr"),
         ("inf lr", t + ["--lr", "inf"], 2, "--lr"),
@@ -101,6 +101,7 @@ def cases(p):
         ("cuda without a GPU", t + QUICK + ["--device", "cuda"], 1, "--device cuda"),
         ("mpirun, every rank sees a bad data-dir", mpi2 + GPT + QUICK + ["--data-dir", p["junk"]], 1, "--data-dir"),
         ("mpirun, unwritable save", mpi2 + QUICK + ["--save", "/nonexistent/x.safetensors"], 1, "--save"),
+        ("launcher count differs from MPI's", t + QUICK, 1, "PMI_SIZE=3", {"PMI_SIZE": "3"}),
         ("diverging loss", t + ["--steps", "60", "--hidden", "16", "--lr", "1e6", "--weight-decay", "1e6",
                                 "--check-finite", "--log-every", "1000"], 1, "the loss is"),
     ]
@@ -113,12 +114,13 @@ def main():
         paths = fixtures(root)
         all_cases = cases(paths)
         assert len(all_cases) >= 30
-        for name, command, status, text in all_cases:
+        for name, command, status, text, *env in all_cases:
             if "--device" in command and "cuda" in command and os.environ.get("MINIDP_HAVE_GPU") == "1":
                 continue  # a GPU is there: not a bad input
             run_dir = tempfile.mkdtemp(dir=root)
             before = set(os.listdir(root)) | {os.path.basename(run_dir)}
-            result = subprocess.run(command, cwd=run_dir, capture_output=True, text=True, timeout=120)
+            result = subprocess.run(command, cwd=run_dir, capture_output=True, text=True, timeout=120,
+                                    env={**os.environ, **(env[0] if env else {})})
             under_mpirun = command[0] == mpiexec
             lines = [l for l in result.stderr.splitlines() if l.strip()]
             ours = [l for l in lines if l.startswith("minidp")] if under_mpirun else lines
