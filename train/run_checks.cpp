@@ -261,6 +261,13 @@ void checkTrainingRun(const Options& o, Session& session) {
     MINIDP_CHECK(o.saveEvery == 0 || !o.save.empty(), "--save-every needs --save FILE (the file it rewrites)");
     checkData(o, session.world());
     if (!o.resume.empty()) checkResumeFile(o, o.resume, session.world());
+    if (!o.load.empty()) {
+      try {
+        readSafetensors(o.load);
+      } catch (const Error& e) {
+        throw Error("--load " + o.load + ": " + e.what());
+      }
+    }
   });
 }
 

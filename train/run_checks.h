@@ -43,7 +43,7 @@ void agreeOnChecks(distributed::Communicator& comm, const std::function<void()>&
 
 /// minidp-train's checks before the model is built: output paths writable (created and removed; stray
 /// temporaries of an interrupted save removed), the data folder and files, their lengths against context,
-/// batch and grad-accum, the resume file. Agreed across ranks (agreeOnChecks).
+/// batch and grad-accum, the --resume and --load files. Agreed across ranks (agreeOnChecks).
 void checkTrainingRun(const Options& opts, Session& session);
 
 /// Throws AgreedError (every rank reads the same global loss) naming `step` when `loss` is NaN or infinite.

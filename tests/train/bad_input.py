@@ -90,6 +90,8 @@ def cases(p):
         ("llmc train not a token file", t + GPT + QUICK + ["--data", "llmc", "--llmc-train", p["notst"], "--llmc-val",
                                                            p["notst"]], 1, "--llmc-train"),
         ("batch larger than the data", t + ["--steps", "2", "--batch-size", "70000"], 1, "--batch-size"),
+        ("load a missing file", t + QUICK + ["--load", "/nonexistent/w.safetensors"], 1, "--load"),
+        ("mpirun, load a broken file", mpi2 + QUICK + ["--load", p["notst"]], 1, "--load"),
         ("resume a missing file", t + QUICK + ["--resume", "/nonexistent/s.safetensors"], 1, "--resume"),
         ("resume a non-safetensors file", t + QUICK + ["--resume", p["notst"]], 1, "--resume"),
         ("resume weights only", t + QUICK + ["--resume", p["weights"]], 1, "--load"),
