@@ -11,7 +11,7 @@ SafeTensor toSafeTensor(const Tensor& t) {
   st.dtype = dtypeName(t.dtype());
   st.shape = t.shape();
   st.bytes.resize(host.nbytes());
-  std::memcpy(st.bytes.data(), host.raw(), host.nbytes());
+  if (host.nbytes() > 0) std::memcpy(st.bytes.data(), host.raw(), host.nbytes());  // an empty tensor has no data
   return st;
 }
 
