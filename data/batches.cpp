@@ -154,6 +154,13 @@ void Prefetcher::prefetch() {
   nextSlot_ = 1 - nextSlot_;
 }
 
+void Prefetcher::skip(int64_t batches) {
+  MINIDP_CHECK(staged_ < 0 && nextSlot_ == 0, "Prefetcher::skip after batches were handed out");
+  std::vector<uint8_t> inputs(shapeNumel(source_->inputShape()) * dtypeSize(source_->inputDType()));
+  std::vector<int32_t> targets(shapeNumel(source_->targetShape()));
+  for (int64_t i = 0; i < batches; ++i) source_->fill(inputs.data(), targets.data());
+}
+
 Batch Prefetcher::next() {
   prefetch();
   const int index = staged_;

@@ -51,6 +51,9 @@ class Prefetcher {
   Batch next();
   /// Starts staging the batch after the one `next()` returned last; call once the step is enqueued.
   void prefetch();
+  /// Draws and drops the next `batches` batches (a resumed run continues the sampler where it stopped);
+  /// before the first next() only.
+  void skip(int64_t batches);
   /// Brackets each host-to-device copy with copy-track marks of `timer` (null: none); it must outlive
   /// this Prefetcher's use of it.
   void setTimer(runtime::StepTimer* timer) { timer_ = timer; }

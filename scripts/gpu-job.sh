@@ -25,12 +25,17 @@ step_test() {
   grep -E "tests passed|FAILED|Failed|\*\*\*" "$out/ctest.log" | tail -25
 }
 step_sanitize() {
-  for t in build/tests/test_linalg build/tests/test_transformer_ops; do
-    [ -x "$t" ] || continue
+  local logs=()
+  for t in test_flash_attention test_fused_ops test_mixed_precision test_transformer_ops; do
     for tool in memcheck racecheck; do
-      compute-sanitizer --tool "$tool" --error-exitcode 3 "$t" --gtest_brief=1 >"$out/sanitize_$(basename "$t")_$tool.log" 2>&1
-      echo "compute-sanitizer $tool $(basename "$t"): rc $? ($(grep -c 'ERROR SUMMARY: 0' "$out/sanitize_$(basename "$t")_$tool.log") clean summaries)"
+      log="$out/sanitize_${t}_$tool.log"
+      logs+=("$log")
+      timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 3 "build/tests/$t" --gtest_brief=1 >"$log" 2>&1 &
     done
+  done
+  wait
+  for log in "${logs[@]}"; do
+    echo "$(basename "$log" .log): $(grep -m1 'ERROR SUMMARY' "$log" || echo 'no summary (timed out?)'); $(grep -cE '^\[  (FAILED|SKIPPED) ' "$log") failed/skipped"
   done
 }
 gpt2=(--model gpt --layers 12 --heads 12 --embd 768 --context 1024 --data llmc --llmc-train "$out/tokens/train.bin"
@@ -60,6 +65,28 @@ step_profile() {
     --launch-count ${NCU_COUNT:-1500} build/bin/minidp-train "${gpt2[@]}" --batch-size 8 --dtype bf16 --steps 8 \
     --log-every 8 --eval-batches 1 >"$out/ncu.csv" 2>"$out/ncu.err"
   python3 scripts/ncu-summary.py "$out/ncu.csv" 40
+}
+# The fortunes GPT (10.8 M) trained 3000 steps: fp32 constant lr (the reference run), fp32 with warm-up,
+# cosine decay and clipping (issue 13), and bf16 compute (issue 9); run together on one GPU (loss, not speed).
+fortunes=(--model gpt --data fortunes --device cuda --layers 6 --heads 6 --embd 384 --context 256 --batch-size 32
+          --steps 3000 --log-every 250 --eval-every 250)
+step_fortunes() {
+  build/bin/minidp-train "${fortunes[@]}" --metrics "$out/constant.jsonl" >"$out/fortunes_constant.log" 2>&1 &
+  build/bin/minidp-train "${fortunes[@]}" --lr-schedule cosine --warmup-steps 100 --clip-grad-norm 1 \
+    --metrics "$out/cosine.jsonl" --sample 200 >"$out/fortunes_cosine.log" 2>&1 &
+  build/bin/minidp-train "${fortunes[@]}" --dtype bf16 --metrics "$out/bf16.jsonl" >"$out/fortunes_bf16.log" 2>&1 &
+}
+step_fortunes_wait() {
+  wait
+  grep -H "validation loss" "$out"/fortunes_*.log
+  python3 train/plot_metrics.py "$out/constant.jsonl" "$out/cosine.jsonl" -o "$out/loop_h200_fortunes.png" \
+    --title "fortunes GPT 10.8M, H200" >/dev/null 2>&1 || echo "plot failed"
+}
+step_mlp_graph() {
+  for g in "" --cuda-graph; do
+    build/bin/minidp-bench --model mlp --device cuda --steps 200 --warmup 20 --bucket-mb-list 25 $g \
+      --json "$out/mlp${g}.json" >"$out/mlp${g}.txt" 2>&1; tail -2 "$out/mlp${g}.txt"
+  done
 }
 # Issue 10's two-link job on a machine with several GPUs (scripts/multi-gpu-job.sh).
 step_multi_nvlink() { scripts/multi-gpu-job.sh "$out/nvlink" nvlink 2>&1 | tail -30; }

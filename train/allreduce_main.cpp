@@ -10,6 +10,7 @@
 
 #include "framework/io/atomic_file.h"
 #include "framework/runtime/device.h"
+#include "train/run_checks.h"
 #include "train/trainer.h"
 
 using namespace minidp;
@@ -25,7 +26,9 @@ int main(int argc, char** argv) {
   app.add_option("--iters", iters, "Timed all-reduces per size")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--warmup", warmup, "Untimed all-reduces per size")->capture_default_str();
   app.add_option("--json", jsonPath, "Also write the rows as JSON");
-  CLI11_PARSE(app, argc, argv);
+  if (const int status = train::parseCommandLine(app, argc, argv, "minidp-bench-allreduce"); status >= 0) {
+    return status;
+  }
 
   train::Session session;
   return train::runGuarded("minidp-bench-allreduce", session, [&] {

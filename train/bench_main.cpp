@@ -31,6 +31,7 @@
 #include "framework/io/atomic_file.h"
 #include "models/registry.h"
 #include "train/trace.h"
+#include "train/run_checks.h"
 #include "train/trainer.h"
 
 #if MINIDP_WITH_CUDA
@@ -267,7 +268,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--json", bench.json, "Write every row and the configuration to this JSON file");
-  CLI11_PARSE(app, argc, argv);
+  if (const int status = train::parseCommandLine(app, argc, argv, "minidp-bench"); status >= 0) return status;
   if (bench.bucketMbList.empty()) bench.bucketMbList = {opts.bucketMb};
   if (bench.ncclMaxCtasList.empty()) bench.ncclMaxCtasList = {opts.comm.ncclMaxCtas};
   if (bench.commPriorityList.empty()) bench.commPriorityList = {priorityName(opts.comm.commHighPriority)};

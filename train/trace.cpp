@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "framework/distributed/mpi_environment.h"
 #include "framework/io/atomic_file.h"
 #include "kernels/check.h"
 
@@ -87,6 +88,7 @@ std::vector<StepRecord> stepsFromJson(const nlohmann::json& json) { return json.
 std::vector<std::vector<StepRecord>> gatherSteps(distributed::Communicator& comm,
                                                  const std::vector<StepRecord>& steps) {
   std::vector<std::vector<StepRecord>> ranks;
+  const distributed::ExchangeLabel label("trace gather");
   for (const std::string& text : comm.allGather(stepsToJson(steps).dump())) {
     ranks.push_back(stepsFromJson(nlohmann::json::parse(text)));
   }

@@ -13,6 +13,7 @@
 #include "framework/runtime/device.h"
 #include "models/registry.h"
 #include "train/sampling.h"
+#include "train/run_checks.h"
 
 namespace minidp::train {
 
@@ -131,6 +132,8 @@ void addSessionOptions(CLI::App& app, Options& o) {
       ->capture_default_str();
   app.add_option("--watchdog-s", o.comm.watchdogSeconds, "Abort every rank if a collective takes longer")
       ->capture_default_str();
+  app.add_flag("--verbose", o.verbose, "Errors name the source file and line");
+  addValueChecks(app);
 }
 
 void openSession(Options& opts, Session& s) {
@@ -142,7 +145,10 @@ void openSession(Options& opts, Session& s) {
                "--dtype bf16 needs --device cuda (bf16 kernels are CUDA-only)");
   ops::setFp32Gemm(opts.tf32 ? ops::Fp32Gemm::Tf32 : ops::Fp32Gemm::Exact);
   // MPI first: any failure after it (on any rank) ends every rank through runGuarded.
-  if (distributed::MpiEnvironment::launchedByMpirun()) s.mpi = std::make_unique<distributed::MpiEnvironment>();
+  s.verbose = opts.verbose;
+  if (distributed::MpiEnvironment::launchedByMpirun()) {
+    s.mpi = std::make_unique<distributed::MpiEnvironment>(opts.comm.watchdogSeconds);
+  }
   if (s.device == Device::CUDA) {
     MINIDP_CHECK(runtime::cudaAvailable(), "--device cuda, but no CUDA device is available (or minidp was built "
                                            "without CUDA)");
@@ -405,8 +411,15 @@ std::string Trainer::sample(int64_t count) {
 int runGuarded(const char* program, Session& session, const std::function<int()>& body) {
   try {
     return body();
+  } catch (const AgreedError& e) {
+    if (!session.comm || session.rank() == 0) {
+      std::fprintf(stderr, "%s: error: %s\n", program, userMessage(e.what(), session.verbose).c_str());
+    }
+    return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+    const bool many = session.comm && session.world() > 1;
+    std::fprintf(stderr, "%s: error: %s%s\n", program, many ? ("rank " + std::to_string(session.rank()) + ": ").c_str() : "",
+                 userMessage(e.what(), session.verbose).c_str());
     std::fflush(stderr);
     if (session.comm && session.world() > 1) session.comm->abort();  // NCCL: ncclCommAbort, then MPI_Abort
     if (session.mpi && session.mpi->worldSize() > 1) distributed::MpiEnvironment::abortAll(1);

@@ -70,6 +70,11 @@ struct Options {
   std::string gradComm = "fp32";
   int zero = 0;
   std::string zeroGather = "end";
+  // Robustness (train/run_checks.h, train/train_state.h).
+  int64_t saveEvery = 0;     // also write the training state to `save` every N steps
+  std::string resume;        // continue the training state in this file
+  bool checkFinite = false;  // check the loss every step, not only at log points
+  bool verbose = false;      // errors keep their source locations
 };
 
 /// Registers the flags of `opts` on `app` (addSessionOptions included).
@@ -87,6 +92,7 @@ struct Session {
   Device device = Device::CPU;
   DType dtype = DType::F32;    // parameters, gradient buckets, optimizer state
   DType compute = DType::F32;  // activations: dtype, or BF16 (mixed precision, CUDA only)
+  bool verbose = false;  // runGuarded prints source locations
   int rank() const { return comm->rank(); }
   int world() const { return comm->worldSize(); }
 };
@@ -131,6 +137,10 @@ class Trainer {
   runtime::StepTimer& timer() { return timer_; }
   /// The bucket cap in use (MB): --bucket-mb, or what --bucket-mb auto chose after the first step.
   double bucketCapMb() const { return bucketCapMb_; }
+  /// Rank 0 writes parameters, optimizer state, `step` and the sampler position to `path` (train_state.cpp).
+  void saveState(const std::string& path, int64_t step);
+  /// Restores what saveState wrote (on every rank); returns the step it was saved after.
+  int64_t resume(const std::string& path);
 
  private:
   /// The reducer's bucket buffers: after finalize, the rank-averaged gradients.
@@ -157,9 +167,10 @@ class Trainer {
   double bucketCapMb_ = 0;
 };
 
-/// Runs `body`; on an exception prints one line, aborts the communicator and, under mpirun with more
-/// than one rank, every rank (even when the communicator was never built), so other ranks do not hang;
-/// returns 1.
+/// Runs `body`; on an exception prints one line (train/run_checks.h's userMessage), aborts the
+/// communicator and, under mpirun with more than one rank, every rank (even when the communicator was
+/// never built), so other ranks do not hang; returns 1. An AgreedError, which every rank threw alike, is
+/// printed by rank 0 alone and ends no one: every rank returns 1 and finalises MPI cleanly.
 int runGuarded(const char* program, Session& session, const std::function<int()>& body);
 
 }  // namespace minidp::train

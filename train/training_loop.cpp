@@ -15,6 +15,7 @@
 #include "framework/runtime/device.h"
 #include "models/registry.h"
 #include "train/metrics.h"
+#include "train/run_checks.h"
 #include "train/trace.h"
 #include "train/trainer.h"
 
@@ -34,12 +35,15 @@ int runTraining(int argc, char** argv, const std::string& program) {
   CLI::App app{program + ": data-parallel training of a registered model (" + modelList() + ")"};
   Options opts;
   addOptions(app, opts);
-  CLI11_PARSE(app, argc, argv);
+  addResumeOptions(app, opts);
+  if (const int status = parseCommandLine(app, argc, argv, program.c_str()); status >= 0) return status;
 
   Session session;
   return runGuarded(program.c_str(), session, [&] {
     openSession(opts, session);
+    checkTrainingRun(opts, session);
     Trainer trainer(opts, session);
+    const int64_t firstStep = opts.resume.empty() ? 1 : trainer.resume(opts.resume) + 1;
     const bool printer = session.rank() == 0;
     if (printer) {
       std::printf("%s: %s, %lld parameters, %d rank(s) on %s (%s), communicator %s, overlap %s\n",
@@ -68,14 +72,20 @@ int runTraining(int argc, char** argv, const std::string& program) {
     const double flopsPerStep =
         itemsPerStep * flopsPerItem(trainer.model().numParameters() - lookups, gpt ? opts.gpt.layers : 0,
                                     opts.gpt.embd, opts.gpt.context);
-    for (int64_t step = 1; step <= opts.steps; ++step) {
+    if (printer && firstStep > 1) {
+      std::printf("resumed from %s after step %lld\n", opts.resume.c_str(), static_cast<long long>(firstStep - 1));
+    }
+    for (int64_t step = firstStep; step <= opts.steps; ++step) {
       trainer.timer().setDetailed(!opts.trace.empty() && step > opts.steps - opts.traceSteps);
       Tensor loss = trainer.step();
       ++windowSteps;
       const bool evalNow = opts.evalEvery > 0 && step % opts.evalEvery == 0;
-      if (step % opts.logEvery == 0 || step == opts.steps || evalNow) {
+      const bool logged = step % opts.logEvery == 0 || step == opts.steps || evalNow;
+      if (opts.checkFinite && !logged) checkFiniteLoss(trainer.globalLoss(loss), step, opts);
+      if (logged) {
         // The only host synchronisation of the loop: reading the loss (averaged over the ranks).
         lastLoss = trainer.globalLoss(loss);
+        checkFiniteLoss(lastLoss, step, opts);
         const double ms = std::chrono::duration<double, std::milli>(Clock::now() - windowStart).count() / windowSteps;
         // The steps are complete now (the loss was read): their timings resolve without another stall.
         double commMs = 0, exposedMs = 0;
@@ -119,6 +129,7 @@ int runTraining(int argc, char** argv, const std::string& program) {
         windowStart = Clock::now();
         windowSteps = 0;
       }
+      if (opts.saveEvery > 0 && step % opts.saveEvery == 0 && step < opts.steps) trainer.saveState(opts.save, step);
     }
     // Peak GPU memory held by tensors over the training steps (before evaluation's own allocations).
     const double peakMib = runtime::allocatorStats().peakAllocatedBytes / 1048576.0;
@@ -150,7 +161,7 @@ int runTraining(int argc, char** argv, const std::string& program) {
       }
     }
     if (!opts.save.empty()) {
-      if (printer) nn::saveCheckpoint(trainer.model(), opts.save);
+      trainer.saveState(opts.save, opts.steps);
       if (printer) std::printf("saved %s\n", opts.save.c_str());
     }
     if (printer) std::printf("%s\n", summary.dump().c_str());

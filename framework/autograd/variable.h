@@ -47,6 +47,8 @@ class Variable {
 
   void addGradReadyHook(GradReadyHook hook);
   void clearGradReadyHooks();
+  /// Whether a grad-ready hook is installed (under DDP: the gradient is a view of a bucket).
+  bool hasGradReadyHooks() const { return !impl_->hooks.empty(); }
 
   /// Backpropagates from this scalar (seed 1) or with an explicit output gradient.
   void backward();

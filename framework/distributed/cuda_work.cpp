@@ -54,6 +54,7 @@ CudaWork::~CudaWork() { pool_->release({ready_, start_, done_}); }
 void CudaWork::wait() { CUDA_CHECK(cudaStreamWaitEvent(runtime::computeStream(), done_, 0)); }
 
 bool CudaWork::completed() const {
+  if (!settled_) return false;
   const cudaError_t status = cudaEventQuery(done_);
   if (status == cudaErrorNotReady) return false;
   CUDA_CHECK(status);
@@ -94,16 +95,24 @@ CommStream::~CommStream() {
 }
 
 std::shared_ptr<CudaWork> CommStream::launch(std::string tag, Tensor buffer,
-                                             const std::function<void(cudaStream_t)>& issue) {
+                                             const std::function<void(cudaStream_t)>& issue,
+                                             const std::function<void(const std::shared_ptr<Work>&)>& watch) {
   inFlight_.erase(std::remove_if(inFlight_.begin(), inFlight_.end(),
                                  [](const std::shared_ptr<CudaWork>& w) { return w->completed(); }),
                   inFlight_.end());
   auto work = std::make_shared<CudaWork>(std::move(tag), std::move(buffer), events_);
-  CUDA_CHECK(cudaEventRecord(work->ready_, runtime::computeStream()));
-  CUDA_CHECK(cudaStreamWaitEvent(stream_, work->ready_, 0));
-  CUDA_CHECK(cudaEventRecord(work->start_, stream_));
-  issue(stream_);
-  CUDA_CHECK(cudaEventRecord(work->done_, stream_));
+  if (watch) watch(work);
+  try {
+    CUDA_CHECK(cudaEventRecord(work->ready_, runtime::computeStream()));
+    CUDA_CHECK(cudaStreamWaitEvent(stream_, work->ready_, 0));
+    CUDA_CHECK(cudaEventRecord(work->start_, stream_));
+    issue(stream_);
+    CUDA_CHECK(cudaEventRecord(work->done_, stream_));
+  } catch (...) {
+    work->settled_ = true;  // the error goes to the caller; the watchdog lets the work go
+    throw;
+  }
+  work->settled_ = true;
   inFlight_.push_back(work);
   return work;
 }

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -50,6 +51,9 @@ class CudaWork : public Work {
   Tensor keepAlive_;
   cudaEvent_t ready_ = nullptr, start_ = nullptr, done_ = nullptr;
   double launchedMs_ = 0;
+  /// False while launch() enqueues it (a watchdog may already hold it: not complete yet); true once the
+  /// done event is recorded, or when the launch failed (nothing left to wait for).
+  std::atomic<bool> settled_{false};
 };
 
 /// A rank's comm stream (non-blocking, optionally at the greatest priority) on the current device. It
@@ -66,7 +70,9 @@ class CommStream {
   int priority() const { return priority_; }
   /// Records "ready" on the compute stream, makes the comm stream wait on it, then runs `issue` (which
   /// enqueues the collective on `buffer` on the comm stream) between the start and done events.
-  std::shared_ptr<CudaWork> launch(std::string tag, Tensor buffer, const std::function<void(cudaStream_t)>& issue);
+  /// `watch` (the watchdog's) gets the work before anything is enqueued, so a launch that blocks is watched.
+  std::shared_ptr<CudaWork> launch(std::string tag, Tensor buffer, const std::function<void(cudaStream_t)>& issue,
+                                   const std::function<void(const std::shared_ptr<Work>&)>& watch = {});
 
  private:
   cudaStream_t stream_ = nullptr;

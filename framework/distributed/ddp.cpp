@@ -4,6 +4,8 @@
 #include <map>
 #include <sstream>
 
+#include "framework/distributed/mpi_environment.h"
+
 namespace minidp::distributed {
 
 namespace {
@@ -15,28 +17,47 @@ std::vector<std::string> splitLines(const std::string& text) {
   return lines;
 }
 
-// The same message on every rank: every rank sees every rank's list.
-void checkSameParameters(const std::vector<std::string>& signatures) {
+// The same message on every rank: every rank sees every rank's list. `what` names a line ("parameter").
+void checkSameLines(const std::vector<std::string>& signatures, const std::string& what, const std::string& fix) {
   const std::vector<std::string> reference = splitLines(signatures[0]);
   for (size_t r = 1; r < signatures.size(); ++r) {
     if (signatures[r] == signatures[0]) continue;
     const std::vector<std::string> other = splitLines(signatures[r]);
     std::ostringstream os;
-    os << "ranks hold different parameters: ";
+    os << "ranks hold different " << what << "s: ";
     for (size_t i = 0; i < std::max(reference.size(), other.size()); ++i) {
       const std::string mine = i < reference.size() ? reference[i] : "(none)";
       const std::string theirs = i < other.size() ? other[i] : "(none)";
       if (mine == theirs) continue;
-      os << "parameter #" << i << " is '" << theirs << "' on rank " << r << " but '" << mine << "' on rank 0";
+      os << what << " #" << i << " is '" << theirs << "' on rank " << r << " but '" << mine << "' on rank 0";
       break;
     }
-    os << " (rank 0 has " << reference.size() << " parameters, rank " << r << " has " << other.size()
-       << "); every rank must build the same model";
+    os << " (rank 0 has " << reference.size() << " " << what << "s, rank " << r << " has " << other.size()
+       << "); " << fix;
     throwError(os.str(), __FILE__, __LINE__);
   }
 }
 
+// Splits each rank's "parameters \0 options and plan" into the two lists.
+std::vector<std::string> part(const std::vector<std::string>& signatures, int index) {
+  std::vector<std::string> out;
+  for (const std::string& s : signatures) {
+    const size_t split = s.find('\0');
+    out.push_back(index == 0 ? s.substr(0, split) : s.substr(split + 1));
+  }
+  return out;
+}
+
 }  // namespace
+
+std::string optionsSignature(const DdpOptions& opts) {
+  std::ostringstream os;
+  os.precision(17);
+  os << "overlap " << opts.overlap << " bucket-mb " << opts.bucketMb << " first-bucket-mb " << opts.firstBucketMb
+     << " rebuild-buckets " << opts.rebuildBuckets << " grad-comm " << static_cast<int>(opts.gradComm) << " zero "
+     << opts.zeroStage << "\n";
+  return os.str();
+}
 
 std::string parameterSignature(const nn::NamedParameters& params) {
   std::ostringstream os;
@@ -54,19 +75,25 @@ DistributedDataParallel::DistributedDataParallel(nn::NamedParameters params, std
     MINIDP_CHECK(inserted, "parameter '" << name << "' is the same Variable as '" << it->second
                                          << "': list each parameter once");
   }
-  checkSameParameters(comm_->allGather(parameterSignature(params_)));
+  MINIDP_CHECK(opts.zeroStage == 0 || opts.zeroStage == 1, "ZeRO stage " << opts.zeroStage << " (0 or 1)");
+  MINIDP_CHECK(opts.zeroStage == 0 || !opts.rebuildBuckets,
+               "ZeRO-1 shards the first plan's buckets: it cannot be combined with rebuilding the buckets");
+  for (const auto& [name, p] : params_) infos_.push_back(ParamInfo{name, p.data().numel(), p.dtype()});
+  BucketPlan plan = planBuckets(infos_, opts.bucketMb, opts.firstBucketMb);
+  // The options and the plan travel with the parameters: ranks that would launch different buckets stop
+  // here with an error instead of hanging (or mixing gradients) in the first all-reduce.
+  const ExchangeLabel label("DDP parameter and option check");
+  const std::vector<std::string> signatures =
+      comm_->allGather(parameterSignature(params_) + '\0' + optionsSignature(opts_) + plan.describe());
+  checkSameLines(part(signatures, 0), "parameter", "every rank must build the same model");
+  checkSameLines(part(signatures, 1), "DDP setting", "start every rank with the same data-parallel options");
   for (auto& [name, p] : params_) {
     MINIDP_CHECK(p.requiresGrad(), "parameter '" << name << "' does not require grad");
     comm_->broadcast(p.data(), 0);
   }
-  for (const auto& [name, p] : params_) infos_.push_back(ParamInfo{name, p.data().numel(), p.dtype()});
-  MINIDP_CHECK(opts.zeroStage == 0 || opts.zeroStage == 1, "ZeRO stage " << opts.zeroStage << " (0 or 1)");
-  MINIDP_CHECK(opts.zeroStage == 0 || !opts.rebuildBuckets,
-               "ZeRO-1 shards the first plan's buckets: it cannot be combined with rebuilding the buckets");
   const BucketReduction reduction{opts.gradComm,
                                   opts.zeroStage == 1 ? Reduction::ReduceScatter : Reduction::AllReduce};
-  reducer_ = std::make_unique<Reducer>(params_, planBuckets(infos_, opts.bucketMb, opts.firstBucketMb), comm_,
-                                       opts.overlap, reduction);
+  reducer_ = std::make_unique<Reducer>(params_, std::move(plan), comm_, opts.overlap, reduction);
   for (size_t i = 0; i < params_.size(); ++i) {
     Reducer* reducer = reducer_.get();
     params_[i].second.addGradReadyHook([reducer, i](Variable&) { reducer->markReady(i); });
@@ -84,6 +111,7 @@ void DistributedDataParallel::finalize(const std::function<void()>& beforeWaits)
   // Ranks may observe different ready orders; every rank plans with rank 0's, so the plans stay identical.
   std::ostringstream mine;
   for (int i : reducer_->readyOrder()) mine << i << " ";
+  const ExchangeLabel label("--rebuild-buckets ready order exchange");
   std::istringstream rank0(comm_->allGather(mine.str()).at(0));
   std::vector<int> order;
   for (int i; rank0 >> i;) order.push_back(i);

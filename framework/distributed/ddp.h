@@ -32,8 +32,9 @@ struct DdpOptions {
 /// The gradient convention is the reducer's (reducer.h): buckets zeroed at prepareStep, backward adds.
 class DistributedDataParallel {
  public:
-  /// Collective: every rank must construct it with the same parameter names, shapes and dtypes, else
-  /// every rank throws an error naming the first difference. Then rank 0's values are broadcast.
+  /// Collective: every rank must construct it with the same parameter names, shapes and dtypes, the same
+  /// options and so the same bucket plan, else every rank throws an error naming the first difference.
+  /// Then rank 0's values are broadcast.
   DistributedDataParallel(nn::NamedParameters params, std::shared_ptr<Communicator> comm, DdpOptions opts = {});
   /// Removes the grad-ready hooks from the parameters (all of their hooks: DDP owns them while alive).
   ~DistributedDataParallel();
@@ -74,5 +75,9 @@ class DistributedDataParallel {
 
 /// The lines DDP compares across ranks: "name dtype [shape]" per parameter, in registration order.
 std::string parameterSignature(const nn::NamedParameters& params);
+/// The DDP options as one line; DDP compares it and the bucket plan across ranks after the parameters.
+std::string optionsSignature(const DdpOptions& opts);
+/// The DDP options as one line, compared across ranks with the bucket plan and the parameters.
+std::string optionsSignature(const DdpOptions& opts);
 
 }  // namespace minidp::distributed

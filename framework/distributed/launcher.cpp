@@ -24,12 +24,13 @@ LaunchInfo detectLauncher(const std::function<const char*(const char*)>& getenv)
   const auto get = [&](const char* name) { return intVariable(getenv, name); };
   LaunchInfo info;
   if (getenv("OMPI_COMM_WORLD_SIZE")) {
-    info = {"openmpi", get("OMPI_COMM_WORLD_RANK"), get("OMPI_COMM_WORLD_SIZE"), get("OMPI_COMM_WORLD_LOCAL_RANK")};
+    info = {"openmpi", get("OMPI_COMM_WORLD_RANK"), get("OMPI_COMM_WORLD_SIZE"), get("OMPI_COMM_WORLD_LOCAL_RANK"),
+            "OMPI_COMM_WORLD_SIZE"};
   } else if (getenv("SLURM_STEP_NUM_TASKS")) {
-    info = {"slurm", get("SLURM_PROCID"), get("SLURM_STEP_NUM_TASKS"), get("SLURM_LOCALID")};
+    info = {"slurm", get("SLURM_PROCID"), get("SLURM_STEP_NUM_TASKS"), get("SLURM_LOCALID"), "SLURM_STEP_NUM_TASKS"};
   } else if (getenv("PMI_SIZE")) {
     const int local = get("MPI_LOCALRANKID");
-    info = {"pmi", get("PMI_RANK"), get("PMI_SIZE"), local >= 0 ? local : get("PMI_LOCAL_RANK")};
+    info = {"pmi", get("PMI_RANK"), get("PMI_SIZE"), local >= 0 ? local : get("PMI_LOCAL_RANK"), "PMI_SIZE"};
   } else if (getenv("PMIX_RANK")) {
     info = {"pmix", get("PMIX_RANK"), -1, -1};
   }
@@ -42,8 +43,8 @@ LaunchInfo detectLauncher() {
 
 void checkLaunchAgrees(const LaunchInfo& info, int mpiWorld) {
   MINIDP_CHECK(!(info.size > 1 && mpiWorld == 1),
-               "the launcher (" << info.launcher << ") started " << info.size
-                                << " tasks but MPI reports a world of 1: minidp's MPI does not speak this "
+               "the launcher (" << info.launcher << ", " << info.sizeVariable << "=" << info.size << ") started "
+                                << info.size << " tasks but MPI reports a world of 1: minidp's MPI does not speak this "
                                    "launcher's protocol (srun: try --mpi=pmix, or build against the cluster's MPI); "
                                    "each task would train alone");
 }

@@ -13,6 +13,7 @@ struct LaunchInfo {
   /// "openmpi", "slurm", "pmi", "pmix", or empty when no launcher started the process.
   std::string launcher;
   int rank = -1, size = -1, localRank = -1;
+  std::string sizeVariable;  // the variable `size` came from, for messages
   bool launched() const { return !launcher.empty(); }
 };
 

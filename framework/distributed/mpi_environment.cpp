@@ -1,11 +1,16 @@
 #include "framework/distributed/mpi_environment.h"
 
+#include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <sstream>
+#include <thread>
 
 #include "framework/distributed/comm_thread.h"
 #include "framework/distributed/launcher.h"
+#include "framework/distributed/watchdog.h"
 
 namespace minidp::distributed {
 
@@ -16,38 +21,142 @@ std::string mpiErrorString(int code) {
   return std::string(text, length);
 }
 
-MpiEnvironment::MpiEnvironment() {
+namespace {
+
+// Who may call MPI_Abort: any thread under MPI_THREAD_MULTIPLE, else only the MPI thread.
+std::atomic<int> gThreadLevel{MPI_THREAD_SINGLE};
+std::atomic<std::thread::id> gMpiThread{};
+
+std::string secondsText(double seconds) {
+  std::ostringstream os;
+  os << seconds;
+  return os.str();
+}
+
+[[noreturn]] void endProcess() {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(1);  // the job is stuck in MPI: no destructors, no MPI_Abort from inside MPI's own call
+}
+
+}  // namespace
+
+thread_local std::string tExchangeLabel;
+
+ExchangeLabel::ExchangeLabel(std::string what) : previous_(std::move(tExchangeLabel)) { tExchangeLabel = std::move(what); }
+
+ExchangeLabel::~ExchangeLabel() { tExchangeLabel = std::move(previous_); }
+
+std::string ExchangeLabel::current(const std::string& fallback) {
+  return tExchangeLabel.empty() ? fallback : tExchangeLabel;
+}
+
+MpiEnvironment::MpiEnvironment(double deadlineSeconds) : deadlineSeconds_(deadlineSeconds) {
+  MINIDP_CHECK(deadlineSeconds > 0, "the MPI deadline must be positive, got " << deadlineSeconds);
   int initialized = 0;
   MPI_CHECK(MPI_Initialized(&initialized));
   MINIDP_CHECK(!initialized, "MPI is already initialised: create one MpiEnvironment per process");
-  int provided = MPI_THREAD_SINGLE;
-  MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided));
-  if (provided < MPI_THREAD_SERIALIZED) {
-    MPI_Finalize();
-    MINIDP_CHECK(false, "MPI provides thread level " << provided << ", minidp needs MPI_THREAD_SERIALIZED ("
-                                                     << MPI_THREAD_SERIALIZED << "): its comm thread calls MPI");
+  {
+    const std::string rankText = std::getenv("OMPI_COMM_WORLD_RANK") ? std::getenv("OMPI_COMM_WORLD_RANK") : "?";
+    Deadline startUp(deadlineSeconds, "minidp watchdog: rank " + rankText + ": MPI start-up did not complete within " +
+                                          secondsText(deadlineSeconds) +
+                                          " s (a rank did not start, or stopped); aborting",
+                     endProcess);
+    MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &threadLevel_));
+    if (threadLevel_ < MPI_THREAD_SERIALIZED) {
+      MPI_Finalize();
+      MINIDP_CHECK(false, "MPI provides thread level " << threadLevel_ << ", minidp needs MPI_THREAD_SERIALIZED ("
+                                                       << MPI_THREAD_SERIALIZED << "): its comm thread calls MPI");
+    }
+    gThreadLevel = threadLevel_;
+    // Errors come back as codes, so MPI_CHECK turns them into exceptions with the failed call.
+    MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_));
+    try {
+      checkLaunchAgrees(detectLauncher(), world_);
+    } catch (...) {
+      MPI_Finalize();
+      throw;
+    }
+    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &arrivals_));
+    MPI_Comm node = MPI_COMM_NULL;
+    MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+    MPI_CHECK(MPI_Comm_rank(node, &localRank_));
+    MPI_CHECK(MPI_Comm_size(node, &localSize_));
+    MPI_CHECK(MPI_Comm_free(&node));
   }
-  // Errors come back as codes, so MPI_CHECK turns them into exceptions with the failed call.
-  MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
-  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
-  MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
-  MPI_CHECK(MPI_Comm_size(comm_, &world_));
-  checkLaunchAgrees(detectLauncher(), world_);
-  MPI_Comm node = MPI_COMM_NULL;
-  MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
-  MPI_CHECK(MPI_Comm_rank(node, &localRank_));
-  MPI_CHECK(MPI_Comm_size(node, &localSize_));
-  MPI_CHECK(MPI_Comm_free(&node));
   thread_ = std::make_unique<CommThread>();  // from here on, MPI is called on this thread only
+  thread_->execute([] { gMpiThread = std::this_thread::get_id(); }, "MPI thread id");
 }
 
 MpiEnvironment::~MpiEnvironment() {
+  if (world_ > 1) {
+    // MPI_Finalize may return on one rank while another is stopped, leaving mpirun waiting for ever: a
+    // barrier against the deadline first names the rank that did not come.
+    try {
+      thread_->execute(
+          [this] {
+            exchange("the barrier before MPI_Finalize",
+                     {[this](MPI_Request* r) { MPI_CHECK(MPI_Ibarrier(comm_, r)); }});
+          },
+          "finalize barrier");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "minidp: the barrier before MPI_Finalize failed: %s\n", e.what());
+    }
+  }
   thread_.reset();
-  if (MPI_Comm_free(&comm_) != MPI_SUCCESS) std::fprintf(stderr, "minidp: MPI_Comm_free failed\n");
+  if (MPI_Comm_free(&arrivals_) != MPI_SUCCESS || MPI_Comm_free(&comm_) != MPI_SUCCESS) {
+    std::fprintf(stderr, "minidp: MPI_Comm_free failed\n");
+  }
+  gMpiThread = std::this_thread::get_id();  // MPI_Finalize and after: this thread
+  Deadline finalize(deadlineSeconds_, "minidp watchdog: rank " + std::to_string(rank_) +
+                                          ": MPI_Finalize did not complete within " + secondsText(deadlineSeconds_) +
+                                          " s (another rank stopped before its end); aborting",
+                    endProcess);
   const int status = MPI_Finalize();
   if (status != MPI_SUCCESS) {
     std::fprintf(stderr, "minidp: MPI_Finalize failed: %s\n", mpiErrorString(status).c_str());
   }
+}
+
+void MpiEnvironment::exchange(const std::string& tag, const std::vector<std::function<void(MPI_Request*)>>& stages) {
+  const long long sequence = ++exchanges_;
+  constexpr int kArrivalTag = 1;
+  std::vector<long long> heard(world_, 0);
+  std::vector<MPI_Request> sends(world_, MPI_REQUEST_NULL), arrivals(world_, MPI_REQUEST_NULL);
+  for (int r = 0; r < world_; ++r) {
+    if (r == rank_) continue;
+    MPI_CHECK(MPI_Isend(&sequence, 1, MPI_LONG_LONG, r, kArrivalTag, arrivals_, &sends[r]));
+    MPI_CHECK(MPI_Irecv(&heard[r], 1, MPI_LONG_LONG, r, kArrivalTag, arrivals_, &arrivals[r]));
+  }
+  const double deadline = hostNowMs() + deadlineSeconds_ * 1000.0;
+  for (const auto& stage : stages) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    stage(&request);
+    for (int done = 0;;) {
+      MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+      if (done) break;
+      if (hostNowMs() > deadline) {
+        std::string missing;
+        for (int r = 0; r < world_; ++r) {
+          int arrived = 1;
+          if (arrivals[r] != MPI_REQUEST_NULL) MPI_Test(&arrivals[r], &arrived, MPI_STATUS_IGNORE);
+          if (!arrived) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+        }
+        std::fprintf(stderr, "minidp watchdog: rank %d: %s did not complete within %s s: %s; aborting every rank\n",
+                     rank_, tag.c_str(), secondsText(deadlineSeconds_).c_str(),
+                     missing.empty() ? "every rank arrived, the exchange itself stalled"
+                                     : ("rank(s) " + missing + " did not arrive").c_str());
+        abortAll(1);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+  // Every rank reached the collective, so every arrival message was sent: these complete at once.
+  MPI_CHECK(MPI_Waitall(world_, arrivals.data(), MPI_STATUSES_IGNORE));
+  MPI_CHECK(MPI_Waitall(world_, sends.data(), MPI_STATUSES_IGNORE));
 }
 
 std::shared_ptr<CpuWork> MpiEnvironment::post(std::function<void()> task, std::string tag, size_t bytes) {
@@ -61,20 +170,27 @@ void MpiEnvironment::execute(std::function<void()> task, std::string tag) {
 std::vector<std::string> MpiEnvironment::allGather(const std::string& bytes) {
   MINIDP_CHECK(bytes.size() <= INT_MAX, "allGather of " << bytes.size() << " bytes");
   std::vector<std::string> out(world_);
+  const std::string label = ExchangeLabel::current("allgather");
   execute(
       [&] {
         const int mine = static_cast<int>(bytes.size());
         std::vector<int> lengths(world_), offsets(world_);
-        MPI_CHECK(MPI_Allgather(&mine, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm_));
-        long long total = 0;
-        for (int r = 0; r < world_; ++r) {
-          offsets[r] = static_cast<int>(total);
-          total += lengths[r];
-        }
-        MINIDP_CHECK(total <= INT_MAX, "allGather of " << total << " bytes in all");
-        std::string all(static_cast<size_t>(total), '\0');
-        MPI_CHECK(MPI_Allgatherv(bytes.data(), mine, MPI_BYTE, all.data(), lengths.data(), offsets.data(),
-                                 MPI_BYTE, comm_));
+        std::string all;
+        exchange(label + " (exchange #" + std::to_string(exchanges_ + 1) + ")",
+                 {[&](MPI_Request* r) {
+                    MPI_CHECK(MPI_Iallgather(&mine, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm_, r));
+                  },
+                  [&](MPI_Request* r) {
+                    long long total = 0;
+                    for (int i = 0; i < world_; ++i) {
+                      offsets[i] = static_cast<int>(total);
+                      total += lengths[i];
+                    }
+                    MINIDP_CHECK(total <= INT_MAX, "allGather of " << total << " bytes in all");
+                    all.assign(static_cast<size_t>(total), '\0');
+                    MPI_CHECK(MPI_Iallgatherv(bytes.data(), mine, MPI_BYTE, all.data(), lengths.data(),
+                                              offsets.data(), MPI_BYTE, comm_, r));
+                  }});
         for (int r = 0; r < world_; ++r) out[r] = all.substr(offsets[r], lengths[r]);
       },
       "allgather");
@@ -84,7 +200,14 @@ std::vector<std::string> MpiEnvironment::allGather(const std::string& bytes) {
 void MpiEnvironment::broadcastBytes(void* data, size_t bytes, int root) {
   MINIDP_CHECK(root >= 0 && root < world_, "broadcast from rank " << root << " of " << world_);
   MINIDP_CHECK(bytes <= INT_MAX, "broadcast of " << bytes << " bytes");
-  execute([&] { MPI_CHECK(MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_)); }, "broadcast");
+  const std::string label = ExchangeLabel::current("broadcast");
+  execute(
+      [&] {
+        exchange(label + " (exchange #" + std::to_string(exchanges_ + 1) + ")", {[&](MPI_Request* r) {
+                   MPI_CHECK(MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_, r));
+                 }});
+      },
+      "broadcast");
 }
 
 bool MpiEnvironment::launchedByMpirun() { return detectLauncher().launched(); }
@@ -95,7 +218,8 @@ void MpiEnvironment::abortAll(int code) {
   MPI_Finalized(&finalized);
   std::fflush(stdout);
   std::fflush(stderr);
-  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+  const bool mayCall = gThreadLevel == MPI_THREAD_MULTIPLE || gMpiThread.load() == std::this_thread::get_id();
+  if (initialized && !finalized && mayCall) MPI_Abort(MPI_COMM_WORLD, code);
   std::abort();
 }
 

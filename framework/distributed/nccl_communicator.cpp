@@ -50,6 +50,7 @@ NcclCommunicator::NcclCommunicator(const CommOptions& opts, MpiEnvironment* env)
   } catch (const std::exception& e) {
     problem = e.what();
   }
+  const ExchangeLabel label("NCCL set-up agreement");
   const std::vector<std::string> problems = allGather(problem);
   std::string failed;
   for (int r = 0; r < world_; ++r) {
@@ -64,7 +65,13 @@ NcclCommunicator::NcclCommunicator(const CommOptions& opts, MpiEnvironment* env)
   } else if (minCtas_ > 0) {
     config.minCTAs = minCtas_;
   }
-  NCCL_CHECK(ncclCommInitRankConfig(&comm_, world_, id, rank_, &config));
+  {
+    Deadline init(opts.watchdogSeconds, "minidp watchdog: rank " + std::to_string(rank_) +
+                                            ": ncclCommInitRank did not complete in time (a rank stopped during "
+                                            "NCCL set-up); aborting every rank",
+                  [] { MpiEnvironment::abortAll(1); });
+    NCCL_CHECK(ncclCommInitRankConfig(&comm_, world_, id, rank_, &config));
+  }
 
   const int device = device_;
   watchdog_ = std::make_unique<Watchdog>(
@@ -107,49 +114,53 @@ std::shared_ptr<Work> NcclCommunicator::reduceGradients(Tensor buffer, Tensor wi
                                                         const std::string& tag) {
   checkCuda("reduceGradients", buffer);
   checkGradientBucket(buffer, wire, reduction, world_);
-  std::shared_ptr<Work> work = stream_->launch(tag, buffer, [&](cudaStream_t s) {
-    const bool bf16 = wire.defined();
-    const size_t n = buffer.numel(), elementBytes = bf16 ? sizeof(minidp::bf16) : dtypeSize(buffer.dtype());
-    // The casts run on the comm stream, between the collective's start and done events.
-    if (bf16) kernels::cuda::castToBf16(buffer.data<float>(), wire.data<minidp::bf16>(), n, s);
-    char* data = static_cast<char*>(bf16 ? wire.raw() : buffer.raw());
-    const ncclDataType_t type = bf16 ? ncclBfloat16 : ncclType(buffer.dtype());
-    size_t first = 0, count = n;
-    if (reduction == Reduction::AllReduce) {
-      NCCL_CHECK(ncclAllReduce(data, data, n, type, ncclAvg, comm_, s));
-    } else {
-      count = n / world_;
-      first = rank_ * count;  // in place: the receive buffer is this rank's shard of the send buffer
-      NCCL_CHECK(ncclReduceScatter(data, data + first * elementBytes, count, type, ncclAvg, comm_, s));
-    }
-    if (bf16) {
-      kernels::cuda::castFromBf16(wire.data<minidp::bf16>() + first, buffer.data<float>() + first, count, s);
-    }
-  });
-  watchdog_->watch(work);
-  return work;
+  return stream_->launch(
+      tag, buffer,
+      [&](cudaStream_t s) {
+        const bool bf16 = wire.defined();
+        const size_t n = buffer.numel(), elementBytes = bf16 ? sizeof(minidp::bf16) : dtypeSize(buffer.dtype());
+        // The casts run on the comm stream, between the collective's start and done events.
+        if (bf16) kernels::cuda::castToBf16(buffer.data<float>(), wire.data<minidp::bf16>(), n, s);
+        char* data = static_cast<char*>(bf16 ? wire.raw() : buffer.raw());
+        const ncclDataType_t type = bf16 ? ncclBfloat16 : ncclType(buffer.dtype());
+        size_t first = 0, count = n;
+        if (reduction == Reduction::AllReduce) {
+          NCCL_CHECK(ncclAllReduce(data, data, n, type, ncclAvg, comm_, s));
+        } else {
+          count = n / world_;
+          first = rank_ * count;  // in place: the receive buffer is this rank's shard of the send buffer
+          NCCL_CHECK(ncclReduceScatter(data, data + first * elementBytes, count, type, ncclAvg, comm_, s));
+        }
+        if (bf16) {
+          kernels::cuda::castFromBf16(wire.data<minidp::bf16>() + first, buffer.data<float>() + first, count, s);
+        }
+      },
+      watch());
 }
 
 std::shared_ptr<Work> NcclCommunicator::allGatherShards(Tensor buffer, const std::string& tag) {
   checkCuda("allGatherShards", buffer);
   checkGradientBucket(buffer, Tensor(), Reduction::ReduceScatter, world_);
-  std::shared_ptr<Work> work = stream_->launch(tag, buffer, [&](cudaStream_t s) {
-    const size_t count = buffer.numel() / world_;
-    char* data = static_cast<char*>(buffer.raw());
-    NCCL_CHECK(ncclAllGather(data + rank_ * count * dtypeSize(buffer.dtype()), data, count,
-                             ncclType(buffer.dtype()), comm_, s));
-  });
-  watchdog_->watch(work);
-  return work;
+  return stream_->launch(
+      tag, buffer,
+      [&](cudaStream_t s) {
+        const size_t count = buffer.numel() / world_;
+        char* data = static_cast<char*>(buffer.raw());
+        NCCL_CHECK(ncclAllGather(data + rank_ * count * dtypeSize(buffer.dtype()), data, count,
+                                 ncclType(buffer.dtype()), comm_, s));
+      },
+      watch());
 }
 
 void NcclCommunicator::broadcast(Tensor& tensor, int root) {
   checkCuda("broadcast", tensor);
   MINIDP_CHECK(root >= 0 && root < world_, "broadcast from rank " << root << " of " << world_);
-  std::shared_ptr<Work> work = stream_->launch("broadcast", tensor, [&](cudaStream_t s) {
-    NCCL_CHECK(ncclBroadcast(tensor.raw(), tensor.raw(), tensor.numel(), ncclType(tensor.dtype()), root, comm_, s));
-  });
-  watchdog_->watch(work);
+  std::shared_ptr<Work> work = stream_->launch(
+      "broadcast", tensor,
+      [&](cudaStream_t s) {
+        NCCL_CHECK(ncclBroadcast(tensor.raw(), tensor.raw(), tensor.numel(), ncclType(tensor.dtype()), root, comm_, s));
+      },
+      watch());
   work->wait();
   CUDA_CHECK(cudaStreamSynchronize(stream_->stream()));  // setup only: surface errors here
 }
@@ -158,10 +169,21 @@ std::vector<std::string> NcclCommunicator::allGather(const std::string& bytes) {
   return env_ ? env_->allGather(bytes) : std::vector<std::string>{bytes};
 }
 
+std::function<void(const std::shared_ptr<Work>&)> NcclCommunicator::watch() {
+  return [this](const std::shared_ptr<Work>& work) { watchdog_->watch(work); };
+}
+
 void NcclCommunicator::abort() noexcept {
-  if (!aborted_.exchange(true)) {
+  const auto abortComm = [this] {
+    if (aborted_.exchange(true)) return;
     const ncclResult_t status = ncclCommAbort(comm_);
     if (status != ncclSuccess) std::fprintf(stderr, "minidp: ncclCommAbort failed: %s\n", ncclGetErrorString(status));
+  };
+  // The watchdog's health check queries comm_: no query may run while (or after) ncclCommAbort frees it.
+  if (watchdog_) {
+    watchdog_->runExclusive(abortComm);
+  } else {
+    abortComm();
   }
   if (env_) MpiEnvironment::abortAll(1);
 }

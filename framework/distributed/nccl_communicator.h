@@ -43,7 +43,7 @@ class NcclCommunicator : public Communicator {
   std::shared_ptr<Work> allGatherShards(Tensor buffer, const std::string& tag) override;
   void broadcast(Tensor& tensor, int root) override;
   std::vector<std::string> allGather(const std::string& bytes) override;
-  /// ncclCommAbort, then MPI_Abort under mpirun.
+  /// ncclCommAbort (never while the watchdog queries the communicator), then MPI_Abort under mpirun.
   void abort() noexcept override;
   /// The comm stream (for the benchmark's timeline).
   cudaStream_t stream() const { return stream_->stream(); }
@@ -51,6 +51,8 @@ class NcclCommunicator : public Communicator {
  private:
   /// The watchdog's health check: the line to print for NCCL's asynchronous error, empty while none.
   std::string asyncError() const;
+  /// Hands a work to the watchdog (CommStream::launch calls it before enqueueing the collective).
+  std::function<void(const std::shared_ptr<Work>&)> watch();
   MpiEnvironment* env_;
   int rank_ = 0, world_ = 1, device_ = 0;
   int maxCtas_ = 0, minCtas_ = 0;

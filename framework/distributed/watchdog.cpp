@@ -26,7 +26,13 @@ Watchdog::~Watchdog() {
 
 void Watchdog::watch(const std::shared_ptr<Work>& work) {
   std::lock_guard<std::mutex> lock(mutex_);
-  watched_.push_back(work);
+  incoming_.push_back(work);
+}
+
+void Watchdog::runExclusive(const std::function<void()>& action) {
+  std::lock_guard<std::mutex> lock(healthMutex_);
+  healthStopped_ = true;
+  action();
 }
 
 std::string Watchdog::describeTimeout(const Work& work, int rank, double ageSeconds) {
@@ -44,46 +50,78 @@ void Watchdog::fail(const std::string& line) {
   onTimeout_();
 }
 
+void Watchdog::scan(std::vector<std::shared_ptr<Work>>& works) {
+  const double now = hostNowMs();
+  size_t kept = 0;  // one pass: the survivors move to the front, the rest is dropped at the end
+  for (size_t i = 0; i < works.size(); ++i) {
+    Work& work = *works[i];
+    std::string failure;
+    try {
+      if (work.completed()) continue;  // dropped below; the last holder may be us (events, buffer)
+      const double since = work.runningSinceMs();
+      if (timeoutMs_ > 0 && since >= 0 && now - since > timeoutMs_) {
+        failure = describeTimeout(work, rank_, (now - since) / 1000.0);
+      }
+    } catch (const std::exception& e) {
+      failure = "minidp watchdog: rank " + std::to_string(rank_) + ": collective '" + work.tag() +
+                "' failed: " + e.what() + "; aborting every rank";
+    }
+    if (!failure.empty()) {
+      fail(failure);
+      continue;  // onTimeout returned: do not report this work again
+    }
+    if (kept != i) works[kept] = std::move(works[i]);
+    ++kept;
+  }
+  works.resize(kept);
+}
+
 void Watchdog::loop(const std::function<void()>& threadInit) {
   if (threadInit) threadInit();
   // Poll a few times per timeout, at least once a second: the check costs one event query per work.
   const auto period = std::chrono::duration<double, std::milli>(timeoutMs_ > 0 ? std::min(1000.0, timeoutMs_ / 4)
                                                                                : 1000.0);
-  bool unhealthy = false;  // the health check failed and onTimeout returned: do not report it again
-  std::unique_lock<std::mutex> lock(mutex_);
-  while (!wake_.wait_for(lock, period, [&] { return stopping_; })) {
-    if (healthCheck_ && !unhealthy) {
-      const std::string failure = healthCheck_();
-      if (!failure.empty()) {
-        unhealthy = true;
-        fail(failure);
+  std::vector<std::shared_ptr<Work>> watched;  // only this thread touches it
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (wake_.wait_for(lock, period, [&] { return stopping_; })) return;
+      watched.insert(watched.end(), std::make_move_iterator(incoming_.begin()),
+                     std::make_move_iterator(incoming_.end()));
+      incoming_.clear();
+    }
+    std::string failure;
+    {
+      std::lock_guard<std::mutex> lock(healthMutex_);
+      if (healthCheck_ && !healthStopped_) {
+        failure = healthCheck_();
+        healthStopped_ = !failure.empty();  // reported once; onTimeout may return
       }
     }
-    const double now = hostNowMs();
-    for (auto it = watched_.begin(); it != watched_.end();) {
-      Work& work = **it;
-      std::string failure;
-      try {
-        if (work.completed()) {
-          it = watched_.erase(it);  // the last holder may be us: releases its events and buffer
-          continue;
-        }
-        const double since = work.runningSinceMs();
-        if (timeoutMs_ > 0 && since >= 0 && now - since > timeoutMs_) {
-          failure = describeTimeout(work, rank_, (now - since) / 1000.0);
-        }
-      } catch (const std::exception& e) {
-        failure = "minidp watchdog: rank " + std::to_string(rank_) + ": collective '" + work.tag() +
-                  "' failed: " + e.what() + "; aborting every rank";
-      }
-      if (!failure.empty()) {
-        fail(failure);
-        it = watched_.erase(it);  // onTimeout returned: do not report this work again
-        continue;
-      }
-      ++it;
-    }
+    if (!failure.empty()) fail(failure);
+    scan(watched);
   }
+}
+
+Deadline::Deadline(double seconds, std::string line, std::function<void()> onExpire)
+    : thread_([this, seconds, line = std::move(line), expire = std::move(onExpire)] {
+        std::unique_lock<std::mutex> lock(mutex_);
+        if (seconds <= 0 || done_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return closed_; })) {
+          if (seconds <= 0) done_.wait(lock, [&] { return closed_; });
+          return;
+        }
+        std::fprintf(stderr, "%s\n", line.c_str());
+        std::fflush(stderr);
+        expire();
+      }) {}
+
+Deadline::~Deadline() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    closed_ = true;
+  }
+  done_.notify_all();
+  thread_.join();
 }
 
 }  // namespace minidp::distributed

@@ -34,6 +34,11 @@ class Watchdog {
   /// buffer stay out of reuse until it is done.
   void watch(const std::shared_ptr<Work>& work);
 
+  /// Runs `action` while no health check is running and stops the health checks for good: what
+  /// `action` frees (ncclCommAbort frees the communicator) is never queried afterwards. Callable from
+  /// the watchdog thread itself (its onTimeout).
+  void runExclusive(const std::function<void()>& action);
+
   /// The line printed on a timeout.
   static std::string describeTimeout(const Work& work, int rank, double ageSeconds);
 
@@ -41,14 +46,35 @@ class Watchdog {
   void loop(const std::function<void()>& threadInit);
   /// Prints `line` and calls onTimeout.
   void fail(const std::string& line);
+  /// Checks `works` outside the lock: drops the completed ones, reports a stuck or failed one.
+  void scan(std::vector<std::shared_ptr<Work>>& works);
   const double timeoutMs_;
   const int rank_;
   std::function<void()> onTimeout_;
   std::function<std::string()> healthCheck_;
-  std::mutex mutex_;
+  std::mutex healthMutex_;  // held while the health check runs, and by runExclusive
+  bool healthStopped_ = false;
+  std::mutex mutex_;  // guards incoming_ and stopping_ only: watch() never waits for a scan
   std::condition_variable wake_;
-  std::vector<std::shared_ptr<Work>> watched_;
+  std::vector<std::shared_ptr<Work>> incoming_;
   bool stopping_ = false;
+  std::thread thread_;
+};
+
+/// A deadline for one blocking call that the watchdog cannot see (MPI_Init_thread, MPI_Finalize,
+/// ncclCommInitRank): when the scope is still open after `seconds`, prints `line` and calls `onExpire`
+/// (which ends the process) on its own thread.
+class Deadline {
+ public:
+  Deadline(double seconds, std::string line, std::function<void()> onExpire);
+  ~Deadline();
+  Deadline(const Deadline&) = delete;
+  Deadline& operator=(const Deadline&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_;
+  bool closed_ = false;
   std::thread thread_;
 };
 

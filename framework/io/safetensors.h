@@ -29,8 +29,8 @@ struct SafeTensorFile {
 /// Reads and validates a safetensors file; errors name the file and the offending tensor.
 SafeTensorFile readSafetensors(const std::string& path);
 
-/// Writes tensors in the given order via `path + ".tmp"` and a rename, so `path` is never half-written;
-/// equal inputs give byte-identical files.
+/// Writes tensors in the given order through writeFileAtomically (a temporary, fsync, rename), so `path`
+/// is never half-written; equal inputs give byte-identical files.
 void writeSafetensors(const std::string& path, const std::vector<std::pair<std::string, SafeTensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 

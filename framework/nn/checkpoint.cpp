@@ -11,7 +11,7 @@ SafeTensor toSafeTensor(const Tensor& t) {
   st.dtype = dtypeName(t.dtype());
   st.shape = t.shape();
   st.bytes.resize(host.nbytes());
-  std::memcpy(st.bytes.data(), host.raw(), host.nbytes());
+  if (host.nbytes() > 0) std::memcpy(st.bytes.data(), host.raw(), host.nbytes());  // an empty tensor has no data
   return st;
 }
 
@@ -31,12 +31,11 @@ Tensor fromSafeTensor(const SafeTensor& st, const std::string& name) {
 }
 
 void saveCheckpoint(const Module& module, const std::string& path,
-                    const std::map<std::string, std::string>& metadata) {
+                    const std::map<std::string, std::string>& metadata,
+                    const std::vector<std::pair<std::string, SafeTensor>>& extra) {
   std::vector<std::pair<std::string, SafeTensor>> tensors;
-  for (const auto& [name, param] : module.namedParameters()) {
-    tensors.emplace_back(name, toSafeTensor(param.data().dtype() == DType::F32 ? param.data()
-                                                                               : param.data().toDType(DType::F32)));
-  }
+  for (const auto& [name, param] : module.namedParameters()) tensors.emplace_back(name, toSafeTensor(param.data()));
+  tensors.insert(tensors.end(), extra.begin(), extra.end());
   writeSafetensors(path, tensors, metadata);
 }
 
@@ -53,6 +52,7 @@ void loadParameters(Module& module, const SafeTensorFile& file, const std::strin
   }
   if (!prefix.empty()) return;
   for (const auto& [name, tensor] : file.tensors) {
+    if (name.compare(0, std::strlen(kOptimizerPrefix), kOptimizerPrefix) == 0) continue;
     MINIDP_CHECK(expected.count(name), "the file holds tensor '" << name << "', which the model does not have");
   }
 }

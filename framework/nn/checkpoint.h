@@ -14,12 +14,19 @@ SafeTensor toSafeTensor(const Tensor& t);
 /// A CPU tensor from a stored F32, F64 or I32 tensor; `name` is used in errors.
 Tensor fromSafeTensor(const SafeTensor& st, const std::string& name);
 
-/// Writes every parameter as float32 in registration order; nothing half-written on failure.
+/// Where a training state keeps the optimizer's tensors ("optimizer.<name>.exp_avg"): beside the
+/// parameters, which keep their PyTorch names, so torch and --load still read the weights alone.
+inline constexpr const char* kOptimizerPrefix = "optimizer.";
+
+/// Writes every parameter in its dtype (float32, or float64 for fp64 runs) in registration order, then
+/// `extra` tensors; nothing half-written on failure.
 void saveCheckpoint(const Module& module, const std::string& path,
-                    const std::map<std::string, std::string>& metadata = {});
+                    const std::map<std::string, std::string>& metadata = {},
+                    const std::vector<std::pair<std::string, SafeTensor>>& extra = {});
 /// Loads the tensors named `prefix + name` into the parameters (converted to each parameter's dtype and
 /// device). A missing name or a wrong shape is an error naming the tensor; with an empty prefix an extra
-/// name in the file is an error too (with a prefix, names outside it are other content and ignored).
+/// name in the file is an error too, except optimizer state (kOptimizerPrefix); with a prefix, names
+/// outside it are other content and ignored.
 void loadParameters(Module& module, const SafeTensorFile& file, const std::string& prefix = "");
 /// loadParameters of a whole file.
 void loadCheckpoint(Module& module, const std::string& path);

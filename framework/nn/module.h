@@ -22,7 +22,8 @@ class Module {
   /// (dotted name, parameter) in registration order, e.g. "layers.0.weight".
   NamedParameters namedParameters() const;
   std::vector<Variable> parameters() const;
-  /// Moves and converts every parameter in place (the Variables stay the same objects).
+  /// Moves and converts every parameter in place (the Variables stay the same objects). An error for a
+  /// parameter with grad-ready hooks (wrapped by DistributedDataParallel) that would move.
   void to(Device device, DType dtype);
   /// Zeroes every parameter's gradient.
   void zeroGrad();

@@ -162,5 +162,76 @@ TEST(Watchdog, ReportsAFailedHealthCheckOnce) {
   EXPECT_NE(printed.find("link is down\n"), std::string::npos) << printed;
 }
 
+/// A collective whose completion check blocks until the test releases it (a slow event query).
+class SlowQueryWork : public Work {
+ public:
+  SlowQueryWork(std::atomic<bool>& inQuery, const std::atomic<bool>& release)
+      : Work("bucket 2", 8), inQuery_(inQuery), release_(release) {}
+  void wait() override {}
+  bool completed() const override {
+    inQuery_ = true;
+    while (!release_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return true;
+  }
+  double runningSinceMs() const override { return -1; }
+  WorkTiming timing(cudaEvent_t) const override { return {}; }
+
+ private:
+  std::atomic<bool>& inQuery_;
+  const std::atomic<bool>& release_;
+};
+
+TEST(Watchdog, WatchNeverWaitsForAScan) {
+  std::atomic<bool> inQuery{false}, release{false};  // outlive the watchdog's thread
+  Watchdog watchdog(0.2, 0, [] {});
+  watchdog.watch(std::make_shared<SlowQueryWork>(inQuery, release));
+  for (int i = 0; i < 200 && !inQuery; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(inQuery) << "the watchdog never scanned";
+  // The scan is stuck in completed(); every bucket launch calls watch() meanwhile: it must not block.
+  std::atomic<bool> returned{false};
+  std::thread launcher([&] {
+    watchdog.watch(std::make_shared<CompletedWork>("bucket 3", 8));
+    returned = true;
+  });
+  for (int i = 0; i < 100 && !returned; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(returned) << "watch() waited for the scan's lock";
+  release = true;
+  launcher.join();
+}
+
+TEST(Watchdog, RunExclusiveWaitsForTheHealthCheckAndEndsIt) {
+  std::atomic<bool> checking{false};
+  std::atomic<int> checksAfter{0};
+  std::atomic<bool> freed{false};  // what runExclusive's action frees (the NCCL communicator)
+  Watchdog watchdog(0.04, 0, [] {}, {}, [&]() -> std::string {
+    checking = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    if (freed) ++checksAfter;  // a query of a freed communicator
+    checking = false;
+    return "";
+  });
+  for (int i = 0; i < 200 && !checking; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  watchdog.runExclusive([&] {
+    EXPECT_FALSE(checking.load()) << "ran while the health check was querying";
+    freed = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(checksAfter.load(), 0) << "the health check ran after the abort";
+}
+
+TEST(Deadline, FiresOnlyWhenTheScopeOutlivesIt) {
+  std::atomic<int> fired{0};
+  ::testing::internal::CaptureStderr();
+  { Deadline quick(1.0, "late", [&] { ++fired; }); }
+  EXPECT_EQ(fired.load(), 0);
+  {
+    Deadline slow(0.05, "minidp watchdog: MPI_Finalize did not complete", [&] { ++fired; });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_EQ(fired.load(), 1);
+  const std::string printed = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(printed, "minidp watchdog: MPI_Finalize did not complete\n");
+}
+
 }  // namespace
 }  // namespace minidp::distributed

@@ -489,6 +489,41 @@ TEST_P(WireCollectives, Fp32ReduceScatterAndAllGatherShards) {
 INSTANTIATE_TEST_SUITE_P(Devices, WireCollectives, ::testing::Values(Device::CPU, Device::CUDA),
                          [](const ::testing::TestParamInfo<Device>& info) { return deviceName(info.param); });
 
+
+TEST_P(Ddp, DifferentOptionsFailOnEveryRankWithAMessage) {
+  if (world_ < 2) GTEST_SKIP() << "needs two ranks";
+  // Rank 1 plans other buckets, or would rebuild them: both must stop every rank at construction.
+  DdpOptions otherCap = kSmallBuckets, otherRebuild = kSmallBuckets;
+  otherCap.bucketMb *= 2;
+  otherRebuild.rebuildBuckets = true;
+  for (const DdpOptions& other : {otherCap, otherRebuild}) {
+    auto m = model(1);
+    std::string message;
+    try {
+      DistributedDataParallel ddp(m->namedParameters(), comm_, rank_ == 1 ? other : kSmallBuckets);
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    EXPECT_NE(message.find("ranks hold different DDP settings: DDP setting #0 is 'overlap 1 bucket-mb"),
+              std::string::npos) << "message: " << message;
+    EXPECT_NE(message.find("on rank 1 but"), std::string::npos) << "message: " << message;
+  }
+  EXPECT_TRUE(comm_->allAgree(true)) << "the communicator is still usable";
+}
+
+TEST_P(Ddp, MovingTheModelAfterDdpIsAnError) {
+  auto m = model(1);
+  DistributedDataParallel ddp(m->namedParameters(), comm_, kSmallBuckets);
+  const DType other = GetParam().dtype == DType::F32 ? DType::F64 : DType::F32;
+  try {
+    m->to(device(), other);
+    ADD_FAILURE() << "to() after DDP must throw: the gradients would leave their buckets";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("DistributedDataParallel"), std::string::npos) << e.what();
+  }
+  m->to(device(), GetParam().dtype);  // the same device and dtype: nothing moves, no error
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Ddp,
                          ::testing::Values(Setup{"mlp", Device::CPU, DType::F64}, Setup{"mlp", Device::CPU, DType::F32},
                                            Setup{"gpt", Device::CPU, DType::F64}, Setup{"gpt", Device::CPU, DType::F32},
@@ -575,6 +610,14 @@ TEST(CudaCommunicators, NcclAverageAndBroadcast) {
     comm->broadcast(b, 0);
     EXPECT_EQ(testing::relativeError(b, ops::scale(x, 2.0)), 0.0);
   }
+}
+
+// The watchdog thread calls MPI_Abort while the MPI thread may sit in a collective: MPI must allow calls
+// from several threads (MPI_THREAD_SERIALIZED, asked for before, does not).
+TEST(MpiEnvironment, GrantsMultipleThreadsForAbortsFromTheWatchdog) {
+  distributed::MpiEnvironment* env = testing::mpiEnvironment();
+  if (!env) GTEST_SKIP() << "not started by mpirun";
+  EXPECT_EQ(env->threadLevel(), MPI_THREAD_MULTIPLE);
 }
 
 }  // namespace

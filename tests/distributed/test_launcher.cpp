@@ -56,7 +56,7 @@ TEST(Launcher, RefusesSeveralTasksThatMpiSeesAsOne) {
     checkLaunchAgrees(srun, 1);
     ADD_FAILURE() << "four srun tasks in a world of one must not start";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("the launcher (slurm) started 4 tasks but MPI reports a world of 1"),
+    EXPECT_NE(std::string(e.what()).find("the launcher (slurm, SLURM_STEP_NUM_TASKS=4) started 4 tasks but MPI reports a world of 1"),
               std::string::npos)
         << e.what();
   }

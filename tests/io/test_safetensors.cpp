@@ -29,7 +29,7 @@ void writeBytes(const fs::path& path, const std::string& bytes) {
 template <typename T>
 SafeTensor makeTensor(const std::string& dtype, std::vector<int64_t> shape, const std::vector<T>& values) {
   SafeTensor t{dtype, std::move(shape), std::vector<uint8_t>(values.size() * sizeof(T))};
-  std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
+  if (!values.empty()) std::memcpy(t.bytes.data(), values.data(), t.bytes.size());  // memcpy(nullptr, ...) is UB
   return t;
 }
 

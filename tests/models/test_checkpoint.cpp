@@ -47,6 +47,20 @@ TEST_F(Checkpoint, SaveThenLoadIsBitExact) {
   EXPECT_FALSE(fs::exists(path + ".tmp"));
 }
 
+TEST_F(Checkpoint, Fp64ParametersSaveAsF64AndOptimizerStateIsSkippedByLoad) {
+  models::MLP a({4, 8, 3}, 1), b({4, 8, 3}, 2);
+  a.to(Device::CPU, DType::F64);
+  b.to(Device::CPU, DType::F64);
+  const std::string path = (dir_ / "fp64.safetensors").string();
+  SafeTensor state = nn::toSafeTensor(Tensor::zeros({8, 4}, DType::F64, Device::CPU));
+  nn::saveCheckpoint(a, path, {}, {{std::string(nn::kOptimizerPrefix) + "layers.0.weight.exp_avg", state}});
+  const SafeTensorFile file = readSafetensors(path);
+  for (const auto& [name, tensor] : file.tensors) EXPECT_EQ(tensor.dtype, "F64") << name;
+  nn::loadCheckpoint(b, path);  // the optimizer's tensor is not a parameter, and not an error
+  EXPECT_EQ(a.namedParameters()[0].second.data().toVector<double>(),
+            b.namedParameters()[0].second.data().toVector<double>());
+}
+
 TEST_F(Checkpoint, WrongShapeMissingAndExtraNamesAreNamed) {
   const std::string path = (dir_ / "mlp.safetensors").string();
   nn::saveCheckpoint(models::MLP({4, 8, 3}, 1), path);

@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""A rank that stops (SIGSTOP) anywhere must not hang the job: under mpirun -np 2 with --watchdog-s 3, rank 1
+is stopped at start-up, mid-training, after the last step (in the trace gather) and, without a trace, in the
+evaluation, so that rank 0 waits in the barrier before MPI_Finalize;
+every time the job must end within the watchdog time plus a margin, non-zero, with a "minidp watchdog"
+line naming the operation.
+
+Usage: stall.py MPIEXEC MINIDP_TRAIN
+"""
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+mpiexec, train = sys.argv[1:3]
+WATCHDOG = 3
+MARGIN = 12  # MPI_Abort's teardown and process start-up on a loaded 2-core machine
+GPT = ["--model", "gpt", "--layers", "1", "--heads", "2", "--embd", "32", "--context", "32", "--batch-size", "8"]
+
+
+def rank_pid(parent, rank):
+    """The pid of `rank` among the processes mpirun `parent` started."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid != parent:
+                continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"OMPI_COMM_WORLD_RANK={rank}".encode() in f.read().split(b"\0"):
+                    return int(pid)
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
+def scenario(name, args, trigger):
+    """Runs minidp-train; stops rank 1 once `trigger` (a line of rank 0's output, or seconds) happens."""
+    with tempfile.TemporaryDirectory() as folder:
+        command = [mpiexec, "-np", "2", "--oversubscribe", train, "--watchdog-s", str(WATCHDOG), *args]
+        job = subprocess.Popen(command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stopped = []
+        lines = []
+
+        def stop():
+            for _ in range(500):
+                pid = rank_pid(job.pid, 1)
+                if pid:
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.append((pid, time.monotonic()))
+                    return
+                time.sleep(0.01)
+
+        if isinstance(trigger, float):
+            threading.Timer(trigger, stop).start()
+        killer = threading.Timer(WATCHDOG + MARGIN + 60, job.kill)  # a hang fails the test, not ctest's timeout
+        killer.start()
+        err = []
+        reader = threading.Thread(target=lambda: err.append(job.stderr.read()))
+        reader.start()
+        for line in job.stdout:
+            lines.append(line)
+            if not isinstance(trigger, float) and not stopped and trigger in line:
+                stop()
+        job.wait()
+        killer.cancel()
+        reader.join()
+        for pid, _ in stopped:  # never leave a stopped process behind
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        stderr = err[0] if err else ""
+        took = time.monotonic() - stopped[0][1] if stopped else float("nan")
+        watchdog = [l for l in stderr.splitlines() if "minidp watchdog" in l]
+        problems = []
+        if not stopped:
+            problems.append("rank 1 was never stopped (the run ended first)")
+        elif took > WATCHDOG + MARGIN:
+            problems.append(f"ended {took:.1f} s after the stop, more than {WATCHDOG} + {MARGIN} s")
+        if job.returncode == 0:
+            problems.append("exit status 0")
+        if not watchdog:
+            problems.append("no 'minidp watchdog' line")
+        verdict = "ok" if not problems else "FAIL: " + "; ".join(problems)
+        print(f"{name:28s} {verdict} ({took:.1f} s after the stop)\n    {watchdog[0] if watchdog else stderr[-2000:]}")
+        return not problems
+
+
+def main():
+    results = [
+        scenario("start-up", ["--model", "mlp", "--steps", "2000"], 0.5),
+        scenario("mid-step", ["--model", "mlp", "--steps", "100000", "--log-every", "50"], "step 50/"),
+        scenario("trace gather at the end", GPT + ["--steps", "20", "--log-every", "20", "--eval-batches", "300",
+                                                    "--trace", "t.json"], "step 20/"),
+        scenario("barrier before MPI_Finalize", GPT + ["--steps", "20", "--log-every", "20", "--eval-batches", "300"],
+                 "step 20/"),
+    ]
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,282 @@
+#include "train/run_checks.h"
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <regex>
+#include <sstream>
+
+#include "data/fashion_mnist.h"
+#include "data/idx.h"
+#include "data/text.h"
+#include "framework/io/atomic_file.h"
+#include "framework/io/safetensors.h"
+#include "train/train_state.h"
+
+namespace minidp::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string shortNumber(long double v) {
+  std::ostringstream os;
+  os.precision(6);
+  os << static_cast<double>(v);
+  return os.str();
+}
+
+/// A validator: the value parses as a number (an integer when `integer`) in [lo, hi]; `above` makes the
+/// lower bound exclusive. Messages print numbers short (no 300-digit doubles).
+CLI::Validator numberIn(long double lo, long double hi, bool integer, bool above = false) {
+  std::string range = (above ? "(" : "[") + shortNumber(lo) + ", " + shortNumber(hi) + "]";
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const long double v = std::strtold(text.c_str(), &end);
+        const bool parsed = end != text.c_str() && *end == '\0';
+        if (!parsed || !std::isfinite(v)) return "must be a finite number in " + range + ", got " + text;
+        if (integer && v != std::floor(v)) return "must be an integer in " + range + ", got " + text;
+        if (v < lo || v > hi || (above && v == lo)) return "must be in " + range + ", got " + shortNumber(v);
+        return "";
+      },
+      range);
+}
+
+// Replaces the flag's checks (CLI11's PositiveNumber prints the largest double in full) with `validator`.
+void check(CLI::App& app, const std::string& flag, const CLI::Validator& validator) {
+  CLI::Option* option = app.get_option_no_throw(flag);
+  if (!option) return;
+  for (int i = 0;; ++i) {
+    try {
+      option->get_validator(i)->active(false);
+    } catch (const CLI::OptionNotFound&) {
+      break;
+    }
+  }
+  option->check(validator);
+}
+
+// The first rank under mpirun (or the only process) prints usage errors: every rank sees the same argv.
+bool firstRank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    if (const char* value = std::getenv(name)) return std::atoi(value) == 0;
+  }
+  return true;
+}
+
+/// Drops the " [condition]" MINIDP_CHECK appends at the end of `text`.
+std::string withoutCondition(std::string text) {
+  if (text.empty() || text.back() != ']') return text;
+  int depth = 0;
+  for (size_t i = text.size(); i-- > 0;) {
+    if (text[i] == ']') ++depth;
+    if (text[i] == '[' && --depth == 0) {
+      return i > 0 && text[i - 1] == ' ' ? text.substr(0, i - 1) : text;
+    }
+  }
+  return text;
+}
+
+/// Drops every "some/file.cpp:123: " location prefix.
+std::string withoutLocations(const std::string& text) {
+  static const std::regex location("[^\\s:]+\\.(cpp|cu|cuh|h|hpp):[0-9]+: ");
+  return std::regex_replace(text, location, "");
+}
+
+/// Creates and removes a file beside `path`, so an unwritable --save / --trace fails now, not after training.
+void checkWritable(const std::string& flag, const std::string& path) {
+  MINIDP_CHECK(!fs::is_directory(path), flag << " " << path << " is a folder; give a file name");
+  const fs::path parent = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  MINIDP_CHECK(fs::is_directory(parent), flag << " " << path << ": the folder " << parent.string()
+                                              << " does not exist; create it or choose another path");
+  const std::string probe = path + ".tmp.probe." + std::to_string(::getpid());
+  std::FILE* f = std::fopen(probe.c_str(), "wb");
+  MINIDP_CHECK(f != nullptr, flag << " " << path << ": cannot create files in " << parent.string()
+                                  << "; choose a writable folder");
+  std::fclose(f);
+  std::remove(probe.c_str());
+}
+
+// Fortune folders hold each text file F beside its strfile index F.dat.
+bool looksLikeFortunes(const fs::path& dir) {
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const fs::path p = entry.path();
+    if (entry.is_regular_file() && !p.has_extension() && fs::exists(p.string() + ".dat")) return true;
+  }
+  return false;
+}
+
+void checkTokens(const char* part, int64_t tokens, const Options& o, const std::string& fix) {
+  const int64_t context = o.gpt.context;
+  MINIDP_CHECK(tokens > context + 1, "the " << part << " text holds " << tokens << " tokens, fewer than --context "
+                                            << context << " + 2; " << fix);
+}
+
+void checkData(const Options& o, int world) {
+  const std::string data = o.data.empty() ? (o.model == "mlp" ? "fashion-mnist" : "fortunes") : o.data;
+  MINIDP_CHECK(o.model != "mlp" || data == "fashion-mnist", "--model mlp trains on --data fashion-mnist, not " << data);
+  MINIDP_CHECK(o.model != "gpt" || data != "fashion-mnist", "--model gpt trains on --data fortunes or llmc");
+  const int64_t perStep = o.batchSize * o.gradAccum * world;  // samples of one optimizer step
+  if (data == "llmc") {
+    MINIDP_CHECK(!o.llmcTrain.empty(), "--data llmc needs --llmc-train FILE (an llm.c .bin token file)");
+    MINIDP_CHECK(!o.llmcVal.empty(), "--data llmc needs --llmc-val FILE (an llm.c .bin token file)");
+    const auto tokens = [](const char* flag, const std::string& path) {
+      try {
+        return static_cast<int64_t>(readLlmcTokenFile(path).size());
+      } catch (const Error& e) {
+        throw Error(std::string(flag) + " " + path + ": " + e.what());
+      }
+    };
+    const int64_t train = tokens("--llmc-train", o.llmcTrain);
+    checkTokens("--llmc-train", train, o, "give a longer token file or a shorter --context");
+    const int64_t val = tokens("--llmc-val", o.llmcVal);
+    if (o.evalBatches > 0) {
+      checkTokens("--llmc-val", val, o, "give a longer token file, a shorter --context or --eval-batches 0");
+    }
+    MINIDP_CHECK(perStep <= train - o.gpt.context, "one step takes " << perStep << " windows (--batch-size x "
+                                                                     "--grad-accum x ranks), more than --llmc-train "
+                                                                     "holds; lower them");
+    return;
+  }
+  const std::string dir = o.dataDir.empty() ? (data == "fashion-mnist" ? kFashionMnistDir : kFortunesDir) : o.dataDir;
+  const std::string flag = o.dataDir.empty() ? "the default data folder" : "--data-dir";
+  const std::string package = data == "fashion-mnist" ? "dataset-fashion-mnist" : "fortunes";
+  MINIDP_CHECK(fs::exists(dir), flag << " " << dir << " does not exist; install the Debian package " << package
+                                     << " or pass --data-dir");
+  MINIDP_CHECK(fs::is_directory(dir), flag << " " << dir << " is a file, not a folder; pass the folder of the "
+                                           << data << " files");
+  if (data == "fashion-mnist") {
+    for (const char* name : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                             "t10k-labels-idx1-ubyte.gz"}) {
+      MINIDP_CHECK(fs::exists(fs::path(dir) / name), flag << " " << dir << " is not the Fashion-MNIST folder: it lacks "
+                                                          << name << "; pass the folder of the package " << package);
+    }
+    const int64_t count = readIdx((fs::path(dir) / "train-labels-idx1-ubyte.gz").string()).dims.at(0);
+    MINIDP_CHECK(perStep <= count, "one step takes " << perStep << " images (--batch-size x --grad-accum x ranks), "
+                                                     "more than the " << count << " training images; lower them");
+    return;
+  }
+  MINIDP_CHECK(looksLikeFortunes(dir), flag << " " << dir << " is not a fortune folder (no text file beside its "
+                                            << ".dat index); pass the folder of the package fortunes ("
+                                            << kFortunesDir << ")");
+  const TokenCorpus corpus = loadFortunes(dir);
+  const int64_t train = static_cast<int64_t>(corpus.train.size());
+  checkTokens("training", train, o, "give more text or a shorter --context");
+  if (o.evalBatches > 0) {
+    checkTokens("validation", static_cast<int64_t>(corpus.val.size()), o,
+                "give more text, a shorter --context or --eval-batches 0");
+  }
+  MINIDP_CHECK(perStep <= train - o.gpt.context, "one step takes " << perStep << " windows (--batch-size x "
+                                                                   "--grad-accum x ranks), more than the "
+                                                                   << train << "-token text holds; lower them");
+}
+
+}  // namespace
+
+void addValueChecks(CLI::App& app) {
+  constexpr long double kMaxCount = 1e9L;  // steps, batches: beyond any run on one machine's clock
+  check(app, "--lr", numberIn(0, 1e6L, false, true));
+  check(app, "--weight-decay", numberIn(0, 1e6L, false));
+  check(app, "--steps", numberIn(0, kMaxCount, true));
+  check(app, "--eval-batches", numberIn(0, 1e6L, true));
+  check(app, "--sample", numberIn(0, 1e6L, true));
+  check(app, "--grad-accum", numberIn(1, 1e6L, true));
+  check(app, "--batch-size", numberIn(1, 1e7L, true));
+  check(app, "--log-every", numberIn(1, kMaxCount, true));
+  check(app, "--trace-steps", numberIn(1, 1e6L, true));
+  check(app, "--watchdog-s", numberIn(0, 1e7L, false, true));
+  check(app, "--nccl-max-ctas", numberIn(0, 1024, true));
+  check(app, "--hidden", numberIn(1, 1e6L, true));
+}
+
+void addResumeOptions(CLI::App& app, Options& o) {
+  app.add_option("--save-every", o.saveEvery, "Also write the full training state to --save every N steps (0: "
+                                              "only at the end)")
+      ->capture_default_str()
+      ->check(numberIn(0, 1e9L, true));
+  app.add_option("--resume", o.resume, "Continue the run saved in this file (--steps counts the total)");
+  app.add_flag("--check-finite", o.checkFinite, "Check the loss for NaN/inf every step (synchronises); by default "
+                                                "at --log-every steps");
+}
+
+int parseCommandLine(CLI::App& app, int argc, char** argv, const char* program) {
+  try {
+    app.parse(argc, argv);
+    return -1;
+  } catch (const CLI::Success& e) {
+    return app.exit(e);  // --help: the usage text, exit 0
+  } catch (const CLI::ParseError& e) {
+    if (firstRank()) {
+      std::fprintf(stderr, "%s: error: %s (see --help)\n", program, userMessage(e.what(), false).c_str());
+    }
+    return kUsageExit;
+  }
+}
+
+std::string userMessage(const std::string& what, bool verbose) {
+  std::string text = verbose ? what : withoutLocations(withoutCondition(what));
+  for (size_t i; (i = text.find('\n')) != std::string::npos;) {
+    text.replace(i, 1, i + 1 == text.size() ? "" : "; ");
+  }
+  return text;
+}
+
+void agreeOnChecks(distributed::Communicator& comm, const std::function<void()>& check) {
+  std::string problem;
+  try {
+    check();
+  } catch (const std::exception& e) {
+    problem = e.what();
+    if (problem.empty()) problem = "check failed";
+  }
+  const distributed::ExchangeLabel label("start-up checks agreement");
+  const std::vector<std::string> problems = comm.allGather(problem);
+  int failed = 0, first = -1;
+  for (int r = 0; r < static_cast<int>(problems.size()); ++r) {
+    if (problems[r].empty()) continue;
+    ++failed;
+    if (first < 0) first = r;
+  }
+  if (failed == 0) return;
+  const bool alike = failed == static_cast<int>(problems.size());
+  throw AgreedError(alike ? problems[first] : "rank " + std::to_string(first) + ": " + problems[first]);
+}
+
+void checkTrainingRun(const Options& o, Session& session) {
+  agreeOnChecks(*session.comm, [&] {
+    if (session.rank() == 0) {
+      // Rank 0 writes the outputs: their folders must take a file now, not after hours of training.
+      if (!o.save.empty()) {
+        checkWritable("--save", o.save);
+        removeStrayTemporaries(o.save);
+      }
+      if (!o.trace.empty()) checkWritable("--trace", o.trace);
+    }
+    MINIDP_CHECK(o.saveEvery == 0 || !o.save.empty(), "--save-every needs --save FILE (the file it rewrites)");
+    checkData(o, session.world());
+    if (!o.resume.empty()) checkResumeFile(o, o.resume, session.world());
+    if (!o.load.empty()) {
+      try {
+        readSafetensors(o.load);
+      } catch (const Error& e) {
+        throw Error("--load " + o.load + ": " + e.what());
+      }
+    }
+  });
+}
+
+void checkFiniteLoss(double loss, int64_t step, const Options& o) {
+  if (std::isfinite(loss)) return;
+  std::ostringstream os;
+  os << "step " << step << ": the loss is " << loss << "; training diverged: lower --lr"
+     << (o.lr > 0 ? " (" + shortNumber(o.lr) + ")" : std::string()) << " or check the data";
+  throw AgreedError(os.str());
+}
+
+}  // namespace minidp::train

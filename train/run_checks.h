@@ -1,0 +1,52 @@
+// Everything a run checks before work starts, and how failures reach the user: value ranges at parse
+// time (usage errors, exit 2), output paths, data and resume files on every rank, agreed across ranks
+// (runtime errors, exit 1), each as one line that names the flag or file and what to do.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "kernels/check.h"
+#include "train/trainer.h"
+
+namespace CLI {
+class App;
+}
+
+namespace minidp::train {
+
+/// Exit status of a usage error (a flag's value or syntax); runtime errors exit 1.
+inline constexpr int kUsageExit = 2;
+
+/// A failure every rank saw (the same message on each): every rank exits cleanly, no abort needed.
+class AgreedError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// Adds range checks to the flags of addOptions / addSessionOptions that `app` has (lr finite > 0, weight
+/// decay >= 0, steps, grad-accum and sample bounded, watchdog > 0, ...), with short numbers in messages.
+void addValueChecks(CLI::App& app);
+/// minidp-train's own flags: --save-every, --resume, --check-finite.
+void addResumeOptions(CLI::App& app, Options& opts);
+/// Parses the command line. Returns -1 to go on, else the exit status: 0 after --help, kUsageExit after
+/// one line on stderr (printed by the first rank only under mpirun) naming the flag.
+int parseCommandLine(CLI::App& app, int argc, char** argv, const char* program);
+
+/// `what` as one line for the user: without the source locations and check conditions the library adds
+/// (kept with `verbose`), newlines folded.
+std::string userMessage(const std::string& what, bool verbose);
+
+/// Runs `check` on every rank, then agrees: if it threw anywhere, every rank throws AgreedError with the
+/// first failing rank's message (prefixed with that rank when only some failed).
+void agreeOnChecks(distributed::Communicator& comm, const std::function<void()>& check);
+
+/// minidp-train's checks before the model is built: output paths writable (created and removed; stray
+/// temporaries of an interrupted save removed), the data folder and files, their lengths against context,
+/// batch and grad-accum, the --resume and --load files. Agreed across ranks (agreeOnChecks).
+void checkTrainingRun(const Options& opts, Session& session);
+
+/// Throws AgreedError (every rank reads the same global loss) naming `step` when `loss` is NaN or infinite.
+void checkFiniteLoss(double loss, int64_t step, const Options& opts);
+
+}  // namespace minidp::train
