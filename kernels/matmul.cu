@@ -66,31 +66,38 @@ bool checkGemmSizes(int64_t M, int64_t N, int64_t K, int64_t batch) {
   return M != 0 && N != 0 && batch != 0;
 }
 
+// The leading dimensions in cuBLAS's int range.
+GemmLd leadingDims(bool transA, bool transB, int64_t M, int64_t N, int64_t K, GemmLd ld) {
+  const GemmLd out = ld.resolved(transA, transB, M, N, K);
+  MINIDP_CHECK(std::max({out.a, out.b, out.c}) <= INT_MAX, "gemm: a leading dimension exceeds cuBLAS's int range");
+  return out;
+}
+
 }  // namespace
 
 void setTf32(bool enabled) { gTf32 = enabled; }
 
 template <typename T>
 void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t strideA,
-          const T* B, int64_t strideB, T beta, T* C, int64_t strideC, int64_t batch, cudaStream_t stream) {
+          const T* B, int64_t strideB, T beta, T* C, int64_t strideC, int64_t batch, GemmLd ld,
+          cudaStream_t stream) {
   if (!checkGemmSizes(M, N, K, batch)) return;
-  // Leading dimensions are the row lengths of the stored row-major matrices (at least 1 for cuBLAS).
-  const int lda = static_cast<int>(std::max<int64_t>(1, transA ? M : K));
-  const int ldb = static_cast<int>(std::max<int64_t>(1, transB ? K : N));
+  const GemmLd lds = leadingDims(transA, transB, M, N, K, ld);
+  const int lda = static_cast<int>(lds.a), ldb = static_cast<int>(lds.b), ldc = static_cast<int>(lds.c);
   const cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
   if constexpr (std::is_same_v<T, float>) {
     if (gTf32) {
       CUBLAS_CHECK(cublasGemmStridedBatchedEx(
           handleOn(stream), opB, opA, static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, B,
-          CUDA_R_32F, ldb, strideB, A, CUDA_R_32F, lda, strideA, &beta, C, CUDA_R_32F, static_cast<int>(N), strideC,
+          CUDA_R_32F, ldb, strideB, A, CUDA_R_32F, lda, strideA, &beta, C, CUDA_R_32F, ldc, strideC,
           static_cast<int>(batch), CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
       return;
     }
   }
   CUBLAS_CHECK(Gemm<T>::stridedBatched(handleOn(stream), opB, opA, static_cast<int>(N), static_cast<int>(M),
-                                       static_cast<int>(K), &alpha, B, ldb, strideB, A, lda, strideA, &beta, C,
-                                       static_cast<int>(N), strideC, static_cast<int>(batch)));
+                                       static_cast<int>(K), &alpha, B, ldb, strideB, A, lda, strideA, &beta, C, ldc,
+                                       strideC, static_cast<int>(batch)));
 }
 
 namespace {
@@ -142,7 +149,7 @@ class LtContext {
   LtContext(const LtContext&) = delete;
   LtContext& operator=(const LtContext&) = delete;
 
-  using Key = std::array<int64_t, 15>;
+  using Key = std::array<int64_t, 18>;
   /// The plan for `key`, built by `build` on first use.
   template <typename Build>
   LtPlan& plan(const Key& key, Build build) {
@@ -188,19 +195,21 @@ cublasLtMatrixLayout_t layout(cudaDataType_t type, int64_t rows, int64_t cols, i
 template <typename TC>
 void gemmBf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
               int64_t strideA, const bf16* B, int64_t strideB, float beta, TC* C, int64_t strideC, int64_t batch,
-              const TC* bias, cudaStream_t stream) {
+              const TC* bias, GemmLd ld, cudaStream_t stream) {
   static_assert(std::is_same_v<TC, bf16> || std::is_same_v<TC, float>, "gemmBf16 writes bf16 or float");
   if (!checkGemmSizes(M, N, K, batch)) return;
   MINIDP_CHECK(K > 0, "gemmBf16: K = 0 (an empty reduction) is not supported");
   MINIDP_CHECK(bias == nullptr || batch == 1, "gemmBf16: a fused bias needs batch 1");
   constexpr cudaDataType_t typeC = std::is_same_v<TC, bf16> ? CUDA_R_16BF : CUDA_R_32F;
-  const int64_t lda = transA ? M : K, ldb = transB ? K : N;
+  const GemmLd lds = leadingDims(transA, transB, M, N, K, ld);
+  const int64_t lda = lds.a, ldb = lds.b, ldc = lds.c;
+  MINIDP_CHECK(bias == nullptr || ldc == N, "gemmBf16: a bias with a padded C is not supported");
   // As gemm: cuBLASLt (column-major) computes C^T (N, M) = op(B)^T op(A)^T, so our B is its first operand.
   const uint32_t alignA = alignmentOf(A, batch > 1 ? strideA * 2 : 0);
   const uint32_t alignB = alignmentOf(B, batch > 1 ? strideB * 2 : 0);
   const uint32_t alignC = alignmentOf(C, batch > 1 ? strideC * static_cast<int64_t>(sizeof(TC)) : 0);
   const LtContext::Key key{transA, transB, M, N, K, strideA, strideB, strideC, batch, typeC, bias != nullptr,
-                           alignA, alignB, alignC, bias ? alignmentOf(bias, 0) : 0};
+                           alignA, alignB, alignC, bias ? alignmentOf(bias, 0) : 0, lda, ldb, ldc};
   LtContext& lt = ltContext();
   LtPlan& plan = lt.plan(key, [&](cublasLtHandle_t handle) {
     LtPlan p;
@@ -214,7 +223,7 @@ void gemmBf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float a
     }
     p.a = layout(CUDA_R_16BF, transB ? K : N, transB ? N : K, ldb, batch, strideB);
     p.b = layout(CUDA_R_16BF, transA ? M : K, transA ? K : M, lda, batch, strideA);
-    p.c = layout(typeC, N, M, N, batch, strideC);
+    p.c = layout(typeC, N, M, ldc, batch, strideC);
     cublasLtMatmulPreference_t pref = nullptr;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t workspace = kLtWorkspaceBytes;
@@ -243,8 +252,8 @@ void gemmBf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float a
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(
         handleOn(stream), transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
         static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, B, CUDA_R_16BF,
-        static_cast<int>(std::max<int64_t>(1, ldb)), strideB, A, CUDA_R_16BF,
-        static_cast<int>(std::max<int64_t>(1, lda)), strideA, &beta, C, typeC, static_cast<int>(N), strideC,
+        static_cast<int>(ldb), strideB, A, CUDA_R_16BF, static_cast<int>(lda), strideA, &beta, C, typeC,
+        static_cast<int>(ldc), strideC,
         static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     if (bias) {
       addRowBiasKernel<TC><<<std::min(ceilDiv(M * N, kBiasBlock), 65535u * 4), kBiasBlock, 0, stream>>>(C, bias, M * N, N);
@@ -258,13 +267,13 @@ void gemmBf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float a
 }
 
 template void gemmBf16<bf16>(bool, bool, int64_t, int64_t, int64_t, float, const bf16*, int64_t, const bf16*,
-                             int64_t, float, bf16*, int64_t, int64_t, const bf16*, cudaStream_t);
+                             int64_t, float, bf16*, int64_t, int64_t, const bf16*, GemmLd, cudaStream_t);
 template void gemmBf16<float>(bool, bool, int64_t, int64_t, int64_t, float, const bf16*, int64_t, const bf16*,
-                              int64_t, float, float*, int64_t, int64_t, const float*, cudaStream_t);
+                              int64_t, float, float*, int64_t, int64_t, const float*, GemmLd, cudaStream_t);
 
 template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
-                          int64_t, float, float*, int64_t, int64_t, cudaStream_t);
+                          int64_t, float, float*, int64_t, int64_t, GemmLd, cudaStream_t);
 template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
-                           const double*, int64_t, double, double*, int64_t, int64_t, cudaStream_t);
+                           const double*, int64_t, double, double*, int64_t, int64_t, GemmLd, cudaStream_t);
 
 }  // namespace minidp::kernels::cuda

@@ -15,13 +15,31 @@ namespace minidp::kernels {
   bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t strideA, \
       const T *B, int64_t strideB, T beta, T *C, int64_t strideC, int64_t batch
 
+/// Leading dimensions of A, B and C in elements (the distance between the starts of two stored rows);
+/// 0 means packed (A: transA ? M : K, B: transB ? K : N, C: N). A wider one reads or writes a matrix
+/// inside a padded buffer, e.g. logits (M, V) in rows of Vp = V rounded up to 64, which keeps every row
+/// aligned for the tensor-core kernels when V is odd.
+struct GemmLd {
+  int64_t a = 0, b = 0, c = 0;
+  /// These leading dimensions with the packed row lengths in place of 0 (each at least 1, as cuBLAS wants);
+  /// throws when one is shorter than its row.
+  GemmLd resolved(bool transA, bool transB, int64_t M, int64_t N, int64_t K) const;
+};
+
+#define MINIDP_GEMM_FORWARD transA, transB, M, N, K, alpha, A, strideA, B, strideB, beta, C, strideC, batch
+
 namespace cpu {
-template <typename T> void gemm(MINIDP_GEMM_ARGS);
+/// gemm with explicit leading dimensions.
+template <typename T> void gemm(MINIDP_GEMM_ARGS, GemmLd ld);
+template <typename T> void gemm(MINIDP_GEMM_ARGS) { gemm<T>(MINIDP_GEMM_FORWARD, GemmLd{}); }
 }  // namespace cpu
 namespace cuda {
 /// Uses a cuBLAS handle of this thread bound to `stream`; fp32 math without TF32 unless setTf32(true),
-/// so by default results track the CPU twin to fp32 rounding.
-template <typename T> void gemm(MINIDP_GEMM_ARGS, cudaStream_t stream);
+/// so by default results track the CPU twin to fp32 rounding. `ld` as GemmLd.
+template <typename T> void gemm(MINIDP_GEMM_ARGS, GemmLd ld, cudaStream_t stream);
+template <typename T> void gemm(MINIDP_GEMM_ARGS, cudaStream_t stream) {
+  gemm<T>(MINIDP_GEMM_FORWARD, GemmLd{}, stream);
+}
 /// Whether fp32 GEMMs run on TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32); off by default. Process-wide.
 void setTf32(bool enabled);
 /// Mixed precision: A and B bf16, C bf16 (activations) or float (weight gradients), fp32 accumulation
@@ -29,12 +47,20 @@ void setTf32(bool enabled);
 /// C's type (cuBLASLt's bias type is the output type), may be null; else it is added to every row of C
 /// in the GEMM's epilogue (a pass of its own on shapes cuBLASLt has no kernel for, which run through
 /// cublasGemmStridedBatchedEx). Other arguments as gemm.
+/// `ld` as GemmLd; the cuBLASLt plans are cached per shape, leading dimensions and alignments.
 template <typename TC>
 void gemmBf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
               int64_t strideA, const bf16* B, int64_t strideB, float beta, TC* C, int64_t strideC, int64_t batch,
-              const TC* bias, cudaStream_t stream);
+              const TC* bias, GemmLd ld, cudaStream_t stream);
+template <typename TC>
+void gemmBf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
+              int64_t strideA, const bf16* B, int64_t strideB, float beta, TC* C, int64_t strideC, int64_t batch,
+              const TC* bias, cudaStream_t stream) {
+  gemmBf16<TC>(MINIDP_GEMM_FORWARD, bias, GemmLd{}, stream);
+}
 }  // namespace cuda
 
+#undef MINIDP_GEMM_FORWARD
 #undef MINIDP_GEMM_ARGS
 
 }  // namespace minidp::kernels

@@ -1,6 +1,7 @@
 // Softmax cross-entropy kernels (one block per row, fixed-shape block reductions), then the launchers.
-// Rows of V elements start at any element offset (V = 50257 is odd), so each row is walked as a scalar
-// head up to the first 16-byte boundary, 16-byte packs, and a scalar tail.
+// Rows of V elements, ld apart, start at any element offset (packed V = 50257 is odd), so each row is walked
+// as a scalar head up to the first 16-byte boundary, 16-byte packs, and a scalar tail; a padded ld (a
+// multiple of 64) leaves no head.
 #include <climits>
 #include <cmath>
 
@@ -79,11 +80,11 @@ __device__ int64_t checkedTarget(const int32_t* targets, int64_t r, int64_t V) {
 
 template <typename T>
 __global__ void __launch_bounds__(kBlock) forwardKernel(const T* logits, const int32_t* targets, AccumOf<T>* loss,
-                                                        AccumOf<T>* lse, int64_t V) {
+                                                        AccumOf<T>* lse, int64_t V, int64_t ld) {
   using A = AccumOf<T>;
   constexpr int P = kPack<T>;
   const int64_t r = blockIdx.x;
-  const T* x = logits + r * V;  // (V)
+  const T* x = logits + r * ld;  // (V)
   MaxSum<A> s{-INFINITY, A(0)};
   forRow(
       x, V,
@@ -109,12 +110,12 @@ __global__ void __launch_bounds__(kBlock) forwardKernel(const T* logits, const i
 template <typename T>
 __global__ void __launch_bounds__(kBlock) backwardKernel(const T* logits, const int32_t* targets,
                                                          const AccumOf<T>* lse, const AccumOf<T>* g, T* dlogits,
-                                                         int64_t N, int64_t V) {
+                                                         int64_t N, int64_t V, int64_t ld) {
   using A = AccumOf<T>;
   constexpr int P = kPack<T>;
   const int64_t r = blockIdx.x;
-  const T* x = logits + r * V;  // (V)
-  T* dx = dlogits + r * V;      // (V), the same offset from a 16-byte boundary as x (checked by the launcher)
+  const T* x = logits + r * ld;  // (V)
+  T* dx = dlogits + r * ld;      // (V), the same offset from a 16-byte boundary as x (checked by the launcher)
   const A scale = g[0] / static_cast<A>(N);
   const int64_t t = checkedTarget(targets, r, V);
   const A l = t >= 0 ? lse[r] : A(NAN);
@@ -129,8 +130,8 @@ __global__ void __launch_bounds__(kBlock) backwardKernel(const T* logits, const 
       });
 }
 
-void checkSizes(int64_t N, int64_t V) {
-  MINIDP_CHECK(V > 0, "cross-entropy over " << V << " classes");
+void checkSizes(int64_t N, int64_t V, int64_t ld) {
+  MINIDP_CHECK(V > 0 && ld >= V, "cross-entropy over " << V << " classes in rows of " << ld);
   MINIDP_CHECK(N <= INT_MAX, "cross-entropy: " << N << " rows exceed the grid");
 }
 
@@ -138,29 +139,29 @@ void checkSizes(int64_t N, int64_t V) {
 
 template <typename T>
 void softmaxXentForward(const T* logits, const int32_t* targets, AccumOf<T>* loss, AccumOf<T>* lse, int64_t N,
-                        int64_t V, cudaStream_t stream) {
-  checkSizes(N, V);
+                        int64_t V, int64_t ld, cudaStream_t stream) {
+  checkSizes(N, V, ld);
   if (N == 0) return;
-  forwardKernel<T><<<static_cast<unsigned>(N), kBlock, 0, stream>>>(logits, targets, loss, lse, V);
+  forwardKernel<T><<<static_cast<unsigned>(N), kBlock, 0, stream>>>(logits, targets, loss, lse, V, ld);
   CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
 void softmaxXentBackward(const T* logits, const int32_t* targets, const AccumOf<T>* lse, const AccumOf<T>* g,
-                         T* dlogits, int64_t N, int64_t V, cudaStream_t stream) {
-  checkSizes(N, V);
+                         T* dlogits, int64_t N, int64_t V, int64_t ld, cudaStream_t stream) {
+  checkSizes(N, V, ld);
   MINIDP_CHECK(reinterpret_cast<uintptr_t>(logits) % 16 == reinterpret_cast<uintptr_t>(dlogits) % 16,
                "cross-entropy: logits and their gradient must share their offset from a 16-byte boundary");
   if (N == 0) return;
-  backwardKernel<T><<<static_cast<unsigned>(N), kBlock, 0, stream>>>(logits, targets, lse, g, dlogits, N, V);
+  backwardKernel<T><<<static_cast<unsigned>(N), kBlock, 0, stream>>>(logits, targets, lse, g, dlogits, N, V, ld);
   CUDA_CHECK_LAUNCH();
 }
 
 #define MINIDP_INSTANTIATE(T)                                                                                 \
   template void softmaxXentForward<T>(const T*, const int32_t*, AccumOf<T>*, AccumOf<T>*, int64_t, int64_t,   \
-                                      cudaStream_t);                                                          \
+                                      int64_t, cudaStream_t);                                                 \
   template void softmaxXentBackward<T>(const T*, const int32_t*, const AccumOf<T>*, const AccumOf<T>*, T*,    \
-                                       int64_t, int64_t, cudaStream_t);
+                                       int64_t, int64_t, int64_t, cudaStream_t);
 MINIDP_INSTANTIATE(float)
 MINIDP_INSTANTIATE(double)
 MINIDP_INSTANTIATE(bf16)

@@ -1,4 +1,6 @@
-// Fused, numerically stable softmax cross-entropy over the rows of logits (N, V). Logits T are float,
+// Fused, numerically stable softmax cross-entropy over the rows of logits (N, V), stored with rows ld >= V
+// elements apart (ld = V: packed; a padded ld, e.g. V rounded up to 64, aligns every row; the columns
+// past V are neither read nor written). Logits T are float,
 // double or (CUDA only) bf16; the loss, the saved logsumexp and the upstream gradient are AccumOf<T>
 // (fp32 for bf16 logits). CPU twins share the signatures, minus the stream.
 #pragma once
@@ -14,13 +16,14 @@ namespace minidp::kernels {
   /* Per row r: lse[r] = logsumexp(logits[r, :]), loss[r] = lse[r] - logits[r, targets[r]]. */              \
   template <typename T>                                                                                     \
   void softmaxXentForward(const T* logits, const int32_t* targets, AccumOf<T>* loss, AccumOf<T>* lse,       \
-                          int64_t N, int64_t V __VA_ARGS__);                                                \
+                          int64_t N, int64_t V, int64_t ld __VA_ARGS__);                                    \
   /* dlogits[r, j] = (exp(logits[r, j] - lse[r]) - (j == targets[r])) * g[0] / N, where g points to the     \
      scalar upstream gradient in the same memory space as logits (read there, never copied). dlogits may    \
-     be logits itself: each element is read before it is overwritten (the in-place classifier backward). */ \
+     be logits itself: each element is read before it is overwritten (the in-place classifier backward); both \
+     have row stride ld. */                                                                                 \
   template <typename T>                                                                                     \
   void softmaxXentBackward(const T* logits, const int32_t* targets, const AccumOf<T>* lse,                  \
-                           const AccumOf<T>* g, T* dlogits, int64_t N, int64_t V __VA_ARGS__);
+                           const AccumOf<T>* g, T* dlogits, int64_t N, int64_t V, int64_t ld __VA_ARGS__);
 
 namespace cpu {
 /// Throws when a target is outside [0, V).

@@ -80,7 +80,7 @@ GPT::GPT(const GptConfig& c, uint64_t seed) : config_(c) {
   }
 }
 
-Variable GPT::forward(const Tensor& tokens) const {
+Variable GPT::features(const Tensor& tokens) const {
   MINIDP_CHECK(tokens.ndim() == 2 && tokens.dtype() == DType::I32,
                "GPT input must be int32 (B, T), got " << dtypeName(tokens.dtype()) << shapeString(tokens.shape()));
   MINIDP_CHECK(tokens.size(1) <= config_.context,
@@ -88,8 +88,16 @@ Variable GPT::forward(const Tensor& tokens) const {
   const DType compute = activationDType(config_.compute, wte_.dtype());
   Variable x = ops::embedding(wte_, wpe_, tokens, compute);  // (B, T, C), in the compute dtype
   for (const auto& block : blocks_) x = block->forward(x);
-  Variable logits = lmHead_->forward(lnF_->forward(x));  // (B, T, V)
+  return lnF_->forward(x);
+}
+
+Variable GPT::forward(const Tensor& tokens) const {
+  Variable logits = lmHead_->forward(features(tokens));  // (B, T, V)
   return ops::reshape(logits, {-1, config_.vocab});
+}
+
+Variable GPT::loss(const Tensor& inputs, const Tensor& targets) const {
+  return ops::linearCrossEntropy(features(inputs), lmHead_->weight, targets.view({-1}));
 }
 
 }  // namespace minidp::models

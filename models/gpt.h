@@ -29,10 +29,15 @@ class GPT : public Model {
   GPT(const GptConfig& config, uint64_t seed);
   /// inputs int32 tokens (B, T), T <= context -> logits (B*T, V).
   Variable forward(const Tensor& inputs) const override;
+  /// The same value as Model::loss without (B*T, V) logits of its own: the lm head and the cross-entropy
+  /// as one op (ops::linearCrossEntropy, aligned logits rows for any vocabulary size).
+  Variable loss(const Tensor& inputs, const Tensor& targets) const override;
   const GptConfig& config() const { return config_; }
 
  private:
   struct Block;
+  /// tokens (B, T) -> the final LayerNorm's output (B, T, C), the lm head's input.
+  Variable features(const Tensor& tokens) const;
   GptConfig config_;
   Variable wte_, wpe_;
   std::vector<std::shared_ptr<Block>> blocks_;

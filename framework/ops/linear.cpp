@@ -3,26 +3,21 @@
 #include <type_traits>
 
 #include "framework/ops/dispatch.h"
+#include "framework/ops/gemm.h"
 #include "framework/ops/ops.h"
 #include "framework/ops/tensor_math.h"
 #include "kernels/bias.h"
 #include "kernels/elementwise.h"
-#include "kernels/matmul.h"
 #include "kernels/transpose.h"
 
 namespace minidp::ops {
 
-namespace {
-
-// c[i] = op(a[i]) @ op(b[i]) + beta * c[i] for i in [0, batch); strides in elements (0 reuses one
-// matrix). fp32/fp64: a, b and c share the dtype. bf16 a and b (CUDA): c is bf16 or fp32, accumulation
-// fp32, and `bias` (c's dtype, one per column of c) may be added in the GEMM's epilogue.
 void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const Tensor& a, int64_t strideA,
-          const Tensor& b, int64_t strideB, Tensor& c, int64_t strideC, int64_t batch, double beta = 0,
-          const Tensor& bias = Tensor()) {
+          const Tensor& b, int64_t strideB, Tensor& c, int64_t strideC, int64_t batch, double beta,
+          const Tensor& bias, kernels::GemmLd ld) {
   if (a.dtype() != DType::BF16) {
     MINIDP_LAUNCH_FLOAT(c, T, gemm, transA, transB, M, N, K, T(1), a.data<T>(), strideA, b.data<T>(), strideB,
-                        T(beta), c.data<T>(), strideC, batch);
+                        T(beta), c.data<T>(), strideC, batch, ld);
     return;
   }
   MINIDP_CHECK(a.isCuda(), "bf16 matrix products are CUDA-only");
@@ -30,7 +25,7 @@ void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const Tenso
     if constexpr (!std::is_same_v<TC, double>) {
       MINIDP_ON_CUDA(kernels::cuda::gemmBf16<TC>(transA, transB, M, N, K, 1.0f, a.data<bf16>(), strideA,
                                                  b.data<bf16>(), strideB, static_cast<float>(beta), c.data<TC>(),
-                                                 strideC, batch, bias.defined() ? bias.data<TC>() : nullptr,
+                                                 strideC, batch, bias.defined() ? bias.data<TC>() : nullptr, ld,
                                                  runtime::computeStream()));
     } else {
       throwError("bf16 matrix products write bf16 or fp32", __FILE__, __LINE__);
@@ -38,19 +33,14 @@ void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const Tenso
   });
 }
 
-// Where backward puts the gradient of parameter input `index` (shaped and typed like `param`).
-struct GradSink {
-  Tensor out;       // what the op writes
-  Tensor returned;  // what backward returns for the input: `out`, or undefined when it was installed
-  double beta;      // 1: accumulate into the installed gradient; 0: overwrite a new tensor
-};
-
 GradSink gradSink(size_t index, const Tensor& param) {
   Tensor installed = leafGradTarget(index);
   if (installed.defined()) return {installed, Tensor(), 1.0};
   Tensor fresh = Tensor::empty(param.shape(), param.dtype(), param.device());
   return {fresh, fresh, 0.0};
 }
+
+namespace {
 
 // Product of all but the last `dropped` extents: the rows or the batch.
 int64_t leadingNumel(const Shape& shape, size_t dropped) {

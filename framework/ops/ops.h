@@ -50,6 +50,13 @@ Variable matmul(const Variable& a, const Variable& b);
 /// no second (N, V) buffer exists: nothing may read those logits after backward (the classifier GEMM's
 /// backward does not; a leaf's logits are left intact).
 Variable crossEntropy(const Variable& logits, const Tensor& targets);
+/// The classifier fused with it: crossEntropy(linear(x, weight, no bias) as (N, V), targets) for x (..., C)
+/// with N rows, weight (V, C), targets int32 (N); the mean loss [1] (F32 for a BF16 x, which takes an fp32
+/// weight as linear does). The logits live in one (N, Vp) buffer, Vp = V rounded up to 64, so every row is
+/// aligned for the tensor-core GEMMs however odd V is; backward overwrites them with their gradient and
+/// reads them from there for dx and dweight, and adds dweight into an installed gradient (leafGradTarget).
+/// Backward runs once per forward.
+Variable linearCrossEntropy(const Variable& x, const Variable& weight, const Tensor& targets);
 
 // ---- transformer ops (framework/ops/transformer.cpp) ----
 /// wte[tokens] + wpe[position]: wte (V, C), wpe (Tmax, C), tokens int32 (B, T) with T <= Tmax

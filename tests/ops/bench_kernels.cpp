@@ -121,8 +121,8 @@ void benchAll(const char* name, const Reporter& report, cudaStream_t stream) {
     fillTokens(targets, N, kVocab, 8);
     fillRandom(g, 1, 1.f, 1.f, 9);
     const double ms = timeMs([&] {
-      k::softmaxXentForward<T>(logits.ptr, targets.ptr, loss.ptr, lse.ptr, N, kVocab, stream);
-      k::softmaxXentBackward<T>(logits.ptr, targets.ptr, lse.ptr, g.ptr, logits.ptr, N, kVocab, stream);
+      k::softmaxXentForward<T>(logits.ptr, targets.ptr, loss.ptr, lse.ptr, N, kVocab, kVocab, stream);
+      k::softmaxXentBackward<T>(logits.ptr, targets.ptr, lse.ptr, g.ptr, logits.ptr, N, kVocab, kVocab, stream);
     }, stream);
     report.row("crossEntropy fwd+bwd 8192x50257", name, ms, 3.0 * N * kVocab * act);
   }
