@@ -14,6 +14,7 @@
 #include "framework/ops/ops.h"
 #include "framework/ops/tensor_math.h"
 #include "framework/runtime/device.h"
+#include "kernels/gelu_math.h"
 #include "kernels/matmul.h"
 #include "tests/support/device_compare.h"
 #include "tests/support/gradcheck.h"
@@ -165,6 +166,59 @@ TEST(GemmBf16, MatchesFloat64Reference) {
   }
 }
 
+// The GELU MLP's epilogues against float64, per element. Forward: the pre-activation saved as aux, and
+// the tanh GELU of it (from the fp32 value or its bf16 rounding: either is accepted); the erf form is off
+// by ~3% near x = -2.5, far outside one bf16 rounding. Backward: the product times the tanh form's
+// derivative at the saved pre-activation. Biases spread over [-4, 4] put pre-activations all along GELU's
+// curve; the one-row and odd shapes may take the general GEMM with the epilogue in a pass of its own.
+TEST(GemmBf16, GeluEpiloguesAreTheTanhForm) {
+  SKIP_WITHOUT_CUDA();
+  const std::vector<GemmCase> cases{{false, true, 64, 96, 128, 1}, {false, false, 64, 96, 128, 1},
+                                    {false, true, 1, 40, 64, 1}, {false, true, 37, 48, 29, 1}};
+  uint64_t seed = 60;
+  auto withinBf16 = [](double got, double expected) {
+    return std::abs(got - expected) <= std::ldexp(std::abs(expected), -8) + 1e-5;
+  };
+  for (const GemmCase& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "transA " << c.transA << " transB " << c.transB << " M " << c.M << " N "
+                                      << c.N << " K " << c.K);
+    const Tensor a = randomTensor({c.M * c.K}, ++seed, -0.1, 0.1).toDType(DType::BF16);
+    const Tensor b = randomTensor({c.K * c.N}, ++seed, -0.1, 0.1).toDType(DType::BF16);
+    std::vector<double> spread(c.N);
+    for (int64_t n = 0; n < c.N; ++n) spread[n] = -4.0 + 8.0 * static_cast<double>(n) / static_cast<double>(c.N - 1);
+    const Tensor bias = Tensor::fromVector(spread, {c.N}).toDType(DType::BF16);
+    const std::vector<double> av = a.toDType(DType::F64).toVector<double>(), bv = b.toDType(DType::F64).toVector<double>(),
+                              biasv = bias.toDType(DType::F64).toVector<double>(), zeros(c.M * c.N, 0.0);
+    const std::vector<double> product = referenceGemm(c, av, bv, 0.0, zeros, nullptr);
+    const std::vector<double> pre = referenceGemm(c, av, bv, 0.0, zeros, &biasv);
+    const Tensor da = a.to(Device::CUDA), db = b.to(Device::CUDA), dbias = bias.to(Device::CUDA);
+    const Tensor out = Tensor::empty({c.M, c.N}, DType::BF16, Device::CUDA);
+    const Tensor aux = Tensor::empty({c.M, c.N}, DType::BF16, Device::CUDA);
+    const Tensor dpre = Tensor::empty({c.M, c.N}, DType::BF16, Device::CUDA);
+    MINIDP_ON_CUDA(kernels::cuda::gemmBf16GeluBias(c.transA, c.transB, c.M, c.N, c.K, da.data<bf16>(), db.data<bf16>(),
+                                                   dbias.data<bf16>(), out.data<bf16>(), aux.data<bf16>(),
+                                                   runtime::computeStream()));
+    MINIDP_ON_CUDA(kernels::cuda::gemmBf16DGelu(c.transA, c.transB, c.M, c.N, c.K, da.data<bf16>(), db.data<bf16>(),
+                                                aux.data<bf16>(), dpre.data<bf16>(), runtime::computeStream()));
+    const std::vector<double> outv = out.toDType(DType::F64).toVector<double>(),
+                              auxv = aux.toDType(DType::F64).toVector<double>(),
+                              dprev = dpre.toDType(DType::F64).toVector<double>();
+    int bad = 0;
+    for (int64_t i = 0; i < c.M * c.N && bad < 5; ++i) {
+      const bool preOk = withinBf16(auxv[i], pre[i]);
+      const bool geluOk = withinBf16(outv[i], kernels::geluValue(pre[i])) ||
+                          withinBf16(outv[i], kernels::geluValue(auxv[i]));
+      const bool dgeluOk = withinBf16(dprev[i], product[i] * kernels::geluDerivative(auxv[i]));
+      if (!(preOk && geluOk && dgeluOk)) {
+        ++bad;
+        ADD_FAILURE() << "element " << i << ": pre " << auxv[i] << " (float64 " << pre[i] << "), gelu " << outv[i]
+                      << " (tanh form " << kernels::geluValue(pre[i]) << "), dgelu " << dprev[i] << " (tanh form "
+                      << product[i] * kernels::geluDerivative(auxv[i]) << ")";
+      }
+    }
+  }
+}
+
 TEST(GemmTf32, CloseToFloat64AndOffIsExactAgain) {
   SKIP_WITHOUT_CUDA();
   const int64_t M = 96, N = 80, K = 256;
@@ -234,6 +288,20 @@ TEST(Bf16Ops, LinearMatchesF32) {
                        {false, true, true});
   expectBf16MatchesF32(withBias, {randomTensor({1, 64}, 41), randomTensor({48, 64}, 42), randomTensor({48}, 43)},
                        {false, true, true});
+}
+
+// The fused bf16 GELU MLP against the fp32 run of the same function (linear, gelu, linear): fused at
+// hidden widths divisible by 8 (one row included), the three ops otherwise.
+TEST(Bf16Ops, GeluMlpMatchesF32) {
+  SKIP_WITHOUT_CUDA();
+  const auto mlp = [](const std::vector<Variable>& v) { return ops::geluMlp(v[0], v[1], v[2], v[3], v[4]); };
+  const std::vector<bool> params{false, true, true, true, true};
+  expectBf16MatchesF32(mlp, {randomTensor({4, 6, 40}, 51), randomTensor({64, 40}, 52), randomTensor({64}, 53),
+                             randomTensor({40, 64}, 54), randomTensor({40}, 55)}, params);
+  expectBf16MatchesF32(mlp, {randomTensor({1, 32}, 56), randomTensor({128, 32}, 57), randomTensor({128}, 58),
+                             randomTensor({32, 128}, 59), randomTensor({32}, 60)}, params);
+  expectBf16MatchesF32(mlp, {randomTensor({7, 13}, 61), randomTensor({20, 13}, 62), randomTensor({20}, 63),
+                             randomTensor({13, 20}, 64), randomTensor({13}, 65)}, params);
 }
 
 TEST(Bf16Ops, MatmulMatchesF32) {
