@@ -242,8 +242,7 @@ void gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
       setAttribute<int32_t>(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, typeC);
       setAttribute<const void*>(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
     }
-    if (aux) {  // (M, N) row-major is (N, M) column-major with leading dimension N, as C
-      setAttribute<int32_t>(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, typeC);
+    if (aux) {  // (M, N) row-major: (N, M) column-major with leading dimension N, of C's type (the default)
       setAttribute<int64_t>(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, N);
       setAttribute<void*>(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
     }

@@ -21,6 +21,8 @@ namespace {
 #define SKIP_WITHOUT_CUDA() \
   if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device"
 
+#if MINIDP_WITH_CUDA  // the tests call the CUDA launchers directly
+
 // Lengths around the 16-byte pack (4 floats, 8 bf16) and one large enough for many grid-stride steps.
 const std::vector<int64_t> kLengths{1, 3, 7, 8, 9, 17, 4099, (int64_t(1) << 21) + 5};
 // Element offsets into a larger buffer: 0 keeps 16-byte alignment, 1 forces the one-element kernel.
@@ -189,6 +191,8 @@ TEST(ElementwiseKernels, GeluCloseToFloat64) {
   expectGeluClose<float>(1e-5);           // a few fp32 roundings (2^-24 each) of values up to 3
   expectGeluClose<bf16>(2 * 0.00390625);  // one bf16 rounding (2^-8 relative) of the output, twice over
 }
+
+#endif  // MINIDP_WITH_CUDA
 
 }  // namespace
 }  // namespace minidp
