@@ -166,19 +166,18 @@ TEST(GemmBf16, MatchesFloat64Reference) {
   }
 }
 
-// The GELU MLP's epilogues against float64, per element. Forward: the pre-activation saved as aux, and
-// the tanh GELU of it (from the fp32 value or its bf16 rounding: either is accepted); the erf form is off
-// by ~3% near x = -2.5, far outside one bf16 rounding. Backward: the product times the tanh form's
-// derivative at the saved pre-activation. Biases spread over [-4, 4] put pre-activations all along GELU's
-// curve; the one-row and odd shapes may take the general GEMM with the epilogue in a pass of its own.
+// The GELU MLP's epilogues against float64. Per element: the pre-activation saved as aux, GELU of it and
+// the product times GELU's derivative at the saved aux, within one bf16 rounding plus what a fast tanh
+// (~2^-11 relative) could add; a wrong index, bias or formula is off by far more. Which GELU: over
+// pre-activations in [-3, -2] the erf form lies below the tanh form by 1e-4 to 4.7e-4 (3.7e-4 on average),
+// so the mean signed error against the tanh form must stay under 1.5e-4 (bf16 rounding averages out).
+// Biases spread over [-4, 4] put pre-activations all along GELU's curve; the one-row and odd shapes may
+// take the general GEMM with the epilogue in a pass of its own.
 TEST(GemmBf16, GeluEpiloguesAreTheTanhForm) {
   SKIP_WITHOUT_CUDA();
   const std::vector<GemmCase> cases{{false, true, 64, 96, 128, 1}, {false, false, 64, 96, 128, 1},
                                     {false, true, 1, 40, 64, 1}, {false, true, 37, 48, 29, 1}};
   uint64_t seed = 60;
-  auto withinBf16 = [](double got, double expected) {
-    return std::abs(got - expected) <= std::ldexp(std::abs(expected), -8) + 1e-5;
-  };
   for (const GemmCase& c : cases) {
     SCOPED_TRACE(::testing::Message() << "transA " << c.transA << " transB " << c.transB << " M " << c.M << " N "
                                       << c.N << " K " << c.K);
@@ -203,19 +202,29 @@ TEST(GemmBf16, GeluEpiloguesAreTheTanhForm) {
     const std::vector<double> outv = out.toDType(DType::F64).toVector<double>(),
                               auxv = aux.toDType(DType::F64).toVector<double>(),
                               dprev = dpre.toDType(DType::F64).toVector<double>();
+    const double bf16Step = std::ldexp(1.0, -8), fastTanh = std::ldexp(1.0, -10);
     int bad = 0;
-    for (int64_t i = 0; i < c.M * c.N && bad < 5; ++i) {
-      const bool preOk = withinBf16(auxv[i], pre[i]);
-      const bool geluOk = withinBf16(outv[i], kernels::geluValue(pre[i])) ||
-                          withinBf16(outv[i], kernels::geluValue(auxv[i]));
-      const bool dgeluOk = withinBf16(dprev[i], product[i] * kernels::geluDerivative(auxv[i]));
-      if (!(preOk && geluOk && dgeluOk)) {
-        ++bad;
+    double signedSum = 0;
+    int64_t inRange = 0;
+    for (int64_t i = 0; i < c.M * c.N; ++i) {
+      const double gelu = kernels::geluValue(pre[i]), dgelu = product[i] * kernels::geluDerivative(auxv[i]);
+      const bool preOk = std::abs(auxv[i] - pre[i]) <= bf16Step * std::abs(pre[i]) + 1e-5;
+      const bool geluOk = std::abs(outv[i] - gelu) <= bf16Step * std::abs(gelu) + fastTanh * std::abs(pre[i]) + 1e-5;
+      const bool dgeluOk = std::abs(dprev[i] - dgelu) <= bf16Step * std::abs(dgelu) +
+                                                          fastTanh * std::abs(product[i]) * (1 + 2 * auxv[i] * auxv[i]) + 1e-6;
+      if (!(preOk && geluOk && dgeluOk) && ++bad <= 5) {
         ADD_FAILURE() << "element " << i << ": pre " << auxv[i] << " (float64 " << pre[i] << "), gelu " << outv[i]
-                      << " (tanh form " << kernels::geluValue(pre[i]) << "), dgelu " << dprev[i] << " (tanh form "
-                      << product[i] * kernels::geluDerivative(auxv[i]) << ")";
+                      << " (tanh form " << gelu << "), dgelu " << dprev[i] << " (tanh form " << dgelu << ")";
+      }
+      if (pre[i] >= -3 && pre[i] <= -2) {
+        signedSum += outv[i] - gelu;
+        ++inRange;
       }
     }
+    EXPECT_EQ(bad, 0);
+    ASSERT_GT(inRange, 0);
+    EXPECT_LT(std::abs(signedSum / static_cast<double>(inRange)), 1.5e-4)
+        << "mean GELU error over " << inRange << " pre-activations in [-3, -2]: the erf form gives about -3.7e-4";
   }
 }
 
