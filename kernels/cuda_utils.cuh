@@ -45,7 +45,7 @@ struct alignas(16) Pack16 {
 };
 
 /// Whether p may be read with 16-byte loads.
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+__host__ __device__ inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 /// out[i] = p[i] for i < P as accumulators; 16-byte loads when P fills whole packs of T (p then
 /// 16-byte aligned), scalar loads otherwise.

@@ -1,6 +1,6 @@
-// Elementwise kernels (grid-stride loops), then their launchers.
+// Elementwise kernels (one vectorised grid-stride map), then their launchers.
 #include "kernels/accum.h"
-#include "kernels/cuda_check.h"
+#include "kernels/cuda_utils.cuh"
 #include "kernels/elementwise.h"
 #include "kernels/gelu_math.h"
 
@@ -10,20 +10,49 @@ namespace {
 
 constexpr int kBlock = 256;
 
-// One kernel template for every elementwise map: out[i] = f(i).
-template <typename F>
-__global__ void mapKernel(int64_t n, F f) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    f(i);
+// f applied to the first kInputs of (a, b): the map's functors take 0, 1 or 2 accumulator values.
+template <int kInputs, typename F, typename A>
+__device__ __forceinline__ auto apply(const F& f, A a, A b) {
+  if constexpr (kInputs == 0) {
+    return f();
+  } else if constexpr (kInputs == 1) {
+    return f(a);
+  } else {
+    return f(a, b);
   }
 }
 
-template <typename F>
-void launchMap(int64_t n, cudaStream_t stream, F f) {
+// out[i .. i+P) = f(a[i .. i+P), b[i .. i+P)) through the accumulator type (inputs kInputs of a, b).
+template <int P, int kInputs, typename T, typename F>
+__device__ __forceinline__ void mapStep(const F& f, T* out, const T* a, const T* b, int64_t i) {
+  AccumOf<T> va[P] = {}, vb[P] = {}, vo[P];
+  if constexpr (kInputs >= 1) loadAccum<P>(a + i, va);
+  if constexpr (kInputs >= 2) loadAccum<P>(b + i, vb);
+#pragma unroll
+  for (int j = 0; j < P; ++j) vo[j] = apply<kInputs>(f, va[j], vb[j]);
+  storeAccum<P>(out + i, vo);
+}
+
+// One kernel for every elementwise map, P elements (16 bytes when P = kPack<T>) per thread and step; the
+// n % P elements past the last whole pack go one per thread. The math per element does not depend on P.
+template <int P, int kInputs, typename T, typename F>
+__global__ void mapKernel(F f, T* out, const T* a, const T* b, int64_t n) {
+  const int64_t thread = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, threads = int64_t(gridDim.x) * blockDim.x;
+  const int64_t whole = n / P * P;
+  for (int64_t i = thread * P; i < whole; i += threads * P) mapStep<P, kInputs>(f, out, a, b, i);
+  if (whole + thread < n) mapStep<1, kInputs>(f, out, a, b, whole + thread);
+}
+
+// out = f(a, b) over n elements (a, b null past kInputs): 16-byte accesses when every pointer allows them.
+template <int kInputs, typename T, typename F>
+void launchMap(F f, T* out, const T* a, const T* b, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  const unsigned grid = std::min<unsigned>(ceilDiv(n, kBlock), 65535u * 4);
-  mapKernel<<<grid, kBlock, 0, stream>>>(n, f);
+  constexpr int P = kPack<T>;
+  if (aligned16(out) && aligned16(a) && aligned16(b)) {
+    mapKernel<P, kInputs><<<gridFor(n / P, kBlock), kBlock, 0, stream>>>(f, out, a, b, n);
+  } else {
+    mapKernel<1, kInputs><<<gridFor(n, kBlock), kBlock, 0, stream>>>(f, out, a, b, n);
+  }
   CUDA_CHECK_LAUNCH();
 }
 
@@ -31,33 +60,35 @@ void launchMap(int64_t n, cudaStream_t stream, F f) {
 
 // Math in AccumOf<T> (float for bf16); for float and double the loads and stores are the identity.
 template <typename T> void add(const T* a, const T* b, T* out, int64_t n, cudaStream_t s) {
-  launchMap(n, s, [=] __device__(int64_t i) { out[i] = fromAccum<T>(toAccum(a[i]) + toAccum(b[i])); });
+  launchMap<2>([] __device__(AccumOf<T> x, AccumOf<T> y) { return x + y; }, out, a, b, n, s);
 }
 template <typename T> void addInPlace(T* dst, const T* src, int64_t n, cudaStream_t s) {
-  launchMap(n, s, [=] __device__(int64_t i) { dst[i] = fromAccum<T>(toAccum(dst[i]) + toAccum(src[i])); });
+  add(dst, src, dst, n, s);
 }
 template <typename T> void mul(const T* a, const T* b, T* out, int64_t n, cudaStream_t s) {
-  launchMap(n, s, [=] __device__(int64_t i) { out[i] = fromAccum<T>(toAccum(a[i]) * toAccum(b[i])); });
+  launchMap<2>([] __device__(AccumOf<T> x, AccumOf<T> y) { return x * y; }, out, a, b, n, s);
 }
 template <typename T> void scale(const T* x, AccumOf<T> v, T* out, int64_t n, cudaStream_t s) {
-  launchMap(n, s, [=] __device__(int64_t i) { out[i] = fromAccum<T>(toAccum(x[i]) * v); });
+  launchMap<1>([v] __device__(AccumOf<T> e) { return e * v; }, out, x, static_cast<const T*>(nullptr), n, s);
 }
 template <typename T> void fill(T* out, T value, int64_t n, cudaStream_t s) {
-  launchMap(n, s, [=] __device__(int64_t i) { out[i] = value; });
+  const AccumOf<T> v = kernels::toAccum(value);  // exact: T -> accumulator -> T round-trips
+  launchMap<0>([v] __device__() { return v; }, out, static_cast<const T*>(nullptr),
+               static_cast<const T*>(nullptr), n, s);
 }
 template <typename T> void reluForward(const T* x, T* y, int64_t n, cudaStream_t s) {
-  launchMap(n, s, [=] __device__(int64_t i) { y[i] = toAccum(x[i]) > AccumOf<T>(0) ? x[i] : T{}; });
+  launchMap<1>([] __device__(AccumOf<T> e) { return e > AccumOf<T>(0) ? e : AccumOf<T>(0); }, y, x,
+               static_cast<const T*>(nullptr), n, s);
 }
 template <typename T> void reluBackward(const T* x, const T* dy, T* dx, int64_t n, cudaStream_t s) {
-  launchMap(n, s, [=] __device__(int64_t i) { dx[i] = toAccum(x[i]) > AccumOf<T>(0) ? dy[i] : T{}; });
+  launchMap<2>([] __device__(AccumOf<T> e, AccumOf<T> g) { return e > AccumOf<T>(0) ? g : AccumOf<T>(0); }, dx,
+               x, dy, n, s);
 }
 template <typename T> void geluForward(const T* x, T* y, int64_t n, cudaStream_t s) {
-  launchMap(n, s, [=] __device__(int64_t i) { y[i] = fromAccum<T>(geluValue(toAccum(x[i]))); });
+  launchMap<1>([] __device__(AccumOf<T> e) { return geluValue(e); }, y, x, static_cast<const T*>(nullptr), n, s);
 }
 template <typename T> void geluBackward(const T* x, const T* dy, T* dx, int64_t n, cudaStream_t s) {
-  launchMap(n, s, [=] __device__(int64_t i) {
-    dx[i] = fromAccum<T>(toAccum(dy[i]) * geluDerivative(toAccum(x[i])));
-  });
+  launchMap<2>([] __device__(AccumOf<T> e, AccumOf<T> g) { return g * geluDerivative(e); }, dx, x, dy, n, s);
 }
 
 #define MINIDP_INSTANTIATE(T)                                                    \

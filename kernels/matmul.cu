@@ -11,6 +11,7 @@
 
 #include "kernels/accum.h"
 #include "kernels/cuda_check.h"
+#include "kernels/gelu_math.h"
 #include "kernels/matmul.h"
 
 namespace minidp::kernels::cuda {
@@ -111,13 +112,40 @@ uint32_t alignmentOf(const void* ptr, int64_t strideBytes) {
   return static_cast<uint32_t>(bits & (~bits + 1));
 }
 
-constexpr int kBiasBlock = 256;
+constexpr int kEpilogueBlock = 256;
 
-// The bias when cuBLASLt has no fused kernel: C (M, N) row-major += bias (N) on every row, float math.
+// What a bf16 GEMM does to its (M, N) product before storing it.
+enum class Epilogue : int64_t {
+  None,
+  Bias,         // C = AB + bias (per column of our row-major C)
+  GeluAuxBias,  // aux = AB + bias, C = gelu(aux) (tanh form)
+  DGelu,        // C = AB * gelu'(aux)
+};
+
+cublasLtEpilogue_t ltEpilogue(Epilogue e) {
+  switch (e) {
+    case Epilogue::Bias: return CUBLASLT_EPILOGUE_BIAS;
+    case Epilogue::GeluAuxBias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case Epilogue::DGelu: return CUBLASLT_EPILOGUE_DGELU;
+    default: return CUBLASLT_EPILOGUE_DEFAULT;
+  }
+}
+
+// The epilogue when cuBLASLt has no fused kernel, over C (M, N) row-major that holds AB; float math.
 template <typename TC>
-__global__ void addRowBiasKernel(TC* C, const TC* bias, int64_t n, int64_t N) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    C[i] = fromAccum<TC>(toAccum(C[i]) + toAccum(bias[i % N]));
+__global__ void epilogueKernel(Epilogue e, TC* C, const TC* bias, TC* aux, int64_t n, int64_t N) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float v = toAccum(C[i]);
+    if (e == Epilogue::Bias) {
+      C[i] = fromAccum<TC>(v + toAccum(bias[i % N]));
+    } else if (e == Epilogue::GeluAuxBias) {
+      const float pre = v + toAccum(bias[i % N]);
+      aux[i] = fromAccum<TC>(pre);
+      C[i] = fromAccum<TC>(geluValue(pre));
+    } else if (e == Epilogue::DGelu) {
+      C[i] = fromAccum<TC>(v * geluDerivative(toAccum(aux[i])));
+    }
+  }
 }
 
 // One cuBLASLt matmul shape: descriptors and the algorithm the heuristic chose (found false: none).
@@ -149,7 +177,7 @@ class LtContext {
   LtContext(const LtContext&) = delete;
   LtContext& operator=(const LtContext&) = delete;
 
-  using Key = std::array<int64_t, 18>;
+  using Key = std::array<int64_t, 19>;
   /// The plan for `key`, built by `build` on first use.
   template <typename Build>
   LtPlan& plan(const Key& key, Build build) {
@@ -190,36 +218,42 @@ cublasLtMatrixLayout_t layout(cudaDataType_t type, int64_t rows, int64_t cols, i
   return l;
 }
 
-}  // namespace
-
+// gemmBf16 with an epilogue: `bias` (N) for Bias and GeluAuxBias, `aux` (M, N) row-major written by
+// GeluAuxBias and read by DGelu.
 template <typename TC>
-void gemmBf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
-              int64_t strideA, const bf16* B, int64_t strideB, float beta, TC* C, int64_t strideC, int64_t batch,
-              const TC* bias, GemmLd ld, cudaStream_t stream) {
+void gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
+                      int64_t strideA, const bf16* B, int64_t strideB, float beta, TC* C, int64_t strideC,
+                      int64_t batch, Epilogue epilogue, const TC* bias, TC* aux, GemmLd ld, cudaStream_t stream) {
   static_assert(std::is_same_v<TC, bf16> || std::is_same_v<TC, float>, "gemmBf16 writes bf16 or float");
   if (!checkGemmSizes(M, N, K, batch)) return;
   MINIDP_CHECK(K > 0, "gemmBf16: K = 0 (an empty reduction) is not supported");
-  MINIDP_CHECK(bias == nullptr || batch == 1, "gemmBf16: a fused bias needs batch 1");
+  MINIDP_CHECK(epilogue == Epilogue::None || batch == 1, "gemmBf16: a fused epilogue needs batch 1");
+  MINIDP_CHECK(aux == nullptr || N % 8 == 0, "gemmBf16: a GELU epilogue needs N divisible by 8, got " << N);
   constexpr cudaDataType_t typeC = std::is_same_v<TC, bf16> ? CUDA_R_16BF : CUDA_R_32F;
   const GemmLd lds = leadingDims(transA, transB, M, N, K, ld);
   const int64_t lda = lds.a, ldb = lds.b, ldc = lds.c;
-  MINIDP_CHECK(bias == nullptr || ldc == N, "gemmBf16: a bias with a padded C is not supported");
+  MINIDP_CHECK(epilogue == Epilogue::None || ldc == N, "gemmBf16: an epilogue with a padded C is not supported");
   // As gemm: cuBLASLt (column-major) computes C^T (N, M) = op(B)^T op(A)^T, so our B is its first operand.
   const uint32_t alignA = alignmentOf(A, batch > 1 ? strideA * 2 : 0);
   const uint32_t alignB = alignmentOf(B, batch > 1 ? strideB * 2 : 0);
   const uint32_t alignC = alignmentOf(C, batch > 1 ? strideC * static_cast<int64_t>(sizeof(TC)) : 0);
-  const LtContext::Key key{transA, transB, M, N, K, strideA, strideB, strideC, batch, typeC, bias != nullptr,
-                           alignA, alignB, alignC, bias ? alignmentOf(bias, 0) : 0, lda, ldb, ldc};
+  const LtContext::Key key{transA, transB, M, N, K, strideA, strideB, strideC, batch, typeC,
+                           static_cast<int64_t>(epilogue), alignA, alignB, alignC, bias ? alignmentOf(bias, 0) : 0,
+                           aux ? alignmentOf(aux, 0) : 0, lda, ldb, ldc};
   LtContext& lt = ltContext();
   LtPlan& plan = lt.plan(key, [&](cublasLtHandle_t handle) {
     LtPlan p;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     setAttribute<int32_t>(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, transB ? CUBLAS_OP_T : CUBLAS_OP_N);
     setAttribute<int32_t>(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, transA ? CUBLAS_OP_T : CUBLAS_OP_N);
+    if (epilogue != Epilogue::None) setAttribute<uint32_t>(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, ltEpilogue(epilogue));
     if (bias) {
-      setAttribute<uint32_t>(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
       setAttribute<int32_t>(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, typeC);
       setAttribute<const void*>(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+    }
+    if (aux) {  // (M, N) row-major: (N, M) column-major with leading dimension N, of C's type (the default)
+      setAttribute<int64_t>(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, N);
+      setAttribute<void*>(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
     }
     p.a = layout(CUDA_R_16BF, transB ? K : N, transB ? N : K, ldb, batch, strideB);
     p.b = layout(CUDA_R_16BF, transA ? M : K, transA ? K : M, lda, batch, strideA);
@@ -248,22 +282,47 @@ void gemmBf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float a
     return p;
   });
   if (!plan.found) {
-    // No cuBLASLt kernel for this shape: cuBLAS's general GEMM (any sizes), then the bias in a pass of its own.
+    // No cuBLASLt kernel for this shape: cuBLAS's general GEMM (any sizes), then the epilogue in a pass of its own.
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(
         handleOn(stream), transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
         static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, B, CUDA_R_16BF,
         static_cast<int>(ldb), strideB, A, CUDA_R_16BF, static_cast<int>(lda), strideA, &beta, C, typeC,
         static_cast<int>(ldc), strideC,
         static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    if (bias) {
-      addRowBiasKernel<TC><<<std::min(ceilDiv(M * N, kBiasBlock), 65535u * 4), kBiasBlock, 0, stream>>>(C, bias, M * N, N);
+    if (epilogue != Epilogue::None) {
+      epilogueKernel<TC><<<std::min(ceilDiv(M * N, kEpilogueBlock), 65535u * 4), kEpilogueBlock, 0, stream>>>(
+          epilogue, C, bias, aux, M * N, N);
       CUDA_CHECK_LAUNCH();
     }
     return;
   }
   if (bias) setAttribute<const void*>(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  if (aux) setAttribute<void*>(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
   CUBLAS_CHECK(cublasLtMatmul(lt.handle(), plan.desc, &alpha, B, plan.a, A, plan.b, &beta, C, plan.c, C, plan.c,
                               &plan.algo, lt.workspace(), kLtWorkspaceBytes, stream));
+}
+
+}  // namespace
+
+template <typename TC>
+void gemmBf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
+              int64_t strideA, const bf16* B, int64_t strideB, float beta, TC* C, int64_t strideC, int64_t batch,
+              const TC* bias, GemmLd ld, cudaStream_t stream) {
+  gemmBf16Epilogue<TC>(transA, transB, M, N, K, alpha, A, strideA, B, strideB, beta, C, strideC, batch,
+                       bias ? Epilogue::Bias : Epilogue::None, bias, nullptr, ld, stream);
+}
+
+void gemmBf16GeluBias(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const bf16* A, const bf16* B,
+                      const bf16* bias, bf16* C, bf16* pre, cudaStream_t stream) {
+  gemmBf16Epilogue<bf16>(transA, transB, M, N, K, 1.0f, A, 0, B, 0, 0.0f, C, 0, 1, Epilogue::GeluAuxBias, bias, pre,
+                         GemmLd{}, stream);
+}
+
+void gemmBf16DGelu(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const bf16* A, const bf16* B,
+                   const bf16* pre, bf16* C, cudaStream_t stream) {
+  // DGelu only reads aux; the pointer is non-const because GeluAuxBias writes it.
+  gemmBf16Epilogue<bf16>(transA, transB, M, N, K, 1.0f, A, 0, B, 0, 0.0f, C, 0, 1, Epilogue::DGelu, nullptr,
+                         const_cast<bf16*>(pre), GemmLd{}, stream);
 }
 
 template void gemmBf16<bf16>(bool, bool, int64_t, int64_t, int64_t, float, const bf16*, int64_t, const bf16*,

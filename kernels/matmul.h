@@ -58,6 +58,14 @@ void gemmBf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float a
               const TC* bias, cudaStream_t stream) {
   gemmBf16<TC>(MINIDP_GEMM_FORWARD, bias, GemmLd{}, stream);
 }
+/// The GELU MLP's fusions, bf16 with fp32 accumulation, batch 1, all row-major; N divisible by 8 (the
+/// cuBLASLt auxiliary matrix). Forward: pre = op(A) op(B) + bias (N) and C = gelu(pre) (tanh form, from the
+/// fp32 pre-activation), both (M, N). Other arguments as gemm.
+void gemmBf16GeluBias(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const bf16* A, const bf16* B,
+                      const bf16* bias, bf16* C, bf16* pre, cudaStream_t stream);
+/// Backward: C (M, N) = (op(A) op(B)) * gelu'(pre), `pre` (M, N) as gemmBf16GeluBias saved it.
+void gemmBf16DGelu(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const bf16* A, const bf16* B,
+                   const bf16* pre, bf16* C, cudaStream_t stream);
 }  // namespace cuda
 
 #undef MINIDP_GEMM_FORWARD

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cuda_check.h"
+#include "kernels/cuda_utils.cuh"
 #include "kernels/optimizer_math.h"
 
 namespace minidp::kernels::cuda {
@@ -27,14 +27,34 @@ __global__ void sgdMultiKernel(const ParamChunk<T>* chunks, int64_t numChunks, S
   }
 }
 
+// AdamW on elements [i, i + P) of chunk k: 16-byte loads and stores when P = kPack<T>.
+template <int P, typename T>
+__device__ __forceinline__ void adamwStep(const ParamChunk<T>& k, int64_t i, T factor, const AdamWParams<T>& h) {
+  T p[P], g[P], m[P], v[P];
+  loadAccum<P>(k.param + i, p);
+  loadAccum<P>(k.grad + i, g);
+  loadAccum<P>(k.state0 + i, m);
+  loadAccum<P>(k.state1 + i, v);
+#pragma unroll
+  for (int j = 0; j < P; ++j) adamwUpdate(p[j], g[j] * factor, m[j], v[j], h);
+  storeAccum<P>(k.param + i, p);
+  storeAccum<P>(k.state0 + i, m);
+  storeAccum<P>(k.state1 + i, v);
+}
+
+// One block per chunk; whole 16-byte packs when the chunk's four arrays are aligned, then the rest one
+// element per thread. The update per element is the same either way.
 template <typename T>
 __global__ void adamwMultiKernel(const ParamChunk<T>* chunks, int64_t numChunks, AdamWParams<T> h,
                                  const T* gradScale) {
+  constexpr int P = kPack<T>;
   const T factor = gradFactor(gradScale);
   for (int64_t c = blockIdx.x; c < numChunks; c += gridDim.x) {
     const ParamChunk<T> k = chunks[c];
-    for (int64_t i = threadIdx.x; i < k.n; i += blockDim.x)
-      adamwUpdate(k.param[i], k.grad[i] * factor, k.state0[i], k.state1[i], h);
+    const bool packed = aligned16(k.param) && aligned16(k.grad) && aligned16(k.state0) && aligned16(k.state1);
+    const int64_t whole = packed ? k.n / P * P : 0;
+    for (int64_t i = threadIdx.x * int64_t(P); i < whole; i += int64_t(blockDim.x) * P) adamwStep<P>(k, i, factor, h);
+    for (int64_t i = whole + threadIdx.x; i < k.n; i += blockDim.x) adamwStep<1>(k, i, factor, h);
   }
 }
 

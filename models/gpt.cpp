@@ -50,7 +50,7 @@ struct GPT::Block : nn::Module {
   Variable forward(const Variable& x) const {
     Variable a = attnProj->forward(ops::causalSelfAttention(cAttn->forward(ln1->forward(x)), heads));
     Variable h = ops::add(x, a);
-    Variable m = mlpProj->forward(ops::gelu(cFc->forward(ln2->forward(h))));
+    Variable m = ops::geluMlp(ln2->forward(h), cFc->weight, cFc->bias, mlpProj->weight, mlpProj->bias);
     return ops::add(h, m);
   }
 };

@@ -138,8 +138,17 @@ class BackwardEngine {
         } else if (input.isLeaf()) {
           accumulateLeaf(*in, inGrads[i]);
         } else {
+          // In place when the engine holds g's memory alone (it made g by an earlier add, or the op that
+          // returned g dropped its last other reference); out of place when g is shared, e.g. an add's
+          // backward passing one gradient to both inputs. Same arithmetic either way: g + inGrads[i].
           Tensor& g = grads[in];
-          g = g.defined() ? ops::add(g, inGrads[i]) : inGrads[i];  // out of place: g may be shared
+          if (!g.defined()) {
+            g = inGrads[i];
+          } else if (g.ownsStorageAlone()) {
+            ops::addInPlace(g, inGrads[i]);
+          } else {
+            g = ops::add(g, inGrads[i]);
+          }
         }
         if (--pending[in] == 0 && input.isLeaf()) {
           for (auto& hook : in->hooks) hook(input);

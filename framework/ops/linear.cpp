@@ -1,5 +1,6 @@
-// Linear algebra ops: linear layer, batched matmul, transpose of the last two dimensions; bf16 GEMMs
-// with fp32 accumulation on CUDA (mixed precision).
+// Linear algebra ops: linear layer, the GELU MLP, batched matmul, transpose of the last two dimensions;
+// bf16 GEMMs with fp32 accumulation on CUDA (mixed precision).
+#include <tuple>
 #include <type_traits>
 
 #include "framework/ops/dispatch.h"
@@ -54,6 +55,49 @@ Shape replaceTail(const Shape& shape, size_t dropped, const Shape& tail) {
   return out;
 }
 
+// Checks x (..., in), weight (out, in) and bias (out) or undefined; a bf16 x takes fp32 parameters.
+void checkLinear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  if (x.dtype() == DType::BF16) {
+    MINIDP_CHECK(w.dtype() == DType::F32 && w.device() == x.device(),
+                 "linear: a bf16 input takes an fp32 weight on its device, got " << dtypeName(w.dtype()) << " on "
+                                                                                 << deviceName(w.device()));
+  } else {
+    checkSame("linear", x, w);
+  }
+  MINIDP_CHECK(x.ndim() >= 1 && w.ndim() == 2 && x.size(-1) == w.size(1),
+               "linear: input " << shapeString(x.shape()) << " and weight " << shapeString(w.shape())
+                                << " (expected (..., in) and (out, in))");
+  if (b.defined()) {
+    checkSame("linear", w, b);
+    MINIDP_CHECK(b.shape() == Shape{w.size(0)},
+                 "linear: bias " << shapeString(b.shape()) << " for " << w.size(0) << " outputs");
+  }
+}
+
+// The parameter gradients of a linear layer y = x @ w^T + b with output gradient g (rows, out), for the op
+// inputs `index` (w) and `index + 1` (b): dW (+)= g^T x and db (+)= the column sums of g, each into its
+// sink. Returns what backward returns for the two inputs.
+std::pair<Tensor, Tensor> linearParamGrads(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor& b,
+                                           size_t index, bool needW, bool needB) {
+  const int64_t rows = leadingNumel(g.shape(), 1), out = w.size(0), in = w.size(1);
+  Tensor dw, db;
+  if (needW) {
+    GradSink sink = gradSink(index, w);  // (out, in) (+)= g^T (out, rows) @ x (rows, in), in w's dtype
+    gemm(true, false, out, in, rows, g, 0, x, 0, sink.out, 0, 1, sink.beta);
+    dw = sink.returned;
+  }
+  if (needB) {
+    // (out) (+)= the column sums of g (rows, out), in a fixed order, accumulated in ParamOf<T>.
+    GradSink sink = gradSink(index + 1, b);
+    const DType accum = g.dtype() == DType::BF16 ? DType::F32 : g.dtype();
+    Tensor scratch = Tensor::empty({kernels::sumColumnsScratchSize(rows, out)}, accum, g.device());
+    MINIDP_LAUNCH_ACTIVATION(g, T, sumColumns, g.data<T>(), sink.out.data<ParamOf<T>>(),
+                             scratch.data<AccumOf<T>>(), rows, out, sink.beta != 0);
+    db = sink.returned;
+  }
+  return {dw, db};
+}
+
 // (..., M, N) -> (..., N, M).
 Tensor transposeLast2(const Tensor& x) {
   MINIDP_CHECK(x.ndim() >= 2, "transpose needs at least 2 dimensions, got " << shapeString(x.shape()));
@@ -67,27 +111,12 @@ Tensor transposeLast2(const Tensor& x) {
 
 Variable linear(const Variable& xv, const Variable& weightv, const Variable& biasv) {
   const Tensor x = xv.data(), w = weightv.data();
+  const bool hasBias = biasv.defined();
+  const Tensor b = hasBias ? biasv.data() : Tensor();
+  checkLinear(x, w, b);
   // Mixed precision: bf16 activations with fp32 master parameters.
   const bool mixed = x.dtype() == DType::BF16;
-  if (mixed) {
-    MINIDP_CHECK(w.dtype() == DType::F32 && w.device() == x.device(),
-                 "linear: a bf16 input takes an fp32 weight on its device, got " << dtypeName(w.dtype()) << " on "
-                                                                                 << deviceName(w.device()));
-  } else {
-    checkSame("linear", x, w);
-  }
-  MINIDP_CHECK(x.ndim() >= 1 && w.ndim() == 2 && x.size(-1) == w.size(1),
-               "linear: input " << shapeString(x.shape()) << " and weight " << shapeString(w.shape())
-                                << " (expected (..., in) and (out, in))");
   const int64_t in = w.size(1), out = w.size(0), rows = leadingNumel(x.shape(), 1);
-  const bool hasBias = biasv.defined();
-  Tensor b;
-  if (hasBias) {
-    b = biasv.data();
-    checkSame("linear", w, b);
-    MINIDP_CHECK(b.shape() == Shape{out},
-                 "linear: bias " << shapeString(b.shape()) << " for " << out << " outputs");
-  }
   // The compute copies (bf16 when mixed; the parameters themselves otherwise), kept for backward.
   // cuBLASLt's bias type is its output type, so the bias is cast too (as PyTorch's autocast does).
   const Tensor wc = cast(w, x.dtype());
@@ -98,26 +127,54 @@ Variable linear(const Variable& xv, const Variable& weightv, const Variable& bia
   const bool needX = xv.requiresGrad(), needW = weightv.requiresGrad(),
              needB = hasBias && biasv.requiresGrad();
   return Variable::fromOp(y, {xv, weightv, biasv}, [=](const Tensor& g) {  // g (..., out), x's dtype
-    Tensor dx, dw, db;
+    Tensor dx;
     if (needX) {
       dx = Tensor::empty(x.shape(), g.dtype(), g.device());  // (rows, in) = g (rows, out) @ W (out, in)
       gemm(false, false, rows, in, out, g, 0, wc, 0, dx, 0, 1);
     }
-    if (needW) {
-      GradSink sink = gradSink(1, w);  // (out, in) (+)= g^T (out, rows) @ x (rows, in), in w's dtype
-      gemm(true, false, out, in, rows, g, 0, x, 0, sink.out, 0, 1, sink.beta);
-      dw = sink.returned;
-    }
-    if (needB) {
-      // (out) (+)= the column sums of g (rows, out), in a fixed order, accumulated in ParamOf<T>.
-      GradSink sink = gradSink(2, b);
-      const DType accum = mixed ? DType::F32 : g.dtype();
-      Tensor scratch = Tensor::empty({kernels::sumColumnsScratchSize(rows, out)}, accum, g.device());
-      MINIDP_LAUNCH_ACTIVATION(g, T, sumColumns, g.data<T>(), sink.out.data<ParamOf<T>>(),
-                               scratch.data<AccumOf<T>>(), rows, out, sink.beta != 0);
-      db = sink.returned;
-    }
+    auto [dw, db] = linearParamGrads(g, x, w, b, 1, needW, needB);
     return std::vector<Tensor>{dx, dw, db};
+  });
+}
+
+Variable geluMlp(const Variable& xv, const Variable& fcWeight, const Variable& fcBias, const Variable& projWeight,
+                 const Variable& projBias) {
+  const Tensor x = xv.data(), w1 = fcWeight.data(), w2 = projWeight.data();
+  // The fused path: bf16 CUDA activations, both biases, a hidden width cuBLASLt's auxiliary matrix takes.
+  const bool fused = x.dtype() == DType::BF16 && x.isCuda() && fcBias.defined() && projBias.defined() &&
+                     w1.ndim() == 2 && w1.size(0) % 8 == 0;
+  if (!fused) return linear(gelu(linear(xv, fcWeight, fcBias)), projWeight, projBias);
+  const Tensor b1 = fcBias.data(), b2 = projBias.data();
+  checkLinear(x, w1, b1);
+  const int64_t rows = leadingNumel(x.shape(), 1), in = w1.size(1), hidden = w1.size(0);
+  const Tensor pre = Tensor::empty(replaceTail(x.shape(), 1, {hidden}), DType::BF16, x.device());  // (..., hidden)
+  const Tensor h = Tensor::empty(pre.shape(), DType::BF16, x.device());                           // gelu(pre)
+  checkLinear(h, w2, b2);
+  const int64_t out = w2.size(0);
+  const Tensor w1c = cast(w1, DType::BF16), w2c = cast(w2, DType::BF16);
+  MINIDP_ON_CUDA(kernels::cuda::gemmBf16GeluBias(false, true, rows, hidden, in, x.data<bf16>(), w1c.data<bf16>(),
+                                                  cast(b1, DType::BF16).data<bf16>(), h.data<bf16>(),
+                                                  pre.data<bf16>(), runtime::computeStream()));
+  Tensor y = Tensor::empty(replaceTail(x.shape(), 1, {out}), DType::BF16, x.device());  // (..., out)
+  gemm(false, true, rows, out, hidden, h, 0, w2c, 0, y, 0, 1, 0, cast(b2, DType::BF16));
+  const bool needX = xv.requiresGrad(), needW1 = fcWeight.requiresGrad(), needB1 = fcBias.requiresGrad(),
+             needW2 = projWeight.requiresGrad(), needB2 = projBias.requiresGrad();
+  // The projection's parameters come first, so their grad-ready hooks fire first, as with two linear ops.
+  return Variable::fromOp(y, {xv, projWeight, projBias, fcWeight, fcBias}, [=](const Tensor& g) {  // g (..., out)
+    auto [dw2, db2] = linearParamGrads(g, h, w2, b2, 1, needW2, needB2);
+    Tensor dx, dw1, db1;
+    if (needX || needW1 || needB1) {
+      // (rows, hidden) = (g (rows, out) @ W2 (out, hidden)) * gelu'(pre), in the GEMM's epilogue.
+      Tensor dpre = Tensor::empty(pre.shape(), DType::BF16, g.device());
+      MINIDP_ON_CUDA(kernels::cuda::gemmBf16DGelu(false, false, rows, hidden, out, g.data<bf16>(), w2c.data<bf16>(),
+                                                  pre.data<bf16>(), dpre.data<bf16>(), runtime::computeStream()));
+      std::tie(dw1, db1) = linearParamGrads(dpre, x, w1, b1, 3, needW1, needB1);
+      if (needX) {
+        dx = Tensor::empty(x.shape(), DType::BF16, g.device());  // (rows, in) = dpre (rows, hidden) @ W1
+        gemm(false, false, rows, in, hidden, dpre, 0, w1c, 0, dx, 0, 1);
+      }
+    }
+    return std::vector<Tensor>{dx, dw2, db2, dw1, db1};
   });
 }
 

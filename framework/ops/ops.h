@@ -37,6 +37,12 @@ Variable reshape(const Variable& x, const Shape& shape);
 /// weight and bias gradients are fp32. Parameter gradients go straight into an installed gradient
 /// (leafGradTarget, e.g. a DDP bucket view) with beta = 1 GEMMs.
 Variable linear(const Variable& x, const Variable& weight, const Variable& bias);
+/// The transformer MLP: linear(gelu(linear(x, fcWeight, fcBias)), projWeight, projBias), shapes as linear's.
+/// bf16 x on CUDA with both biases and a hidden width divisible by 8 runs fused: bias and GELU in the first
+/// GEMM's epilogue (the pre-activation saved for backward) and GELU's derivative in the epilogue of the
+/// GEMM that forms the hidden gradient; GELU is the tanh form either way. Otherwise the three ops.
+Variable geluMlp(const Variable& x, const Variable& fcWeight, const Variable& fcBias, const Variable& projWeight,
+                 const Variable& projBias);
 /// Swaps the last two dimensions of a (..., M, N) tensor: (..., N, M).
 Variable transpose(const Variable& x);
 /// a (..., M, K) @ b (..., K, N) -> (..., M, N); leading dimensions equal (batched).

@@ -87,6 +87,9 @@ class Tensor {
   }
   /// True when both tensors use the same memory block.
   bool sharesStorage(const Tensor& other) const { return storage_ == other.storage_; }
+  /// True when no other tensor (copy or view) uses this tensor's memory block: an in-place write is seen
+  /// through this tensor only.
+  bool ownsStorageAlone() const { return storage_ != nullptr && storage_.use_count() == 1; }
 
   /// Same elements under another shape (one extent may be -1).
   Tensor view(Shape shape) const;

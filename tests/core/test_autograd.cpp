@@ -36,6 +36,18 @@ Variable addsThreeDirectly(const Variable& x, int& direct) {
   });
 }
 
+// A non-leaf with three contributions, two of them one tensor (an add's backward passes its gradient to
+// both inputs): accumulating in place into a shared gradient would change the other copy and give 4w.
+TEST(Autograd, SharedGradientsAreNotAccumulatedInPlace) {
+  Variable x = leaf({5}, 2), w = leaf({5}, 3);
+  Variable h = ops::scale(x, 1.0);  // a non-leaf, consumed three times
+  Variable z = ops::add(ops::add(h, h), h);
+  ops::sum(ops::mul(z, w)).backward();
+  const std::vector<double> wv = w.data().toVector<double>(), gx = x.grad().toVector<double>();
+  for (size_t i = 0; i < wv.size(); ++i) EXPECT_EQ(gx[i], 3 * wv[i]);
+  EXPECT_EQ(w.grad().toVector<double>(), ops::scale(x.data(), 3.0).toVector<double>());
+}
+
 TEST(Autograd, OpsAccumulateIntoAnInstalledLeafGradient) {
   Variable x = leaf({3}, 4);
   int direct = 0, fired = 0;

@@ -169,6 +169,37 @@ TEST(Optimizer, CudaMatchesCpu) {
   }
 }
 
+// The multi-tensor AdamW kernel reads 16-byte packs when a chunk's arrays are aligned and one element at a
+// time otherwise (a parameter that is a view at an odd offset): the same bits either way.
+TEST(Optimizer, CudaAdamWPackedEqualsOneElementPath) {
+  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  for (DType dtype : {DType::F32, DType::F64}) {
+    std::vector<Variable> aligned = randomParams(dtype, 70, Device::CUDA), offset;
+    for (const Variable& p : aligned) {
+      const int64_t n = p.data().numel();
+      auto shifted = [n](const Tensor& t) {  // t's values at element 1 of a fresh buffer
+        Tensor base = Tensor::zeros({n + 1}, t.dtype(), t.device());
+        Tensor view = Tensor::alias(base, 1, t.shape());
+        view.copyFrom(t);
+        return view;
+      };
+      Variable v(shifted(p.data()), true);
+      v.setGrad(shifted(p.grad()));
+      offset.push_back(v);
+    }
+    auto a = optim::makeOptimizer("adamw", aligned, 0.01, 0.1), b = optim::makeOptimizer("adamw", offset, 0.01, 0.1);
+    for (int i = 0; i < 3; ++i) {
+      a->step();
+      b->step();
+    }
+    for (size_t i = 0; i < aligned.size(); ++i) {
+      EXPECT_EQ(aligned[i].data().toDType(DType::F64).toVector<double>(),
+                offset[i].data().toDType(DType::F64).toVector<double>())
+          << dtypeName(dtype) << " parameter " << i;
+    }
+  }
+}
+
 // The norm over several buffers equals the norm of their concatenation summed directly in long double;
 // the coefficient is min(1, max / (norm + 1e-6)).
 TEST(GradClipper, NormAndCoefficientOverBuffers) {

@@ -1,7 +1,8 @@
 // minidp-bench-kernels: achieved bandwidth of the fused kernels at GPT-2-small sizes (B*T = 8192 rows,
 // C = 768, V = 50257), in bf16 and fp32, against a device-to-device copy measured in the same run. Bytes
 // are the compulsory traffic (each input read once, each output written once), so the percentage is a
-// lower bound on how close a kernel is to the memory roofline.
+// lower bound on how close a kernel is to the memory roofline. Last, the MLP's GEMMs with GELU in separate
+// passes against cuBLASLt's GELU epilogues.
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
@@ -14,8 +15,10 @@
 #include "kernels/bf16.h"
 #include "kernels/bias.h"
 #include "kernels/cuda_check.h"
+#include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/layernorm.h"
+#include "kernels/matmul.h"
 #include "kernels/softmax_xent.h"
 #include "tests/ops/cuda_timing.h"
 
@@ -136,6 +139,48 @@ void benchAll(const char* name, const Reporter& report, cudaStream_t stream) {
     const double add = timeMs([&] { k::addBias<T>(x.ptr, out.ptr, N, kMlpWidth, stream); }, stream);
     report.row("addBias 8192x3072", name, add, 2.0 * N * kMlpWidth * act);
   }
+  {  // the vectorised elementwise map at the MLP's hidden size: residual add, GELU forward and backward
+    const int64_t n = N * kMlpWidth;
+    DeviceBuffer<T> x(n), dy(n), out(n);
+    fillRandom(x, n, -3.f, 3.f, 11);
+    fillRandom(dy, n, -1.f, 1.f, 12);
+    const double add = timeMs([&] { k::add<T>(x.ptr, dy.ptr, out.ptr, n, stream); }, stream);
+    report.row("add 8192x3072", name, add, 3.0 * n * act);
+    const double fwd = timeMs([&] { k::geluForward<T>(x.ptr, out.ptr, n, stream); }, stream);
+    report.row("geluForward 8192x3072", name, fwd, 2.0 * n * act);
+    const double bwd = timeMs([&] { k::geluBackward<T>(x.ptr, dy.ptr, out.ptr, n, stream); }, stream);
+    report.row("geluBackward 8192x3072", name, bwd, 3.0 * n * act);
+  }
+}
+
+// The GPT-2-small MLP's first GEMM with bias and GELU, and the hidden gradient's GEMM with GELU's derivative:
+// separate passes against cuBLASLt's epilogues. Milliseconds only (the GEMMs are compute-bound).
+void benchGeluEpilogues(cudaStream_t stream) {
+  const int64_t N = kRows, C = kWidth, H = kMlpWidth;
+  DeviceBuffer<bf16> x(N * C), w1(H * C), b1(H), w2(C * H), g(N * C), pre(N * H), h(N * H), dpre(N * H);
+  fillRandom(x, N * C, -1.f, 1.f, 13);
+  fillRandom(w1, H * C, -0.05f, 0.05f, 14);
+  fillRandom(b1, H, -1.f, 1.f, 15);
+  fillRandom(w2, C * H, -0.05f, 0.05f, 16);
+  fillRandom(g, N * C, -1.f, 1.f, 17);
+  const double fwdSplit = timeMs([&] {
+    k::gemmBf16<bf16>(false, true, N, H, C, 1.f, x.ptr, 0, w1.ptr, 0, 0.f, pre.ptr, 0, 1, b1.ptr, stream);
+    k::geluForward<bf16>(pre.ptr, h.ptr, N * H, stream);
+  }, stream);
+  const double fwdFused = timeMs([&] {
+    k::gemmBf16GeluBias(false, true, N, H, C, x.ptr, w1.ptr, b1.ptr, h.ptr, pre.ptr, stream);
+  }, stream);
+  const double bwdSplit = timeMs([&] {
+    k::gemmBf16<bf16>(false, false, N, H, C, 1.f, g.ptr, 0, w2.ptr, 0, 0.f, h.ptr, 0, 1, nullptr, stream);
+    k::geluBackward<bf16>(pre.ptr, h.ptr, dpre.ptr, N * H, stream);
+  }, stream);
+  const double bwdFused = timeMs([&] {
+    k::gemmBf16DGelu(false, false, N, H, C, g.ptr, w2.ptr, pre.ptr, dpre.ptr, stream);
+  }, stream);
+  std::printf("%-34s %-5s %9.3f ms split, %.3f ms fused\n", "c_fc + bias + gelu 8192x768x3072", "bf16", fwdSplit,
+              fwdFused);
+  std::printf("%-34s %-5s %9.3f ms split, %.3f ms fused\n", "dh @ W2 * gelu' 8192x768x3072", "bf16", bwdSplit,
+              bwdFused);
 }
 
 }  // namespace
@@ -148,5 +193,6 @@ int main() {
     std::printf("%-34s %-5s %9s %9s %8s\n", "kernel", "dtype", "ms", "GB/s", "of copy");
     benchAll<bf16>("bf16", report, stream);
     benchAll<float>("fp32", report, stream);
+    benchGeluEpilogues(stream);
   });
 }

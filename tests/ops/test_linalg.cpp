@@ -74,6 +74,18 @@ TEST(Linear, GradcheckWithAndWithoutBias) {
   }
 }
 
+// On the CPU (and for fp32/fp64 anywhere) geluMlp is linear, gelu, linear: its gradients pass gradcheck and
+// its output is the three ops' to the bit.
+TEST(GeluMlp, GradcheckAndEqualsTheThreeOps) {
+  expectGradcheck(
+      [](const std::vector<Variable>& in) { return ops::geluMlp(in[0], in[1], in[2], in[3], in[4]); },
+      {leaf({2, 3, 4}, 20), leaf({8, 4}, 21), leaf({8}, 22), leaf({3, 8}, 23), leaf({3}, 24)});
+  const Variable x(randomTensor({5, 4}, 25)), w1(randomTensor({8, 4}, 26)), b1(randomTensor({8}, 27)),
+      w2(randomTensor({3, 8}, 28)), b2(randomTensor({3}, 29));
+  EXPECT_EQ(ops::geluMlp(x, w1, b1, w2, b2).data().toVector<double>(),
+            ops::linear(ops::gelu(ops::linear(x, w1, b1)), w2, b2).data().toVector<double>());
+}
+
 TEST(Linear, SkipsGradientsNobodyWants) {
   Variable x(randomTensor({3, 2}, 9)), w = leaf({4, 2}, 10), b(randomTensor({4}, 11));
   ops::sum(ops::linear(x, w, b)).backward();

@@ -14,6 +14,7 @@
 #include "framework/ops/ops.h"
 #include "framework/ops/tensor_math.h"
 #include "framework/runtime/device.h"
+#include "kernels/gelu_math.h"
 #include "kernels/matmul.h"
 #include "tests/support/device_compare.h"
 #include "tests/support/gradcheck.h"
@@ -165,6 +166,68 @@ TEST(GemmBf16, MatchesFloat64Reference) {
   }
 }
 
+// The GELU MLP's epilogues against float64. Per element: the pre-activation saved as aux, GELU of it and
+// the product times GELU's derivative at the saved aux, within one bf16 rounding plus what a fast tanh
+// (~2^-11 relative) could add; a wrong index, bias or formula is off by far more. Which GELU: over
+// pre-activations in [-3, -2] the erf form lies below the tanh form by 1e-4 to 4.7e-4 (3.7e-4 on average),
+// so the mean signed error against the tanh form must stay under 1.5e-4 (bf16 rounding averages out).
+// Biases spread over [-4, 4] put pre-activations all along GELU's curve; the one-row and odd shapes may
+// take the general GEMM with the epilogue in a pass of its own.
+TEST(GemmBf16, GeluEpiloguesAreTheTanhForm) {
+  SKIP_WITHOUT_CUDA();
+  const std::vector<GemmCase> cases{{false, true, 64, 96, 128, 1}, {false, false, 64, 96, 128, 1},
+                                    {false, true, 1, 40, 64, 1}, {false, true, 37, 48, 29, 1}};
+  uint64_t seed = 60;
+  for (const GemmCase& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "transA " << c.transA << " transB " << c.transB << " M " << c.M << " N "
+                                      << c.N << " K " << c.K);
+    const Tensor a = randomTensor({c.M * c.K}, ++seed, -0.1, 0.1).toDType(DType::BF16);
+    const Tensor b = randomTensor({c.K * c.N}, ++seed, -0.1, 0.1).toDType(DType::BF16);
+    std::vector<double> spread(c.N);
+    for (int64_t n = 0; n < c.N; ++n) spread[n] = -4.0 + 8.0 * static_cast<double>(n) / static_cast<double>(c.N - 1);
+    const Tensor bias = Tensor::fromVector(spread, {c.N}).toDType(DType::BF16);
+    const std::vector<double> av = a.toDType(DType::F64).toVector<double>(), bv = b.toDType(DType::F64).toVector<double>(),
+                              biasv = bias.toDType(DType::F64).toVector<double>(), zeros(c.M * c.N, 0.0);
+    const std::vector<double> product = referenceGemm(c, av, bv, 0.0, zeros, nullptr);
+    const std::vector<double> pre = referenceGemm(c, av, bv, 0.0, zeros, &biasv);
+    const Tensor da = a.to(Device::CUDA), db = b.to(Device::CUDA), dbias = bias.to(Device::CUDA);
+    const Tensor out = Tensor::empty({c.M, c.N}, DType::BF16, Device::CUDA);
+    const Tensor aux = Tensor::empty({c.M, c.N}, DType::BF16, Device::CUDA);
+    const Tensor dpre = Tensor::empty({c.M, c.N}, DType::BF16, Device::CUDA);
+    MINIDP_ON_CUDA(kernels::cuda::gemmBf16GeluBias(c.transA, c.transB, c.M, c.N, c.K, da.data<bf16>(), db.data<bf16>(),
+                                                   dbias.data<bf16>(), out.data<bf16>(), aux.data<bf16>(),
+                                                   runtime::computeStream()));
+    MINIDP_ON_CUDA(kernels::cuda::gemmBf16DGelu(c.transA, c.transB, c.M, c.N, c.K, da.data<bf16>(), db.data<bf16>(),
+                                                aux.data<bf16>(), dpre.data<bf16>(), runtime::computeStream()));
+    const std::vector<double> outv = out.toDType(DType::F64).toVector<double>(),
+                              auxv = aux.toDType(DType::F64).toVector<double>(),
+                              dprev = dpre.toDType(DType::F64).toVector<double>();
+    const double bf16Step = std::ldexp(1.0, -8), fastTanh = std::ldexp(1.0, -10);
+    int bad = 0;
+    double signedSum = 0;
+    int64_t inRange = 0;
+    for (int64_t i = 0; i < c.M * c.N; ++i) {
+      const double gelu = kernels::geluValue(pre[i]), dgelu = product[i] * kernels::geluDerivative(auxv[i]);
+      const bool preOk = std::abs(auxv[i] - pre[i]) <= bf16Step * std::abs(pre[i]) + 1e-5;
+      const bool geluOk = std::abs(outv[i] - gelu) <= bf16Step * std::abs(gelu) + fastTanh * std::abs(pre[i]) + 1e-5;
+      const bool dgeluOk = std::abs(dprev[i] - dgelu) <= bf16Step * std::abs(dgelu) +
+                                                          fastTanh * std::abs(product[i]) * (1 + 2 * auxv[i] * auxv[i]) + 1e-6;
+      if (!(preOk && geluOk && dgeluOk) && ++bad <= 5) {
+        ADD_FAILURE() << "element " << i << ": pre " << auxv[i] << " (float64 " << pre[i] << "), gelu " << outv[i]
+                      << " (tanh form " << gelu << "), dgelu " << dprev[i] << " (tanh form " << dgelu << ")";
+      }
+      if (pre[i] >= -3 && pre[i] <= -2) {
+        signedSum += outv[i] - gelu;
+        ++inRange;
+      }
+    }
+    EXPECT_EQ(bad, 0);
+    ASSERT_GT(inRange, 0);
+    EXPECT_LT(std::abs(signedSum / static_cast<double>(inRange)), 1.5e-4)
+        << "mean GELU error over " << inRange << " pre-activations in [-3, -2]: the erf form gives about -3.7e-4";
+  }
+}
+
 TEST(GemmTf32, CloseToFloat64AndOffIsExactAgain) {
   SKIP_WITHOUT_CUDA();
   const int64_t M = 96, N = 80, K = 256;
@@ -234,6 +297,20 @@ TEST(Bf16Ops, LinearMatchesF32) {
                        {false, true, true});
   expectBf16MatchesF32(withBias, {randomTensor({1, 64}, 41), randomTensor({48, 64}, 42), randomTensor({48}, 43)},
                        {false, true, true});
+}
+
+// The fused bf16 GELU MLP against the fp32 run of the same function (linear, gelu, linear): fused at
+// hidden widths divisible by 8 (one row included), the three ops otherwise.
+TEST(Bf16Ops, GeluMlpMatchesF32) {
+  SKIP_WITHOUT_CUDA();
+  const auto mlp = [](const std::vector<Variable>& v) { return ops::geluMlp(v[0], v[1], v[2], v[3], v[4]); };
+  const std::vector<bool> params{false, true, true, true, true};
+  expectBf16MatchesF32(mlp, {randomTensor({4, 6, 40}, 51), randomTensor({64, 40}, 52), randomTensor({64}, 53),
+                             randomTensor({40, 64}, 54), randomTensor({40}, 55)}, params);
+  expectBf16MatchesF32(mlp, {randomTensor({1, 32}, 56), randomTensor({128, 32}, 57), randomTensor({128}, 58),
+                             randomTensor({32, 128}, 59), randomTensor({32}, 60)}, params);
+  expectBf16MatchesF32(mlp, {randomTensor({7, 13}, 61), randomTensor({20, 13}, 62), randomTensor({20}, 63),
+                             randomTensor({13, 20}, 64), randomTensor({13}, 65)}, params);
 }
 
 TEST(Bf16Ops, MatmulMatchesF32) {
