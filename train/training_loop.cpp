@@ -35,6 +35,7 @@ int runTraining(int argc, char** argv, const std::string& program) {
   Options opts;
   addOptions(app, opts);
   CLI11_PARSE(app, argc, argv);
+  if (const int usage = checkUsage(opts, program)) return usage;
 
   Session session;
   return runGuarded(program.c_str(), session, [&] {
