@@ -122,6 +122,8 @@ class Trainer {
   /// One optimizer step over gradAccum micro-batches. Returns the loss tensor of the last micro-batch
   /// (on the device; reading it is the caller's choice, since it synchronises). Timed by timer():
   /// phases forward, backward, prefetch, finalize (exposed communication), optimizer, and the buckets.
+  /// --cuda-graph, after the warm-up: one phase, "replay", and the same loss tensor every step, rewritten
+  /// by each replay (read it before the next step).
   Tensor step();
   /// The mean of `loss` over all ranks: the loss of the global batch (a collective; synchronises).
   double globalLoss(const Tensor& loss);
