@@ -16,7 +16,9 @@ constexpr unsigned kMaxChunkBlocks = 1u << 16;  // more chunks than this: blocks
 unsigned chunkGrid(int64_t numChunks) { return static_cast<unsigned>(std::min<int64_t>(numChunks, kMaxChunkBlocks)); }
 
 template <typename T>
-__global__ void sgdMultiKernel(const ParamChunk<T>* chunks, int64_t numChunks, SgdParams<T> h, const T* gradScale) {
+__global__ void sgdMultiKernel(const ParamChunk<T>* chunks, int64_t numChunks, SgdParams<T> hArg,
+                               const SgdParams<T>* deviceH, const T* gradScale) {
+  const SgdParams<T> h = deviceH ? *deviceH : hArg;
   const T factor = gradFactor(gradScale);
   for (int64_t c = blockIdx.x; c < numChunks; c += gridDim.x) {
     const ParamChunk<T> k = chunks[c];
@@ -45,9 +47,10 @@ __device__ __forceinline__ void adamwStep(const ParamChunk<T>& k, int64_t i, T f
 // One block per chunk; whole 16-byte packs when the chunk's four arrays are aligned, then the rest one
 // element per thread. The update per element is the same either way.
 template <typename T>
-__global__ void adamwMultiKernel(const ParamChunk<T>* chunks, int64_t numChunks, AdamWParams<T> h,
-                                 const T* gradScale) {
+__global__ void adamwMultiKernel(const ParamChunk<T>* chunks, int64_t numChunks, AdamWParams<T> hArg,
+                                 const AdamWParams<T>* deviceH, const T* gradScale) {
   constexpr int P = kPack<T>;
+  const AdamWParams<T> h = deviceH ? *deviceH : hArg;
   const T factor = gradFactor(gradScale);
   for (int64_t c = blockIdx.x; c < numChunks; c += gridDim.x) {
     const ParamChunk<T> k = chunks[c];
@@ -56,6 +59,11 @@ __global__ void adamwMultiKernel(const ParamChunk<T>* chunks, int64_t numChunks,
     for (int64_t i = threadIdx.x * int64_t(P); i < whole; i += int64_t(blockDim.x) * P) adamwStep<P>(k, i, factor, h);
     for (int64_t i = whole + threadIdx.x; i < k.n; i += blockDim.x) adamwStep<1>(k, i, factor, h);
   }
+}
+
+template <typename P>
+__global__ void storeScalarsKernel(P h, P* out) {
+  *out = h;
 }
 
 /// Shared-memory tree over kBlock values: a fixed order, so the bits do not depend on timing.
@@ -95,18 +103,23 @@ __global__ void clipCoefficientKernel(const double* partials, int64_t count, dou
 }  // namespace
 
 template <typename T>
-void sgdMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, SgdParams<T> h, const T* gradScale,
-                  cudaStream_t stream) {
+void sgdMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, SgdParams<T> h, const SgdParams<T>* deviceH,
+                  const T* gradScale, cudaStream_t stream) {
   if (numChunks == 0) return;
-  sgdMultiKernel<T><<<chunkGrid(numChunks), kBlock, 0, stream>>>(chunks, numChunks, h, gradScale);
+  sgdMultiKernel<T><<<chunkGrid(numChunks), kBlock, 0, stream>>>(chunks, numChunks, h, deviceH, gradScale);
   CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
-void adamwMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, AdamWParams<T> h, const T* gradScale,
-                    cudaStream_t stream) {
+void adamwMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, AdamWParams<T> h,
+                    const AdamWParams<T>* deviceH, const T* gradScale, cudaStream_t stream) {
   if (numChunks == 0) return;
-  adamwMultiKernel<T><<<chunkGrid(numChunks), kBlock, 0, stream>>>(chunks, numChunks, h, gradScale);
+  adamwMultiKernel<T><<<chunkGrid(numChunks), kBlock, 0, stream>>>(chunks, numChunks, h, deviceH, gradScale);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename P> void storeScalars(P h, P* out, cudaStream_t stream) {
+  storeScalarsKernel<P><<<1, 1, 0, stream>>>(h, out);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -123,8 +136,12 @@ void clipCoefficient(const double* partials, int64_t count, double maxNorm, doub
 }
 
 #define MINIDP_INSTANTIATE(T)                                                                             \
-  template void sgdMultiStep<T>(const ParamChunk<T>*, int64_t, SgdParams<T>, const T*, cudaStream_t);     \
-  template void adamwMultiStep<T>(const ParamChunk<T>*, int64_t, AdamWParams<T>, const T*, cudaStream_t); \
+  template void sgdMultiStep<T>(const ParamChunk<T>*, int64_t, SgdParams<T>, const SgdParams<T>*, const T*,     \
+                                cudaStream_t);                                                            \
+  template void adamwMultiStep<T>(const ParamChunk<T>*, int64_t, AdamWParams<T>, const AdamWParams<T>*,     \
+                                  const T*, cudaStream_t);                                                \
+  template void storeScalars<SgdParams<T>>(SgdParams<T>, SgdParams<T>*, cudaStream_t);                     \
+  template void storeScalars<AdamWParams<T>>(AdamWParams<T>, AdamWParams<T>*, cudaStream_t);               \
   template void sumSquaresPartials<T>(const T*, int64_t, double*, cudaStream_t);                          \
   template void clipCoefficient<T>(const double*, int64_t, double, double*, T*, cudaStream_t);
 MINIDP_INSTANTIATE(float)

@@ -53,14 +53,21 @@ inline AdamWParams<T> adamwParams(double lr, double beta1, double beta2, double 
 /// (and the bits) do not depend on the device.
 constexpr int kNormPartials = 256;
 
+// The multi-step kernels take the step's scalars `h` by value, or from `deviceH` when it is not null (CUDA
+// graphs: a captured launch reads them from memory that storeScalars rewrites before each replay).
+
 namespace cpu {
 /// Each chunk: g = grad * (gradScale ? *gradScale : 1) + wd * p; buf = first ? g : momentum * buf + g;
 /// p -= lr * (momentum ? buf : g).
 template <typename T>
-void sgdMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, SgdParams<T> h, const T* gradScale);
+void sgdMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, SgdParams<T> h, const SgdParams<T>* deviceH,
+                  const T* gradScale);
 /// Each chunk: g = grad * scale; p *= 1 - lr*wd; m, v moments; p -= stepSize * m / (sqrt(v) / bias2Sqrt + eps).
 template <typename T>
-void adamwMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, AdamWParams<T> h, const T* gradScale);
+void adamwMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, AdamWParams<T> h,
+                    const AdamWParams<T>* deviceH, const T* gradScale);
+/// *out = h: one step's scalars (SgdParams<T> or AdamWParams<T>) where deviceH points.
+template <typename P> void storeScalars(P h, P* out);
 /// partials[0..kNormPartials) = sums of x[i]^2 (in double) over fixed strided slices of x[0..n).
 template <typename T> void sumSquaresPartials(const T* x, int64_t n, double* partials);
 /// norm[0] = sqrt(sum of partials[0..count)) in a fixed order; scale[0] = min(1, maxNorm / (norm + 1e-6))
@@ -71,11 +78,12 @@ template <typename T> void clipCoefficient(const double* partials, int64_t count
 
 namespace cuda {
 template <typename T>
-void sgdMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, SgdParams<T> h, const T* gradScale,
-                  cudaStream_t stream);
+void sgdMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, SgdParams<T> h, const SgdParams<T>* deviceH,
+                  const T* gradScale, cudaStream_t stream);
 template <typename T>
-void adamwMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, AdamWParams<T> h, const T* gradScale,
-                    cudaStream_t stream);
+void adamwMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, AdamWParams<T> h,
+                    const AdamWParams<T>* deviceH, const T* gradScale, cudaStream_t stream);
+template <typename P> void storeScalars(P h, P* out, cudaStream_t stream);
 template <typename T> void sumSquaresPartials(const T* x, int64_t n, double* partials, cudaStream_t stream);
 template <typename T> void clipCoefficient(const double* partials, int64_t count, double maxNorm, double* norm,
                                            T* scale, cudaStream_t stream);

@@ -6,7 +6,9 @@
 namespace minidp::kernels::cpu {
 
 template <typename T>
-void sgdMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, SgdParams<T> h, const T* gradScale) {
+void sgdMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, SgdParams<T> hArg, const SgdParams<T>* deviceH,
+                  const T* gradScale) {
+  const SgdParams<T> h = deviceH ? *deviceH : hArg;
   const T factor = gradFactor(gradScale);
   for (int64_t c = 0; c < numChunks; ++c) {
     const ParamChunk<T>& k = chunks[c];
@@ -16,13 +18,17 @@ void sgdMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, SgdParams<T> h
 }
 
 template <typename T>
-void adamwMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, AdamWParams<T> h, const T* gradScale) {
+void adamwMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, AdamWParams<T> hArg,
+                    const AdamWParams<T>* deviceH, const T* gradScale) {
+  const AdamWParams<T> h = deviceH ? *deviceH : hArg;
   const T factor = gradFactor(gradScale);
   for (int64_t c = 0; c < numChunks; ++c) {
     const ParamChunk<T>& k = chunks[c];
     for (int64_t i = 0; i < k.n; ++i) adamwUpdate(k.param[i], k.grad[i] * factor, k.state0[i], k.state1[i], h);
   }
 }
+
+template <typename P> void storeScalars(P h, P* out) { *out = h; }
 
 template <typename T> void sumSquaresPartials(const T* x, int64_t n, double* partials) {
   for (int64_t b = 0; b < kNormPartials; ++b) {
@@ -41,8 +47,10 @@ void clipCoefficient(const double* partials, int64_t count, double maxNorm, doub
 }
 
 #define MINIDP_INSTANTIATE(T)                                                                      \
-  template void sgdMultiStep<T>(const ParamChunk<T>*, int64_t, SgdParams<T>, const T*);            \
-  template void adamwMultiStep<T>(const ParamChunk<T>*, int64_t, AdamWParams<T>, const T*);        \
+  template void sgdMultiStep<T>(const ParamChunk<T>*, int64_t, SgdParams<T>, const SgdParams<T>*, const T*);       \
+  template void adamwMultiStep<T>(const ParamChunk<T>*, int64_t, AdamWParams<T>, const AdamWParams<T>*, const T*); \
+  template void storeScalars<SgdParams<T>>(SgdParams<T>, SgdParams<T>*);                                         \
+  template void storeScalars<AdamWParams<T>>(AdamWParams<T>, AdamWParams<T>*);                                   \
   template void sumSquaresPartials<T>(const T*, int64_t, double*);                                 \
   template void clipCoefficient<T>(const double*, int64_t, double, double*, T*);
 MINIDP_INSTANTIATE(float)

@@ -269,6 +269,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--json", bench.json, "Write every row and the configuration to this JSON file");
   if (const int status = train::parseCommandLine(app, argc, argv, "minidp-bench"); status >= 0) return status;
+  if (const int usage = train::checkUsage(opts, "minidp-bench")) return usage;
   if (bench.bucketMbList.empty()) bench.bucketMbList = {opts.bucketMb};
   if (bench.ncclMaxCtasList.empty()) bench.ncclMaxCtasList = {opts.comm.ncclMaxCtas};
   if (bench.commPriorityList.empty()) bench.commPriorityList = {priorityName(opts.comm.commHighPriority)};
@@ -296,7 +297,8 @@ int main(int argc, char** argv) {
                              {"emulated", emulated},
                              {"grad_comm", opts.gradComm},
                              {"zero", opts.zero},
-                             {"zero_gather", opts.zeroGather}};
+                             {"zero_gather", opts.zeroGather},
+                             {"cuda_graph", opts.cudaGraph}};
     if (models::findModel(opts.model).data == models::DataKind::Tokens) {  // the size flags it read
       config["gpt"] = {{"layers", opts.gpt.layers},
                        {"heads", opts.gpt.heads},

@@ -95,6 +95,23 @@ void addOptions(CLI::App& app, Options& o) {
       ->check(CLI::IsMember({"end", "overlap"}))->capture_default_str();
   addSessionOptions(app, o);
   addLoopOptions(app, o);
+  app.add_flag("--cuda-graph", o.cudaGraph, "Capture the whole step (forward, backward with its all-reduces, "
+                                            "optimizer) in a CUDA graph after warm-up steps and replay it");
+}
+
+std::string usageProblem(const Options& o) {
+  if (!o.cudaGraph) return {};
+  if (o.device != "cuda") return "--cuda-graph needs --device cuda";
+  if (o.gradAccum != 1) return "--cuda-graph captures one micro-batch per step: not with --grad-accum > 1";
+  if (o.zero != 0) return "--cuda-graph with --zero 1 is not supported (the sharded optimizer gathers outside the graph)";
+  return {};
+}
+
+int checkUsage(const Options& o, const std::string& program) {
+  const std::string problem = usageProblem(o);
+  if (problem.empty()) return 0;
+  std::fprintf(stderr, "%s: usage error: %s\n", program.c_str(), problem.c_str());
+  return 2;
 }
 
 void addLoopOptions(CLI::App& app, Options& o) {
@@ -246,6 +263,10 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
 int64_t Trainer::samplesPerStep() const { return opts_.batchSize * opts_.gradAccum * session_.world(); }
 
 Tensor Trainer::step() {
+  if (opts_.cudaGraph) {
+    if (graphWarmup_ == 0) return graphStep();
+    --graphWarmup_;
+  }
   const bool profiled = autoCapPending_, detailed = timer_.detailed();
   if (profiled) timer_.setDetailed(true);  // per-layer backward spans for the cost model
   timer_.beginStep("forward");

@@ -16,6 +16,7 @@
 #include "framework/optim/grad_clip.h"
 #include "framework/distributed/zero.h"
 #include "framework/optim/optimizer.h"
+#include "framework/runtime/graph.h"
 #include "framework/runtime/step_timer.h"
 #include "models/gpt.h"
 #include "models/mlp.h"
@@ -75,7 +76,19 @@ struct Options {
   std::string resume;        // continue the training state in this file
   bool checkFinite = false;  // check the loss every step, not only at log points
   bool verbose = false;      // errors keep their source locations
+  // CUDA graphs: after kGraphWarmupSteps eager steps, one step captured and replayed (train/graph_step.cpp).
+  bool cudaGraph = false;
 };
+
+/// Eager steps before --cuda-graph captures one: cuBLAS handles and workspaces, the optimizer's state and
+/// chunk table, --bucket-mb auto's and --rebuild-buckets' re-plans all happen in them.
+constexpr int kGraphWarmupSteps = 2;
+
+/// Flag combinations that are usage errors (exit status 2), as one line; empty when there is none.
+std::string usageProblem(const Options& opts);
+/// After parsing: prints "<program>: usage error: <problem>" to stderr and returns 2 when there is a
+/// problem, else 0.
+int checkUsage(const Options& opts, const std::string& program);
 
 /// Registers the flags of `opts` on `app` (addSessionOptions included).
 void addOptions(CLI::App& app, Options& opts);
@@ -115,6 +128,8 @@ class Trainer {
   /// One optimizer step over gradAccum micro-batches. Returns the loss tensor of the last micro-batch
   /// (on the device; reading it is the caller's choice, since it synchronises). Timed by timer():
   /// phases forward, backward, prefetch, finalize (exposed communication), optimizer, and the buckets.
+  /// --cuda-graph, after the warm-up: one phase, "replay", and the same loss tensor every step, rewritten
+  /// by each replay (read it before the next step).
   Tensor step();
   /// The mean of `loss` over all ranks: the loss of the global batch (a collective; synchronises).
   double globalLoss(const Tensor& loss);
@@ -149,6 +164,9 @@ class Trainer {
   void timeBuckets();
   /// --bucket-mb auto, after the first (detailed) step: model the caps, re-plan with rank 0's choice.
   void chooseBucketCap();
+  /// --cuda-graph after the warm-up: copies the batch into graphInputs_, stages the optimizer's scalars,
+  /// captures the step on the first call, and replays it (train/graph_step.cpp).
+  Tensor graphStep();
   const Options& opts_;
   Session& session_;
   runtime::StepTimer timer_;  // before the model: the parameters' hooks point at it
@@ -165,6 +183,11 @@ class Trainer {
   distributed::LinkCost link_;  // --bucket-mb auto: measured at construction
   bool autoCapPending_ = false;
   double bucketCapMb_ = 0;
+  // --cuda-graph: eager steps left, the captured step, the inputs it reads, its loss (rewritten by replays).
+  int graphWarmup_ = kGraphWarmupSteps;
+  std::unique_ptr<runtime::CapturedGraph> graph_;
+  Batch graphInputs_;
+  Tensor graphLoss_;
 };
 
 /// Runs `body`; on an exception prints one line (train/run_checks.h's userMessage), aborts the

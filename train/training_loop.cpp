@@ -37,6 +37,7 @@ int runTraining(int argc, char** argv, const std::string& program) {
   addOptions(app, opts);
   addResumeOptions(app, opts);
   if (const int status = parseCommandLine(app, argc, argv, program.c_str()); status >= 0) return status;
+  if (const int usage = checkUsage(opts, program)) return usage;
 
   Session session;
   return runGuarded(program.c_str(), session, [&] {

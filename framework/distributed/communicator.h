@@ -122,6 +122,10 @@ class Communicator {
   /// The failure path: ends the collectives so that no rank waits forever. Under mpirun it ends every
   /// rank of the job and does not return; in a single process it returns.
   virtual void abort() noexcept = 0;
+  /// CUDA graphs: collectives captured into a graph are launched by its replays, not by this communicator,
+  /// so the watchdog (NCCL) watches each replay instead: call right after enqueuing one; `tag` names it in
+  /// a timeout. Backends without a watchdog ignore it.
+  virtual void watchReplay(const std::string& tag) { (void)tag; }
 };
 
 /// How to build the communicator (the command line's --comm, --nccl-max-ctas, ... flags).

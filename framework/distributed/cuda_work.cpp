@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "framework/runtime/device.h"
+#include "framework/runtime/graph.h"
 #include "kernels/cuda_check.h"
 
 namespace minidp::distributed {
@@ -51,10 +52,15 @@ CudaWork::CudaWork(std::string tag, Tensor buffer, std::shared_ptr<EventPool> po
 
 CudaWork::~CudaWork() { pool_->release({ready_, start_, done_}); }
 
-void CudaWork::wait() { CUDA_CHECK(cudaStreamWaitEvent(runtime::computeStream(), done_, 0)); }
+void CudaWork::wait() {
+  cudaStream_t compute = runtime::computeStream();
+  if (captured_ && !runtime::capturing(compute)) return;
+  CUDA_CHECK(cudaStreamWaitEvent(compute, done_, 0));
+}
 
 bool CudaWork::completed() const {
   if (!settled_) return false;
+  if (captured_) return true;  // its events were recorded into a graph: querying them is an error
   const cudaError_t status = cudaEventQuery(done_);
   if (status == cudaErrorNotReady) return false;
   CUDA_CHECK(status);
@@ -101,6 +107,7 @@ std::shared_ptr<CudaWork> CommStream::launch(std::string tag, Tensor buffer,
                                  [](const std::shared_ptr<CudaWork>& w) { return w->completed(); }),
                   inFlight_.end());
   auto work = std::make_shared<CudaWork>(std::move(tag), std::move(buffer), events_);
+  work->captured_ = runtime::capturing(runtime::computeStream());  // before a watchdog can see it
   if (watch) watch(work);
   try {
     CUDA_CHECK(cudaEventRecord(work->ready_, runtime::computeStream()));

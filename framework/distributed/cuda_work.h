@@ -38,8 +38,11 @@ class CudaWork : public Work {
  public:
   CudaWork(std::string tag, Tensor buffer, std::shared_ptr<EventPool> pool);
   ~CudaWork() override;
-  /// The compute stream waits on the done event (cudaStreamWaitEvent); the host does not wait.
+  /// The compute stream waits on the done event (cudaStreamWaitEvent); the host does not wait. A work
+  /// captured into a CUDA graph is waited for only inside its capture (the join of its comm stream).
   void wait() override;
+  /// A captured work counts as complete: the graph's replays launch its collective, and each replay, which
+  /// joins the comm stream back into the compute stream, is watched as a whole (Communicator::watchReplay).
   bool completed() const override;
   /// Since launch: a collective waiting on the GPU for its gradients counts too (the timeout is long).
   double runningSinceMs() const override;
@@ -54,6 +57,7 @@ class CudaWork : public Work {
   /// False while launch() enqueues it (a watchdog may already hold it: not complete yet); true once the
   /// done event is recorded, or when the launch failed (nothing left to wait for).
   std::atomic<bool> settled_{false};
+  bool captured_ = false;  // launched while the compute stream was being captured into a CUDA graph
 };
 
 /// A rank's comm stream (non-blocking, optionally at the greatest priority) on the current device. It

@@ -152,6 +152,10 @@ std::shared_ptr<Work> NcclCommunicator::allGatherShards(Tensor buffer, const std
       watch());
 }
 
+void NcclCommunicator::watchReplay(const std::string& tag) {
+  watchdog_->watch(stream_->launch(tag, Tensor(), [](cudaStream_t) {}));
+}
+
 void NcclCommunicator::broadcast(Tensor& tensor, int root) {
   checkCuda("broadcast", tensor);
   MINIDP_CHECK(root >= 0 && root < world_, "broadcast from rank " << root << " of " << world_);

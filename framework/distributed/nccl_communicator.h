@@ -45,6 +45,9 @@ class NcclCommunicator : public Communicator {
   std::vector<std::string> allGather(const std::string& bytes) override;
   /// ncclCommAbort (never while the watchdog queries the communicator), then MPI_Abort under mpirun.
   void abort() noexcept override;
+  /// Watches the compute stream's progress past the replay just enqueued: a work on the comm stream that
+  /// starts when the replay (and so every collective in it) is done.
+  void watchReplay(const std::string& tag) override;
   /// The comm stream (for the benchmark's timeline).
   cudaStream_t stream() const { return stream_->stream(); }
 

@@ -64,6 +64,26 @@ void Optimizer::setStepCount(int64_t steps) {
   stepCount_ = steps;
 }
 
+void Optimizer::setScalarsOnDevice(bool on) {
+  if (on && !scalars_.defined()) {
+    // Room for the largest scalars struct (AdamWParams<double>), as raw I32 words on the parameters' device.
+    constexpr int64_t words = (sizeof(kernels::AdamWParams<double>) + sizeof(int32_t) - 1) / sizeof(int32_t);
+    scalars_ = Tensor::zeros({words}, DType::I32, slots_.empty() ? Device::CPU : slots_[0].param.device());
+  }
+  scalarsOnDevice_ = on;
+}
+
+void Optimizer::stageStep() {
+  MINIDP_CHECK(scalarsOnDevice_, "stageStep() without setScalarsOnDevice(true)");
+  ++stepCount_;
+  storeScalars(scalars_);
+}
+
+void Optimizer::storeScalars(const Tensor&) {
+  throwError("this optimizer launches no update of its own: its scalars cannot live on the device", __FILE__,
+             __LINE__);
+}
+
 void Optimizer::refreshTable() {
   std::vector<const void*> pointers;
   for (size_t i = 0; i < slots_.size(); ++i) {
@@ -103,7 +123,7 @@ void Optimizer::refreshTable() {
 
 void Optimizer::step() {
   refreshTable();
-  ++stepCount_;
+  if (!scalarsOnDevice_) ++stepCount_;  // else stageStep() counted it
   if (numChunks_ > 0) launch(table_, numChunks_);
 }
 
@@ -112,11 +132,21 @@ Sgd::Sgd(ParamList params, double lr, double momentum, double weightDecay)
   allocateState(momentum_ != 0 ? std::vector<std::string>{"momentum_buffer"} : std::vector<std::string>{});
 }
 
+template <typename T> kernels::SgdParams<T> Sgd::scalars() const {
+  return {T(lr_), T(momentum_), T(weightDecay_), stepCount() == 1};
+}
+
 void Sgd::launch(const Tensor& table, int64_t numChunks) {
   MINIDP_DISPATCH_FLOAT(dtype(), T, {
-    kernels::SgdParams<T> h{T(lr_), T(momentum_), T(weightDecay_), stepCount() == 1};
-    MINIDP_LAUNCH(table, sgdMultiStep<T>, chunksOf<T>(table), numChunks, h, scaleOf<T>(gradScale()));
+    const auto* onDevice = static_cast<const kernels::SgdParams<T>*>(deviceScalars());
+    MINIDP_LAUNCH(table, sgdMultiStep<T>, chunksOf<T>(table), numChunks, scalars<T>(), onDevice,
+                  scaleOf<T>(gradScale()));
   });
+}
+
+void Sgd::storeScalars(const Tensor& out) {
+  MINIDP_DISPATCH_FLOAT(dtype(), T, MINIDP_LAUNCH(out, storeScalars, scalars<T>(),
+                                                  static_cast<kernels::SgdParams<T>*>(out.raw())));
 }
 
 AdamW::AdamW(ParamList params, double lr, double beta1, double beta2, double eps, double weightDecay)
@@ -124,11 +154,21 @@ AdamW::AdamW(ParamList params, double lr, double beta1, double beta2, double eps
   allocateState({"exp_avg", "exp_avg_sq"});
 }
 
+template <typename T> kernels::AdamWParams<T> AdamW::scalars() const {
+  return kernels::adamwParams<T>(lr_, beta1_, beta2_, eps_, weightDecay_, stepCount());
+}
+
 void AdamW::launch(const Tensor& table, int64_t numChunks) {
   MINIDP_DISPATCH_FLOAT(dtype(), T, {
-    const kernels::AdamWParams<T> h = kernels::adamwParams<T>(lr_, beta1_, beta2_, eps_, weightDecay_, stepCount());
-    MINIDP_LAUNCH(table, adamwMultiStep<T>, chunksOf<T>(table), numChunks, h, scaleOf<T>(gradScale()));
+    const auto* onDevice = static_cast<const kernels::AdamWParams<T>*>(deviceScalars());
+    MINIDP_LAUNCH(table, adamwMultiStep<T>, chunksOf<T>(table), numChunks, scalars<T>(), onDevice,
+                  scaleOf<T>(gradScale()));
   });
+}
+
+void AdamW::storeScalars(const Tensor& out) {
+  MINIDP_DISPATCH_FLOAT(dtype(), T, MINIDP_LAUNCH(out, storeScalars, scalars<T>(),
+                                                  static_cast<kernels::AdamWParams<T>*>(out.raw())));
 }
 
 std::unique_ptr<Optimizer> makeOptimizer(const std::string& name, ParamList params, double lr, double weightDecay) {

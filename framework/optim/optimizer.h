@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "framework/autograd/variable.h"
+#include "kernels/optimizer.h"
 
 namespace minidp::optim {
 
@@ -55,12 +56,25 @@ class Optimizer {
   int64_t stepCount() const { return stepCount_; }
   void setStepCount(int64_t steps);
 
+  /// CUDA graphs: the update reads the step's scalars (learning rate, step count and the terms that follow
+  /// from them) from device memory written by stageStep(), not from kernel arguments that a captured graph
+  /// would freeze. Then stageStep() counts each step and step() only launches.
+  void setScalarsOnDevice(bool on);
+  /// Scalars on the device: counts the coming step and writes its scalars for the current lr (a one-thread
+  /// launch on the compute stream, before the capture or replay that runs step()).
+  void stageStep();
+
  protected:
   /// PyTorch's names of the state tensors kept per parameter (at most two), allocated as zeros.
   void allocateState(std::vector<std::string> names);
   /// Launches the update of every chunk; `table` is the chunk table (kernels::ParamChunk<T>) on the
   /// parameters' device, `stepCount()` already counts this step.
   virtual void launch(const Tensor& table, int64_t numChunks) = 0;
+  /// Writes this step's scalars as the kernels take them (SgdParams<T>, AdamWParams<T>) into the bytes of
+  /// `out`, on the parameters' device. The base class refuses (an optimizer that launches no update itself).
+  virtual void storeScalars(const Tensor& out);
+  /// Where launch() passes the kernels their scalars from: null while they are kernel arguments.
+  const void* deviceScalars() const { return scalarsOnDevice_ ? scalars_.raw() : nullptr; }
   const Tensor& gradScale() const { return gradScale_; }
   /// The parameters' dtype (F32 when there are none).
   DType dtype() const { return slots_.empty() ? DType::F32 : slots_[0].param.dtype(); }
@@ -78,6 +92,8 @@ class Optimizer {
   int64_t numChunks_ = 0;
   Tensor gradScale_;
   int64_t stepCount_ = 0;
+  bool scalarsOnDevice_ = false;
+  Tensor scalars_;  // the step's scalars on the device (raw bytes), while scalarsOnDevice_
 };
 
 /// torch.optim.SGD: momentum (dampening 0) and L2 weight decay added to the gradient.
@@ -87,6 +103,8 @@ class Sgd : public Optimizer {
 
  private:
   void launch(const Tensor& table, int64_t numChunks) override;
+  void storeScalars(const Tensor& out) override;
+  template <typename T> kernels::SgdParams<T> scalars() const;
   double momentum_, weightDecay_;
 };
 
@@ -98,6 +116,8 @@ class AdamW : public Optimizer {
 
  private:
   void launch(const Tensor& table, int64_t numChunks) override;
+  void storeScalars(const Tensor& out) override;
+  template <typename T> kernels::AdamWParams<T> scalars() const;
   double beta1_, beta2_, eps_, weightDecay_;
 };
 

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "kernels/check.h"
@@ -27,6 +28,11 @@ struct Context {
   std::mutex mutex;
   std::multimap<size_t, void*> freeBlocks;
   AllocatorStats stats;
+  // CUDA graphs' private pools: their free blocks, each block's pool, the pool capturing now (-1: none).
+  std::map<int, std::multimap<size_t, void*>> poolFree;
+  std::unordered_map<void*, int> poolOf;
+  int capturing = -1;
+  int nextPool = 0;
 };
 
 Context& context() {
@@ -94,26 +100,34 @@ void* deviceAllocate(size_t bytes) {
   computeStream();
   const size_t size = roundSize(bytes == 0 ? 1 : bytes);
   std::lock_guard<std::mutex> lock(ctx.mutex);
-  auto it = ctx.freeBlocks.find(size);
-  if (it != ctx.freeBlocks.end()) {
+  // A capture takes its pool's free blocks first, then the cache's (which join the pool).
+  for (std::multimap<size_t, void*>* blocks : {ctx.capturing >= 0 ? &ctx.poolFree[ctx.capturing] : nullptr,
+                                               &ctx.freeBlocks}) {
+    if (!blocks) continue;
+    auto it = blocks->find(size);
+    if (it == blocks->end()) continue;
     void* ptr = it->second;
-    ctx.freeBlocks.erase(it);
+    blocks->erase(it);
+    if (ctx.capturing >= 0) ctx.poolOf[ptr] = ctx.capturing;
     ctx.stats.cachedBytes -= size;
     noteAllocated(ctx.stats, size);
     return ptr;
   }
   void* ptr = nullptr;
   cudaError_t err = cudaMalloc(&ptr, size);
-  if (err == cudaErrorMemoryAllocation) {
-    // Give the cache back to the driver once, then retry.
+  if (err == cudaErrorMemoryAllocation && ctx.capturing < 0) {  // cudaFree is illegal in a capture
+    // Give the cache (not the graphs' pools) back to the driver once, then retry.
     cudaGetLastError();
-    for (auto& block : ctx.freeBlocks) cudaFree(block.second);
+    for (auto& block : ctx.freeBlocks) {
+      cudaFree(block.second);
+      ctx.stats.cachedBytes -= block.first;
+    }
     ctx.freeBlocks.clear();
-    ctx.stats.cachedBytes = 0;
     err = cudaMalloc(&ptr, size);
   }
   CUDA_CHECK(err);
   ++ctx.stats.mallocCalls;
+  if (ctx.capturing >= 0) ctx.poolOf[ptr] = ctx.capturing;
   noteAllocated(ctx.stats, size);
   return ptr;
 }
@@ -122,7 +136,10 @@ void deviceRelease(void* ptr, size_t bytes) {
   Context& ctx = context();
   const size_t size = roundSize(bytes == 0 ? 1 : bytes);
   std::lock_guard<std::mutex> lock(ctx.mutex);
-  ctx.freeBlocks.emplace(size, ptr);
+  // A block a capture released may be read by the graph (allocated before it, read in it): it joins the pool.
+  auto owner = ctx.poolOf.find(ptr);
+  if (owner == ctx.poolOf.end() && ctx.capturing >= 0) owner = ctx.poolOf.emplace(ptr, ctx.capturing).first;
+  (owner == ctx.poolOf.end() ? ctx.freeBlocks : ctx.poolFree[owner->second]).emplace(size, ptr);
   ctx.stats.cachedBytes += size;
   ctx.stats.allocatedBytes -= size;
 }
@@ -148,6 +165,30 @@ void resetPeakMemory() {
   context().stats.peakAllocatedBytes = context().stats.allocatedBytes;
 }
 
+int beginGraphPool() {
+  Context& ctx = context();
+  std::lock_guard<std::mutex> lock(ctx.mutex);
+  MINIDP_CHECK(ctx.capturing < 0, "beginGraphPool() during the capture of pool " << ctx.capturing);
+  ctx.capturing = ctx.nextPool++;
+  ctx.poolFree[ctx.capturing];
+  return ctx.capturing;
+}
+
+void endGraphPool() {
+  std::lock_guard<std::mutex> lock(context().mutex);
+  context().capturing = -1;
+}
+
+void releaseGraphPool(int id) {
+  Context& ctx = context();
+  std::lock_guard<std::mutex> lock(ctx.mutex);
+  auto pool = ctx.poolFree.find(id);
+  if (pool == ctx.poolFree.end()) return;
+  ctx.freeBlocks.insert(pool->second.begin(), pool->second.end());
+  ctx.poolFree.erase(pool);
+  for (auto it = ctx.poolOf.begin(); it != ctx.poolOf.end();) it = it->second == id ? ctx.poolOf.erase(it) : std::next(it);
+}
+
 #else  // CPU-only build
 
 namespace {
@@ -169,6 +210,9 @@ void* pinnedAllocate(size_t bytes) { return std::malloc(bytes == 0 ? 1 : bytes);
 void pinnedRelease(void* ptr) { std::free(ptr); }
 AllocatorStats allocatorStats() { return {}; }
 void resetPeakMemory() {}
+int beginGraphPool() { noCuda("beginGraphPool"); }
+void endGraphPool() {}
+void releaseGraphPool(int) {}
 
 #endif
 

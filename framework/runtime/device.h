@@ -46,4 +46,12 @@ AllocatorStats allocatorStats();
 /// Starts a new peak: peakAllocatedBytes = allocatedBytes (e.g. at the start of the steps measured).
 void resetPeakMemory();
 
+/// CUDA graphs: a graph replays the addresses it was captured with, so from beginGraphPool() to
+/// endGraphPool() every block allocated or released joins a private pool. Its released blocks are reused
+/// only by that capture and stay out of the cache until releaseGraphPool(id) (the graph is destroyed);
+/// blocks of the pool still held by tensors then become ordinary blocks. One capture at a time.
+int beginGraphPool();
+void endGraphPool();
+void releaseGraphPool(int id);
+
 }  // namespace minidp::runtime

@@ -91,6 +91,34 @@ TEST(Optimizer, GradScaleMultipliesEveryGradient) {
   }
 }
 
+// CUDA graphs' mode: the scalars (lr, step count, SGD's first step, AdamW's bias corrections) written by
+// stageStep() and read by the kernel give the bits of kernel-argument scalars, step after step with a
+// changing lr; on the CPU twin and, when there is one, on the GPU.
+TEST(Optimizer, ScalarsOnDeviceEqualKernelArguments) {
+  std::vector<Device> devices{Device::CPU};
+  if (runtime::cudaAvailable()) devices.push_back(Device::CUDA);
+  for (Device device : devices) {
+    for (const std::string name : {"sgd", "adamw"}) {
+      std::vector<Variable> eager = randomParams(DType::F32, 50, device), staged = cloneParams(eager);
+      auto a = optim::makeOptimizer(name, eager, 0.01, 0.1), b = optim::makeOptimizer(name, staged, 0.01, 0.1);
+      b->setScalarsOnDevice(true);
+      for (int s = 0; s < 4; ++s) {
+        const double lr = 0.01 * (s + 1);
+        a->setLr(lr);
+        a->step();
+        b->setLr(lr);
+        b->stageStep();
+        b->step();
+      }
+      EXPECT_EQ(a->stepCount(), b->stepCount());
+      for (size_t i = 0; i < eager.size(); ++i) {
+        EXPECT_EQ(eager[i].data().to(Device::CPU).toVector<float>(), staged[i].data().to(Device::CPU).toVector<float>())
+            << name << " on " << deviceName(device) << ", parameter " << i;
+      }
+    }
+  }
+}
+
 TEST(Optimizer, TensorPairsEqualVariables) {
   std::vector<Variable> vars = randomParams(DType::F64, 30), copies = cloneParams(vars);
   std::vector<optim::ParamSlot> slots;

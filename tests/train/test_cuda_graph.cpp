@@ -1,0 +1,125 @@
+// --cuda-graph through the Trainer: N steps of eager training and N steps with the step captured after the
+// warm-up and replayed give byte-identical parameters and losses, for the MLP (SGD with momentum) and the
+// GPT (AdamW under a warm-up + cosine learning rate and gradient clipping, so every replay needs new
+// scalars), fp32 and bf16. Alone: the "single" communicator; under mpirun with 2 ranks: NCCL, whose
+// all-reduces are captured from the comm stream. Also the usage errors, which need no GPU.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "framework/distributed/communicator.h"
+#include "framework/runtime/device.h"
+#include "tests/distributed/dist_test_env.h"
+#include "train/trainer.h"
+
+namespace minidp {
+namespace {
+
+struct GraphCase {
+  const char* name;
+  const char* model;
+  const char* dtype;
+};
+
+train::Options optionsOf(const GraphCase& c) {
+  train::Options o;
+  o.model = c.model;
+  o.dtype = c.dtype;
+  o.device = "cuda";
+  o.steps = 7;  // 2 eager warm-up steps, the captured step, 4 more replays
+  if (std::string(c.model) == "gpt") {
+    o.gpt.layers = 2;
+    o.gpt.embd = 64;
+    o.gpt.heads = 2;  // head dim 32: the flash kernels (bf16 needs them)
+    o.gpt.context = 32;
+    o.batchSize = 4;
+    o.lr = 3e-3;
+    o.lrSchedule = train::LrScheduleKind::Cosine;
+    o.warmupSteps = 3;
+    o.clipGradNorm = 0.5;
+  } else {
+    o.hidden = {64, 32};
+    o.batchSize = 32;
+  }
+  return o;
+}
+
+/// The parameters' bytes and every step's loss bytes after o.steps steps of a fresh Trainer.
+std::vector<std::string> train(train::Options o, train::Session& session, bool graph) {
+  o.cudaGraph = graph;
+  train::Trainer trainer(o, session);
+  std::vector<std::string> out;
+  for (int64_t i = 0; i < o.steps; ++i) {
+    const Tensor loss = trainer.step().to(Device::CPU);  // read before the next replay rewrites it
+    out.emplace_back(static_cast<const char*>(loss.raw()), loss.nbytes());
+  }
+  for (const Variable& p : trainer.model().parameters()) {
+    const Tensor t = p.data().to(Device::CPU);
+    out.emplace_back(static_cast<const char*>(t.raw()), t.nbytes());
+  }
+  return out;
+}
+
+class CudaGraphTraining : public ::testing::TestWithParam<GraphCase> {
+ protected:
+  void SetUp() override {
+    if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+    if (testing::mpiEnvironment()) {
+      std::string reason;
+      session_.comm = testing::sharedCommunicator(Device::CUDA, &reason);
+      if (!session_.comm) GTEST_SKIP() << reason;
+    } else {
+      distributed::CommOptions opts;
+      opts.backend = "single";
+      opts.cuda = true;
+      session_.comm = distributed::makeCommunicator(opts, nullptr);
+    }
+    if (std::string(GetParam().model) == "mlp" && !std::filesystem::exists(kFashionMnistDir)) {
+      GTEST_SKIP() << "no Fashion-MNIST in " << kFashionMnistDir;
+    }
+    session_.device = Device::CUDA;
+    session_.compute = std::string(GetParam().dtype) == "bf16" ? DType::BF16 : DType::F32;
+  }
+  train::Session session_;
+};
+
+TEST_P(CudaGraphTraining, ReplaysAreByteIdenticalToEagerSteps) {
+  const train::Options o = optionsOf(GetParam());
+  const std::vector<std::string> eager = train(o, session_, false);
+  const std::vector<std::string> graph = train(o, session_, true);
+  ASSERT_EQ(eager.size(), graph.size());
+  for (size_t i = 0; i < eager.size(); ++i) {
+    const bool loss = i < static_cast<size_t>(o.steps);
+    EXPECT_TRUE(eager[i] == graph[i]) << (loss ? "the loss of step " : "parameter ")
+                                      << (loss ? i + 1 : i - o.steps) << " differs from eager training";
+  }
+  // The replays trained: the last steps' losses are not the captured step's.
+  EXPECT_FALSE(graph[o.steps - 1] == graph[train::kGraphWarmupSteps]);
+  // Every rank holds the same parameters (NCCL: the replays' all-reduces ran).
+  std::string all;
+  for (size_t i = o.steps; i < graph.size(); ++i) all += graph[i];
+  for (const std::string& bytes : session_.comm->allGather(all)) EXPECT_TRUE(bytes == all) << "ranks differ";
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaGraphTraining,
+                         ::testing::Values(GraphCase{"MlpFp32", "mlp", "fp32"}, GraphCase{"GptFp32", "gpt", "fp32"},
+                                           GraphCase{"GptBf16", "gpt", "bf16"}),
+                         [](const ::testing::TestParamInfo<GraphCase>& info) { return info.param.name; });
+
+TEST(CudaGraphUsage, NeedsCudaOneMicroBatchAndNoZero) {
+  train::Options o;
+  EXPECT_EQ(train::usageProblem(o), "");
+  o.cudaGraph = true;
+  EXPECT_EQ(train::usageProblem(o), "--cuda-graph needs --device cuda");
+  o.device = "cuda";
+  EXPECT_EQ(train::usageProblem(o), "");
+  o.gradAccum = 2;
+  EXPECT_NE(train::usageProblem(o).find("--grad-accum"), std::string::npos);
+  o.gradAccum = 1;
+  o.zero = 1;
+  EXPECT_NE(train::usageProblem(o).find("--zero 1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace minidp
