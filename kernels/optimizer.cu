@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cuda_check.h"
+#include "kernels/cuda_utils.cuh"
 #include "kernels/optimizer_math.h"
 
 namespace minidp::kernels::cuda {
@@ -38,18 +38,6 @@ __global__ void adamwMultiKernel(const ParamChunk<T>* chunks, int64_t numChunks,
   }
 }
 
-/// Shared-memory tree over kBlock values: a fixed order, so the bits do not depend on timing.
-__device__ double blockSum(double v) {
-  __shared__ double partial[kBlock];
-  partial[threadIdx.x] = v;
-  __syncthreads();
-  for (int stride = kBlock / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
-    __syncthreads();
-  }
-  return partial[0];
-}
-
 template <typename T>
 __global__ void sumSquaresKernel(const T* x, int64_t n, double* partials) {
   double s = 0;
@@ -57,7 +45,7 @@ __global__ void sumSquaresKernel(const T* x, int64_t n, double* partials) {
     const double v = static_cast<double>(x[i]);
     s += v * v;
   }
-  const double total = blockSum(s);
+  const double total = blockReduce<kBlock>(s, SumOp());
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
@@ -65,7 +53,7 @@ template <typename T>
 __global__ void clipCoefficientKernel(const double* partials, int64_t count, double maxNorm, double* norm, T* scale) {
   double s = 0;
   for (int64_t i = threadIdx.x; i < count; i += kBlock) s += partials[i];
-  const double total = blockSum(s);
+  const double total = blockReduce<kBlock>(s, SumOp());
   if (threadIdx.x == 0) {
     norm[0] = sqrt(total);
     scale[0] = clipFactor<T>(norm[0], maxNorm);
