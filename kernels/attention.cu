@@ -1,9 +1,7 @@
 // Attention layout and softmax kernels, then their launchers. The softmax runs one warp per score row;
 // its reductions are warp butterflies, so the result is the same bits every run.
-#include <algorithm>
-
 #include "kernels/attention.h"
-#include "kernels/cuda_check.h"
+#include "kernels/cuda_utils.cuh"
 
 namespace minidp::kernels::cuda {
 
@@ -37,25 +35,8 @@ void launchMoveHeads(const T* src, T* dst, bool toHeads, int64_t B, int64_t seqL
                      int64_t rowStride, cudaStream_t stream) {
   const int64_t n = B * H * seqLen * d;
   if (n == 0) return;
-  const unsigned grid = std::min<unsigned>(ceilDiv(n, kBlock), 65535u * 4);
-  moveHeadsKernel<T><<<grid, kBlock, 0, stream>>>(src, dst, toHeads, n, seqLen, H, d, rowStride);
+  moveHeadsKernel<T><<<gridFor(n, kBlock), kBlock, 0, stream>>>(src, dst, toHeads, n, seqLen, H, d, rowStride);
   CUDA_CHECK_LAUNCH();
-}
-
-// Butterfly sum: every lane adds the same pairs, so all lanes end with identical bits.
-template <typename T>
-__device__ T warpSum(T v) {
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-template <typename T>
-__device__ T warpMax(T v) {
-  for (int offset = 16; offset > 0; offset /= 2) {
-    const T other = __shfl_xor_sync(0xffffffffu, v, offset);
-    v = other > v ? other : v;
-  }
-  return v;
 }
 
 // In place is safe: each lane writes only elements it alone read, after the warp-wide reductions.

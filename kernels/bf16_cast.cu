@@ -2,10 +2,8 @@
 // __nv_bfloat16 (kernels/bf16.h).
 #include <cuda_bf16.h>
 
-#include <algorithm>
-
 #include "kernels/bf16_cast.h"
-#include "kernels/cuda_check.h"
+#include "kernels/cuda_utils.cuh"
 
 namespace minidp::kernels::cuda {
 
@@ -25,19 +23,17 @@ __global__ void castFromBf16Kernel(const __nv_bfloat16* x, float* out, int64_t n
   }
 }
 
-unsigned gridFor(int64_t n) { return std::min<unsigned>(ceilDiv(n, kBlock), 65535u * 4); }
-
 }  // namespace
 
 void castToBf16(const float* x, bf16* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  castToBf16Kernel<<<gridFor(n), kBlock, 0, stream>>>(x, reinterpret_cast<__nv_bfloat16*>(out), n);
+  castToBf16Kernel<<<gridFor(n, kBlock), kBlock, 0, stream>>>(x, reinterpret_cast<__nv_bfloat16*>(out), n);
   CUDA_CHECK_LAUNCH();
 }
 
 void castFromBf16(const bf16* x, float* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  castFromBf16Kernel<<<gridFor(n), kBlock, 0, stream>>>(reinterpret_cast<const __nv_bfloat16*>(x), out, n);
+  castFromBf16Kernel<<<gridFor(n, kBlock), kBlock, 0, stream>>>(reinterpret_cast<const __nv_bfloat16*>(x), out, n);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -3,15 +3,13 @@
 
 #include "kernels/composite.h"
 #include "kernels/composite_math.h"
-#include "kernels/cuda_check.h"
+#include "kernels/cuda_utils.cuh"
 
 namespace minidp::kernels::cuda {
 
 namespace {
 
 constexpr int kBlock = 256;
-
-unsigned gridFor(int64_t n) { return std::min<unsigned>(ceilDiv(n, kBlock), 65535u * 4); }
 
 template <typename T>
 __global__ void unaryForwardKernel(UnaryOp op, const T* x, T p, T* y, int64_t n) {
@@ -32,22 +30,15 @@ __global__ void binaryKernel(BinaryOp op, Broadcast broadcast, const T* a, const
     out[i] = binaryValue(op, a ? a[i] : T(0), b[broadcastIndex(broadcast, i, cols)]);
 }
 
-// One block per row: strided partial sums, then a shared-memory tree in a fixed order (deterministic).
+// One block per row: strided partial sums, then blockReduce's fixed order (deterministic).
 template <typename T>
 __global__ void sumLastDimKernel(const T* x, T* out, int64_t rows, int64_t cols) {
-  __shared__ T partial[kBlock];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* row = x + r * cols;  // (cols)
     T s = 0;
     for (int64_t c = threadIdx.x; c < cols; c += kBlock) s += row[c];
-    partial[threadIdx.x] = s;
-    __syncthreads();
-    for (int stride = kBlock / 2; stride > 0; stride /= 2) {
-      if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
-      __syncthreads();
-    }
-    if (threadIdx.x == 0) out[r] = partial[0];
-    __syncthreads();
+    s = blockReduce<kBlock>(s, SumOp());
+    if (threadIdx.x == 0) out[r] = s;
   }
 }
 
@@ -64,32 +55,32 @@ __global__ void gatherRowsKernel(const T* table, const int32_t* index, T* out, i
 template <typename T>
 void unaryForward(UnaryOp op, const T* x, T p, T* y, int64_t n, cudaStream_t s) {
   if (n == 0) return;
-  unaryForwardKernel<<<gridFor(n), kBlock, 0, s>>>(op, x, p, y, n);
+  unaryForwardKernel<<<gridFor(n, kBlock), kBlock, 0, s>>>(op, x, p, y, n);
   CUDA_CHECK_LAUNCH();
 }
 template <typename T>
 void unaryBackward(UnaryOp op, const T* x, T p, const T* dy, T* dx, int64_t n, cudaStream_t s) {
   if (n == 0) return;
-  unaryBackwardKernel<<<gridFor(n), kBlock, 0, s>>>(op, x, p, dy, dx, n);
+  unaryBackwardKernel<<<gridFor(n, kBlock), kBlock, 0, s>>>(op, x, p, dy, dx, n);
   CUDA_CHECK_LAUNCH();
 }
 template <typename T>
 void binaryForward(BinaryOp op, Broadcast broadcast, const T* a, const T* b, T* out, int64_t rows, int64_t cols,
                    cudaStream_t s) {
   if (rows * cols == 0) return;
-  binaryKernel<<<gridFor(rows * cols), kBlock, 0, s>>>(op, broadcast, a, b, out, rows * cols, cols);
+  binaryKernel<<<gridFor(rows * cols, kBlock), kBlock, 0, s>>>(op, broadcast, a, b, out, rows * cols, cols);
   CUDA_CHECK_LAUNCH();
 }
 template <typename T>
 void sumLastDim(const T* x, T* out, int64_t rows, int64_t cols, cudaStream_t s) {
   if (rows == 0) return;
-  sumLastDimKernel<<<std::min<int64_t>(rows, 65535 * 4), kBlock, 0, s>>>(x, out, rows, cols);
+  sumLastDimKernel<<<gridFor(rows, 1), kBlock, 0, s>>>(x, out, rows, cols);
   CUDA_CHECK_LAUNCH();
 }
 template <typename T>
 void gatherRows(const T* table, const int32_t* index, T* out, int64_t n, int64_t C, int64_t V, cudaStream_t s) {
   if (n * C == 0) return;
-  gatherRowsKernel<<<gridFor(n * C), kBlock, 0, s>>>(table, index, out, n, C, V);
+  gatherRowsKernel<<<gridFor(n * C, kBlock), kBlock, 0, s>>>(table, index, out, n, C, V);
   CUDA_CHECK_LAUNCH();
 }
 

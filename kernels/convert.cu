@@ -1,9 +1,7 @@
 // Dtype conversion kernel (grid-stride loop), then its launcher.
-#include <algorithm>
-
 #include "kernels/accum.h"
 #include "kernels/convert.h"
-#include "kernels/cuda_check.h"
+#include "kernels/cuda_utils.cuh"
 
 namespace minidp::kernels::cuda {
 
@@ -22,7 +20,7 @@ __global__ void convertKernel(const From* x, To* y, int64_t n) {
 template <typename From, typename To>
 void convert(const From* x, To* y, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  convertKernel<From, To><<<std::min(ceilDiv(n, kBlock), 65535u * 4), kBlock, 0, stream>>>(x, y, n);
+  convertKernel<From, To><<<gridFor(n, kBlock), kBlock, 0, stream>>>(x, y, n);
   CUDA_CHECK_LAUNCH();
 }
 

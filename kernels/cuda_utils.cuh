@@ -103,8 +103,16 @@ struct SumOp {
   __device__ T operator()(T a, T b) const { return a + b; }
 };
 
+struct MaxOp {
+  template <typename T>
+  __device__ T operator()(T a, T b) const { return b > a ? b : a; }
+};
+
 template <typename T>
 __device__ __forceinline__ T warpSum(T v) { return warpReduce(v, SumOp()); }
+
+template <typename T>
+__device__ __forceinline__ T warpMax(T v) { return warpReduce(v, MaxOp()); }
 
 /// Reduces one value per thread of a kBlock-thread block (a multiple of 32, at most 1024); every thread
 /// receives the result. The order depends only on kBlock, so the bits are the same on every run.

@@ -66,18 +66,6 @@ __global__ void storeScalarsKernel(P h, P* out) {
   *out = h;
 }
 
-/// Shared-memory tree over kBlock values: a fixed order, so the bits do not depend on timing.
-__device__ double blockSum(double v) {
-  __shared__ double partial[kBlock];
-  partial[threadIdx.x] = v;
-  __syncthreads();
-  for (int stride = kBlock / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
-    __syncthreads();
-  }
-  return partial[0];
-}
-
 template <typename T>
 __global__ void sumSquaresKernel(const T* x, int64_t n, double* partials) {
   double s = 0;
@@ -85,7 +73,7 @@ __global__ void sumSquaresKernel(const T* x, int64_t n, double* partials) {
     const double v = static_cast<double>(x[i]);
     s += v * v;
   }
-  const double total = blockSum(s);
+  const double total = blockReduce<kBlock>(s, SumOp());
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
@@ -93,7 +81,7 @@ template <typename T>
 __global__ void clipCoefficientKernel(const double* partials, int64_t count, double maxNorm, double* norm, T* scale) {
   double s = 0;
   for (int64_t i = threadIdx.x; i < count; i += kBlock) s += partials[i];
-  const double total = blockSum(s);
+  const double total = blockReduce<kBlock>(s, SumOp());
   if (threadIdx.x == 0) {
     norm[0] = sqrt(total);
     scale[0] = clipFactor<T>(norm[0], maxNorm);

@@ -137,8 +137,8 @@ void addLoopOptions(CLI::App& app, Options& o) {
 
 void addSessionOptions(CLI::App& app, Options& o) {
   app.add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  app.add_option("--comm", o.comm.backend, "Communicator: auto, single, mpi, nccl, emulated")
-      ->check(CLI::IsMember({"auto", "single", "mpi", "nccl", "emulated"}))->capture_default_str();
+  app.add_option("--comm", o.comm.backend, distributed::commBackendHelp())
+      ->check(CLI::IsMember(distributed::commBackendNames()))->capture_default_str();
   app.add_option("--nccl-max-ctas", o.comm.ncclMaxCtas, "NCCL maxCTAs (0: NCCL's default)")->capture_default_str();
   app.add_flag("!--no-comm-priority", o.comm.commHighPriority, "Create the comm stream at default priority");
   app.add_option("--emulated-world", o.comm.emulatedWorld, "Emulated link: ranks modelled")->capture_default_str();

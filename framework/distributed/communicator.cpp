@@ -90,6 +90,55 @@ class SingleCommunicator : public Communicator {
 
 }  // namespace
 
+const std::vector<CommBackend>& commBackends() {
+  static const std::vector<CommBackend> table = {
+      {"single", "one rank, no communication",
+       [](const CommOptions&, MpiEnvironment* env) -> std::shared_ptr<Communicator> {
+         const int world = env ? env->worldSize() : 1;
+         MINIDP_CHECK(world == 1, "--comm single under mpirun with "
+                                      << world << " ranks: the ranks would train apart; use mpi or nccl");
+         return std::make_shared<SingleCommunicator>();
+       }},
+      {"mpi", "MPI all-reduce of CPU tensors (under mpirun)",
+       [](const CommOptions& opts, MpiEnvironment* env) -> std::shared_ptr<Communicator> {
+         MINIDP_CHECK(env, "--comm mpi needs the process to be started by mpirun");
+         MINIDP_CHECK(!opts.cuda, "--comm mpi averages CPU tensors; use nccl for --device cuda");
+         return std::make_shared<MpiCommunicator>(*env, opts.watchdogSeconds);
+       }},
+      {"nccl", "NCCL all-reduce of CUDA tensors (under mpirun)",
+       [](const CommOptions& opts, MpiEnvironment* env) -> std::shared_ptr<Communicator> {
+         MINIDP_CHECK(opts.cuda, "--comm nccl averages CUDA tensors; use mpi for --device cpu");
+#if MINIDP_WITH_CUDA
+         return std::make_shared<NcclCommunicator>(opts, env);
+#else
+         (void)env;
+         throwError("--comm nccl: minidp was built without CUDA", __FILE__, __LINE__);
+#endif
+       }},
+      {"emulated", "a modelled link of --emulated-world ranks inside one process",
+       [](const CommOptions& opts, MpiEnvironment* env) -> std::shared_ptr<Communicator> {
+         const int world = env ? env->worldSize() : 1;
+         MINIDP_CHECK(world == 1, "--comm emulated models a world inside one process; run it without mpirun (got "
+                                      << world << " ranks)");
+         return std::make_shared<EmulatedCommunicator>(opts.emulatedWorld, opts.emulatedGBps, opts.emulatedLatencyUs,
+                                                       opts.cuda, opts.ncclMaxCtas, opts.commHighPriority);
+       }},
+  };
+  return table;
+}
+
+std::vector<std::string> commBackendNames() {
+  std::vector<std::string> names{"auto"};
+  for (const CommBackend& b : commBackends()) names.push_back(b.name);
+  return names;
+}
+
+std::string commBackendHelp() {
+  std::string help = "Communicator: auto (nccl for CUDA under mpirun, mpi for the CPU under mpirun, else single)";
+  for (const CommBackend& b : commBackends()) help += "; " + b.name + ": " + b.description;
+  return help;
+}
+
 std::shared_ptr<Communicator> makeCommunicator(const CommOptions& opts, MpiEnvironment* env) {
   const int world = env ? env->worldSize() : 1;
   std::string backend = opts.backend;
@@ -100,32 +149,12 @@ std::shared_ptr<Communicator> makeCommunicator(const CommOptions& opts, MpiEnvir
       backend = env ? "mpi" : "single";
     }
   }
-  if (backend == "single") {
-    MINIDP_CHECK(world == 1, "--comm single under mpirun with " << world
-                                                                << " ranks: the ranks would train apart; use mpi or nccl");
-    return std::make_shared<SingleCommunicator>();
+  for (const CommBackend& b : commBackends()) {
+    if (b.name == backend) return b.make(opts, env);
   }
-  if (backend == "mpi") {
-    MINIDP_CHECK(env, "--comm mpi needs the process to be started by mpirun");
-    MINIDP_CHECK(!opts.cuda, "--comm mpi averages CPU tensors; use nccl for --device cuda");
-    return std::make_shared<MpiCommunicator>(*env, opts.watchdogSeconds);
-  }
-  if (backend == "nccl") {
-    MINIDP_CHECK(opts.cuda, "--comm nccl averages CUDA tensors; use mpi for --device cpu");
-#if MINIDP_WITH_CUDA
-    return std::make_shared<NcclCommunicator>(opts, env);
-#else
-    throwError("--comm nccl: minidp was built without CUDA", __FILE__, __LINE__);
-#endif
-  }
-  if (backend == "emulated") {
-    MINIDP_CHECK(world == 1, "--comm emulated models a world inside one process; run it without mpirun (got "
-                                 << world << " ranks)");
-    return std::make_shared<EmulatedCommunicator>(opts.emulatedWorld, opts.emulatedGBps, opts.emulatedLatencyUs,
-                                                  opts.cuda, opts.ncclMaxCtas, opts.commHighPriority);
-  }
-  throwError("unknown communicator backend '" + opts.backend + "' (auto, single, mpi, nccl, emulated)", __FILE__,
-             __LINE__);
+  std::string names;
+  for (const std::string& name : commBackendNames()) names += (names.empty() ? "" : ", ") + name;
+  throwError("unknown communicator backend '" + opts.backend + "' (" + names + ")", __FILE__, __LINE__);
 }
 
 }  // namespace minidp::distributed

@@ -2,6 +2,7 @@
 // on one of four backends: single (world 1), MPI (CPU tensors), NCCL (CUDA tensors), emulated link.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -147,6 +148,21 @@ struct CommOptions {
   /// A collective unfinished for longer than this ends every rank (<= 0: no watchdog).
   double watchdogSeconds = 300;
 };
+
+/// One communicator backend: its --comm name, a one-line description for the help, and its factory
+/// (which checks that the backend fits `opts` and the world size, naming what does not).
+struct CommBackend {
+  std::string name;
+  std::string description;
+  std::function<std::shared_ptr<Communicator>(const CommOptions& opts, MpiEnvironment* env)> make;
+};
+
+/// The name -> factory table makeCommunicator chooses from: single, mpi, nccl, emulated.
+const std::vector<CommBackend>& commBackends();
+/// --comm's allowed values: "auto", then every backend's name in table order.
+std::vector<std::string> commBackendNames();
+/// --comm's help: the table's names with their descriptions, and what auto picks.
+std::string commBackendHelp();
 
 /// Builds the backend `opts` names. auto: nccl for CUDA under mpirun with a world > 1, mpi for the CPU
 /// under mpirun, single otherwise. `env` is null when the process was not started by mpirun; it must

@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include "framework/runtime/step_timer.h"
+#include "framework/runtime/nvtx.h"
 
 namespace minidp::distributed {
 

@@ -1,6 +1,6 @@
 #include "framework/distributed/zero.h"
 
-#include "framework/runtime/step_timer.h"
+#include "framework/runtime/nvtx.h"
 
 namespace minidp::distributed {
 

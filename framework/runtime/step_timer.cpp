@@ -18,14 +18,6 @@ namespace {
 
 }  // namespace
 
-#if MINIDP_WITH_CUDA
-NvtxRange::NvtxRange(const char* name) { nvtxRangePushA(name); }
-NvtxRange::~NvtxRange() { nvtxRangePop(); }
-#else
-NvtxRange::NvtxRange(const char*) {}
-NvtxRange::~NvtxRange() {}
-#endif
-
 double StepRecord::commMs() const {
   std::vector<std::pair<double, double>> spans;
   for (const BucketSpan& b : buckets) spans.emplace_back(b.startMs, b.endMs);

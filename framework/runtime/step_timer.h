@@ -20,19 +20,11 @@
 #include <vector>
 
 #include "framework/runtime/clock.h"
+#include "framework/runtime/nvtx.h"
 #include "framework/tensor/tensor.h"
 #include "kernels/stream.h"
 
 namespace minidp::runtime {
-
-/// An NVTX range over a host scope, shown by Nsight Systems; nothing without CUDA.
-class NvtxRange {
- public:
-  explicit NvtxRange(const char* name);
-  ~NvtxRange();
-  NvtxRange(const NvtxRange&) = delete;
-  NvtxRange& operator=(const NvtxRange&) = delete;
-};
 
 /// A named interval of a step, in ms after the step's start mark.
 struct Span {

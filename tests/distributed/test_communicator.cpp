@@ -3,6 +3,7 @@
 // check, holding released works), the factory.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -65,6 +66,23 @@ TEST(CommunicatorFactory, RejectsBackendsThatCannotWork) {
   EXPECT_EQ(emulated->name(), "emulated");
   EXPECT_EQ(emulated->worldSize(), 4);
   EXPECT_NE(emulated->describe().find("NOT a multi-rank run"), std::string::npos) << emulated->describe();
+}
+
+TEST(CommunicatorFactory, BuildsEachBackendOfTheTableByItsName) {
+  const std::vector<std::string> names = commBackendNames();
+  ASSERT_EQ(names.size(), commBackends().size() + 1);
+  EXPECT_EQ(names.front(), "auto");
+  const std::string help = commBackendHelp();
+  for (const CommBackend& b : commBackends()) {
+    EXPECT_NE(std::find(names.begin(), names.end(), b.name), names.end()) << b.name;
+    EXPECT_NE(help.find(b.name + ": " + b.description), std::string::npos) << help;
+  }
+  // The backends that run on the CPU without mpirun come out of makeCommunicator under their own name.
+  for (const std::string name : {"single", "emulated"}) {
+    CommOptions opts;
+    opts.backend = name;
+    EXPECT_EQ(makeCommunicator(opts, nullptr)->name(), name);
+  }
 }
 
 TEST(EmulatedCommunicator, CpuLinkKeepsBitsTakesTheModelledTimeAndDoesNotBlockTheCaller) {
