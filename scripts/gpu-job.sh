@@ -48,9 +48,11 @@ step_kernels() {
 # The GPT-2-small step (issue 9): minidp bf16 / fp32 beside PyTorch eager bf16 and torch.compile.
 step_fast_step() {
   [ -f "$out/tokens/train.bin" ] || python3 scripts/make-random-tokens.py "$out/tokens"
-  for b in 8 16; do
-    build/bin/minidp-bench "${gpt2[@]}" --batch-size $b --dtype bf16 --steps 15 --warmup 5 --bucket-mb-list 25 \
-      --json "$out/mdp_gpt2_bf16_b$b.json" >"$out/mdp_gpt2_bf16_b$b.txt" 2>&1; tail -4 "$out/mdp_gpt2_bf16_b$b.txt"
+  for run in "8" "16" "8 --cuda-graph"; do
+    set -- $run
+    local name="mdp_gpt2_bf16_b$1${2:+_graph}"
+    build/bin/minidp-bench "${gpt2[@]}" --batch-size "$@" --dtype bf16 --steps 15 --warmup 5 --bucket-mb-list 25 \
+      --json "$out/$name.json" >"$out/$name.txt" 2>&1; echo "$name"; tail -3 "$out/$name.txt"
   done
   for b in 8 16; do
     python3 train/torch_bench.py --model gpt --layers 12 --heads 12 --embd 768 --context 1024 --vocab 50257 \
