@@ -167,7 +167,8 @@ TEST(GemmBf16, MatchesFloat64Reference) {
 }
 
 // The GELU MLP's epilogues against float64. Per element: the pre-activation saved as aux, GELU of it and
-// the product times GELU's derivative at the saved aux, within one bf16 rounding plus what a fast tanh
+// the product times GELU's derivative at the saved aux, within one bf16 rounding (two for the aux and the
+// derivative, which cuBLASLt may round twice) plus what a fast tanh
 // (~2^-11 relative) could add; a wrong index, bias or formula is off by far more. Which GELU: over
 // pre-activations in [-3, -2] the erf form lies below the tanh form by 1e-4 to 4.7e-4 (3.7e-4 on average),
 // so the mean signed error against the tanh form must stay under 1.5e-4 (bf16 rounding averages out).
@@ -208,7 +209,9 @@ TEST(GemmBf16, GeluEpiloguesAreTheTanhForm) {
     int64_t inRange = 0;
     for (int64_t i = 0; i < c.M * c.N; ++i) {
       const double gelu = kernels::geluValue(pre[i]), dgelu = product[i] * kernels::geluDerivative(auxv[i]);
-      const bool preOk = std::abs(auxv[i] - pre[i]) <= bf16Step * std::abs(pre[i]) + 1e-5;
+      // pre: up to two roundings too (the product, then product + bias; seen on the H200: one element of
+      // 1776 at 1.04x a one-rounding bound).
+      const bool preOk = std::abs(auxv[i] - pre[i]) <= 2 * bf16Step * std::abs(pre[i]) + 1e-5;
       const bool geluOk = std::abs(outv[i] - gelu) <= bf16Step * std::abs(gelu) + fastTanh * std::abs(pre[i]) + 1e-5;
       // dgelu: up to two roundings (cuBLASLt may round the product before the derivative's multiply; seen on
       // the H200: one element of 6144 at 1.01x a one-rounding bound).
