@@ -257,6 +257,7 @@ void checkTrainingRun(const Options& o, Session& session) {
         removeStrayTemporaries(o.save);
       }
       if (!o.trace.empty()) checkWritable("--trace", o.trace);
+      if (!o.metrics.empty()) checkWritable("--metrics", o.metrics);
     }
     MINIDP_CHECK(o.saveEvery == 0 || !o.save.empty(), "--save-every needs --save FILE (the file it rewrites)");
     checkData(o, session.world());

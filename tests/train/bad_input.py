@@ -78,6 +78,7 @@ def cases(p):
         ("save in a missing folder", t + QUICK + ["--save", "/nonexistent/x.safetensors"], 1, "--save"),
         ("save onto a folder", t + QUICK + ["--save", p["empty"]], 1, "--save"),
         ("trace in a missing folder", t + QUICK + ["--trace", "/nonexistent/t.json"], 1, "--trace"),
+        ("metrics in a missing folder", t + QUICK + ["--metrics", "/nonexistent/m.jsonl"], 1, "--metrics"),
         ("save-every without save", t + QUICK + ["--save-every", "1"], 1, "--save-every"),
         ("data-dir is a file", t + GPT + QUICK + ["--data-dir", p["notst"]], 1, "--data-dir"),
         ("data-dir missing", t + GPT + QUICK + ["--data-dir", "/nonexistent"], 1, "--data-dir"),
