@@ -11,7 +11,7 @@ echo "$log" | grep -v '^step' || true
 losses=$(echo "$log" | awk '/^step/ {print $4}')
 first=$(echo "$losses" | head -3 | awk '{ s += $1 } END { print s / NR }')
 last=$(echo "$losses" | tail -10 | awk '{ s += $1 } END { print s / NR }')
-accuracy=$(echo "$log" | awk '/^test accuracy/ {print $3}')
+accuracy=$(echo "$log" | grep -o '"test_accuracy":[0-9.e-]*' | cut -d: -f2)  # from the JSON summary
 echo "mean loss: first 3 steps $first, last 10 steps $last; test accuracy $accuracy"
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.5 * a) }' || { echo "FAIL: the loss did not fall"; exit 1; }
 awk -v acc="$accuracy" 'BEGIN { exit !(acc > 0.5) }' || { echo "FAIL: test accuracy $accuracy"; exit 1; }
