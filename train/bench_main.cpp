@@ -184,10 +184,10 @@ Row run(const train::Options& base, const BenchOptions& bench, train::Session& s
   return row;
 }
 
-/// The cap, "auto:25" when the cost model chose it.
+/// The cap as given, or "auto:25" when the cost model chose it.
 std::string bucketCell(const Row& r) {
   char text[32];
-  std::snprintf(text, sizeof text, r.bucketMb > 0 ? "%g" : "auto:%g", r.chosenMb);
+  std::snprintf(text, sizeof text, r.bucketMb > 0 ? "%g" : "auto:%g", r.bucketMb > 0 ? r.bucketMb : r.chosenMb);
   return text;
 }
 
