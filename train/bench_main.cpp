@@ -195,9 +195,9 @@ void printRow(const Row& r) {
   std::printf("%8s %8s %9s %6s %7s %9.3f %9.3f %10.3f %9.3f %10.3f %7s %8s %6s %8s\n",
               priorityName(r.comm.highPriority), r.comm.ctas > 0 ? std::to_string(r.comm.ctas).c_str() : "default",
               bucketCell(r).c_str(),
-              r.repeat < 0 ? "all" : std::to_string(r.repeat).c_str(), distributed::overlapName(r.overlap), r.stepMs, r.p90Ms,
-              r.computeMs, r.commMs, r.exposedMs, cell(r.efficiency, "%.3f").c_str(), cell(r.speedup, "%.3f").c_str(),
-              cell(r.hidden, "%.3f").c_str(), cell(r.peakMib, "%.0f").c_str());
+              r.repeat < 0 ? "all" : std::to_string(r.repeat).c_str(), distributed::overlapName(r.overlap), r.stepMs,
+              r.p90Ms, r.computeMs, r.commMs, r.exposedMs, cell(r.efficiency, "%.3f").c_str(),
+              cell(r.speedup, "%.3f").c_str(), cell(r.hidden, "%.3f").c_str(), cell(r.peakMib, "%.0f").c_str());
 }
 
 nlohmann::json nullable(double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); }
@@ -364,7 +364,7 @@ int main(int argc, char** argv) {
           if (printer) std::fflush(stdout);
         }
         if (bench.repeats > 1) {
-          for (distributed::Overlap overlap : {distributed::Overlap::AfterBackward, distributed::Overlap::DuringBackward}) {
+          for (auto overlap : {distributed::Overlap::AfterBackward, distributed::Overlap::DuringBackward}) {
             Row& pool = poolOf(overlap);
             pool.comm = comm;
             pool.bucketMb = bucketMb;

@@ -77,7 +77,7 @@ void addOptions(CLI::App& app, Options& o) {
   // The DDP options, typed at the flags: a named overlap mode, MiB converted to bytes here, once.
   app.add_option("--overlap", o.ddp.overlap, "on: all-reduce buckets during backward; off: after it")
       ->transform(CLI::CheckedTransformer(distributed::overlapModes()).description(""))
-      ->transform(CLI::IsMember(distributed::overlapModes()))  // runs first: the names only, not the enum's numbers
+      ->transform(CLI::IsMember(distributed::overlapModes()))  // runs first: names only, not the enum's numbers
       ->type_name("TEXT")->default_str(distributed::overlapName(o.ddp.overlap));
   app.add_option_function<double>(
          "--bucket-mb", [&o](double mb) { o.ddp.bucketCapBytes = distributed::mibToBytes(mb); },
@@ -238,8 +238,8 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
   ddpOptions.zeroStage = o.zero;
   autoCapPending_ = o.ddp.bucketCapBytes == 0;
   if (autoCapPending_) {
-    MINIDP_CHECK(o.zero == 0 && !o.ddp.rebuildBuckets, "--bucket-mb auto re-plans after the first step: not with --zero 1 "
-                                                   "or --rebuild-buckets");
+    MINIDP_CHECK(o.zero == 0 && !o.ddp.rebuildBuckets,
+                 "--bucket-mb auto re-plans after the first step: not with --zero 1 or --rebuild-buckets");
     ddpOptions.bucketCapBytes = distributed::DdpOptions{}.bucketCapBytes;
     link_ = distributed::measureLinkCost(*session.comm, session.device, 256 << 10, 32 << 20, 3);
   }

@@ -7,7 +7,8 @@
 namespace minidp::distributed {
 
 const std::map<std::string, Overlap>& overlapModes() {
-  static const std::map<std::string, Overlap> modes = {{"on", Overlap::DuringBackward}, {"off", Overlap::AfterBackward}};
+  static const std::map<std::string, Overlap> modes = {{"on", Overlap::DuringBackward},
+                                                        {"off", Overlap::AfterBackward}};
   return modes;
 }
 

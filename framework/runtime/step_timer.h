@@ -4,9 +4,10 @@
 // step, or a caller that has synchronised), so timing adds no host synchronisation.
 //
 // Phases of a step (contiguous on the compute track, the Phase enum): forward, backward, prefetch,
-// finalize, optimizer; a --cuda-graph step has one, replay. "finalize" spans exactly the compute stream's wait for the gradient all-reduces (CUDA: an
-// event just before the stream-waits on the buckets' events and one right after, nothing else queued
-// in between; CPU: the host's wait), so its length is the EXPOSED communication.
+// finalize, optimizer; a --cuda-graph step has one, replay. "finalize" spans exactly the compute
+// stream's wait for the gradient all-reduces (CUDA: an event just before the stream-waits on the
+// buckets' events and one right after, nothing else queued in between; CPU: the host's wait), so its
+// length is the EXPOSED communication.
 //
 // Per-layer backward spans are derived from grad-ready hooks, not from the ops: each hook records a
 // mark; parameters are grouped by module prefix ("h.3" for "h.3.attn.c_attn.weight", "layers.1",

@@ -197,7 +197,8 @@ TEST_P(Ddp, RebuiltBucketsKeepRanksBitIdenticalAndTheNumbers) {
     }
     return m;
   };
-  auto on = train(Overlap::DuringBackward, true), off = train(Overlap::AfterBackward, true), plain = train(Overlap::DuringBackward, false);
+  auto on = train(Overlap::DuringBackward, true), off = train(Overlap::AfterBackward, true);
+  auto plain = train(Overlap::DuringBackward, false);
   const std::string bytes = testing::parameterBytes(*on);
   EXPECT_TRUE(bytes == testing::parameterBytes(*off)) << "overlap on and off differ with rebuilt buckets";
   const std::vector<std::string> all = comm_->allGather(bytes);
@@ -370,7 +371,8 @@ TEST_P(DdpWire, Bf16OnTheWireIsIdenticalOnRanksAndOverlapAndNearFp32) {
   auto on = train(sgd(Overlap::DuringBackward, distributed::GradComm::Bf16, 0));
   auto off = train(sgd(Overlap::AfterBackward, distributed::GradComm::Bf16, 0));
   auto zero = train(sgd(Overlap::DuringBackward, distributed::GradComm::Bf16, 1));
-  EXPECT_TRUE(testing::parameterBytes(*on) == testing::parameterBytes(*off)) << "overlap on and off differ with bf16 on the wire";
+  EXPECT_TRUE(testing::parameterBytes(*on) == testing::parameterBytes(*off))
+      << "overlap on and off differ with bf16 on the wire";
   expectRanksIdentical(*on, "bf16");
   expectRanksIdentical(*zero, "bf16 + ZeRO-1");
   // bf16 keeps 8 significant bits (relative rounding 2^-9 per gradient element): the weights stay within

@@ -179,7 +179,8 @@ TEST(Reducer, DdpHooksLaunchDuringBackwardWithOverlapOn) {
       ASSERT_EQ(ddp.plan().buckets.size(), 3u);
       ddp.prepareStep();
       backward();
-      EXPECT_EQ(comm->launched.size(), overlap == Overlap::DuringBackward ? 3u : 0u) << "overlap " << overlapName(overlap);
+      EXPECT_EQ(comm->launched.size(), overlap == Overlap::DuringBackward ? 3u : 0u)
+          << "overlap " << overlapName(overlap);
       ddp.finalize();
       EXPECT_EQ(comm->launched, (Tags{"bucket 0", "bucket 1", "bucket 2"}));
       EXPECT_FALSE(ddp.rebuiltLastStep()) << "rebuild is opt-in";
