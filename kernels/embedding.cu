@@ -169,7 +169,7 @@ void embeddingBackwardTokens(const T* dout, const int32_t* tokens, ParamOf<T>* d
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(s.temp, s.tempBytes, s.keysIn, s.keysOut, s.positionsIn,
                                              s.positionsOut, static_cast<int>(n), 0, keyBits(V), stream));
   constexpr int P = kPack<T>;
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(n, kGridCap));
+  const unsigned grid = gridFor(n, 1);  // a block per token
   if (C % P == 0 && aligned16(dout) && aligned16(dwte)) {
     tokenSegmentsKernel<P, T><<<grid, kSegmentBlock, 0, stream>>>(dout, s.keysOut, s.positionsOut, dwte, n, C, V,
                                                                   accumulate);

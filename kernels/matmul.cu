@@ -11,6 +11,7 @@
 
 #include "kernels/accum.h"
 #include "kernels/cuda_check.h"
+#include "kernels/cuda_utils.cuh"
 #include "kernels/gelu_math.h"
 #include "kernels/matmul.h"
 
@@ -290,7 +291,7 @@ void gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
         static_cast<int>(ldc), strideC,
         static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     if (epilogue != Epilogue::None) {
-      epilogueKernel<TC><<<std::min(ceilDiv(M * N, kEpilogueBlock), 65535u * 4), kEpilogueBlock, 0, stream>>>(
+      epilogueKernel<TC><<<gridFor(M * N, kEpilogueBlock), kEpilogueBlock, 0, stream>>>(
           epilogue, C, bias, aux, M * N, N);
       CUDA_CHECK_LAUNCH();
     }

@@ -1,6 +1,7 @@
 // One block sums the whole tensor: each thread a strided partial sum, then a shared-memory tree.
 // A single block keeps the order fixed (deterministic); reductions here are scalars for losses.
 #include "kernels/cuda_check.h"
+#include "kernels/cuda_utils.cuh"
 #include "kernels/reduce.h"
 
 namespace minidp::kernels::cuda {
@@ -39,7 +40,7 @@ template <typename T> void sumAll(const T* x, T* out, int64_t n, cudaStream_t st
 
 template <typename T> void broadcastScalar(const T* scalar, T s, T* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  broadcastScalarKernel<T><<<std::min(ceilDiv(n, 256), 4096u), 256, 0, stream>>>(scalar, s, out, n);
+  broadcastScalarKernel<T><<<gridFor(n, 256), 256, 0, stream>>>(scalar, s, out, n);
   CUDA_CHECK_LAUNCH();
 }
 

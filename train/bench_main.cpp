@@ -68,7 +68,7 @@ struct Row {
   double bucketMb = 0;  // 0: auto
   double chosenMb = 0;  // the cap used (auto: the cost model's choice)
   int repeat = 0;
-  bool overlap = false;
+  distributed::Overlap overlap = distributed::Overlap::AfterBackward;
   std::vector<StepSample> samples;
   double stepMs = 0, p90Ms = 0, computeMs = 0, commMs = 0, exposedMs = 0, backwardMs = 0;
   double efficiency = NAN, speedup = NAN, hidden = NAN;  // overlap-on rows only
@@ -122,7 +122,7 @@ std::vector<StepSample> samplesOf(const std::vector<std::vector<runtime::StepRec
       out[k].computeMs += steps[k].computeMs() / n;
       out[k].commMs += steps[k].commMs() / n;
       out[k].exposedMs += steps[k].exposedMs() / n;
-      out[k].backwardMs += steps[k].phaseMs("backward") / n;
+      out[k].backwardMs += steps[k].phaseMs(runtime::Phase::Backward) / n;
     }
   }
   return out;
@@ -137,10 +137,10 @@ std::string cell(double v, const char* format) {
   return text;
 }
 
-std::string runLabel(const CommConfig& comm, double bucketMb, bool overlap) {
+std::string runLabel(const CommConfig& comm, double bucketMb, distributed::Overlap overlap) {
   char text[128];
   std::snprintf(text, sizeof text, "bucket %s MB, overlap %s, priority %s",
-                bucketMb > 0 ? cell(bucketMb, "%g").c_str() : "auto", overlap ? "on" : "off",
+                bucketMb > 0 ? cell(bucketMb, "%g").c_str() : "auto", distributed::overlapName(overlap),
                 priorityName(comm.highPriority));
   std::string label = text;
   if (comm.ctas > 0) label += ", maxCTAs " + std::to_string(comm.ctas);
@@ -150,11 +150,12 @@ std::string runLabel(const CommConfig& comm, double bucketMb, bool overlap) {
 /// Trains `warmup + steps` steps of a fresh Trainer, synchronising after each; the timed steps'
 /// samples. Appends the last traceSteps timed steps of every rank to `traced` when `trace`.
 Row run(const train::Options& base, const BenchOptions& bench, train::Session& session, const CommConfig& comm,
-        double bucketMb, int repeat, bool overlap, bool trace, std::vector<runtime::StepRecord>& traced) {
+        double bucketMb, int repeat, distributed::Overlap overlap, bool trace,
+        std::vector<runtime::StepRecord>& traced) {
   train::Options o = base;
-  o.bucketMb = bucketMb;
-  o.firstBucketMb = bucketMb > 0 ? std::min(base.firstBucketMb, bucketMb) : base.firstBucketMb;
-  o.overlap = overlap ? "on" : "off";
+  o.ddp.bucketCapBytes = distributed::mibToBytes(bucketMb);  // the sweep's MiB, as bytes once here
+  if (bucketMb > 0) o.ddp.firstBucketCapBytes = std::min(base.ddp.firstBucketCapBytes, o.ddp.bucketCapBytes);
+  o.ddp.overlap = overlap;
   train::Trainer trainer(o, session);
   runtime::resetPeakMemory();
   const std::string label = runLabel(comm, bucketMb, overlap);
@@ -174,7 +175,7 @@ Row run(const train::Options& base, const BenchOptions& bench, train::Session& s
   Row row;
   row.comm = comm;
   row.bucketMb = bucketMb;
-  row.chosenMb = trainer.bucketCapMb();
+  row.chosenMb = distributed::bytesToMib(trainer.bucketCapBytes());
   row.repeat = repeat;
   row.overlap = overlap;
   row.samples = samplesOf(train::gatherSteps(*session.comm, timed));
@@ -183,10 +184,10 @@ Row run(const train::Options& base, const BenchOptions& bench, train::Session& s
   return row;
 }
 
-/// The cap, "auto:25" when the cost model chose it.
+/// The cap as given, or "auto:25" when the cost model chose it.
 std::string bucketCell(const Row& r) {
   char text[32];
-  std::snprintf(text, sizeof text, r.bucketMb > 0 ? "%g" : "auto:%g", r.chosenMb);
+  std::snprintf(text, sizeof text, r.bucketMb > 0 ? "%g" : "auto:%g", r.bucketMb > 0 ? r.bucketMb : r.chosenMb);
   return text;
 }
 
@@ -194,9 +195,9 @@ void printRow(const Row& r) {
   std::printf("%8s %8s %9s %6s %7s %9.3f %9.3f %10.3f %9.3f %10.3f %7s %8s %6s %8s\n",
               priorityName(r.comm.highPriority), r.comm.ctas > 0 ? std::to_string(r.comm.ctas).c_str() : "default",
               bucketCell(r).c_str(),
-              r.repeat < 0 ? "all" : std::to_string(r.repeat).c_str(), r.overlap ? "on" : "off", r.stepMs, r.p90Ms,
-              r.computeMs, r.commMs, r.exposedMs, cell(r.efficiency, "%.3f").c_str(), cell(r.speedup, "%.3f").c_str(),
-              cell(r.hidden, "%.3f").c_str(), cell(r.peakMib, "%.0f").c_str());
+              r.repeat < 0 ? "all" : std::to_string(r.repeat).c_str(), distributed::overlapName(r.overlap), r.stepMs,
+              r.p90Ms, r.computeMs, r.commMs, r.exposedMs, cell(r.efficiency, "%.3f").c_str(),
+              cell(r.speedup, "%.3f").c_str(), cell(r.hidden, "%.3f").c_str(), cell(r.peakMib, "%.0f").c_str());
 }
 
 nlohmann::json nullable(double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); }
@@ -209,7 +210,7 @@ nlohmann::json rowJson(const Row& r) {
           {"bucket_mb", r.bucketMb > 0 ? nlohmann::json(r.bucketMb) : nlohmann::json("auto")},
           {"bucket_mb_used", r.chosenMb},
           {"repeat", r.repeat < 0 ? nlohmann::json("all") : nlohmann::json(r.repeat)},
-          {"overlap", r.overlap ? "on" : "off"},
+          {"overlap", distributed::overlapName(r.overlap)},
           {"step_ms_median", r.stepMs},
           {"step_ms_p90", r.p90Ms},
           {"compute_ms", r.computeMs},
@@ -270,7 +271,7 @@ int main(int argc, char** argv) {
   app.add_option("--json", bench.json, "Write every row and the configuration to this JSON file");
   if (const int status = train::parseCommandLine(app, argc, argv, "minidp-bench"); status >= 0) return status;
   if (const int usage = train::checkUsage(opts, "minidp-bench")) return usage;
-  if (bench.bucketMbList.empty()) bench.bucketMbList = {opts.bucketMb};
+  if (bench.bucketMbList.empty()) bench.bucketMbList = {distributed::bytesToMib(opts.ddp.bucketCapBytes)};
   if (bench.ncclMaxCtasList.empty()) bench.ncclMaxCtasList = {opts.comm.ncclMaxCtas};
   if (bench.commPriorityList.empty()) bench.commPriorityList = {priorityName(opts.comm.commHighPriority)};
   std::vector<CommConfig> commConfigs;  // priority outer, maxCTAs inner
@@ -291,7 +292,7 @@ int main(int argc, char** argv) {
                              {"warmup", bench.warmup},
                              {"steps", opts.steps},
                              {"repeats", bench.repeats},
-                             {"first_bucket_mb", opts.firstBucketMb},
+                             {"first_bucket_mb", distributed::bytesToMib(opts.ddp.firstBucketCapBytes)},
                              {"seed", opts.seed},
                              {"date", utcNow()},
                              {"emulated", emulated},
@@ -343,13 +344,18 @@ int main(int argc, char** argv) {
       }
       for (double bucketMb : bench.bucketMbList) {
         std::vector<Row> pooled(2);  // off, on: every repeat's steps
+        const auto poolOf = [&pooled](distributed::Overlap mode) -> Row& {
+          return pooled[mode == distributed::Overlap::DuringBackward];
+        };
         for (int64_t repeat = 0; repeat < bench.repeats; ++repeat) {
           const bool trace = !opts.trace.empty() && repeat == 0;
-          Row off = run(opts, bench, session, comm, bucketMb, static_cast<int>(repeat), false, trace, traced);
-          Row on = run(opts, bench, session, comm, bucketMb, static_cast<int>(repeat), true, trace, traced);
+          Row off = run(opts, bench, session, comm, bucketMb, static_cast<int>(repeat),
+                        distributed::Overlap::AfterBackward, trace, traced);
+          Row on = run(opts, bench, session, comm, bucketMb, static_cast<int>(repeat),
+                       distributed::Overlap::DuringBackward, trace, traced);
           compare(off, on);
           for (const Row* r : {&off, &on}) {
-            Row& pool = pooled[r->overlap];
+            Row& pool = poolOf(r->overlap);
             pool.samples.insert(pool.samples.end(), r->samples.begin(), r->samples.end());
             pool.chosenMb = r->chosenMb;
             if (printer) printRow(*r);
@@ -358,8 +364,8 @@ int main(int argc, char** argv) {
           if (printer) std::fflush(stdout);
         }
         if (bench.repeats > 1) {
-          for (int overlap : {0, 1}) {
-            Row& pool = pooled[overlap];
+          for (auto overlap : {distributed::Overlap::AfterBackward, distributed::Overlap::DuringBackward}) {
+            Row& pool = poolOf(overlap);
             pool.comm = comm;
             pool.bucketMb = bucketMb;
             pool.repeat = -1;

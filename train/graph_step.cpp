@@ -26,7 +26,7 @@ Tensor Trainer::graphStep() {
     });
   }
   // One phase, "replay", from the input copy to the end of the replay (the buckets are not timed).
-  timer_.beginStep("replay");
+  timer_.beginStep(runtime::Phase::Replay);
   graphInputs_.inputs.copyFrom(batch.inputs);
   graphInputs_.targets.copyFrom(batch.targets);
   batches_->prefetch();

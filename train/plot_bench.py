@@ -17,6 +17,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+# The phase names are the C++ table's (runtime::phaseName in framework/runtime/step_timer.cpp); the trace
+# JSON carries them as strings, so a phase renamed there is renamed here too.
 COLOURS = {
     "forward": "#4c72b0",
     "backward": "#55a868",

@@ -130,7 +130,8 @@ nlohmann::json chromeTrace(const std::vector<std::vector<StepRecord>>& ranks, co
       for (const auto& p : s.phases)
         events.push_back(completeEvent(p.name, rank, kCompute, originMs, p.startMs, p.endMs, tag));
       for (const auto& l : s.layers) {
-        events.push_back(completeEvent("backward " + l.name, rank, kCompute, originMs, l.startMs, l.endMs,
+        const std::string layer = std::string(runtime::phaseName(runtime::Phase::Backward)) + " " + l.name;
+        events.push_back(completeEvent(layer, rank, kCompute, originMs, l.startMs, l.endMs,
                                        {{"step", s.step}, {"derived_from", "grad-ready hooks"}}));
       }
       for (const auto& c : s.copies)

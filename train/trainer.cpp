@@ -19,7 +19,7 @@ namespace minidp::train {
 
 namespace {
 
-/// --bucket-mb: a positive number, or "auto" (stored as 0).
+/// --bucket-mb: a positive number (of at least one byte), or "auto" (stored as 0).
 const CLI::Validator autoBucketCap(
     [](std::string& value) -> std::string {
       if (value == "auto") {
@@ -27,12 +27,19 @@ const CLI::Validator autoBucketCap(
         return {};
       }
       try {
-        if (std::stod(value) > 0) return {};
+        if (distributed::mibToBytes(std::stod(value)) > 0) return {};
       } catch (const std::exception&) {
       }
       return "bucket cap must be a positive number of MB or auto, not '" + value + "'";
     },
     "MB|auto");
+
+/// A cap in bytes as the flags spell it (MiB, e.g. "25"), for --help's defaults.
+std::string mibText(size_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", distributed::bytesToMib(bytes));
+  return text;
+}
 
 }  // namespace
 
@@ -67,15 +74,21 @@ void addOptions(CLI::App& app, Options& o) {
   app.add_option("--heads", o.gpt.heads, "GPT attention heads")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--embd", o.gpt.embd, "GPT width")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--context", o.gpt.context, "GPT context length")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--overlap", o.overlap, "on: all-reduce buckets during backward; off: after it")
-      ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
-  app.add_option("--bucket-mb", o.bucketMb, "Gradient bucket cap (MB), or auto: chosen after the first step from the "
-                                            "measured link and backward")
-      ->transform(autoBucketCap)->capture_default_str();
-  app.add_option("--first-bucket-mb", o.firstBucketMb, "Cap of the first bucket launched (MB)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_flag("--rebuild-buckets", o.rebuildBuckets, "After the first step, re-plan the buckets in rank 0's "
-                                                      "observed gradient ready order");
+  // The DDP options, typed at the flags: a named overlap mode, MiB converted to bytes here, once.
+  app.add_option("--overlap", o.ddp.overlap, "on: all-reduce buckets during backward; off: after it")
+      ->transform(CLI::CheckedTransformer(distributed::overlapModes()).description(""))
+      ->transform(CLI::IsMember(distributed::overlapModes()))  // runs first: names only, not the enum's numbers
+      ->type_name("TEXT")->default_str(distributed::overlapName(o.ddp.overlap));
+  app.add_option_function<double>(
+         "--bucket-mb", [&o](double mb) { o.ddp.bucketCapBytes = distributed::mibToBytes(mb); },
+         "Gradient bucket cap (MB), or auto: chosen after the first step from the measured link and backward")
+      ->transform(autoBucketCap)->default_str(mibText(o.ddp.bucketCapBytes));
+  app.add_option_function<double>(
+         "--first-bucket-mb", [&o](double mb) { o.ddp.firstBucketCapBytes = distributed::mibToBytes(mb); },
+         "Cap of the first bucket launched (MB)")
+      ->check(CLI::PositiveNumber)->default_str(mibText(o.ddp.firstBucketCapBytes));
+  app.add_flag("--rebuild-buckets", o.ddp.rebuildBuckets, "After the first step, re-plan the buckets in rank 0's "
+                                                          "observed gradient ready order");
   app.add_option("--grad-accum", o.gradAccum, "Micro-batches per step; all-reduce on the last only")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--save", o.save, "Write the parameters to this safetensors file at the end");
@@ -218,23 +231,19 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
     });
   }
   timer_.setParameterNames(std::move(names));
-  distributed::DdpOptions ddpOptions;
-  ddpOptions.overlap = o.overlap == "on";
-  ddpOptions.bucketMb = o.bucketMb;
-  ddpOptions.firstBucketMb = o.firstBucketMb;
-  ddpOptions.rebuildBuckets = o.rebuildBuckets;
+  distributed::DdpOptions ddpOptions = o.ddp;
   // Issue 10: bf16 on the wire, ZeRO-1's sharded optimizer, --bucket-mb auto (a start plan of 25 MB,
   // re-planned after the first step from the link measured here and that step's backward).
   ddpOptions.gradComm = o.gradComm == "bf16" ? distributed::GradComm::Bf16 : distributed::GradComm::Fp32;
   ddpOptions.zeroStage = o.zero;
-  autoCapPending_ = o.bucketMb == 0;
+  autoCapPending_ = o.ddp.bucketCapBytes == 0;
   if (autoCapPending_) {
-    MINIDP_CHECK(o.zero == 0 && !o.rebuildBuckets, "--bucket-mb auto re-plans after the first step: not with --zero 1 "
-                                                   "or --rebuild-buckets");
-    ddpOptions.bucketMb = 25;
+    MINIDP_CHECK(o.zero == 0 && !o.ddp.rebuildBuckets,
+                 "--bucket-mb auto re-plans after the first step: not with --zero 1 or --rebuild-buckets");
+    ddpOptions.bucketCapBytes = distributed::DdpOptions{}.bucketCapBytes;
     link_ = distributed::measureLinkCost(*session.comm, session.device, 256 << 10, 32 << 20, 3);
   }
-  bucketCapMb_ = ddpOptions.bucketMb;
+  bucketCapBytes_ = ddpOptions.bucketCapBytes;
   ddp_ = std::make_unique<distributed::DistributedDataParallel>(model_->namedParameters(), session.comm, ddpOptions);
   const std::string optName = o.optimizer.empty() ? entry.defaultOptimizer : o.optimizer;
   const double lr = o.lr > 0 ? o.lr : entry.defaultLr;
@@ -269,29 +278,29 @@ Tensor Trainer::step() {
   }
   const bool profiled = autoCapPending_, detailed = timer_.detailed();
   if (profiled) timer_.setDetailed(true);  // per-layer backward spans for the cost model
-  timer_.beginStep("forward");
+  timer_.beginStep(runtime::Phase::Forward);
   ddp_->prepareStep();
   Tensor last;
   for (int64_t micro = 0; micro < opts_.gradAccum; ++micro) {
-    if (micro > 0) timer_.phase("forward");
+    if (micro > 0) timer_.phase(runtime::Phase::Forward);
     Batch batch = batches_->next();
     ddp_->setRequireSync(micro + 1 == opts_.gradAccum);
     Variable loss = model_->loss(batch.inputs, batch.targets);
     // Micro-batch means, averaged over the step: the gradient equals one batch of gradAccum x batchSize.
     Variable scaled = opts_.gradAccum > 1 ? ops::scale(loss, 1.0 / static_cast<double>(opts_.gradAccum)) : loss;
-    timer_.phase("backward");
+    timer_.phase(runtime::Phase::Backward);
     scaled.backward();
     last = loss.data();
-    timer_.phase("prefetch");
+    timer_.phase(runtime::Phase::Prefetch);
     batches_->prefetch();  // the host gathers the next batch while the device runs this one
   }
   // The finalize phase is the compute stream's wait on the buckets, nothing else: exposed communication
   // (and, in the first step with --rebuild-buckets, the rebuild).
-  ddp_->finalize([this] { timer_.phase("finalize"); });
+  ddp_->finalize([this] { timer_.phase(runtime::Phase::Finalize); });
   if (ddp_->rebuiltLastStep() && session_.rank() == 0) {
     std::printf("bucket plan rebuilt from the observed ready order:\n%s", ddp_->plan().describe().c_str());
   }
-  timer_.phase("optimizer");
+  timer_.phase(runtime::Phase::Optimizer);
   // Clipping reads the averaged gradients in the buckets: the same bits, so the same norm, on every rank.
   normMeasured_ = opts_.clipGradNorm > 0;
   if (normMeasured_) clipper_->compute(bucketBuffers());
@@ -313,9 +322,9 @@ void Trainer::chooseBucketCap() {
   const distributed::BackwardProfile profile = distributed::profileFromStep(timer_.peek(true).back(), names);
   std::string report;
   const double wire = opts_.gradComm == "bf16" ? 0.5 : 1.0;
-  bucketCapMb_ = distributed::chooseBucketCap(*session_.comm, ddp_->parameterInfos(), profile, link_,
-                                              opts_.firstBucketMb, wire, report);
-  ddp_->replan(bucketCapMb_, std::min(opts_.firstBucketMb, bucketCapMb_));
+  bucketCapBytes_ = distributed::chooseBucketCap(*session_.comm, ddp_->parameterInfos(), profile, link_,
+                                                 opts_.ddp.firstBucketCapBytes, wire, report);
+  ddp_->replan(bucketCapBytes_, std::min(opts_.ddp.firstBucketCapBytes, bucketCapBytes_));
   autoCapPending_ = false;
   if (session_.rank() == 0) std::printf("%s\n%s", report.c_str(), ddp_->plan().describe().c_str());
 }

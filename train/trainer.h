@@ -46,9 +46,10 @@ struct Options {
   int64_t evalBatches = 20;
   std::vector<int64_t> hidden = {256, 256};
   models::GptConfig gpt;
-  std::string overlap = "on";
-  double bucketMb = 25, firstBucketMb = 1;  // bucketMb 0: auto, from the measured cost model
-  bool rebuildBuckets = false;  // re-plan the buckets in the observed ready order after the first step
+  // --overlap, --bucket-mb, --first-bucket-mb (MiB on the command line, bytes here), --rebuild-buckets.
+  // ddp.bucketCapBytes 0: --bucket-mb auto, chosen by the cost model after the first step. gradComm and
+  // zeroStage are set by the Trainer from --grad-comm and --zero.
+  distributed::DdpOptions ddp;
   int64_t gradAccum = 1;
   std::string save, load;
   int64_t sample = 0;
@@ -150,8 +151,8 @@ class Trainer {
   int64_t samplesPerStep() const;  // global samples per optimizer step
   /// The timer of step(): collect() its records; setDetailed(true) for per-layer and copy spans.
   runtime::StepTimer& timer() { return timer_; }
-  /// The bucket cap in use (MB): --bucket-mb, or what --bucket-mb auto chose after the first step.
-  double bucketCapMb() const { return bucketCapMb_; }
+  /// The bucket cap in use (bytes): --bucket-mb, or what --bucket-mb auto chose after the first step.
+  size_t bucketCapBytes() const { return bucketCapBytes_; }
   /// Rank 0 writes parameters, optimizer state, `step` and the sampler position to `path` (train_state.cpp).
   void saveState(const std::string& path, int64_t step);
   /// Restores what saveState wrote (on every rank); returns the step it was saved after.
@@ -182,7 +183,7 @@ class Trainer {
   std::unique_ptr<Prefetcher> batches_;
   distributed::LinkCost link_;  // --bucket-mb auto: measured at construction
   bool autoCapPending_ = false;
-  double bucketCapMb_ = 0;
+  size_t bucketCapBytes_ = 0;
   // --cuda-graph: eager steps left, the captured step, the inputs it reads, its loss (rewritten by replays).
   int graphWarmup_ = kGraphWarmupSteps;
   std::unique_ptr<runtime::CapturedGraph> graph_;

@@ -50,7 +50,7 @@ int runTraining(int argc, char** argv, const std::string& program) {
       std::printf("%s: %s, %lld parameters, %d rank(s) on %s (%s), communicator %s, overlap %s\n",
                   program.c_str(), opts.model.c_str(), static_cast<long long>(trainer.model().numParameters()),
                   session.world(), opts.device.c_str(), opts.dtype.c_str(), session.comm->describe().c_str(),
-                  opts.overlap.c_str());
+                  distributed::overlapName(opts.ddp.overlap));
       std::printf("%s", trainer.ddp().plan().describe().c_str());
     }
     using Clock = std::chrono::steady_clock;
@@ -137,7 +137,7 @@ int runTraining(int argc, char** argv, const std::string& program) {
     const Evaluation evaluation = trainer.evaluate();
     nlohmann::json summary = {{"model", opts.model},      {"device", opts.device},
                               {"world", session.world()}, {"steps", opts.steps},
-                              {"batch_size", opts.batchSize}, {"overlap", opts.overlap},
+                              {"batch_size", opts.batchSize}, {"overlap", distributed::overlapName(opts.ddp.overlap)},
                               {"final_loss", lastLoss},   {"mean_step_ms", timedSteps ? totalMs / timedSteps : NAN},
                               {"mean_comm_ms", timedSteps ? totalCommMs / timedSteps : NAN},
                               {"mean_exposed_comm_ms", timedSteps ? totalExposedMs / timedSteps : NAN}};
@@ -146,7 +146,8 @@ int runTraining(int argc, char** argv, const std::string& program) {
     if (!opts.trace.empty()) {
       writeTrace(*session.comm, traced, opts.trace,
                         {{"program", program}, {"model", opts.model}, {"device", opts.device},
-                         {"world", session.world()}, {"overlap", opts.overlap}, {"bucket_mb", opts.bucketMb},
+                         {"world", session.world()}, {"overlap", distributed::overlapName(opts.ddp.overlap)},
+                         {"bucket_mb", distributed::bytesToMib(opts.ddp.bucketCapBytes)},
                          {"communicator", session.comm->describe()}});
       if (printer) std::printf("trace of %zu step(s) written to %s\n", traced.size(), opts.trace.c_str());
     }

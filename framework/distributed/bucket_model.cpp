@@ -51,7 +51,7 @@ LinkCost measureLinkCost(Communicator& comm, Device device, size_t smallBytes, s
 BackwardProfile profileFromStep(const runtime::StepRecord& step, const std::vector<std::string>& names) {
   double start = 0, end = 0;
   for (const runtime::Span& phase : step.phases) {
-    if (phase.name != "backward") continue;
+    if (phase.name != runtime::phaseName(runtime::Phase::Backward)) continue;
     start = phase.startMs;
     end = phase.endMs;
   }
@@ -80,45 +80,46 @@ double modelledExposedMs(const BucketPlan& plan, const BackwardProfile& profile,
 }
 
 std::vector<CapChoice> modelCaps(const std::vector<ParamInfo>& params, const BackwardProfile& profile,
-                                 const LinkCost& link, const std::vector<double>& candidatesMb, double firstCapMb,
+                                 const LinkCost& link, const std::vector<size_t>& candidates, size_t firstCapBytes,
                                  double wireBytesPerByte, size_t& best) {
-  MINIDP_CHECK(!candidatesMb.empty(), "no bucket caps to model");
+  MINIDP_CHECK(!candidates.empty(), "no bucket caps to model");
   std::vector<CapChoice> out;
   best = 0;
-  for (double cap : candidatesMb) {
-    const BucketPlan plan = planBuckets(params, cap, std::min(firstCapMb, cap));
+  for (size_t cap : candidates) {
+    const BucketPlan plan = planBuckets(params, cap, std::min(firstCapBytes, cap));
     out.push_back({cap, modelledExposedMs(plan, profile, link, wireBytesPerByte)});
     const CapChoice& b = out[best];
-    if (out.back().exposedMs < b.exposedMs || (out.back().exposedMs == b.exposedMs && cap > b.capMb)) {
+    if (out.back().exposedMs < b.exposedMs || (out.back().exposedMs == b.exposedMs && cap > b.capBytes)) {
       best = out.size() - 1;
     }
   }
   return out;
 }
 
-double chooseBucketCap(Communicator& comm, const std::vector<ParamInfo>& params, const BackwardProfile& profile,
-                       const LinkCost& link, double firstCapMb, double wireBytesPerByte, std::string& report) {
+size_t chooseBucketCap(Communicator& comm, const std::vector<ParamInfo>& params, const BackwardProfile& profile,
+                       const LinkCost& link, size_t firstCapBytes, double wireBytesPerByte, std::string& report) {
   double totalBytes = 0;
   for (const ParamInfo& p : params) totalBytes += static_cast<double>(p.numel) * dtypeSize(p.dtype);
-  std::vector<double> candidates = {1, 2, 5, 10, 25, 50, 100, 200, 400};
-  const double totalMb = std::ceil(totalBytes / 1048576.0);
-  if (totalMb > candidates.back()) candidates.push_back(totalMb);  // one bucket for everything
+  std::vector<size_t> candidates;
+  for (double mb : {1, 2, 5, 10, 25, 50, 100, 200, 400}) candidates.push_back(mibToBytes(mb));
+  const size_t wholeMib = mibToBytes(std::ceil(totalBytes / 1048576.0));  // whole MiB, in bytes
+  if (wholeMib > candidates.back()) candidates.push_back(wholeMib);  // one bucket for everything
   size_t best = 0;
   const std::vector<CapChoice> choices =
-      modelCaps(params, profile, link, candidates, firstCapMb, wireBytesPerByte, best);
+      modelCaps(params, profile, link, candidates, firstCapBytes, wireBytesPerByte, best);
   char text[160];
   std::snprintf(text, sizeof text, "bucket cap auto: link %s, backward %.2f ms; modelled exposed ms per cap (MB):",
                 link.describe().c_str(), profile.endMs);
   std::string line = text;
   for (const CapChoice& c : choices) {
-    std::snprintf(text, sizeof text, " %g: %.2f", c.capMb, c.exposedMs);
+    std::snprintf(text, sizeof text, " %g: %.2f", bytesToMib(c.capBytes), c.exposedMs);
     line += text;
   }
   // Ranks time their own link and backward; every rank takes rank 0's choice and report.
-  const std::vector<std::string> all = comm.allGather(std::to_string(choices[best].capMb) + "\n" + line);
+  const std::vector<std::string> all = comm.allGather(std::to_string(choices[best].capBytes) + "\n" + line);
   const size_t split = all[0].find('\n');
-  const double chosen = std::stod(all[0].substr(0, split));
-  std::snprintf(text, sizeof text, "; chose %g MB", chosen);
+  const size_t chosen = std::stoull(all[0].substr(0, split));
+  std::snprintf(text, sizeof text, "; chose %g MB", bytesToMib(chosen));
   report = all[0].substr(split + 1) + text;
   return chosen;
 }

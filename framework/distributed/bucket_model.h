@@ -51,20 +51,20 @@ double modelledExposedMs(const BucketPlan& plan, const BackwardProfile& profile,
 
 /// A cap and its modelled exposed time.
 struct CapChoice {
-  double capMb = 0;
+  size_t capBytes = 0;
   double exposedMs = 0;
 };
 
-/// Models each cap of `candidatesMb` (first-bucket cap min(firstCapMb, cap)); returns every candidate in
+/// Models each cap of `candidates` (bytes; first-bucket cap min(firstCapBytes, cap)); returns every candidate in
 /// order, and in `best` the index of the least exposed (the larger cap on a tie: fewer collectives).
 std::vector<CapChoice> modelCaps(const std::vector<ParamInfo>& params, const BackwardProfile& profile,
-                                 const LinkCost& link, const std::vector<double>& candidatesMb, double firstCapMb,
+                                 const LinkCost& link, const std::vector<size_t>& candidates, size_t firstCapBytes,
                                  double wireBytesPerByte, size_t& best);
 
 /// --bucket-mb auto after the first step: models the caps 1 to 400 MB (and one bucket for all) on this
 /// rank's profile and returns rank 0's choice on every rank (a collective), so the plans stay identical.
-/// `report` (rank 0's, for printing): the link, backward and each cap's modelled exposed time.
-double chooseBucketCap(Communicator& comm, const std::vector<ParamInfo>& params, const BackwardProfile& profile,
-                       const LinkCost& link, double firstCapMb, double wireBytesPerByte, std::string& report);
+/// `report` (rank 0's, for printing): the link, backward and each cap's modelled exposed time. Returns bytes.
+size_t chooseBucketCap(Communicator& comm, const std::vector<ParamInfo>& params, const BackwardProfile& profile,
+                       const LinkCost& link, size_t firstCapBytes, double wireBytesPerByte, std::string& report);
 
 }  // namespace minidp::distributed

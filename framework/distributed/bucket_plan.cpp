@@ -7,16 +7,20 @@
 
 namespace minidp::distributed {
 
-BucketPlan planBuckets(const std::vector<ParamInfo>& params, double capMb, double firstCapMb) {
+size_t mibToBytes(double mib) { return static_cast<size_t>(std::llround(mib * 1048576.0)); }
+
+double bytesToMib(size_t bytes) { return static_cast<double>(bytes) / 1048576.0; }
+
+BucketPlan planBuckets(const std::vector<ParamInfo>& params, size_t capBytes, size_t firstCapBytes) {
   std::vector<int> order(params.size());
   for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int>(params.size() - 1 - k);
-  return planBucketsInOrder(params, order, capMb, firstCapMb);
+  return planBucketsInOrder(params, order, capBytes, firstCapBytes);
 }
 
-BucketPlan planBucketsInOrder(const std::vector<ParamInfo>& params, const std::vector<int>& order, double capMb,
-                              double firstCapMb) {
-  MINIDP_CHECK(capMb > 0 && firstCapMb > 0, "bucket caps must be positive, got " << capMb << " and " << firstCapMb
-                                                                                << " MiB");
+BucketPlan planBucketsInOrder(const std::vector<ParamInfo>& params, const std::vector<int>& order, size_t capBytes,
+                              size_t firstCapBytes) {
+  MINIDP_CHECK(capBytes > 0 && firstCapBytes > 0,
+               "bucket caps must be positive, got " << capBytes << " and " << firstCapBytes << " bytes");
   MINIDP_CHECK(order.size() == params.size(), "bucket order of " << order.size() << " parameters, got "
                                                                  << params.size());
   std::vector<int> position(params.size(), -1);  // of each parameter in `order`
@@ -27,8 +31,6 @@ BucketPlan planBucketsInOrder(const std::vector<ParamInfo>& params, const std::v
                                                             << " is " << i);
     position[i] = static_cast<int>(k);
   }
-  const auto toBytes = [](double mb) { return static_cast<size_t>(std::llround(mb * 1048576.0)); };
-  const size_t cap = toBytes(capMb), firstCap = toBytes(firstCapMb);
   BucketPlan plan;
   plan.slots.resize(params.size());
   for (const ParamInfo& p : params) plan.names.push_back(p.name);
@@ -44,7 +46,7 @@ BucketPlan planBucketsInOrder(const std::vector<ParamInfo>& params, const std::v
     const size_t bytes = static_cast<size_t>(p.numel) * dtypeSize(p.dtype);
     size_t& taken = lastBytes[p.dtype];
     bool& full = lastFull[p.dtype];
-    if (full || (taken > 0 && taken + bytes > firstCap)) {
+    if (full || (taken > 0 && taken + bytes > firstCapBytes)) {
       full = true;
       continue;
     }
@@ -63,12 +65,12 @@ BucketPlan planBucketsInOrder(const std::vector<ParamInfo>& params, const std::v
     const int index = static_cast<int>(plan.buckets.size());
     for (int p : b.params) plan.slots[p].bucket = index;
     plan.buckets.push_back(std::move(b));
-    open.at(dtype) = Open{Bucket{dtype, 0, {}}, cap};
+    open.at(dtype) = Open{Bucket{dtype, 0, {}}, capBytes};
   };
   for (const int i : order) {
     const ParamInfo& p = params[i];
     auto it = open.find(p.dtype);
-    if (it == open.end()) it = open.emplace(p.dtype, Open{Bucket{p.dtype, 0, {}}, firstCap}).first;
+    if (it == open.end()) it = open.emplace(p.dtype, Open{Bucket{p.dtype, 0, {}}, firstCapBytes}).first;
     const size_t bytes = static_cast<size_t>(p.numel) * dtypeSize(p.dtype);
     if (inLast[i] && !it->second.last) {
       if (!it->second.bucket.params.empty()) close(p.dtype);

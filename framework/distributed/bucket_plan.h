@@ -6,20 +6,21 @@
 // planBuckets walks the parameters from last to first registered; planBucketsInOrder walks an observed
 // ready order instead (DDP's rebuild after the first step, with rank 0's order on every rank). The walk
 // fills buckets as it goes: bucket 0 holds the parameters expected ready first, is complete first, and is
-// launched first. Its cap is the small `firstCapMb`, so the first all-reduce starts early in backward.
+// launched first. Its cap is the small `firstCapBytes`, so the first all-reduce starts early in backward.
 // The last bucket holds the parameters ready last: its all-reduce has no backward left to hide behind,
-// so it is small too (also `firstCapMb`), which shortens the exposed tail. The buckets in between use
-// `capMb`.
+// so it is small too (also `firstCapBytes`), which shortens the exposed tail. The buckets in between use
+// `capBytes`.
 //
 // Rules. Buckets hold one dtype each. First, per dtype, the last bucket takes the parameters at the end
-// of the walk, walking back from the last one while they fit in `firstCapMb` (the last one always; alone
+// of the walk, walking back from the last one while they fit in `firstCapBytes` (the last one always; alone
 // if it is larger). Then the walk keeps one open bucket per dtype, and the first bucket of each dtype
 // gets the first cap. A parameter that does not fit in its dtype's open bucket closes it and opens the
 // next; reaching the dtype's last-bucket parameters closes it too. A parameter larger than the cap gets a
 // bucket of its own. Buckets are numbered in the order the walk closes them, i.e. the order they are
 // expected to become complete (the last buckets of several dtypes: the one whose final parameter comes
 // earliest in the walk comes first). Inside a bucket, parameters are laid out in walk order.
-// Caps are in MiB (2^20 bytes), as PyTorch's bucket_cap_mb.
+// Caps are in bytes; the flags give them in MiB (2^20 bytes, as PyTorch's bucket_cap_mb), converted once
+// by mibToBytes where they are parsed.
 #pragma once
 
 #include <cstdint>
@@ -62,12 +63,17 @@ struct BucketPlan {
   std::string describe() const;
 };
 
-/// Plans the buckets of `params` (in registration order) with caps in MiB (both > 0), walking them in
+/// MiB (2^20 bytes) as bytes, rounded to the nearest byte: the flags' unit to the plan's.
+size_t mibToBytes(double mib);
+/// Bytes as MiB, for reports and the flags' spelling.
+double bytesToMib(size_t bytes);
+
+/// Plans the buckets of `params` (in registration order) with caps in bytes (both > 0), walking them in
 /// reverse registration order.
-BucketPlan planBuckets(const std::vector<ParamInfo>& params, double capMb, double firstCapMb);
+BucketPlan planBuckets(const std::vector<ParamInfo>& params, size_t capBytes, size_t firstCapBytes);
 /// Plans the buckets walking `order`, a permutation of the registration indices of `params` (the order
 /// their gradients become ready), with the same rules and caps as planBuckets.
-BucketPlan planBucketsInOrder(const std::vector<ParamInfo>& params, const std::vector<int>& order, double capMb,
-                              double firstCapMb);
+BucketPlan planBucketsInOrder(const std::vector<ParamInfo>& params, const std::vector<int>& order, size_t capBytes,
+                              size_t firstCapBytes);
 
 }  // namespace minidp::distributed

@@ -53,21 +53,13 @@ WorkTiming CpuWork::timing(cudaEvent_t) const {
 CommThread::CommThread() : thread_([this] { loop(); }) {}
 
 CommThread::~CommThread() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
+  queue_.stop();
   thread_.join();
 }
 
 std::shared_ptr<CpuWork> CommThread::post(std::function<void()> task, std::string tag, size_t bytes) {
   auto work = std::make_shared<CpuWork>(std::move(tag), bytes, std::move(task));
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back(work);
-  }
-  wake_.notify_one();
+  queue_.post(work);
   return work;
 }
 
@@ -76,17 +68,8 @@ void CommThread::execute(std::function<void()> task, std::string tag) {
 }
 
 void CommThread::loop() {
-  for (;;) {
-    std::shared_ptr<CpuWork> work;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and everything posted has run
-      work = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    work->run();
-  }
+  // Until stopped with everything posted run.
+  for (std::shared_ptr<CpuWork> work; queue_.takeOne(work);) work->run();
 }
 
 }  // namespace minidp::distributed

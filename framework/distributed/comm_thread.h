@@ -3,7 +3,6 @@
 #pragma once
 
 #include <condition_variable>
-#include <deque>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -12,6 +11,7 @@
 #include <thread>
 
 #include "framework/distributed/communicator.h"
+#include "framework/distributed/mailbox.h"
 
 namespace minidp::distributed {
 
@@ -53,10 +53,7 @@ class CommThread {
 
  private:
   void loop();
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<std::shared_ptr<CpuWork>> queue_;
-  bool stopping_ = false;
+  Mailbox<std::shared_ptr<CpuWork>> queue_;
   std::thread thread_;
 };
 

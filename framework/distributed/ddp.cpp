@@ -52,8 +52,8 @@ std::vector<std::string> part(const std::vector<std::string>& signatures, int in
 
 std::string optionsSignature(const DdpOptions& opts) {
   std::ostringstream os;
-  os.precision(17);
-  os << "overlap " << opts.overlap << " bucket-mb " << opts.bucketMb << " first-bucket-mb " << opts.firstBucketMb
+  os << "overlap " << overlapName(opts.overlap) << " bucket-bytes " << opts.bucketCapBytes << " first-bucket-bytes "
+     << opts.firstBucketCapBytes
      << " rebuild-buckets " << opts.rebuildBuckets << " grad-comm " << static_cast<int>(opts.gradComm) << " zero "
      << opts.zeroStage << "\n";
   return os.str();
@@ -79,7 +79,7 @@ DistributedDataParallel::DistributedDataParallel(nn::NamedParameters params, std
   MINIDP_CHECK(opts.zeroStage == 0 || !opts.rebuildBuckets,
                "ZeRO-1 shards the first plan's buckets: it cannot be combined with rebuilding the buckets");
   for (const auto& [name, p] : params_) infos_.push_back(ParamInfo{name, p.data().numel(), p.dtype()});
-  BucketPlan plan = planBuckets(infos_, opts.bucketMb, opts.firstBucketMb);
+  BucketPlan plan = planBuckets(infos_, opts.bucketCapBytes, opts.firstBucketCapBytes);
   // The options and the plan travel with the parameters: ranks that would launch different buckets stop
   // here with an error instead of hanging (or mixing gradients) in the first all-reduce.
   const ExchangeLabel label("DDP parameter and option check");
@@ -115,16 +115,16 @@ void DistributedDataParallel::finalize(const std::function<void()>& beforeWaits)
   std::istringstream rank0(comm_->allGather(mine.str()).at(0));
   std::vector<int> order;
   for (int i; rank0 >> i;) order.push_back(i);
-  reducer_->rebuild(planBucketsInOrder(infos_, order, opts_.bucketMb, opts_.firstBucketMb));
+  reducer_->rebuild(planBucketsInOrder(infos_, order, opts_.bucketCapBytes, opts_.firstBucketCapBytes));
   rebuildPending_ = false;
   rebuiltLastStep_ = true;
 }
 
-void DistributedDataParallel::replan(double capMb, double firstCapMb) {
+void DistributedDataParallel::replan(size_t capBytes, size_t firstCapBytes) {
   MINIDP_CHECK(opts_.zeroStage == 0, "ZeRO-1 keeps its first plan: its optimizer holds views of the buckets");
-  reducer_->rebuild(planBuckets(infos_, capMb, firstCapMb));
-  opts_.bucketMb = capMb;
-  opts_.firstBucketMb = firstCapMb;
+  reducer_->rebuild(planBuckets(infos_, capBytes, firstCapBytes));
+  opts_.bucketCapBytes = capBytes;
+  opts_.firstBucketCapBytes = firstCapBytes;
 }
 
 }  // namespace minidp::distributed

@@ -14,12 +14,13 @@
 
 namespace minidp::distributed {
 
-/// Settings of the data-parallel wrapper (caps in MiB, see bucket_plan.h).
+/// Settings of the data-parallel wrapper, one type from the flags (train::Options holds one) to the reducer.
 struct DdpOptions {
-  /// All-reduce buckets during backward (on) or after it (off); the bits are the same either way.
-  bool overlap = true;
-  double bucketMb = 25;
-  double firstBucketMb = 1;
+  /// When the buckets are all-reduced (reducer.h); the bits are the same either way.
+  Overlap overlap = Overlap::DuringBackward;
+  /// Bucket caps in bytes (bucket_plan.h); the flags' MiB are converted where they are parsed.
+  size_t bucketCapBytes = size_t(25) << 20;
+  size_t firstBucketCapBytes = size_t(1) << 20;
   /// After the first step, re-plan the buckets in rank 0's observed ready order (once; same bits).
   bool rebuildBuckets = false;
   /// The precision buckets travel in (bf16: PyTorch's bf16_compress_hook).
@@ -49,9 +50,9 @@ class DistributedDataParallel {
   /// rebuildBuckets, the first call then rebuilds the buckets (a collective: every rank gets rank 0's
   /// ready order, so the plans stay identical); the averaged gradients keep their values.
   void finalize(const std::function<void()>& beforeWaits = nullptr);
-  /// Between steps: re-plans the buckets in registration order under new caps (MiB); the gradients keep
+  /// Between steps: re-plans the buckets in registration order under new caps (bytes); the gradients keep
   /// their values (--bucket-mb auto). Not with ZeRO-1, whose optimizer holds views of the buckets.
-  void replan(double capMb, double firstCapMb);
+  void replan(size_t capBytes, size_t firstCapBytes);
   /// Name, size and dtype per parameter, in registration order: what the plans are computed from.
   const std::vector<ParamInfo>& parameterInfos() const { return infos_; }
   /// Whether the last finalize() rebuilt the buckets (plan() is the new plan then).
@@ -75,8 +76,6 @@ class DistributedDataParallel {
 
 /// The lines DDP compares across ranks: "name dtype [shape]" per parameter, in registration order.
 std::string parameterSignature(const nn::NamedParameters& params);
-/// The DDP options as one line; DDP compares it and the bucket plan across ranks after the parameters.
-std::string optionsSignature(const DdpOptions& opts);
 /// The DDP options as one line, compared across ranks with the bucket plan and the parameters.
 std::string optionsSignature(const DdpOptions& opts);
 

@@ -6,7 +6,20 @@
 
 namespace minidp::distributed {
 
-Reducer::Reducer(nn::NamedParameters params, BucketPlan plan, std::shared_ptr<Communicator> comm, bool overlap,
+const std::map<std::string, Overlap>& overlapModes() {
+  static const std::map<std::string, Overlap> modes = {{"on", Overlap::DuringBackward},
+                                                        {"off", Overlap::AfterBackward}};
+  return modes;
+}
+
+const char* overlapName(Overlap mode) {
+  for (const auto& [name, m] : overlapModes()) {
+    if (m == mode) return name.c_str();
+  }
+  throwError("unknown overlap mode " + std::to_string(static_cast<int>(mode)), __FILE__, __LINE__);
+}
+
+Reducer::Reducer(nn::NamedParameters params, BucketPlan plan, std::shared_ptr<Communicator> comm, Overlap overlap,
                  BucketReduction reduction)
     : params_(std::move(params)), plan_(std::move(plan)), comm_(std::move(comm)), overlap_(overlap),
       reduction_(reduction) {
@@ -107,7 +120,7 @@ void Reducer::markReady(size_t index) {
   const int b = plan_.slots[index].bucket;
   if (--pending_[b] == 0) {
     timings_[b].readyMs = hostNowMs();
-    if (overlap_) launchCompleted();
+    if (overlap_ == Overlap::DuringBackward) launchCompleted();
   }
 }
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,14 +43,22 @@ struct BucketReduction {
   Reduction reduction = Reduction::AllReduce;
 };
 
+/// When the buckets are all-reduced: each as soon as it is complete, during backward (--overlap on), or
+/// all at finalize, after backward (--overlap off; PyTorch's delay_all_reduce). The bits are the same.
+enum class Overlap { DuringBackward, AfterBackward };
+/// The flag's name of `mode`: "on" or "off".
+const char* overlapName(Overlap mode);
+/// Name -> mode, the one table overlapName reads (CLI11's CheckedTransformer takes it).
+const std::map<std::string, Overlap>& overlapModes();
+
 /// Owns the bucket buffers for as long as it lives (a comm stream never reads memory the allocator
 /// reused) and launches their all-reduces.
 class Reducer {
  public:
   /// Allocates the buckets of `plan` on the parameters' device and installs each parameter's gradient
-  /// as a view into its bucket. `overlap`: launch buckets during backward; otherwise all at finalize.
+  /// as a view into its bucket; `overlap` says when the buckets are launched.
   /// bf16 on the wire allocates a bf16 copy of each bucket, once, for the collectives.
-  Reducer(nn::NamedParameters params, BucketPlan plan, std::shared_ptr<Communicator> comm, bool overlap,
+  Reducer(nn::NamedParameters params, BucketPlan plan, std::shared_ptr<Communicator> comm, Overlap overlap,
           BucketReduction reduction = {});
   /// Destroyed between a launch and finalize() (an exception in backward or in finalize): CUDA makes the
   /// compute stream wait on every launched all-reduce, so the buckets go back to the allocator (which
@@ -95,7 +104,7 @@ class Reducer {
   nn::NamedParameters params_;
   BucketPlan plan_;
   std::shared_ptr<Communicator> comm_;
-  bool overlap_;
+  Overlap overlap_;
   BucketReduction reduction_;
   bool requireSync_ = true;
   bool stepOpen_ = false;

@@ -16,18 +16,11 @@ Watchdog::Watchdog(double timeoutSeconds, int rank, std::function<void()> onTime
       thread_([this, init = std::move(threadInit)] { loop(init); }) {}
 
 Watchdog::~Watchdog() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
+  incoming_.stop();
   if (thread_.joinable()) thread_.join();
 }
 
-void Watchdog::watch(const std::shared_ptr<Work>& work) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  incoming_.push_back(work);
-}
+void Watchdog::watch(const std::shared_ptr<Work>& work) { incoming_.post(work, false); }
 
 void Watchdog::runExclusive(const std::function<void()>& action) {
   std::lock_guard<std::mutex> lock(healthMutex_);
@@ -82,14 +75,7 @@ void Watchdog::loop(const std::function<void()>& threadInit) {
   const auto period = std::chrono::duration<double, std::milli>(timeoutMs_ > 0 ? std::min(1000.0, timeoutMs_ / 4)
                                                                                : 1000.0);
   std::vector<std::shared_ptr<Work>> watched;  // only this thread touches it
-  for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      if (wake_.wait_for(lock, period, [&] { return stopping_; })) return;
-      watched.insert(watched.end(), std::make_move_iterator(incoming_.begin()),
-                     std::make_move_iterator(incoming_.end()));
-      incoming_.clear();
-    }
+  while (incoming_.takeAllAfter(period, watched)) {
     std::string failure;
     {
       std::lock_guard<std::mutex> lock(healthMutex_);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "framework/distributed/communicator.h"
+#include "framework/distributed/mailbox.h"
 
 namespace minidp::distributed {
 
@@ -54,10 +55,7 @@ class Watchdog {
   std::function<std::string()> healthCheck_;
   std::mutex healthMutex_;  // held while the health check runs, and by runExclusive
   bool healthStopped_ = false;
-  std::mutex mutex_;  // guards incoming_ and stopping_ only: watch() never waits for a scan
-  std::condition_variable wake_;
-  std::vector<std::shared_ptr<Work>> incoming_;
-  bool stopping_ = false;
+  Mailbox<std::shared_ptr<Work>> incoming_;  // its own lock only: watch() never waits for a scan
   std::thread thread_;
 };
 

@@ -74,26 +74,34 @@ Variable scale(const Variable& x, double s) {
                           [s](const Tensor& g) { return std::vector<Tensor>{scale(g, s)}; });
 }
 
-Variable relu(const Variable& v) {
+namespace {
+
+enum class Activation { Relu, Gelu };
+
+/// y = relu(x) or gelu(x), and its backward dx = g * f'(x): one body, the kernels chosen by `kind`.
+Variable activation(const Variable& v, Activation kind) {
   Tensor x = v.data();
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  MINIDP_LAUNCH_ACTIVATION(x, T, reluForward, x.data<T>(), y.data<T>(), x.numel());
-  return Variable::fromOp(y, {v}, [x](const Tensor& g) {
+  if (kind == Activation::Relu) {
+    MINIDP_LAUNCH_ACTIVATION(x, T, reluForward, x.data<T>(), y.data<T>(), x.numel());
+  } else {
+    MINIDP_LAUNCH_ACTIVATION(x, T, geluForward, x.data<T>(), y.data<T>(), x.numel());
+  }
+  return Variable::fromOp(y, {v}, [x, kind](const Tensor& g) {
     Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
-    MINIDP_LAUNCH_ACTIVATION(x, T, reluBackward, x.data<T>(), g.data<T>(), dx.data<T>(), x.numel());
+    if (kind == Activation::Relu) {
+      MINIDP_LAUNCH_ACTIVATION(x, T, reluBackward, x.data<T>(), g.data<T>(), dx.data<T>(), x.numel());
+    } else {
+      MINIDP_LAUNCH_ACTIVATION(x, T, geluBackward, x.data<T>(), g.data<T>(), dx.data<T>(), x.numel());
+    }
     return std::vector<Tensor>{dx};
   });
 }
 
-Variable gelu(const Variable& v) {
-  Tensor x = v.data();
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  MINIDP_LAUNCH_ACTIVATION(x, T, geluForward, x.data<T>(), y.data<T>(), x.numel());
-  return Variable::fromOp(y, {v}, [x](const Tensor& g) {
-    Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
-    MINIDP_LAUNCH_ACTIVATION(x, T, geluBackward, x.data<T>(), g.data<T>(), dx.data<T>(), x.numel());
-    return std::vector<Tensor>{dx};
-  });
-}
+}  // namespace
+
+Variable relu(const Variable& v) { return activation(v, Activation::Relu); }
+
+Variable gelu(const Variable& v) { return activation(v, Activation::Gelu); }
 
 }  // namespace minidp::ops

@@ -31,7 +31,20 @@ double StepRecord::commMs() const {
   return total;
 }
 
-double StepRecord::phaseMs(const std::string& name) const {
+const char* phaseName(Phase phase) {
+  switch (phase) {
+    case Phase::Forward: return "forward";
+    case Phase::Backward: return "backward";
+    case Phase::Prefetch: return "prefetch";
+    case Phase::Finalize: return "finalize";
+    case Phase::Optimizer: return "optimizer";
+    case Phase::Replay: return "replay";
+  }
+  throwError("unknown step phase " + std::to_string(static_cast<int>(phase)), __FILE__, __LINE__);
+}
+
+double StepRecord::phaseMs(Phase phase) const {
+  const char* name = phaseName(phase);
   double total = 0;
   for (const Span& s : phases) {
     if (s.name == name) total += s.ms();
@@ -39,7 +52,7 @@ double StepRecord::phaseMs(const std::string& name) const {
   return total;
 }
 
-double StepRecord::exposedMs() const { return phaseMs("finalize"); }
+double StepRecord::exposedMs() const { return phaseMs(Phase::Finalize); }
 
 double StepRecord::overlappedShare() const {
   const double comm = commMs();
@@ -94,34 +107,34 @@ size_t StepTimer::mark(cudaStream_t stream) {
   return current_.marks.size() - 1;
 }
 
-void StepTimer::beginStep(const char* firstPhase) {
+void StepTimer::beginStep(Phase firstPhase) {
   MINIDP_CHECK(!open_, "beginStep() twice: call endStep() first");
   collectCompleted(false);
   current_ = Pending{};
   current_.step = ++steps_;
   open_ = true;
-  phaseName_ = firstPhase;
+  phase_ = firstPhase;
   phaseStart_ = mark(device_ == Device::CUDA ? computeStream() : nullptr);
 #if MINIDP_WITH_CUDA
-  nvtxRangePushA(firstPhase);
+  nvtxRangePushA(phaseName(firstPhase));
 #endif
 }
 
 void StepTimer::closePhase() {
   const size_t end = mark(device_ == Device::CUDA ? computeStream() : nullptr);
-  current_.phases.push_back(MarkedSpan{phaseName_, phaseStart_, end});
+  current_.phases.push_back(MarkedSpan{phaseName(phase_), phaseStart_, end});
   phaseStart_ = end;
 #if MINIDP_WITH_CUDA
   nvtxRangePop();
 #endif
 }
 
-void StepTimer::phase(const char* name) {
-  MINIDP_CHECK(open_, "phase('" << name << "') outside a step");
+void StepTimer::phase(Phase next) {
+  MINIDP_CHECK(open_, "phase('" << phaseName(next) << "') outside a step");
   closePhase();
-  phaseName_ = name;
+  phase_ = next;
 #if MINIDP_WITH_CUDA
-  nvtxRangePushA(name);
+  nvtxRangePushA(phaseName(next));
 #endif
 }
 

@@ -3,10 +3,11 @@
 // a step is resolved into milliseconds only once its work is complete (a non-blocking query at the next
 // step, or a caller that has synchronised), so timing adds no host synchronisation.
 //
-// Phases of a step (contiguous on the compute track): forward, backward, prefetch, finalize,
-// optimizer. "finalize" spans exactly the compute stream's wait for the gradient all-reduces (CUDA: an
-// event just before the stream-waits on the buckets' events and one right after, nothing else queued
-// in between; CPU: the host's wait), so its length is the EXPOSED communication.
+// Phases of a step (contiguous on the compute track, the Phase enum): forward, backward, prefetch,
+// finalize, optimizer; a --cuda-graph step has one, replay. "finalize" spans exactly the compute
+// stream's wait for the gradient all-reduces (CUDA: an event just before the stream-waits on the
+// buckets' events and one right after, nothing else queued in between; CPU: the host's wait), so its
+// length is the EXPOSED communication.
 //
 // Per-layer backward spans are derived from grad-ready hooks, not from the ops: each hook records a
 // mark; parameters are grouped by module prefix ("h.3" for "h.3.attn.c_attn.weight", "layers.1",
@@ -25,6 +26,12 @@
 #include "kernels/stream.h"
 
 namespace minidp::runtime {
+
+/// The phases of a step on the compute track, in step order (Replay: a whole --cuda-graph step).
+enum class Phase { Forward, Backward, Prefetch, Finalize, Optimizer, Replay };
+/// The phase's name in step records, traces and NVTX ranges ("forward", ..., "replay"): the one table
+/// of these names (train/plot_bench.py colours the trace's phases by them).
+const char* phaseName(Phase phase);
 
 /// A named interval of a step, in ms after the step's start mark.
 struct Span {
@@ -57,14 +64,14 @@ struct StepRecord {
   std::vector<BucketSpan> buckets;  // comm track
   /// Time during which at least one bucket all-reduce ran (the union of their spans).
   double commMs() const;
-  /// Sum of the "finalize" phases: how long compute waited for communication.
+  /// Sum of the Finalize phases: how long compute waited for communication.
   double exposedMs() const;
   /// Step time minus exposed communication.
   double computeMs() const { return stepMs - exposedMs(); }
   /// 1 - exposed / comm, clamped to [0, 1]; 0 when there was no communication.
   double overlappedShare() const;
-  /// The summed length of the phases called `name`.
-  double phaseMs(const std::string& name) const;
+  /// The summed length of the `phase` phases.
+  double phaseMs(Phase phase) const;
 };
 
 /// The module prefix a parameter's backward span is grouped under: the first dotted component, plus
@@ -87,9 +94,9 @@ class StepTimer {
 
   /// Opens a step and its first phase at the step's start mark (the reference of every span). Also
   /// resolves, without blocking, the earlier steps whose work has completed.
-  void beginStep(const char* firstPhase);
-  /// Closes the running phase at a new mark and opens `name` there (with an NVTX range).
-  void phase(const char* name);
+  void beginStep(Phase firstPhase);
+  /// Closes the running phase at a new mark and opens `next` there (with an NVTX range).
+  void phase(Phase next);
   /// Parameter `index`'s gradient is enqueued (its grad-ready hook fired). Detailed steps only.
   void markGradReady(size_t index);
   /// Opens / closes a copy-track span around work enqueued on `stream` (CUDA; ignored on the CPU and
@@ -143,7 +150,7 @@ class StepTimer {
   int64_t steps_ = 0;
   std::vector<std::string> parameterNames_;
   Pending current_;
-  std::string phaseName_;
+  Phase phase_ = Phase::Forward;  // the running phase
   size_t phaseStart_ = 0;
   std::deque<Pending> closed_;
   std::vector<StepRecord> resolved_;

@@ -54,16 +54,16 @@ TEST(BucketModel, SmallCapsOnAFastLinkLargeCapsOnASlowOne) {
     profile.readyMs.push_back(8 - i);
   }
   profile.endMs = 8;
-  const std::vector<double> caps = {1, 2, 4, 8};
+  const std::vector<size_t> caps = {1 << 20, 2 << 20, 4 << 20, 8 << 20};
   size_t best = 0;
   // Negligible latency: a bucket per parameter hides all but the last one (0.51 ms).
-  std::vector<CapChoice> choices = modelCaps(params, profile, {0.01, 0.5 / kMb}, caps, 1, 1, best);
+  std::vector<CapChoice> choices = modelCaps(params, profile, {0.01, 0.5 / kMb}, caps, 1 << 20, 1, best);
   ASSERT_EQ(choices.size(), caps.size());
-  EXPECT_EQ(choices[best].capMb, 1);
+  EXPECT_EQ(choices[best].capBytes, 1u << 20);
   EXPECT_NEAR(choices[0].exposedMs, 0.51, 1e-9);
   // 20 ms per collective: the fewest buckets win.
-  choices = modelCaps(params, profile, {20, 0.5 / kMb}, caps, 8, 1, best);
-  EXPECT_EQ(choices[best].capMb, 8);
+  choices = modelCaps(params, profile, {20, 0.5 / kMb}, caps, 8 << 20, 1, best);
+  EXPECT_EQ(choices[best].capBytes, 8u << 20);
   for (const CapChoice& c : choices) EXPECT_LE(choices[best].exposedMs, c.exposedMs);
 }
 

@@ -10,7 +10,7 @@
 namespace minidp::distributed {
 namespace {
 
-double mib(double bytes) { return bytes / 1048576.0; }
+constexpr size_t kMiB = size_t(1) << 20;
 
 std::vector<ParamInfo> f32Params(const std::vector<int64_t>& numels) {
   std::vector<ParamInfo> out;
@@ -20,7 +20,7 @@ std::vector<ParamInfo> f32Params(const std::vector<int64_t>& numels) {
 
 TEST(BucketPlan, FirstAndLastBucketsAreSmallTheOthersUseTheCap) {
   // Seven parameters of 400 bytes; the first cap fits two, the cap three.
-  const BucketPlan plan = planBuckets(f32Params({100, 100, 100, 100, 100, 100, 100}), mib(1200), mib(800));
+  const BucketPlan plan = planBuckets(f32Params({100, 100, 100, 100, 100, 100, 100}), 1200, 800);
   ASSERT_EQ(plan.buckets.size(), 3u);
   EXPECT_EQ(plan.buckets[0].params, (std::vector<int>{6, 5}));
   EXPECT_EQ(plan.buckets[1].params, (std::vector<int>{4, 3, 2}));
@@ -39,7 +39,7 @@ TEST(BucketPlan, FirstAndLastBucketsAreSmallTheOthersUseTheCap) {
 TEST(BucketPlan, LastBucketHoldsTheFirstRegisteredUnderTheSmallCap) {
   // 120, 160, 80, 200, 800, 40 bytes; first cap 400, cap 4000. Forward from p0: p0 + p1 + p2 = 360 bytes
   // fit the first cap, p3 would not (560), though it would fit the cap.
-  const BucketPlan plan = planBuckets(f32Params({30, 40, 20, 50, 200, 10}), mib(4000), mib(400));
+  const BucketPlan plan = planBuckets(f32Params({30, 40, 20, 50, 200, 10}), 4000, 400);
   ASSERT_EQ(plan.buckets.size(), 3u);
   EXPECT_EQ(plan.buckets[0].params, (std::vector<int>{5}));
   EXPECT_EQ(plan.buckets[1].params, (std::vector<int>{4, 3}));
@@ -51,7 +51,7 @@ TEST(BucketPlan, LastBucketHoldsTheFirstRegisteredUnderTheSmallCap) {
   EXPECT_EQ(plan.slots[0].bucket, 2);
 
   // A first parameter larger than the first cap is the last bucket alone.
-  const BucketPlan large = planBuckets(f32Params({1000, 10, 10}), mib(8000), mib(400));
+  const BucketPlan large = planBuckets(f32Params({1000, 10, 10}), 8000, 400);
   ASSERT_EQ(large.buckets.size(), 2u);
   EXPECT_EQ(large.buckets[0].params, (std::vector<int>{2, 1}));
   EXPECT_EQ(large.buckets[1].params, (std::vector<int>{0}));
@@ -59,7 +59,7 @@ TEST(BucketPlan, LastBucketHoldsTheFirstRegisteredUnderTheSmallCap) {
 
 TEST(BucketPlan, OversizedParameterGetsABucketOfItsOwn) {
   // 200, 1200, 200, 200 bytes; first cap 400, cap 800.
-  const BucketPlan plan = planBuckets(f32Params({50, 300, 50, 50}), mib(800), mib(400));
+  const BucketPlan plan = planBuckets(f32Params({50, 300, 50, 50}), 800, 400);
   ASSERT_EQ(plan.buckets.size(), 3u);
   EXPECT_EQ(plan.buckets[0].params, (std::vector<int>{3, 2}));
   EXPECT_EQ(plan.buckets[1].params, (std::vector<int>{1}));
@@ -67,7 +67,7 @@ TEST(BucketPlan, OversizedParameterGetsABucketOfItsOwn) {
 }
 
 TEST(BucketPlan, LargeFirstParameterIsBucketZeroAlone) {
-  const BucketPlan plan = planBuckets(f32Params({10, 10, 1000}), mib(8000), mib(400));
+  const BucketPlan plan = planBuckets(f32Params({10, 10, 1000}), 8000, 400);
   ASSERT_EQ(plan.buckets.size(), 2u);
   EXPECT_EQ(plan.buckets[0].params, (std::vector<int>{2}));
   EXPECT_EQ(plan.buckets[1].params, (std::vector<int>{1, 0}));
@@ -76,7 +76,7 @@ TEST(BucketPlan, LargeFirstParameterIsBucketZeroAlone) {
 TEST(BucketPlan, OneDtypePerBucketInCompletionOrder) {
   std::vector<ParamInfo> params = {
       {"a", 100, DType::F64}, {"b", 100, DType::F32}, {"c", 100, DType::F64}, {"d", 100, DType::F32}};
-  const BucketPlan plan = planBuckets(params, 1, 1);
+  const BucketPlan plan = planBuckets(params, kMiB, kMiB);
   ASSERT_EQ(plan.buckets.size(), 2u);
   // The F32 bucket's earliest parameter (b) comes after the F64 bucket's (a): it is complete first.
   EXPECT_EQ(plan.buckets[0].dtype, DType::F32);
@@ -141,14 +141,14 @@ TEST(BucketPlan, InvariantsOnManyParametersAndDeterministic) {
   const size_t cap = 16000, firstCap = 4000;
   std::vector<int> reverse(params.size());
   for (size_t k = 0; k < reverse.size(); ++k) reverse[k] = static_cast<int>(params.size() - 1 - k);
-  const BucketPlan plan = planBuckets(params, mib(cap), mib(firstCap));
+  const BucketPlan plan = planBuckets(params, cap, firstCap);
   checkInvariants(params, reverse, plan, cap, firstCap);
   std::vector<int> shuffled = reverse;
   std::shuffle(shuffled.begin(), shuffled.end(), rng);
-  const BucketPlan inOrder = planBucketsInOrder(params, shuffled, mib(cap), mib(firstCap));
+  const BucketPlan inOrder = planBucketsInOrder(params, shuffled, cap, firstCap);
   checkInvariants(params, shuffled, inOrder, cap, firstCap);
 
-  const BucketPlan again = planBuckets(params, mib(cap), mib(firstCap));
+  const BucketPlan again = planBuckets(params, cap, firstCap);
   EXPECT_EQ(again.describe(), plan.describe());
   ASSERT_EQ(again.buckets.size(), plan.buckets.size());
   for (size_t b = 0; b < plan.buckets.size(); ++b) EXPECT_EQ(again.buckets[b].params, plan.buckets[b].params);
@@ -158,7 +158,7 @@ TEST(BucketPlan, InOrderWalksTheGivenOrderWithTheSameCaps) {
   // Seven parameters of 400 bytes; the first cap fits two, the cap three. The last bucket is the end of
   // the order (3, 4), bucket 0 its start.
   const BucketPlan plan =
-      planBucketsInOrder(f32Params({100, 100, 100, 100, 100, 100, 100}), {2, 5, 0, 6, 1, 3, 4}, mib(1200), mib(800));
+      planBucketsInOrder(f32Params({100, 100, 100, 100, 100, 100, 100}), {2, 5, 0, 6, 1, 3, 4}, 1200, 800);
   ASSERT_EQ(plan.buckets.size(), 3u);
   EXPECT_EQ(plan.buckets[0].params, (std::vector<int>{2, 5}));
   EXPECT_EQ(plan.buckets[1].params, (std::vector<int>{0, 6, 1}));
@@ -176,7 +176,7 @@ TEST(BucketPlan, InOrderLastBucketsOfSeveralDtypesFollowTheOrder) {
       {"a", 100, DType::F64}, {"b", 100, DType::F32}, {"c", 100, DType::F64}, {"d", 100, DType::F32}};
   // The F64 bucket's final parameter (c) comes before the F32 bucket's (b) in the order: it is first,
   // unlike in reverse registration order (OneDtypePerBucketInCompletionOrder).
-  const BucketPlan plan = planBucketsInOrder(params, {0, 3, 2, 1}, 1, 1);
+  const BucketPlan plan = planBucketsInOrder(params, {0, 3, 2, 1}, kMiB, kMiB);
   ASSERT_EQ(plan.buckets.size(), 2u);
   EXPECT_EQ(plan.buckets[0].dtype, DType::F64);
   EXPECT_EQ(plan.buckets[0].params, (std::vector<int>{0, 2}));
@@ -187,12 +187,12 @@ TEST(BucketPlan, InOrderLastBucketsOfSeveralDtypesFollowTheOrder) {
 TEST(BucketPlan, InOrderRejectsAnOrderThatIsNotAPermutation) {
   const std::vector<ParamInfo> params = f32Params({1, 1, 1});
   for (const std::vector<int>& order : std::vector<std::vector<int>>{{0, 0, 1}, {0, 1}, {0, 1, 3}, {-1, 0, 1}}) {
-    EXPECT_THROW(planBucketsInOrder(params, order, 1, 1), Error) << ::testing::PrintToString(order);
+    EXPECT_THROW(planBucketsInOrder(params, order, kMiB, kMiB), Error) << ::testing::PrintToString(order);
   }
 }
 
 TEST(BucketPlan, DescribeNamesBucketsBytesAndParameters) {
-  const std::string text = planBuckets(f32Params({100, 100, 100, 100}), mib(800), mib(400)).describe();
+  const std::string text = planBuckets(f32Params({100, 100, 100, 100}), 800, 400).describe();
   EXPECT_NE(text.find("bucket plan: 3 bucket(s), 1600 bytes"), std::string::npos) << text;
   EXPECT_NE(text.find("bucket 0: F32, 400 bytes, 1 parameter(s): p3"), std::string::npos) << text;
   EXPECT_NE(text.find("bucket 1: F32, 800 bytes, 2 parameter(s): p2 p1"), std::string::npos) << text;
@@ -201,7 +201,14 @@ TEST(BucketPlan, DescribeNamesBucketsBytesAndParameters) {
 
 TEST(BucketPlan, RejectsNonPositiveCaps) {
   EXPECT_THROW(planBuckets(f32Params({1}), 0, 1), Error);
-  EXPECT_THROW(planBuckets(f32Params({1}), 1, -1), Error);
+  EXPECT_THROW(planBuckets(f32Params({1}), 1, 0), Error);
+}
+
+TEST(BucketPlan, MibToBytesRoundsToTheNearestByte) {
+  EXPECT_EQ(mibToBytes(25), 26214400u);
+  EXPECT_EQ(mibToBytes(0.02), 20972u);  // 20971.52 bytes
+  EXPECT_EQ(mibToBytes(0), 0u);
+  EXPECT_DOUBLE_EQ(bytesToMib(3 * kMiB / 2), 1.5);
 }
 
 }  // namespace

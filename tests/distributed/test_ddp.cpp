@@ -19,6 +19,7 @@
 #include "models/mlp.h"
 #include "tests/distributed/dist_test_env.h"
 #include "tests/support/gradcheck.h"
+#include "tests/support/parameters.h"
 
 namespace minidp {
 namespace {
@@ -26,13 +27,15 @@ namespace {
 using distributed::Communicator;
 using distributed::DdpOptions;
 using distributed::DistributedDataParallel;
+using distributed::Overlap;
+using distributed::overlapName;
 
 const std::vector<int64_t> kDims = {8, 24, 16, 4};
 // A tiny GPT: vocabulary 16, context 6, `layers` blocks of 2 heads over width 8.
 models::GptConfig tinyGpt(int64_t layers = 2) { return models::GptConfig{16, 6, layers, 2, 8}; }
 constexpr int64_t kRowsPerRank = 6;
 // Small caps, so that the tiny model spreads over several buckets.
-const DdpOptions kSmallBuckets{true, 1200.0 / 1048576, 300.0 / 1048576};
+const DdpOptions kSmallBuckets{Overlap::DuringBackward, 1200, 300};  // caps in bytes
 
 struct Batch {
   Tensor inputs, targets;
@@ -58,15 +61,6 @@ Batch rowsOf(const Batch& b, int64_t first, int64_t count, Device device) {
     return Tensor::alias(t, first * perRow, shape).clone().to(device);
   };
   return {rows(b.inputs), rows(b.targets)};
-}
-
-std::string parameterBytes(const nn::Module& model) {
-  std::string out;
-  for (const auto& [name, p] : model.namedParameters()) {
-    Tensor host = p.data().to(Device::CPU);
-    out.append(static_cast<const char*>(host.raw()), host.nbytes());
-  }
-  return out;
 }
 
 void sgdStep(const nn::Module& model, double lr) {
@@ -124,7 +118,7 @@ TEST_P(Ddp, AveragedGradientsEqualTheFullBatchGradients) {
   const Batch global = this->global(world_ * kRowsPerRank, 3);
   auto reference = model(5);
   reference->loss(global.inputs.to(device()), global.targets.to(device())).backward();
-  for (bool overlap : {true, false}) {
+  for (Overlap overlap : {Overlap::DuringBackward, Overlap::AfterBackward}) {
     auto m = model(5);
     DdpOptions opts = kSmallBuckets;
     opts.overlap = overlap;
@@ -134,17 +128,14 @@ TEST_P(Ddp, AveragedGradientsEqualTheFullBatchGradients) {
     ddp.prepareStep();
     m->loss(mine.inputs, mine.targets).backward();
     ddp.finalize();
-    const auto got = m->namedParameters(), want = reference->namedParameters();
-    for (size_t i = 0; i < got.size(); ++i) {
-      EXPECT_LE(testing::relativeError(got[i].second.grad(), want[i].second.grad()), tolerance())
-          << got[i].first << " overlap " << overlap;
-    }
+    SCOPED_TRACE(std::string("overlap ") + overlapName(overlap));
+    testing::expectParametersNear(*m, *reference, testing::ParameterField::Grad, tolerance());
   }
 }
 
 TEST_P(Ddp, TenStepsKeepRanksBitIdenticalWithOverlapOnAndOff) {
   const double lr = 0.1;
-  const auto train = [&](bool overlap) {
+  const auto train = [&](Overlap overlap) {
     auto m = model(11 + rank_);  // different initial weights per rank: DDP must broadcast rank 0's
     DdpOptions opts = kSmallBuckets;
     opts.overlap = overlap;
@@ -158,9 +149,9 @@ TEST_P(Ddp, TenStepsKeepRanksBitIdenticalWithOverlapOnAndOff) {
     }
     return m;
   };
-  auto on = train(true), off = train(false);
-  const std::string bytes = parameterBytes(*on);
-  EXPECT_TRUE(bytes == parameterBytes(*off)) << "overlap on and off differ";
+  auto on = train(Overlap::DuringBackward), off = train(Overlap::AfterBackward);
+  const std::string bytes = testing::parameterBytes(*on);
+  EXPECT_TRUE(bytes == testing::parameterBytes(*off)) << "overlap on and off differ";
   const std::vector<std::string> all = comm_->allGather(bytes);
   for (int r = 1; r < world_; ++r) EXPECT_TRUE(all[r] == all[0]) << "rank " << r << " differs from rank 0";
 
@@ -172,10 +163,7 @@ TEST_P(Ddp, TenStepsKeepRanksBitIdenticalWithOverlapOnAndOff) {
     reference->loss(global.inputs.to(device()), global.targets.to(device())).backward();
     sgdStep(*reference, lr);
   }
-  const auto got = on->namedParameters(), want = reference->namedParameters();
-  for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_LE(testing::relativeError(got[i].second.data(), want[i].second.data()), 10 * tolerance()) << got[i].first;
-  }
+  testing::expectParametersNear(*on, *reference, testing::ParameterField::Data, 10 * tolerance());
 }
 
 // Rebuilt buckets move the gradients, not their values. The parameters are handed to DDP rotated by half,
@@ -183,7 +171,7 @@ TEST_P(Ddp, TenStepsKeepRanksBitIdenticalWithOverlapOnAndOff) {
 // first one.
 TEST_P(Ddp, RebuiltBucketsKeepRanksBitIdenticalAndTheNumbers) {
   std::string rebuiltPlan;
-  const auto train = [&](bool overlap, bool rebuild) {
+  const auto train = [&](Overlap overlap, bool rebuild) {
     auto m = model(11 + rank_);
     nn::NamedParameters params = m->namedParameters();
     std::rotate(params.begin(), params.begin() + params.size() / 2, params.end());
@@ -203,28 +191,26 @@ TEST_P(Ddp, RebuiltBucketsKeepRanksBitIdenticalAndTheNumbers) {
     if (rebuild) {
       EXPECT_NE(ddp.plan().describe(), firstPlan) << "the ready order gave the first plan again";
       if (rebuiltPlan.empty()) rebuiltPlan = ddp.plan().describe();
-      EXPECT_EQ(ddp.plan().describe(), rebuiltPlan) << "overlap " << overlap;
+      EXPECT_EQ(ddp.plan().describe(), rebuiltPlan) << "overlap " << overlapName(overlap);
       const std::vector<std::string> plans = comm_->allGather(rebuiltPlan);
       for (int r = 1; r < world_; ++r) EXPECT_EQ(plans[r], plans[0]) << "rank " << r << " planned differently";
     }
     return m;
   };
-  auto on = train(true, true), off = train(false, true), plain = train(true, false);
-  const std::string bytes = parameterBytes(*on);
-  EXPECT_TRUE(bytes == parameterBytes(*off)) << "overlap on and off differ with rebuilt buckets";
+  auto on = train(Overlap::DuringBackward, true), off = train(Overlap::AfterBackward, true);
+  auto plain = train(Overlap::DuringBackward, false);
+  const std::string bytes = testing::parameterBytes(*on);
+  EXPECT_TRUE(bytes == testing::parameterBytes(*off)) << "overlap on and off differ with rebuilt buckets";
   const std::vector<std::string> all = comm_->allGather(bytes);
   for (int r = 1; r < world_; ++r) EXPECT_TRUE(all[r] == all[0]) << "rank " << r << " differs from rank 0";
   if (world_ <= 2) {
     // Each averaged element is (a + b) / 2 or (a / 2 + b / 2), whatever bucket and offset hold it: a + b
     // == b + a exactly, so the layout cannot change a bit.
-    EXPECT_TRUE(bytes == parameterBytes(*plain)) << "rebuilt and first buckets differ";
+    EXPECT_TRUE(bytes == testing::parameterBytes(*plain)) << "rebuilt and first buckets differ";
   } else {
     // With three or more ranks the summation order of an element may depend on the message size or its
     // offset (MPI's algorithm choice, NCCL's ring chunks): equal up to rounding.
-    const auto got = on->namedParameters(), want = plain->namedParameters();
-    for (size_t i = 0; i < got.size(); ++i) {
-      EXPECT_LE(testing::relativeError(got[i].second.data(), want[i].second.data()), tolerance()) << got[i].first;
-    }
+    testing::expectParametersNear(*on, *plain, testing::ParameterField::Data, tolerance());
   }
 }
 
@@ -245,10 +231,7 @@ TEST_P(Ddp, GradientAccumulationOfTwoHalvesEqualsOneBatch) {
     }
   }
   ddp.finalize();
-  const auto got = m->namedParameters(), want = reference->namedParameters();
-  for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_LE(testing::relativeError(got[i].second.grad(), want[i].second.grad()), tolerance()) << got[i].first;
-  }
+  testing::expectParametersNear(*m, *reference, testing::ParameterField::Grad, tolerance());
 }
 
 TEST_P(Ddp, DifferentModelsFailOnEveryRankWithAMessage) {
@@ -291,7 +274,7 @@ TEST_P(Ddp, DifferentModelsFailOnEveryRankWithAMessage) {
 
 // ZeRO-1 and bf16 on the wire, 50 optimizer steps of each configuration from the same start.
 struct WireRun {
-  bool overlap = true;
+  Overlap overlap = Overlap::DuringBackward;
   distributed::GradComm wire = distributed::GradComm::Fp32;
   int zero = 0;
   distributed::ZeroGather gather = distributed::ZeroGather::End;
@@ -325,34 +308,25 @@ class DdpWire : public Ddp {
   }
   /// Every rank holds the bits of rank 0.
   void expectRanksIdentical(const nn::Module& m, const std::string& what) {
-    const std::vector<std::string> all = comm_->allGather(parameterBytes(m));
+    const std::vector<std::string> all = comm_->allGather(testing::parameterBytes(m));
     for (int r = 1; r < world_; ++r) EXPECT_TRUE(all[r] == all[0]) << what << ": rank " << r << " differs from rank 0";
-  }
-  /// Largest relative error over the parameters.
-  static double maxRelativeError(const nn::Module& a, const nn::Module& b) {
-    const auto pa = a.namedParameters(), pb = b.namedParameters();
-    double worst = 0;
-    for (size_t i = 0; i < pa.size(); ++i) {
-      worst = std::max(worst, testing::relativeError(pa[i].second.data(), pb[i].second.data()));
-    }
-    return worst;
   }
 };
 
 TEST_P(DdpWire, ZeroOneMatchesDdpAfterFiftySteps) {
   auto ddp = train({});
-  auto zeroEnd = train({true, distributed::GradComm::Fp32, 1, distributed::ZeroGather::End});
-  auto zeroOverlap = train({true, distributed::GradComm::Fp32, 1, distributed::ZeroGather::Overlap});
-  auto zeroOff = train({false, distributed::GradComm::Fp32, 1, distributed::ZeroGather::End});
-  const std::string bytes = parameterBytes(*zeroEnd);
-  EXPECT_TRUE(bytes == parameterBytes(*zeroOverlap)) << "gather at the end and overlapped differ";
-  EXPECT_TRUE(bytes == parameterBytes(*zeroOff)) << "overlap on and off differ under ZeRO-1";
+  auto zeroEnd = train({Overlap::DuringBackward, distributed::GradComm::Fp32, 1, distributed::ZeroGather::End});
+  auto zeroOverlap = train({Overlap::DuringBackward, distributed::GradComm::Fp32, 1, distributed::ZeroGather::Overlap});
+  auto zeroOff = train({Overlap::AfterBackward, distributed::GradComm::Fp32, 1, distributed::ZeroGather::End});
+  const std::string bytes = testing::parameterBytes(*zeroEnd);
+  EXPECT_TRUE(bytes == testing::parameterBytes(*zeroOverlap)) << "gather at the end and overlapped differ";
+  EXPECT_TRUE(bytes == testing::parameterBytes(*zeroOff)) << "overlap on and off differ under ZeRO-1";
   expectRanksIdentical(*zeroEnd, "ZeRO-1");
   // Sharding changes who computes an element's update, not the update: DDP's numbers up to rounding
   // (CPU: the same reduction to rank 0, so usually the same bits).
-  EXPECT_LE(maxRelativeError(*zeroEnd, *ddp), 100 * tolerance());
+  EXPECT_LE(testing::maxParameterError(*zeroEnd, *ddp), 100 * tolerance());
   // And the run did train: 50 steps of lr 1e-2 moved the weights well away from the start.
-  EXPECT_GT(maxRelativeError(*zeroEnd, *model(11)), 1e-2);
+  EXPECT_GT(testing::maxParameterError(*zeroEnd, *model(11)), 1e-2);
 }
 
 // The hook grad-norm clipping needs under ZeRO-1: each rank's partial sum over its shards, one all-reduce
@@ -390,22 +364,23 @@ TEST_P(DdpWire, Bf16OnTheWireIsIdenticalOnRanksAndOverlapAndNearFp32) {
   if (GetParam().dtype != DType::F32) GTEST_SKIP() << "bf16 on the wire compresses fp32 gradients";
   // SGD: AdamW's normalised steps turn any difference in a near-zero gradient into a full step of
   // lr, so its runs part by far more than the gradients do (tens of percent after 50 steps).
-  const auto sgd = [](bool overlap, distributed::GradComm wire, int zero) {
+  const auto sgd = [](Overlap overlap, distributed::GradComm wire, int zero) {
     return WireRun{overlap, wire, zero, distributed::ZeroGather::Overlap, "sgd"};
   };
-  auto fp32 = train(sgd(true, distributed::GradComm::Fp32, 0));
-  auto on = train(sgd(true, distributed::GradComm::Bf16, 0));
-  auto off = train(sgd(false, distributed::GradComm::Bf16, 0));
-  auto zero = train(sgd(true, distributed::GradComm::Bf16, 1));
-  EXPECT_TRUE(parameterBytes(*on) == parameterBytes(*off)) << "overlap on and off differ with bf16 on the wire";
+  auto fp32 = train(sgd(Overlap::DuringBackward, distributed::GradComm::Fp32, 0));
+  auto on = train(sgd(Overlap::DuringBackward, distributed::GradComm::Bf16, 0));
+  auto off = train(sgd(Overlap::AfterBackward, distributed::GradComm::Bf16, 0));
+  auto zero = train(sgd(Overlap::DuringBackward, distributed::GradComm::Bf16, 1));
+  EXPECT_TRUE(testing::parameterBytes(*on) == testing::parameterBytes(*off))
+      << "overlap on and off differ with bf16 on the wire";
   expectRanksIdentical(*on, "bf16");
   expectRanksIdentical(*zero, "bf16 + ZeRO-1");
   // bf16 keeps 8 significant bits (relative rounding 2^-9 per gradient element): the weights stay within
   // a percent of the fp32 run, yet not equal to it.
-  const double error = maxRelativeError(*on, *fp32);
+  const double error = testing::maxParameterError(*on, *fp32);
   EXPECT_LE(error, 1e-2);
   EXPECT_GT(error, 0.0) << "bf16 on the wire changed nothing: are the gradients really rounded?";
-  EXPECT_LE(maxRelativeError(*zero, *on), 1e-2);
+  EXPECT_LE(testing::maxParameterError(*zero, *on), 1e-2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, DdpWire,
@@ -494,7 +469,7 @@ TEST_P(Ddp, DifferentOptionsFailOnEveryRankWithAMessage) {
   if (world_ < 2) GTEST_SKIP() << "needs two ranks";
   // Rank 1 plans other buckets, or would rebuild them: both must stop every rank at construction.
   DdpOptions otherCap = kSmallBuckets, otherRebuild = kSmallBuckets;
-  otherCap.bucketMb *= 2;
+  otherCap.bucketCapBytes *= 2;
   otherRebuild.rebuildBuckets = true;
   for (const DdpOptions& other : {otherCap, otherRebuild}) {
     auto m = model(1);
@@ -504,7 +479,7 @@ TEST_P(Ddp, DifferentOptionsFailOnEveryRankWithAMessage) {
     } catch (const Error& e) {
       message = e.what();
     }
-    EXPECT_NE(message.find("ranks hold different DDP settings: DDP setting #0 is 'overlap 1 bucket-mb"),
+    EXPECT_NE(message.find("ranks hold different DDP settings: DDP setting #0 is 'overlap on bucket-bytes"),
               std::string::npos) << "message: " << message;
     EXPECT_NE(message.find("on rank 1 but"), std::string::npos) << "message: " << message;
   }
@@ -551,7 +526,7 @@ TEST(EmulatedDdp, SameBitsAsWorldOne) {
         ddp.finalize();
         sgdStep(*m, 0.1);
       }
-      return parameterBytes(*m);
+      return testing::parameterBytes(*m);
     };
     EXPECT_TRUE(train(single) == train(emulated)) << deviceName(device);
   }

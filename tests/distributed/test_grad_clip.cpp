@@ -51,7 +51,7 @@ TEST_P(GradClip, EqualsTorchClipGradNormThroughTheBuckets) {
       params.emplace_back("p" + std::to_string(i), Variable(tensorOf(f.at("param." + std::to_string(i)), device), true));
     }
     // Buckets of a few parameters each: the norm combines several buckets.
-    distributed::DistributedDataParallel ddp(params, comm, {true, 64.0 / 1048576, 32.0 / 1048576});
+    distributed::DistributedDataParallel ddp(params, comm, {distributed::Overlap::DuringBackward, 64, 32});
     ASSERT_GE(ddp.plan().buckets.size(), 2u) << ddp.plan().describe();
     ddp.prepareStep();
     for (int i = count - 1; i >= 0; --i) {

@@ -51,21 +51,21 @@ nn::NamedParameters makeParams(int count, int64_t numel) {
   return params;
 }
 
-BucketPlan planOf(const nn::NamedParameters& params, double capBytes) {
+BucketPlan planOf(const nn::NamedParameters& params, size_t capBytes) {
   std::vector<ParamInfo> infos;
   for (const auto& [name, p] : params) infos.push_back({name, p.data().numel(), p.dtype()});
-  return planBuckets(infos, capBytes / 1048576, capBytes / 1048576);
+  return planBuckets(infos, capBytes, capBytes);
 }
 
 // Four parameters of 80 bytes, one bucket each: parameter i is in bucket 3 - i.
 struct OneBucketEach : ::testing::Test {
   nn::NamedParameters params = makeParams(4, 10);
   std::shared_ptr<RecordingCommunicator> comm = std::make_shared<RecordingCommunicator>();
-  Reducer reducer(bool overlap) { return Reducer(params, planOf(params, 80), comm, overlap); }
+  Reducer reducer(Overlap overlap) { return Reducer(params, planOf(params, 80), comm, overlap); }
 };
 
 TEST_F(OneBucketEach, LaunchesInBucketOrderWhateverTheReadyOrder) {
-  Reducer r = reducer(true);
+  Reducer r = reducer(Overlap::DuringBackward);
   ASSERT_EQ(r.plan().buckets.size(), 4u);
   r.prepareStep();
   r.markReady(1);  // bucket 2: waits for 0 and 1
@@ -84,7 +84,7 @@ TEST_F(OneBucketEach, LaunchesInBucketOrderWhateverTheReadyOrder) {
 }
 
 TEST_F(OneBucketEach, OverlapOffLaunchesEverythingAtFinalizeInOrder) {
-  Reducer r = reducer(false);
+  Reducer r = reducer(Overlap::AfterBackward);
   r.prepareStep();
   for (size_t i : {2, 0, 3, 1}) r.markReady(i);
   EXPECT_EQ(comm->launched, Tags{});
@@ -93,7 +93,7 @@ TEST_F(OneBucketEach, OverlapOffLaunchesEverythingAtFinalizeInOrder) {
 }
 
 TEST_F(OneBucketEach, MarkedTwiceNamesTheParameter) {
-  Reducer r = reducer(true);
+  Reducer r = reducer(Overlap::DuringBackward);
   r.prepareStep();
   r.markReady(2);
   try {
@@ -105,7 +105,7 @@ TEST_F(OneBucketEach, MarkedTwiceNamesTheParameter) {
 }
 
 TEST_F(OneBucketEach, NeverMarkedNamesTheParameterAtFinalize) {
-  Reducer r = reducer(true);
+  Reducer r = reducer(Overlap::DuringBackward);
   r.prepareStep();
   for (size_t i : {0, 1, 3}) r.markReady(i);
   try {
@@ -117,7 +117,7 @@ TEST_F(OneBucketEach, NeverMarkedNamesTheParameterAtFinalize) {
 }
 
 TEST_F(OneBucketEach, SyncOffMarksNothing) {
-  Reducer r = reducer(true);
+  Reducer r = reducer(Overlap::DuringBackward);
   r.prepareStep();
   r.setRequireSync(false);
   for (size_t i = 0; i < 4; ++i) r.markReady(i);
@@ -130,14 +130,14 @@ TEST_F(OneBucketEach, SyncOffMarksNothing) {
 }
 
 TEST_F(OneBucketEach, MarkReadyOutsideAStepIsAnError) {
-  Reducer r = reducer(true);
+  Reducer r = reducer(Overlap::DuringBackward);
   EXPECT_THROW(r.markReady(0), Error);
 }
 
 TEST(Reducer, GradientsAreViewsIntoTheBucket) {
   nn::NamedParameters params = makeParams(3, 7);
   auto comm = std::make_shared<RecordingCommunicator>();
-  Reducer r(params, planOf(params, 1 << 20), comm, true);
+  Reducer r(params, planOf(params, 1 << 20), comm, Overlap::DuringBackward);
   ASSERT_EQ(r.plan().buckets.size(), 1u);
   const Tensor& bucket = r.bucketBuffer(0);
   for (size_t i = 0; i < params.size(); ++i) {
@@ -164,7 +164,7 @@ TEST(Reducer, GradientsAreViewsIntoTheBucket) {
 }
 
 TEST(Reducer, DdpHooksLaunchDuringBackwardWithOverlapOn) {
-  for (bool overlap : {true, false}) {
+  for (Overlap overlap : {Overlap::DuringBackward, Overlap::AfterBackward}) {
     // y = sum(relu(w2 * relu(w1 * relu(w0 * x)))): w2's gradient is ready first.
     nn::NamedParameters params = makeParams(3, 10);
     const Variable x(testing::randomTensor({10}, 9));
@@ -175,11 +175,12 @@ TEST(Reducer, DdpHooksLaunchDuringBackwardWithOverlapOn) {
     };
     auto comm = std::make_shared<RecordingCommunicator>();
     {
-      DistributedDataParallel ddp(params, comm, DdpOptions{overlap, 80.0 / 1048576, 80.0 / 1048576});
+      DistributedDataParallel ddp(params, comm, DdpOptions{overlap, 80, 80});
       ASSERT_EQ(ddp.plan().buckets.size(), 3u);
       ddp.prepareStep();
       backward();
-      EXPECT_EQ(comm->launched.size(), overlap ? 3u : 0u) << "overlap " << overlap;
+      EXPECT_EQ(comm->launched.size(), overlap == Overlap::DuringBackward ? 3u : 0u)
+          << "overlap " << overlapName(overlap);
       ddp.finalize();
       EXPECT_EQ(comm->launched, (Tags{"bucket 0", "bucket 1", "bucket 2"}));
       EXPECT_FALSE(ddp.rebuiltLastStep()) << "rebuild is opt-in";
@@ -198,7 +199,7 @@ std::vector<int> paramsOfBuckets(const BucketPlan& plan) {
 // Two DDPs play rank 0 and rank 1; four parameters of 80 bytes, one bucket each (first: bucket k holds
 // parameter 3 - k). The ranks see different ready orders; both rebuild to rank 0's, once.
 TEST(Reducer, DdpRebuildsTheBucketsInRankZerosReadyOrderOnce) {
-  const DdpOptions opts{true, 80.0 / 1048576, 80.0 / 1048576, true};
+  const DdpOptions opts{Overlap::DuringBackward, 80, 80, true};
   nn::NamedParameters params0 = makeParams(4, 10), params1 = makeParams(4, 10);
   auto comm0 = std::make_shared<RecordingCommunicator>();
   auto comm1 = std::make_shared<RecordingCommunicator>(comm0.get());
@@ -248,7 +249,7 @@ TEST(Reducer, DdpRebuildFollowsTheBackwardOrder) {
   nn::NamedParameters params = makeParams(3, 10);
   const Variable x(testing::randomTensor({10}, 9));
   auto comm = std::make_shared<RecordingCommunicator>();
-  DistributedDataParallel ddp(params, comm, DdpOptions{true, 80.0 / 1048576, 80.0 / 1048576, true});
+  DistributedDataParallel ddp(params, comm, DdpOptions{Overlap::DuringBackward, 80, 80, true});
   ASSERT_EQ(paramsOfBuckets(ddp.plan()), (std::vector<int>{2, 1, 0}));
   ddp.prepareStep();
   // y = sum(relu(w0 * relu(w2 * relu(w1 * x))))
@@ -262,7 +263,7 @@ TEST(Reducer, DdpRebuildFollowsTheBackwardOrder) {
 
 TEST(Reducer, RebuildInsideAStepIsAnError) {
   nn::NamedParameters params = makeParams(2, 4);
-  Reducer r(params, planOf(params, 1 << 20), std::make_shared<RecordingCommunicator>(), true);
+  Reducer r(params, planOf(params, 1 << 20), std::make_shared<RecordingCommunicator>(), Overlap::DuringBackward);
   r.prepareStep();
   EXPECT_THROW(r.rebuild(planOf(params, 32)), Error);
 }

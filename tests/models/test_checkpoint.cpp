@@ -9,6 +9,7 @@
 #include "framework/nn/checkpoint.h"
 #include "models/gpt.h"
 #include "models/mlp.h"
+#include "tests/support/parameters.h"
 #include "tests/support/scratch_dir.h"
 
 namespace minidp {
@@ -35,11 +36,7 @@ TEST_F(Checkpoint, SaveThenLoadIsBitExact) {
   const std::string path = (dir_ / "gpt.safetensors").string();
   nn::saveCheckpoint(a, path);
   nn::loadCheckpoint(b, path);
-  auto pa = a.namedParameters(), pb = b.namedParameters();
-  ASSERT_EQ(pa.size(), pb.size());
-  for (size_t i = 0; i < pa.size(); ++i) {
-    EXPECT_EQ(pa[i].second.data().toVector<float>(), pb[i].second.data().toVector<float>()) << pa[i].first;
-  }
+  testing::expectSameParameters(a, b);
   // Saving the loaded model again gives the same bytes.
   const std::string again = (dir_ / "gpt2.safetensors").string();
   nn::saveCheckpoint(b, again);

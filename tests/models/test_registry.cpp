@@ -8,19 +8,12 @@
 #include "models/gpt.h"
 #include "models/mlp.h"
 #include "models/registry.h"
+#include "tests/support/parameters.h"
 
 namespace minidp {
 namespace {
 
-void expectSameParameters(const nn::Module& a, const nn::Module& b) {
-  const nn::NamedParameters pa = a.namedParameters(), pb = b.namedParameters();
-  ASSERT_EQ(pa.size(), pb.size());
-  for (size_t i = 0; i < pa.size(); ++i) {
-    EXPECT_EQ(pa[i].first, pb[i].first);
-    EXPECT_EQ(pa[i].second.shape(), pb[i].second.shape()) << pa[i].first;
-    EXPECT_EQ(pa[i].second.data().toVector<float>(), pb[i].second.data().toVector<float>()) << pa[i].first;
-  }
-}
+using testing::expectSameParameters;
 
 TEST(ModelRegistry, MlpFactoryMatchesConstructor) {
   const models::ModelEntry& e = models::findModel("mlp");

@@ -34,8 +34,8 @@ train::Options tinyGpt(bool overlap) {
   o.gpt.heads = 4;
   o.gpt.context = 32;
   o.batchSize = 8;
-  o.bucketMb = o.firstBucketMb = 0.02;
-  o.overlap = overlap ? "on" : "off";
+  o.ddp.bucketCapBytes = o.ddp.firstBucketCapBytes = distributed::mibToBytes(0.02);
+  o.ddp.overlap = overlap ? distributed::Overlap::DuringBackward : distributed::Overlap::AfterBackward;
   return o;
 }
 
