@@ -46,7 +46,7 @@ foreach(program minidp-train minidp-bench minidp-bench-allreduce)
 endforeach()
 
 # Public headers: every header of the library folders (the tests' are not installed).
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/kernels ${PROJECT_SOURCE_DIR}/framework ${PROJECT_SOURCE_DIR}/data
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/base ${PROJECT_SOURCE_DIR}/kernels ${PROJECT_SOURCE_DIR}/framework ${PROJECT_SOURCE_DIR}/data
                   ${PROJECT_SOURCE_DIR}/models ${PROJECT_SOURCE_DIR}/train
         DESTINATION ${MINIDP_INCLUDE_DIR}
         FILES_MATCHING PATTERN "*.h" PATTERN "*.cuh")

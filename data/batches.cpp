@@ -8,7 +8,7 @@
 #include "framework/runtime/device.h"
 
 #if MINIDP_WITH_CUDA
-#include "kernels/cuda_check.h"
+#include "base/cuda_check.h"
 #endif
 
 namespace minidp {

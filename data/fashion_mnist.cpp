@@ -3,7 +3,7 @@
 #include <filesystem>
 
 #include "data/idx.h"
-#include "kernels/check.h"
+#include "base/check.h"
 
 namespace minidp {
 

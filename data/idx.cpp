@@ -7,7 +7,7 @@
 #include <limits>
 #include <memory>
 
-#include "kernels/check.h"
+#include "base/check.h"
 
 namespace minidp {
 

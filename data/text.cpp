@@ -5,7 +5,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "kernels/check.h"
+#include "base/check.h"
 
 namespace minidp {
 

@@ -2,8 +2,8 @@
 // float and double, bf16 <-> float with round-to-nearest-even for bf16. Shared by CUDA kernels and CPU code.
 #pragma once
 
-#include "kernels/bf16.h"
-#include "kernels/host_device.h"
+#include "base/bf16.h"
+#include "base/host_device.h"
 
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>

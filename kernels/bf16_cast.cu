@@ -1,5 +1,5 @@
 // bf16 wire casts (grid-stride loops), then their launchers. bf16 is layout-compatible with
-// __nv_bfloat16 (kernels/bf16.h).
+// __nv_bfloat16 (base/bf16.h).
 #include <cuda_bf16.h>
 
 #include "kernels/bf16_cast.h"

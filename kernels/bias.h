@@ -5,9 +5,9 @@
 
 #include <cstdint>
 
-#include "kernels/bf16.h"
+#include "base/bf16.h"
 #include "kernels/column_reduce.h"
-#include "kernels/stream.h"
+#include "base/stream.h"
 
 namespace minidp::kernels {
 

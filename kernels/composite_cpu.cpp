@@ -1,5 +1,5 @@
 // CPU twins of kernels/composite.cu.
-#include "kernels/check.h"
+#include "base/check.h"
 #include "kernels/composite.h"
 #include "kernels/composite_math.h"
 

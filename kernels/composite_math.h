@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "kernels/composite.h"
-#include "kernels/host_device.h"
+#include "base/host_device.h"
 
 namespace minidp::kernels {
 

@@ -9,9 +9,9 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/bf16.h"
+#include "base/bf16.h"
 #include "kernels/column_reduce.h"
-#include "kernels/cuda_check.h"
+#include "base/cuda_check.h"
 
 namespace minidp::kernels::cuda {
 

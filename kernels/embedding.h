@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
-#include "kernels/bf16.h"
-#include "kernels/stream.h"
+#include "base/bf16.h"
+#include "base/stream.h"
 
 namespace minidp::kernels {
 

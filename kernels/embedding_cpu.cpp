@@ -1,7 +1,7 @@
 // CPU twins of kernels/embedding.cu (float and double; bf16 is CUDA-only).
 #include <algorithm>
 
-#include "kernels/check.h"
+#include "base/check.h"
 #include "kernels/embedding.h"
 
 namespace minidp::kernels::cpu {

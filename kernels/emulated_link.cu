@@ -2,7 +2,7 @@
 // time has passed (%globaltimer, ns).
 #include <algorithm>
 
-#include "kernels/cuda_check.h"
+#include "base/cuda_check.h"
 #include "kernels/emulated_link.h"
 
 namespace minidp::kernels::cuda {

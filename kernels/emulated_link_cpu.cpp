@@ -4,7 +4,7 @@
 #include <cstring>
 #include <thread>
 
-#include "kernels/check.h"
+#include "base/check.h"
 #include "kernels/emulated_link.h"
 
 namespace minidp::kernels::cpu {

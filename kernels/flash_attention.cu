@@ -20,7 +20,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "kernels/cuda_check.h"
+#include "base/cuda_check.h"
 #include "kernels/flash_attention.h"
 
 namespace minidp::kernels::cuda {

@@ -10,7 +10,7 @@
 #include <type_traits>
 
 #include "kernels/accum.h"
-#include "kernels/cuda_check.h"
+#include "base/cuda_check.h"
 #include "kernels/cuda_utils.cuh"
 #include "kernels/gelu_math.h"
 #include "kernels/matmul.h"

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "kernels/check.h"
+#include "base/check.h"
 #include "kernels/matmul.h"
 
 namespace minidp::kernels {

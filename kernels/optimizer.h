@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "kernels/stream.h"
+#include "base/stream.h"
 
 namespace minidp::kernels {
 

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "kernels/host_device.h"
+#include "base/host_device.h"
 #include "kernels/optimizer.h"
 
 namespace minidp::kernels {

@@ -1,6 +1,6 @@
 // One block sums the whole tensor: each thread a strided partial sum, then a shared-memory tree.
 // A single block keeps the order fixed (deterministic); reductions here are scalars for losses.
-#include "kernels/cuda_check.h"
+#include "base/cuda_check.h"
 #include "kernels/cuda_utils.cuh"
 #include "kernels/reduce.h"
 

@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "kernels/stream.h"
+#include "base/stream.h"
 
 namespace minidp::kernels {
 namespace cpu {

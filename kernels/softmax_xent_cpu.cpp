@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/check.h"
+#include "base/check.h"
 #include "kernels/softmax_xent.h"
 
 namespace minidp::kernels::cpu {

@@ -6,7 +6,7 @@
 #include <climits>
 #include <cstdint>
 
-#include "kernels/cuda_check.h"
+#include "base/cuda_check.h"
 #include "kernels/tiled_gemm.h"
 
 namespace minidp::kernels::cuda {

@@ -1,7 +1,7 @@
 // Tiled transpose through shared memory, so that both the reads and the writes are coalesced.
 #include <algorithm>
 
-#include "kernels/cuda_check.h"
+#include "base/cuda_check.h"
 #include "kernels/transpose.h"
 
 namespace minidp::kernels::cuda {

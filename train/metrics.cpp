@@ -3,7 +3,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "kernels/check.h"
+#include "base/check.h"
 
 namespace minidp::train {
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "kernels/check.h"
+#include "base/check.h"
 
 namespace minidp::train {
 

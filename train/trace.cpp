@@ -5,7 +5,7 @@
 
 #include "framework/distributed/mpi_environment.h"
 #include "framework/io/atomic_file.h"
-#include "kernels/check.h"
+#include "base/check.h"
 
 namespace minidp::runtime {
 

@@ -9,7 +9,7 @@
 
 #include "framework/runtime/clock.h"
 #include "framework/tensor/tensor.h"
-#include "kernels/stream.h"
+#include "base/stream.h"
 
 namespace minidp::distributed {
 

@@ -7,7 +7,7 @@
 
 #include "framework/runtime/device.h"
 #include "framework/runtime/graph.h"
-#include "kernels/cuda_check.h"
+#include "base/cuda_check.h"
 
 namespace minidp::distributed {
 

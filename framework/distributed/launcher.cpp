@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "kernels/check.h"
+#include "base/check.h"
 
 namespace minidp::distributed {
 

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/check.h"
+#include "base/check.h"
 
 namespace minidp::distributed {
 

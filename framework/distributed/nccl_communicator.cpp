@@ -8,7 +8,7 @@
 #include "framework/distributed/mpi_environment.h"
 #include "framework/runtime/device.h"
 #include "kernels/bf16_cast.h"
-#include "kernels/cuda_check.h"
+#include "base/cuda_check.h"
 
 namespace minidp::distributed {
 

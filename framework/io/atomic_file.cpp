@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "kernels/check.h"
+#include "base/check.h"
 
 namespace minidp {
 

@@ -9,7 +9,7 @@
 #include <set>
 
 #include "framework/io/atomic_file.h"
-#include "kernels/check.h"
+#include "base/check.h"
 
 namespace minidp {
 

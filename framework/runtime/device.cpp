@@ -8,10 +8,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kernels/check.h"
+#include "base/check.h"
 
 #if MINIDP_WITH_CUDA
-#include "kernels/cuda_check.h"
+#include "base/cuda_check.h"
 #endif
 
 namespace minidp::runtime {

@@ -3,7 +3,7 @@
 
 #include <cstddef>
 
-#include "kernels/stream.h"
+#include "base/stream.h"
 
 
 namespace minidp::runtime {

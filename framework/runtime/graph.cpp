@@ -3,10 +3,10 @@
 #include <cstdio>
 
 #include "framework/runtime/device.h"
-#include "kernels/check.h"
+#include "base/check.h"
 
 #if MINIDP_WITH_CUDA
-#include "kernels/cuda_check.h"
+#include "base/cuda_check.h"
 #endif
 
 namespace minidp::runtime {

@@ -5,7 +5,7 @@
 
 #include <functional>
 
-#include "kernels/stream.h"
+#include "base/stream.h"
 
 #if !MINIDP_WITH_CUDA
 typedef struct CUgraph_st* cudaGraph_t;

@@ -9,7 +9,7 @@
 #if MINIDP_WITH_CUDA
 #include <nvtx3/nvToolsExt.h>
 
-#include "kernels/cuda_check.h"
+#include "base/cuda_check.h"
 #endif
 
 namespace minidp::runtime {

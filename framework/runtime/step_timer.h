@@ -23,7 +23,7 @@
 #include "framework/runtime/clock.h"
 #include "framework/runtime/nvtx.h"
 #include "framework/tensor/tensor.h"
-#include "kernels/stream.h"
+#include "base/stream.h"
 
 namespace minidp::runtime {
 

@@ -9,7 +9,7 @@
 #include "kernels/convert.h"
 
 #if MINIDP_WITH_CUDA
-#include "kernels/cuda_check.h"
+#include "base/cuda_check.h"
 #endif
 
 namespace minidp {

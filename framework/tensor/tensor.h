@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/bf16.h"
-#include "kernels/check.h"
+#include "base/bf16.h"
+#include "base/check.h"
 
 namespace minidp {
 

@@ -7,7 +7,7 @@
 
 #include "data/fashion_mnist.h"
 #include "data/idx.h"
-#include "kernels/check.h"
+#include "base/check.h"
 #include "tests/support/scratch_dir.h"
 
 namespace minidp {

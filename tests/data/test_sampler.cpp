@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "data/sampler.h"
-#include "kernels/check.h"
+#include "base/check.h"
 
 namespace minidp {
 namespace {

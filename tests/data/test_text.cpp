@@ -6,7 +6,7 @@
 #include <functional>
 
 #include "data/text.h"
-#include "kernels/check.h"
+#include "base/check.h"
 #include "tests/support/scratch_dir.h"
 
 namespace minidp {

@@ -5,7 +5,7 @@
 #include <map>
 
 #include "framework/distributed/launcher.h"
-#include "kernels/check.h"
+#include "base/check.h"
 
 namespace minidp::distributed {
 namespace {

@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "framework/io/safetensors.h"
-#include "kernels/check.h"
+#include "base/check.h"
 #include "tests/support/scratch_dir.h"
 
 namespace minidp {

@@ -14,7 +14,7 @@
 
 #include "framework/ops/ops.h"
 #include "framework/runtime/device.h"
-#include "kernels/cuda_check.h"
+#include "base/cuda_check.h"
 #include "kernels/flash_attention.h"
 
 namespace {

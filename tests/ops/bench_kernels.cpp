@@ -12,9 +12,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/bf16.h"
+#include "base/bf16.h"
 #include "kernels/bias.h"
-#include "kernels/cuda_check.h"
+#include "base/cuda_check.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/layernorm.h"

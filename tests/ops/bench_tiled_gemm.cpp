@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cuda_check.h"
+#include "base/cuda_check.h"
 #include "kernels/matmul.h"
 #include "kernels/tiled_gemm.h"
 #include "tests/ops/cuda_timing.h"

@@ -9,7 +9,7 @@
 #include <exception>
 #include <functional>
 
-#include "kernels/cuda_check.h"
+#include "base/cuda_check.h"
 
 namespace minidp::bench {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/host_device.h"
+#include "base/host_device.h"
 
 namespace minidp {
 

@@ -4,7 +4,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include "kernels/check.h"
+#include "base/check.h"
 
 #define CUDA_CHECK(call) MINIDP_CHECK_STATUS(call, cudaSuccess, cudaGetErrorString)
 #define CUBLAS_CHECK(call) MINIDP_CHECK_STATUS(call, CUBLAS_STATUS_SUCCESS, cublasGetStatusString)
