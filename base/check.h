@@ -23,21 +23,20 @@ class Error : public std::runtime_error {
 }  // namespace minidp
 
 /// Throws minidp::Error with a streamed message when `cond` is false.
-#define MINIDP_CHECK(cond, msg)                                                        \
-  do {                                                                                 \
-    if (!(cond)) {                                                                     \
-      std::ostringstream minidp_check_os_;                                             \
-      minidp_check_os_ << msg;                                                         \
+#define MINIDP_CHECK(cond, msg)                                                          \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
+      std::ostringstream minidp_check_os_;                                               \
+      minidp_check_os_ << msg;                                                           \
       ::minidp::throwError(minidp_check_os_.str() + " [" #cond "]", __FILE__, __LINE__); \
-    }                                                                                  \
+    }                                                                                    \
   } while (0)
 
 /// Checks a library call whose status is `ok` when equal to `success`; `describe(status)` names it.
-#define MINIDP_CHECK_STATUS(call, success, describe)                                   \
-  do {                                                                                 \
-    auto minidp_status_ = (call);                                                      \
-    if (minidp_status_ != (success)) {                                                 \
-      ::minidp::throwError(std::string(#call) + " failed: " + describe(minidp_status_), \
-                           __FILE__, __LINE__);                                        \
-    }                                                                                  \
+#define MINIDP_CHECK_STATUS(call, success, describe)                                                         \
+  do {                                                                                                       \
+    auto minidp_status_ = (call);                                                                            \
+    if (minidp_status_ != (success)) {                                                                       \
+      ::minidp::throwError(std::string(#call) + " failed: " + describe(minidp_status_), __FILE__, __LINE__); \
+    }                                                                                                        \
   } while (0)

@@ -18,7 +18,11 @@ namespace {
 class ImageBatches : public BatchSource {
  public:
   ImageBatches(const ImageDataset& data, int64_t batch, int rank, int world, uint64_t seed, DType dtype)
-      : data_(data), batch_(batch), rank_(rank), world_(world), dtype_(dtype),
+      : data_(data),
+        batch_(batch),
+        rank_(rank),
+        world_(world),
+        dtype_(dtype),
         sampler_(data.count, batch * world, seed) {
     MINIDP_CHECK(dtype == DType::F32 || dtype == DType::F64, "image batches are float32 or float64");
   }
@@ -49,7 +53,11 @@ class ImageBatches : public BatchSource {
 class WindowBatches : public BatchSource {
  public:
   WindowBatches(const std::vector<int32_t>& tokens, int64_t batch, int context, int rank, int world, uint64_t seed)
-      : tokens_(tokens), batch_(batch), context_(context), rank_(rank), world_(world),
+      : tokens_(tokens),
+        batch_(batch),
+        context_(context),
+        rank_(rank),
+        world_(world),
         sampler_(static_cast<int64_t>(tokens.size()), context, batch * world, seed) {}
   Shape inputShape() const override { return {batch_, context_}; }
   DType inputDType() const override { return DType::I32; }
@@ -68,13 +76,13 @@ class WindowBatches : public BatchSource {
 
 }  // namespace
 
-std::unique_ptr<BatchSource> imageBatches(const ImageDataset& data, int64_t batch, int rank, int world,
-                                          uint64_t seed, DType dtype) {
+std::unique_ptr<BatchSource> imageBatches(const ImageDataset& data, int64_t batch, int rank, int world, uint64_t seed,
+                                          DType dtype) {
   return std::make_unique<ImageBatches>(data, batch, rank, world, seed, dtype);
 }
 
-std::unique_ptr<BatchSource> windowBatches(const std::vector<int32_t>& tokens, int64_t batch, int context,
-                                           int rank, int world, uint64_t seed) {
+std::unique_ptr<BatchSource> windowBatches(const std::vector<int32_t>& tokens, int64_t batch, int context, int rank,
+                                           int world, uint64_t seed) {
   return std::make_unique<WindowBatches>(tokens, batch, context, rank, world, seed);
 }
 
@@ -83,7 +91,7 @@ struct Prefetcher::Slot {
   int32_t* hostTargets = nullptr;
   Batch batch;  // device tensors, allocated once
 #if MINIDP_WITH_CUDA
-  cudaEvent_t copied = nullptr;   // on the copy stream: the H2D copy finished
+  cudaEvent_t copied = nullptr;    // on the copy stream: the H2D copy finished
   cudaEvent_t consumed = nullptr;  // on the compute stream: the step using this slot was enqueued before it
 #endif
 };

@@ -32,11 +32,11 @@ class BatchSource {
 
 /// Images (as `dtype`, float32 or float64) and labels; rank r takes rows [r*B, (r+1)*B) of each shuffled
 /// global batch of world*B rows.
-std::unique_ptr<BatchSource> imageBatches(const ImageDataset& data, int64_t batch, int rank, int world,
-                                          uint64_t seed, DType dtype = DType::F32);
+std::unique_ptr<BatchSource> imageBatches(const ImageDataset& data, int64_t batch, int rank, int world, uint64_t seed,
+                                          DType dtype = DType::F32);
 /// Random windows of `context` tokens (targets shifted by one), sharded the same way.
-std::unique_ptr<BatchSource> windowBatches(const std::vector<int32_t>& tokens, int64_t batch, int context,
-                                           int rank, int world, uint64_t seed);
+std::unique_ptr<BatchSource> windowBatches(const std::vector<int32_t>& tokens, int64_t batch, int context, int rank,
+                                           int world, uint64_t seed);
 
 /// Double-buffered staging: `prefetch()` gathers the next batch into pinned memory and starts its
 /// host-to-device copy on the copy stream; `next()` hands it out with the compute stream waiting on the

@@ -2,8 +2,8 @@
 
 #include <filesystem>
 
-#include "data/idx.h"
 #include "base/check.h"
+#include "data/idx.h"
 
 namespace minidp {
 
@@ -14,21 +14,18 @@ ImageDataset loadFashionMnist(const std::string& dir, const std::string& split) 
   const std::filesystem::path imagePath = std::filesystem::path(dir) / (prefix + "-images-idx3-ubyte.gz");
   const std::filesystem::path labelPath = std::filesystem::path(dir) / (prefix + "-labels-idx1-ubyte.gz");
   for (const auto& p : {imagePath, labelPath}) {
-    MINIDP_CHECK(std::filesystem::exists(p), "missing Fashion-MNIST file "
-                                                 << p.string()
-                                                 << ": install the Debian package dataset-fashion-mnist");
+    MINIDP_CHECK(std::filesystem::exists(p),
+                 "missing Fashion-MNIST file " << p.string() << ": install the Debian package dataset-fashion-mnist");
   }
 
   const IdxArray images = readIdx(imagePath.string());
   const IdxArray labels = readIdx(labelPath.string());
-  MINIDP_CHECK(images.dims.size() == 3, imagePath.string()
-                                            << ": expected 3 dimensions (count, rows, cols), got "
-                                            << images.dims.size());
+  MINIDP_CHECK(images.dims.size() == 3,
+               imagePath.string() << ": expected 3 dimensions (count, rows, cols), got " << images.dims.size());
   MINIDP_CHECK(labels.dims.size() == 1, labelPath.string()
                                             << ": expected 1 dimension (count), got " << labels.dims.size());
-  MINIDP_CHECK(images.dims[0] == labels.dims[0], "Fashion-MNIST " << split << ": " << images.dims[0]
-                                                                  << " images but " << labels.dims[0]
-                                                                  << " labels");
+  MINIDP_CHECK(images.dims[0] == labels.dims[0],
+               "Fashion-MNIST " << split << ": " << images.dims[0] << " images but " << labels.dims[0] << " labels");
 
   ImageDataset ds;
   ds.count = images.dims[0];

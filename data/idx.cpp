@@ -47,26 +47,24 @@ IdxArray readIdx(const std::string& path) {
   uint8_t head[4];
   const int64_t headGot = readUpTo(f.get(), head, 4, path);
   MINIDP_CHECK(headGot == 4, path << ": file holds " << headGot << " bytes, too short for an IDX header");
-  MINIDP_CHECK(head[0] == 0 && head[1] == 0,
-               path << ": not an IDX file: magic must start with two zero bytes, got 0x" << std::hex
-                    << int(head[0]) << " 0x" << int(head[1]));
-  MINIDP_CHECK(head[2] == 0x08, path << ": IDX type 0x" << std::hex << int(head[2])
-                                     << " is not supported, only 0x08 (unsigned byte)");
+  MINIDP_CHECK(head[0] == 0 && head[1] == 0, path << ": not an IDX file: magic must start with two zero bytes, got 0x"
+                                                  << std::hex << int(head[0]) << " 0x" << int(head[1]));
+  MINIDP_CHECK(head[2] == 0x08,
+               path << ": IDX type 0x" << std::hex << int(head[2]) << " is not supported, only 0x08 (unsigned byte)");
   const int ndims = head[3];
   MINIDP_CHECK(ndims >= 1, path << ": IDX header declares 0 dimensions");
 
   std::vector<uint8_t> dimBytes(4 * ndims);
   const int64_t dimGot = readUpTo(f.get(), dimBytes.data(), 4 * ndims, path);
-  MINIDP_CHECK(dimGot == 4 * ndims, path << ": truncated header: " << ndims << " dimensions need "
-                                         << 4 * ndims << " bytes, file holds " << dimGot);
+  MINIDP_CHECK(dimGot == 4 * ndims, path << ": truncated header: " << ndims << " dimensions need " << 4 * ndims
+                                         << " bytes, file holds " << dimGot);
 
   IdxArray out;
   int64_t total = 1;
   for (int d = 0; d < ndims; ++d) {
     const uint8_t* b = &dimBytes[4 * d];
     const int64_t dim = (int64_t(b[0]) << 24) | (int64_t(b[1]) << 16) | (int64_t(b[2]) << 8) | b[3];
-    MINIDP_CHECK(dim == 0 || total <= std::numeric_limits<int64_t>::max() / dim,
-                 path << ": IDX dimensions overflow");
+    MINIDP_CHECK(dim == 0 || total <= std::numeric_limits<int64_t>::max() / dim, path << ": IDX dimensions overflow");
     total *= dim;
     out.dims.push_back(dim);
   }

@@ -59,8 +59,7 @@ WindowSampler::WindowSampler(int64_t streamLength, int context, int64_t globalBa
     : streamLength_(streamLength), context_(context), globalBatch_(globalBatch), rng_(seed) {
   MINIDP_CHECK(context > 0, "context must be positive, got " << context);
   MINIDP_CHECK(globalBatch > 0, "global batch must be positive, got " << globalBatch);
-  MINIDP_CHECK(streamLength > context, "token stream of " << streamLength
-                                                          << " tokens is too short for a window of "
+  MINIDP_CHECK(streamLength > context, "token stream of " << streamLength << " tokens is too short for a window of "
                                                           << context << " inputs plus one target");
 }
 

@@ -45,8 +45,7 @@ TokenCorpus loadFortunes(const std::string& dir, double valFraction) {
     corpus.train.insert(corpus.train.end(), bytes.begin(), split);
     corpus.val.insert(corpus.val.end(), split, bytes.end());
   }
-  MINIDP_CHECK(!corpus.train.empty(),
-               "fortune files in " << dir << " are empty: install the Debian package fortunes");
+  MINIDP_CHECK(!corpus.train.empty(), "fortune files in " << dir << " are empty: install the Debian package fortunes");
   return corpus;
 }
 
@@ -54,24 +53,22 @@ std::vector<int32_t> readLlmcTokenFile(const std::string& path) {
   MINIDP_CHECK(std::filesystem::is_regular_file(path), "llm.c token file " << path << " does not exist");
   const std::vector<uint8_t> bytes = readAll(path);
   const int64_t headerBytes = kLlmcHeaderInts * 4;
-  MINIDP_CHECK(static_cast<int64_t>(bytes.size()) >= headerBytes, path << ": file holds " << bytes.size()
-                                                                       << " bytes, less than the "
-                                                                       << headerBytes << "-byte header");
+  MINIDP_CHECK(static_cast<int64_t>(bytes.size()) >= headerBytes,
+               path << ": file holds " << bytes.size() << " bytes, less than the " << headerBytes << "-byte header");
   auto headerInt = [&](int i) {
     const uint8_t* b = &bytes[4 * i];
-    return static_cast<int32_t>(uint32_t(b[0]) | uint32_t(b[1]) << 8 | uint32_t(b[2]) << 16 |
-                                uint32_t(b[3]) << 24);
+    return static_cast<int32_t>(uint32_t(b[0]) | uint32_t(b[1]) << 8 | uint32_t(b[2]) << 16 | uint32_t(b[3]) << 24);
   };
-  MINIDP_CHECK(headerInt(0) == kLlmcMagic, path << ": bad magic " << headerInt(0) << ", expected "
-                                                << kLlmcMagic << " (not an llm.c token file)");
-  MINIDP_CHECK(headerInt(1) == kLlmcVersion, path << ": unsupported version " << headerInt(1) << ", only "
-                                                  << kLlmcVersion << " (uint16 tokens)");
+  MINIDP_CHECK(headerInt(0) == kLlmcMagic,
+               path << ": bad magic " << headerInt(0) << ", expected " << kLlmcMagic << " (not an llm.c token file)");
+  MINIDP_CHECK(headerInt(1) == kLlmcVersion,
+               path << ": unsupported version " << headerInt(1) << ", only " << kLlmcVersion << " (uint16 tokens)");
   const int64_t count = headerInt(2);
   MINIDP_CHECK(count >= 0, path << ": negative token count " << count);
   const int64_t expected = headerBytes + 2 * count;
-  MINIDP_CHECK(static_cast<int64_t>(bytes.size()) == expected,
-               path << ": header declares " << count << " tokens (" << expected << " bytes), file holds "
-                    << bytes.size() << " bytes");
+  MINIDP_CHECK(static_cast<int64_t>(bytes.size()) == expected, path << ": header declares " << count << " tokens ("
+                                                                    << expected << " bytes), file holds "
+                                                                    << bytes.size() << " bytes");
   std::vector<int32_t> tokens(count);
   for (int64_t i = 0; i < count; ++i) {
     const uint8_t* b = &bytes[headerBytes + 2 * i];

@@ -18,8 +18,8 @@ __device__ int64_t tokenOffset(int64_t i, int64_t seqLen, int64_t H, int64_t d, 
 
 // toHeads: out[i] = x[tokenOffset(i)]; otherwise x[tokenOffset(i)] = out[i]. Coalesced on the head side.
 template <typename T>
-__global__ void moveHeadsKernel(const T* src, T* dst, bool toHeads, int64_t n, int64_t seqLen, int64_t H,
-                                int64_t d, int64_t rowStride) {
+__global__ void moveHeadsKernel(const T* src, T* dst, bool toHeads, int64_t n, int64_t seqLen, int64_t H, int64_t d,
+                                int64_t rowStride) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t tok = tokenOffset(i, seqLen, H, d, rowStride);
     if (toHeads) {
@@ -58,8 +58,7 @@ __global__ void causalSoftmaxForwardKernel(const T* scores, T* probs, int64_t ro
 }
 
 template <typename T>
-__global__ void causalSoftmaxBackwardKernel(const T* probs, const T* dprobs, T* dscores, int64_t rows,
-                                            int64_t seqLen) {
+__global__ void causalSoftmaxBackwardKernel(const T* probs, const T* dprobs, T* dscores, int64_t rows, int64_t seqLen) {
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
@@ -100,8 +99,8 @@ void causalSoftmaxBackward(const T* probs, const T* dprobs, T* dscores, int64_t 
                            cudaStream_t stream) {
   const int64_t rows = matrices * seqLen;
   if (rows == 0) return;
-  causalSoftmaxBackwardKernel<T><<<ceilDiv(rows, kRowsPerBlock), kBlock, 0, stream>>>(probs, dprobs, dscores,
-                                                                                      rows, seqLen);
+  causalSoftmaxBackwardKernel<T>
+      <<<ceilDiv(rows, kRowsPerBlock), kBlock, 0, stream>>>(probs, dprobs, dscores, rows, seqLen);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -65,10 +65,10 @@ void causalSoftmaxBackward(const T* probs, const T* dprobs, T* dscores, int64_t 
   }
 }
 
-#define MINIDP_INSTANTIATE(T)                                                                 \
-  template void splitHeads<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t, int64_t);     \
-  template void mergeHeads<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t, int64_t);     \
-  template void causalSoftmaxForward<T>(const T*, T*, int64_t, int64_t);                      \
+#define MINIDP_INSTANTIATE(T)                                                             \
+  template void splitHeads<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t, int64_t); \
+  template void mergeHeads<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t, int64_t); \
+  template void causalSoftmaxForward<T>(const T*, T*, int64_t, int64_t);                  \
   template void causalSoftmaxBackward<T>(const T*, const T*, T*, int64_t, int64_t);
 MINIDP_INSTANTIATE(float)
 MINIDP_INSTANTIATE(double)

@@ -48,12 +48,11 @@ void addBias(T* y, const ParamOf<T>* bias, int64_t N, int64_t C, cudaStream_t st
 template <typename T>
 void sumColumns(const T* x, ParamOf<T>* out, AccumOf<T>* scratch, int64_t N, int64_t C, bool accumulate,
                 cudaStream_t stream) {
-  reduceColumns<1>(ColumnValue<T>{x, C}, ColumnOutputs<1, ParamOf<T>>{{out}, {accumulate}}, scratch, N, C,
-                   stream);
+  reduceColumns<1>(ColumnValue<T>{x, C}, ColumnOutputs<1, ParamOf<T>>{{out}, {accumulate}}, scratch, N, C, stream);
 }
 
-#define MINIDP_INSTANTIATE(T)                                                                \
-  template void addBias<T>(T*, const ParamOf<T>*, int64_t, int64_t, cudaStream_t);           \
+#define MINIDP_INSTANTIATE(T)                                                      \
+  template void addBias<T>(T*, const ParamOf<T>*, int64_t, int64_t, cudaStream_t); \
   template void sumColumns<T>(const T*, ParamOf<T>*, AccumOf<T>*, int64_t, int64_t, bool, cudaStream_t);
 MINIDP_INSTANTIATE(float)
 MINIDP_INSTANTIATE(double)

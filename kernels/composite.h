@@ -35,8 +35,7 @@ enum class Broadcast { Same, Columns, Rows };
   /* out (n, C) = table[index[i]] for table (V, C). An index outside [0, V): the CPU twin throws, */ \
   /* the GPU kernel writes NaN to that row (no host sync to report it). */                           \
   template <typename T>                                                                              \
-  void gatherRows(const T* table, const int32_t* index, T* out, int64_t n, int64_t C,                \
-                  int64_t V __VA_ARGS__);
+  void gatherRows(const T* table, const int32_t* index, T* out, int64_t n, int64_t C, int64_t V __VA_ARGS__);
 
 namespace cpu {
 MINIDP_COMPOSITE_DECLARATIONS()

@@ -35,11 +35,11 @@ void gatherRows(const T* table, const int32_t* index, T* out, int64_t n, int64_t
   }
 }
 
-#define MINIDP_INSTANTIATE(T)                                                                      \
-  template void unaryForward<T>(UnaryOp, const T*, T, T*, int64_t);                                \
-  template void unaryBackward<T>(UnaryOp, const T*, T, const T*, T*, int64_t);                     \
-  template void binaryForward<T>(BinaryOp, Broadcast, const T*, const T*, T*, int64_t, int64_t);   \
-  template void sumLastDim<T>(const T*, T*, int64_t, int64_t);                                     \
+#define MINIDP_INSTANTIATE(T)                                                                    \
+  template void unaryForward<T>(UnaryOp, const T*, T, T*, int64_t);                              \
+  template void unaryBackward<T>(UnaryOp, const T*, T, const T*, T*, int64_t);                   \
+  template void binaryForward<T>(BinaryOp, Broadcast, const T*, const T*, T*, int64_t, int64_t); \
+  template void sumLastDim<T>(const T*, T*, int64_t, int64_t);                                   \
   template void gatherRows<T>(const T*, const int32_t*, T*, int64_t, int64_t, int64_t);
 MINIDP_INSTANTIATE(float)
 MINIDP_INSTANTIATE(double)

@@ -3,8 +3,8 @@
 
 #include <cmath>
 
-#include "kernels/composite.h"
 #include "base/host_device.h"
+#include "kernels/composite.h"
 
 namespace minidp::kernels {
 

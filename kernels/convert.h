@@ -9,11 +9,13 @@ namespace minidp::kernels {
 
 namespace cpu {
 /// y[i] = x[i] converted to To (bf16 rounds to nearest even; double -> bf16 through float).
-template <typename From, typename To> void convert(const From* x, To* y, int64_t n);
+template <typename From, typename To>
+void convert(const From* x, To* y, int64_t n);
 }  // namespace cpu
 namespace cuda {
 /// As the CPU twin, on `stream`.
-template <typename From, typename To> void convert(const From* x, To* y, int64_t n, cudaStream_t stream);
+template <typename From, typename To>
+void convert(const From* x, To* y, int64_t n, cudaStream_t stream);
 }  // namespace cuda
 
 }  // namespace minidp::kernels

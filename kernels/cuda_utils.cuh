@@ -10,8 +10,8 @@
 #include <type_traits>
 
 #include "base/bf16.h"
-#include "kernels/column_reduce.h"
 #include "base/cuda_check.h"
+#include "kernels/column_reduce.h"
 
 namespace minidp::kernels::cuda {
 
@@ -100,19 +100,27 @@ __device__ __forceinline__ T warpReduce(T v, Op op) {
 
 struct SumOp {
   template <typename T>
-  __device__ T operator()(T a, T b) const { return a + b; }
+  __device__ T operator()(T a, T b) const {
+    return a + b;
+  }
 };
 
 struct MaxOp {
   template <typename T>
-  __device__ T operator()(T a, T b) const { return b > a ? b : a; }
+  __device__ T operator()(T a, T b) const {
+    return b > a ? b : a;
+  }
 };
 
 template <typename T>
-__device__ __forceinline__ T warpSum(T v) { return warpReduce(v, SumOp()); }
+__device__ __forceinline__ T warpSum(T v) {
+  return warpReduce(v, SumOp());
+}
 
 template <typename T>
-__device__ __forceinline__ T warpMax(T v) { return warpReduce(v, MaxOp()); }
+__device__ __forceinline__ T warpMax(T v) {
+  return warpReduce(v, MaxOp());
+}
 
 /// Reduces one value per thread of a kBlock-thread block (a multiple of 32, at most 1024); every thread
 /// receives the result. The order depends only on kBlock, so the bits are the same on every run.
@@ -194,13 +202,12 @@ __global__ void columnFinishKernel(const A* partial, ColumnOutputs<kValues, P> o
 /// Column sums of kValues quantities over an (N, C) array in a fixed order, deterministic and spread over
 /// columnSlices(N, C) row slices; `scratch` holds kValues * columnSlices(N, C) * C accumulators.
 template <int kValues, typename A, typename P, typename Terms>
-void reduceColumns(Terms terms, ColumnOutputs<kValues, P> outs, A* scratch, int64_t N, int64_t C,
-                   cudaStream_t stream) {
+void reduceColumns(Terms terms, ColumnOutputs<kValues, P> outs, A* scratch, int64_t N, int64_t C, cudaStream_t stream) {
   if (C == 0) return;
   const int64_t slices = columnSlices(N, C);
-  columnPartialsKernel<kValues, A><<<dim3(ceilDiv(C, kColumnTile), static_cast<unsigned>(slices)),
-                                     dim3(kColumnTile, kSliceLanes), 0, stream>>>(terms, scratch, N, C,
-                                                                                  columnSliceRows(N, C));
+  columnPartialsKernel<kValues, A>
+      <<<dim3(ceilDiv(C, kColumnTile), static_cast<unsigned>(slices)), dim3(kColumnTile, kSliceLanes), 0, stream>>>(
+          terms, scratch, N, C, columnSliceRows(N, C));
   CUDA_CHECK_LAUNCH();
   constexpr int kBlock = 256;
   columnFinishKernel<kValues, A, P><<<gridFor(kValues * C, kBlock), kBlock, 0, stream>>>(scratch, outs, slices, C);

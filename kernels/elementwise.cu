@@ -59,47 +59,56 @@ void launchMap(F f, T* out, const T* a, const T* b, int64_t n, cudaStream_t stre
 }  // namespace
 
 // Math in AccumOf<T> (float for bf16); for float and double the loads and stores are the identity.
-template <typename T> void add(const T* a, const T* b, T* out, int64_t n, cudaStream_t s) {
+template <typename T>
+void add(const T* a, const T* b, T* out, int64_t n, cudaStream_t s) {
   launchMap<2>([] __device__(AccumOf<T> x, AccumOf<T> y) { return x + y; }, out, a, b, n, s);
 }
-template <typename T> void addInPlace(T* dst, const T* src, int64_t n, cudaStream_t s) {
+template <typename T>
+void addInPlace(T* dst, const T* src, int64_t n, cudaStream_t s) {
   add(dst, src, dst, n, s);
 }
-template <typename T> void mul(const T* a, const T* b, T* out, int64_t n, cudaStream_t s) {
+template <typename T>
+void mul(const T* a, const T* b, T* out, int64_t n, cudaStream_t s) {
   launchMap<2>([] __device__(AccumOf<T> x, AccumOf<T> y) { return x * y; }, out, a, b, n, s);
 }
-template <typename T> void scale(const T* x, AccumOf<T> v, T* out, int64_t n, cudaStream_t s) {
+template <typename T>
+void scale(const T* x, AccumOf<T> v, T* out, int64_t n, cudaStream_t s) {
   launchMap<1>([v] __device__(AccumOf<T> e) { return e * v; }, out, x, static_cast<const T*>(nullptr), n, s);
 }
-template <typename T> void fill(T* out, T value, int64_t n, cudaStream_t s) {
+template <typename T>
+void fill(T* out, T value, int64_t n, cudaStream_t s) {
   const AccumOf<T> v = kernels::toAccum(value);  // exact: T -> accumulator -> T round-trips
-  launchMap<0>([v] __device__() { return v; }, out, static_cast<const T*>(nullptr),
-               static_cast<const T*>(nullptr), n, s);
+  launchMap<0>([v] __device__() { return v; }, out, static_cast<const T*>(nullptr), static_cast<const T*>(nullptr), n,
+               s);
 }
-template <typename T> void reluForward(const T* x, T* y, int64_t n, cudaStream_t s) {
+template <typename T>
+void reluForward(const T* x, T* y, int64_t n, cudaStream_t s) {
   launchMap<1>([] __device__(AccumOf<T> e) { return e > AccumOf<T>(0) ? e : AccumOf<T>(0); }, y, x,
                static_cast<const T*>(nullptr), n, s);
 }
-template <typename T> void reluBackward(const T* x, const T* dy, T* dx, int64_t n, cudaStream_t s) {
-  launchMap<2>([] __device__(AccumOf<T> e, AccumOf<T> g) { return e > AccumOf<T>(0) ? g : AccumOf<T>(0); }, dx,
-               x, dy, n, s);
+template <typename T>
+void reluBackward(const T* x, const T* dy, T* dx, int64_t n, cudaStream_t s) {
+  launchMap<2>([] __device__(AccumOf<T> e, AccumOf<T> g) { return e > AccumOf<T>(0) ? g : AccumOf<T>(0); }, dx, x, dy,
+               n, s);
 }
-template <typename T> void geluForward(const T* x, T* y, int64_t n, cudaStream_t s) {
+template <typename T>
+void geluForward(const T* x, T* y, int64_t n, cudaStream_t s) {
   launchMap<1>([] __device__(AccumOf<T> e) { return geluValue(e); }, y, x, static_cast<const T*>(nullptr), n, s);
 }
-template <typename T> void geluBackward(const T* x, const T* dy, T* dx, int64_t n, cudaStream_t s) {
+template <typename T>
+void geluBackward(const T* x, const T* dy, T* dx, int64_t n, cudaStream_t s) {
   launchMap<2>([] __device__(AccumOf<T> e, AccumOf<T> g) { return g * geluDerivative(e); }, dx, x, dy, n, s);
 }
 
-#define MINIDP_INSTANTIATE(T)                                                    \
-  template void add<T>(const T*, const T*, T*, int64_t, cudaStream_t);           \
-  template void addInPlace<T>(T*, const T*, int64_t, cudaStream_t);              \
-  template void mul<T>(const T*, const T*, T*, int64_t, cudaStream_t);           \
-  template void scale<T>(const T*, AccumOf<T>, T*, int64_t, cudaStream_t);       \
-  template void fill<T>(T*, T, int64_t, cudaStream_t);                           \
-  template void reluForward<T>(const T*, T*, int64_t, cudaStream_t);             \
-  template void reluBackward<T>(const T*, const T*, T*, int64_t, cudaStream_t);  \
-  template void geluForward<T>(const T*, T*, int64_t, cudaStream_t);             \
+#define MINIDP_INSTANTIATE(T)                                                   \
+  template void add<T>(const T*, const T*, T*, int64_t, cudaStream_t);          \
+  template void addInPlace<T>(T*, const T*, int64_t, cudaStream_t);             \
+  template void mul<T>(const T*, const T*, T*, int64_t, cudaStream_t);          \
+  template void scale<T>(const T*, AccumOf<T>, T*, int64_t, cudaStream_t);      \
+  template void fill<T>(T*, T, int64_t, cudaStream_t);                          \
+  template void reluForward<T>(const T*, T*, int64_t, cudaStream_t);            \
+  template void reluBackward<T>(const T*, const T*, T*, int64_t, cudaStream_t); \
+  template void geluForward<T>(const T*, T*, int64_t, cudaStream_t);            \
   template void geluBackward<T>(const T*, const T*, T*, int64_t, cudaStream_t);
 MINIDP_INSTANTIATE(float)
 MINIDP_INSTANTIATE(double)

@@ -53,8 +53,8 @@ __global__ void sortPairsKernel(const int32_t* tokens, uint32_t* keys, int32_t* 
 // Block per segment start i (the first sorted pair of its token): adds the segment's dout rows, in position
 // order, onto the token's row.
 template <int P, typename T>
-__global__ void tokenSegmentsKernel(const T* dout, const uint32_t* keys, const int32_t* positions,
-                                    ParamOf<T>* dwte, int64_t n, int64_t C, int64_t V, bool accumulate) {
+__global__ void tokenSegmentsKernel(const T* dout, const uint32_t* keys, const int32_t* positions, ParamOf<T>* dwte,
+                                    int64_t n, int64_t C, int64_t V, bool accumulate) {
   using A = AccumOf<T>;
   for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
     const uint32_t v = keys[i];
@@ -82,8 +82,8 @@ __global__ void tokenSegmentsKernel(const T* dout, const uint32_t* keys, const i
 
 // One thread per element of dwpe (Tmax, C); sums the batch in b order onto the start value.
 template <typename T>
-__global__ void embeddingBackwardPositionsKernel(const T* dout, ParamOf<T>* dwpe, int64_t B, int64_t seqLen,
-                                                 int64_t C, int64_t n, bool accumulate) {
+__global__ void embeddingBackwardPositionsKernel(const T* dout, ParamOf<T>* dwpe, int64_t B, int64_t seqLen, int64_t C,
+                                                 int64_t n, bool accumulate) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     if (i >= seqLen * C && accumulate) continue;
     AccumOf<T> acc = accumulate ? static_cast<AccumOf<T>>(dwpe[i]) : AccumOf<T>(0);
@@ -125,9 +125,12 @@ size_t sortTempBytes(int64_t n, int64_t V) {
 SortScratch carve(void* scratch, int64_t n, int64_t V) {
   char* p = static_cast<char*>(scratch);
   const int64_t pairs = alignUp(n * 4);
-  return SortScratch{reinterpret_cast<uint32_t*>(p), reinterpret_cast<uint32_t*>(p + pairs),
-                     reinterpret_cast<int32_t*>(p + 2 * pairs), reinterpret_cast<int32_t*>(p + 3 * pairs),
-                     p + 4 * pairs, sortTempBytes(n, V)};
+  return SortScratch{reinterpret_cast<uint32_t*>(p),
+                     reinterpret_cast<uint32_t*>(p + pairs),
+                     reinterpret_cast<int32_t*>(p + 2 * pairs),
+                     reinterpret_cast<int32_t*>(p + 3 * pairs),
+                     p + 4 * pairs,
+                     sortTempBytes(n, V)};
 }
 
 void checkSizes(int64_t n, int64_t V) {
@@ -166,36 +169,36 @@ void embeddingBackwardTokens(const T* dout, const int32_t* tokens, ParamOf<T>* d
   SortScratch s = carve(scratch, n, V);
   sortPairsKernel<<<gridFor(n, kBlock), kBlock, 0, stream>>>(tokens, s.keysIn, s.positionsIn, n, V);
   CUDA_CHECK_LAUNCH();
-  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(s.temp, s.tempBytes, s.keysIn, s.keysOut, s.positionsIn,
-                                             s.positionsOut, static_cast<int>(n), 0, keyBits(V), stream));
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(s.temp, s.tempBytes, s.keysIn, s.keysOut, s.positionsIn, s.positionsOut,
+                                             static_cast<int>(n), 0, keyBits(V), stream));
   constexpr int P = kPack<T>;
   const unsigned grid = gridFor(n, 1);  // a block per token
   if (C % P == 0 && aligned16(dout) && aligned16(dwte)) {
-    tokenSegmentsKernel<P, T><<<grid, kSegmentBlock, 0, stream>>>(dout, s.keysOut, s.positionsOut, dwte, n, C, V,
-                                                                  accumulate);
+    tokenSegmentsKernel<P, T>
+        <<<grid, kSegmentBlock, 0, stream>>>(dout, s.keysOut, s.positionsOut, dwte, n, C, V, accumulate);
   } else {
-    tokenSegmentsKernel<1, T><<<grid, kSegmentBlock, 0, stream>>>(dout, s.keysOut, s.positionsOut, dwte, n, C, V,
-                                                                  accumulate);
+    tokenSegmentsKernel<1, T>
+        <<<grid, kSegmentBlock, 0, stream>>>(dout, s.keysOut, s.positionsOut, dwte, n, C, V, accumulate);
   }
   CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
-void embeddingBackwardPositions(const T* dout, ParamOf<T>* dwpe, int64_t B, int64_t seqLen, int64_t C,
-                                int64_t Tmax, bool accumulate, cudaStream_t stream) {
+void embeddingBackwardPositions(const T* dout, ParamOf<T>* dwpe, int64_t B, int64_t seqLen, int64_t C, int64_t Tmax,
+                                bool accumulate, cudaStream_t stream) {
   const int64_t n = Tmax * C;
   if (n == 0) return;
-  embeddingBackwardPositionsKernel<T><<<gridFor(n, kBlock), kBlock, 0, stream>>>(dout, dwpe, B, seqLen, C, n,
-                                                                                 accumulate);
+  embeddingBackwardPositionsKernel<T>
+      <<<gridFor(n, kBlock), kBlock, 0, stream>>>(dout, dwpe, B, seqLen, C, n, accumulate);
   CUDA_CHECK_LAUNCH();
 }
 
-#define MINIDP_INSTANTIATE(T)                                                                                 \
-  template void embeddingForward<T>(const ParamOf<T>*, const ParamOf<T>*, const int32_t*, T*, int64_t, int64_t, \
-                                    int64_t, int64_t, cudaStream_t);                                          \
-  template void embeddingBackwardTokens<T>(const T*, const int32_t*, ParamOf<T>*, void*, int64_t, int64_t,     \
-                                           int64_t, int64_t, bool, cudaStream_t);                             \
-  template void embeddingBackwardPositions<T>(const T*, ParamOf<T>*, int64_t, int64_t, int64_t, int64_t, bool, \
+#define MINIDP_INSTANTIATE(T)                                                                                       \
+  template void embeddingForward<T>(const ParamOf<T>*, const ParamOf<T>*, const int32_t*, T*, int64_t, int64_t,     \
+                                    int64_t, int64_t, cudaStream_t);                                                \
+  template void embeddingBackwardTokens<T>(const T*, const int32_t*, ParamOf<T>*, void*, int64_t, int64_t, int64_t, \
+                                           int64_t, bool, cudaStream_t);                                            \
+  template void embeddingBackwardPositions<T>(const T*, ParamOf<T>*, int64_t, int64_t, int64_t, int64_t, bool,      \
                                               cudaStream_t);
 MINIDP_INSTANTIATE(float)
 MINIDP_INSTANTIATE(double)

@@ -8,9 +8,8 @@ namespace minidp::kernels::cpu {
 
 namespace {
 void checkToken(int32_t token, int64_t b, int64_t t, int64_t V) {
-  MINIDP_CHECK(token >= 0 && token < V, "embedding: token id " << token << " at (batch " << b << ", position "
-                                                               << t << ") is outside the vocabulary [0, " << V
-                                                               << ")");
+  MINIDP_CHECK(token >= 0 && token < V, "embedding: token id " << token << " at (batch " << b << ", position " << t
+                                                               << ") is outside the vocabulary [0, " << V << ")");
 }
 }  // namespace
 
@@ -42,19 +41,18 @@ void embeddingBackwardTokens(const T* dout, const int32_t* tokens, ParamOf<T>* d
 }
 
 template <typename T>
-void embeddingBackwardPositions(const T* dout, ParamOf<T>* dwpe, int64_t B, int64_t seqLen, int64_t C,
-                                int64_t Tmax, bool accumulate) {
+void embeddingBackwardPositions(const T* dout, ParamOf<T>* dwpe, int64_t B, int64_t seqLen, int64_t C, int64_t Tmax,
+                                bool accumulate) {
   if (!accumulate) std::fill(dwpe, dwpe + Tmax * C, T(0));
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t i = 0; i < seqLen * C; ++i) dwpe[i] += dout[b * seqLen * C + i];
   }
 }
 
-#define MINIDP_INSTANTIATE(T)                                                                                \
-  template void embeddingForward<T>(const T*, const T*, const int32_t*, T*, int64_t, int64_t, int64_t,      \
-                                    int64_t);                                                                \
-  template void embeddingBackwardTokens<T>(const T*, const int32_t*, T*, void*, int64_t, int64_t, int64_t,   \
-                                           int64_t, bool);                                                   \
+#define MINIDP_INSTANTIATE(T)                                                                                       \
+  template void embeddingForward<T>(const T*, const T*, const int32_t*, T*, int64_t, int64_t, int64_t, int64_t);    \
+  template void embeddingBackwardTokens<T>(const T*, const int32_t*, T*, void*, int64_t, int64_t, int64_t, int64_t, \
+                                           bool);                                                                   \
   template void embeddingBackwardPositions<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t, bool);
 MINIDP_INSTANTIATE(float)
 MINIDP_INSTANTIATE(double)

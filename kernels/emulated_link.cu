@@ -36,7 +36,7 @@ void emulatedLink(void* buffer, int64_t bytes, double seconds, int ctas, cudaStr
   const int64_t words = bytes / 4;
   const unsigned grid = std::max(1u, std::min(static_cast<unsigned>(ctas), ceilDiv(words, kBlock)));
   emulatedLinkKernel<<<grid, kBlock, 0, stream>>>(static_cast<uint32_t*>(buffer), words,
-                                                 static_cast<uint64_t>(seconds * 1e9));
+                                                  static_cast<uint64_t>(seconds * 1e9));
   CUDA_CHECK_LAUNCH();
 }
 

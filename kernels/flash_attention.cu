@@ -86,13 +86,13 @@ struct F32Math {
   using Elem = float;
   static constexpr int kThreads = 256;
   static constexpr int kMinBlocks = 1;  // without it ptxas caps registers low and spills the forward
-  static constexpr int kPad = 4;       // shared rows of D + 4 floats: 16-byte aligned, A rows conflict-free
-  static constexpr int kLdP = 80;      // P rows: the two half-warps' rows land 16 banks apart
+  static constexpr int kPad = 4;        // shared rows of D + 4 floats: 16-byte aligned, A rows conflict-free
+  static constexpr int kLdP = 80;       // P rows: the two half-warps' rows land 16 banks apart
   static constexpr int kScratchFloats = kTile * kLdP;
-  static constexpr int kRows = 4;      // rows per thread
+  static constexpr int kRows = 4;  // rows per thread
   static constexpr int kRowLanes = 16;
-  static constexpr int kScores = 16;   // score elements per thread (4 rows x 4 columns)
-  static constexpr int kOutPer16 = 4;  // output elements per thread per 16 columns of D
+  static constexpr int kScores = 16;        // score elements per thread (4 rows x 4 columns)
+  static constexpr int kOutPer16 = 4;       // output elements per thread per 16 columns of D
   static constexpr float kExpScale = 1.0f;  // statistics in natural-log units
 
   int ty, tx;
@@ -120,7 +120,7 @@ struct F32Math {
   __device__ void scores(float (&s)[kScores], const float* a, const float* b, int ld, float*) const {
 #pragma unroll
     for (int e = 0; e < kScores; ++e) s[e] = 0.0f;
-    // Four k at a time as float4 (rows are 16-byte aligned); the products still add in k order.
+      // Four k at a time as float4 (rows are 16-byte aligned); the products still add in k order.
 #pragma unroll 2
     for (int k = 0; k < D; k += 4) {
       float4 av[4], bv[4];
@@ -197,11 +197,11 @@ struct Bf16Math {
   using Elem = __nv_bfloat16;
   static constexpr int kThreads = 128;
   static constexpr int kMinBlocks = 0;  // ptxas's own choice: fewer registers, more CTAs per SM
-  static constexpr int kPad = 8;  // rows of D + 8 bf16 (16-byte aligned): fragment loads conflict-free
+  static constexpr int kPad = 8;        // rows of D + 8 bf16 (16-byte aligned): fragment loads conflict-free
   static constexpr int kScratchFloats = 0;
   static constexpr int kRows = 2;  // rows g and g + 8 of the warp's 16
   static constexpr int kRowLanes = 4;
-  static constexpr int kScores = 32;  // 8 n-tiles of 16 x 8, 4 elements each
+  static constexpr int kScores = 32;   // 8 n-tiles of 16 x 8, 4 elements each
   static constexpr int kOutPer16 = 8;  // output elements per thread per 16 columns of D (two n-tiles)
   static constexpr float kExpScale = 1.4426950408889634f;  // statistics in log2 units: exp2f is one MUFU op
 
@@ -234,8 +234,8 @@ struct Bf16Math {
     const Elem* bRow = b + g * ld + 2 * t;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t af[4] = {loadPair(aRow + kk * 16), loadPair(aRow + 8 * ld + kk * 16),
-                              loadPair(aRow + kk * 16 + 8), loadPair(aRow + 8 * ld + kk * 16 + 8)};
+      const uint32_t af[4] = {loadPair(aRow + kk * 16), loadPair(aRow + 8 * ld + kk * 16), loadPair(aRow + kk * 16 + 8),
+                              loadPair(aRow + 8 * ld + kk * 16 + 8)};
 #pragma unroll
       for (int nt = 0; nt < kTile / 8; ++nt) {
         const Elem* bp = bRow + nt * 8 * ld + kk * 16;
@@ -280,9 +280,9 @@ constexpr size_t sharedBytes(int tiles, int floats) {
 template <typename E, int D, int kThreads, int kLd>
 struct KeyValueStream {
   static constexpr int kTileElems = kTile * kLd;
-  E* sK;          // two (kTile, kLd) buffers
-  E* sV;          // two (kTile, kLd) buffers
-  const E* k;     // (T, d) rows `stride` apart
+  E* sK;       // two (kTile, kLd) buffers
+  E* sV;       // two (kTile, kLd) buffers
+  const E* k;  // (T, d) rows `stride` apart
   const E* v;
   int64_t stride;
   int seqLen;
@@ -377,7 +377,8 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
 #pragma unroll
   for (int e = 0; e < Math::kOutPer16 * D / 16; ++e) {
     const int slot = Math::template outSlot<D>(e), row = q0 + math.slotRow(slot);
-    if (row < seqLen) out[(int64_t(b) * seqLen + row) * C + h * D + math.template outCol<D>(e)] = fromFloat<E>(o[e] / l[slot]);
+    if (row < seqLen)
+      out[(int64_t(b) * seqLen + row) * C + h * D + math.template outCol<D>(e)] = fromFloat<E>(o[e] / l[slot]);
   }
   if (math.writesRowStats()) {
 #pragma unroll
@@ -479,8 +480,8 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
   extern __shared__ __align__(16) unsigned char smem[];
   E* sK = reinterpret_cast<E*>(smem);
   E* sV = sK + kTileElems;
-  E* sQ = sV + kTileElems;         // two buffers
-  E* sDout = sQ + 2 * kTileElems;  // two buffers
+  E* sQ = sV + kTileElems;                                         // two buffers
+  E* sDout = sQ + 2 * kTileElems;                                  // two buffers
   float* sLse = reinterpret_cast<float*>(sDout + 2 * kTileElems);  // two buffers of kTile, scaled by kExpScale
   float* sD = sLse + 2 * kTile;                                    // two buffers of kTile
   float* scratch = sD + 2 * kTile;
@@ -563,8 +564,8 @@ void checkShape(const void* qkv, int64_t B, int64_t seqLen, int64_t H, int64_t d
 }
 
 template <class Math, int D>
-void forward(const typename Math::Elem* qkv, typename Math::Elem* out, float* lse, int64_t B, int64_t seqLen,
-             int64_t H, cudaStream_t stream) {
+void forward(const typename Math::Elem* qkv, typename Math::Elem* out, float* lse, int64_t B, int64_t seqLen, int64_t H,
+             cudaStream_t stream) {
   const size_t bytes = sharedBytes<Math, D>(5, Math::kScratchFloats);
   auto kernel = flashForwardKernel<Math, D>;
   setSharedBytes(kernel, bytes);
@@ -592,8 +593,7 @@ void backward(const typename Math::Elem* dout, const typename Math::Elem* qkv, c
   const size_t queryBytes = sharedBytes<Math, D>(6, Math::kScratchFloats);
   auto queryKernel = flashBackwardQueryKernel<Math, D>;
   setSharedBytes(queryKernel, queryBytes);
-  queryKernel<<<grid, Math::kThreads, queryBytes, stream>>>(dout, qkv, lse, rowDot, dqkv, int(seqLen), int(H),
-                                                            scale);
+  queryKernel<<<grid, Math::kThreads, queryBytes, stream>>>(dout, qkv, lse, rowDot, dqkv, int(seqLen), int(H), scale);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -636,19 +636,18 @@ void flashAttentionBackward(const T* dout, const T* qkv, const T* out, const Acc
   if (B * seqLen * H == 0) return;
   using F = MathFor<T>;
   if (d == 32) {
-    backward<typename F::type, 32>(F::cast(dout), F::cast(qkv), F::cast(out), lse, rowDot, F::cast(dqkv), B, seqLen,
-                                   H, stream);
+    backward<typename F::type, 32>(F::cast(dout), F::cast(qkv), F::cast(out), lse, rowDot, F::cast(dqkv), B, seqLen, H,
+                                   stream);
   } else {
-    backward<typename F::type, 64>(F::cast(dout), F::cast(qkv), F::cast(out), lse, rowDot, F::cast(dqkv), B, seqLen,
-                                   H, stream);
+    backward<typename F::type, 64>(F::cast(dout), F::cast(qkv), F::cast(out), lse, rowDot, F::cast(dqkv), B, seqLen, H,
+                                   stream);
   }
 }
 
-#define MINIDP_INSTANTIATE(T)                                                                                  \
-  template void flashAttentionForward<T>(const T*, T*, AccumOf<T>*, int64_t, int64_t, int64_t, int64_t,        \
-                                         cudaStream_t);                                                        \
-  template void flashAttentionBackward<T>(const T*, const T*, const T*, const AccumOf<T>*, AccumOf<T>*, T*,     \
-                                          int64_t, int64_t, int64_t, int64_t, cudaStream_t);
+#define MINIDP_INSTANTIATE(T)                                                                                          \
+  template void flashAttentionForward<T>(const T*, T*, AccumOf<T>*, int64_t, int64_t, int64_t, int64_t, cudaStream_t); \
+  template void flashAttentionBackward<T>(const T*, const T*, const T*, const AccumOf<T>*, AccumOf<T>*, T*, int64_t,   \
+                                          int64_t, int64_t, int64_t, cudaStream_t);
 MINIDP_INSTANTIATE(float)
 MINIDP_INSTANTIATE(bf16)
 #undef MINIDP_INSTANTIATE

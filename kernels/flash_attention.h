@@ -16,18 +16,17 @@ namespace minidp::kernels {
 /// Head dims the CUDA kernels are compiled for (the CPU twins take any).
 inline bool flashAttentionSupportsHeadDim(int64_t d) { return d == 32 || d == 64; }
 
-#define MINIDP_FLASH_ATTENTION_DECLARATIONS(...)                                                          \
-  /* qkv (B, T, 3C), C = H * d; out (B, T, C); lse (B, H, T): logsumexp of the scaled causal scores of */  \
-  /* each query row, in natural-log units. */                                                              \
-  template <typename T>                                                                                    \
-  void flashAttentionForward(const T* qkv, T* out, AccumOf<T>* lse, int64_t B, int64_t seqLen, int64_t H,  \
-                             int64_t d __VA_ARGS__);                                                       \
-  /* dqkv (B, T, 3C), fully written, from dout and out (B, T, C), qkv and lse of the forward; */           \
-  /* rowDot (B, H, T) is scratch for D = rowsum(dout * out). Deterministic: no atomics. */                 \
-  template <typename T>                                                                                    \
-  void flashAttentionBackward(const T* dout, const T* qkv, const T* out, const AccumOf<T>* lse,            \
-                              AccumOf<T>* rowDot, T* dqkv, int64_t B, int64_t seqLen, int64_t H,           \
-                              int64_t d __VA_ARGS__);
+#define MINIDP_FLASH_ATTENTION_DECLARATIONS(...)                                                                    \
+  /* qkv (B, T, 3C), C = H * d; out (B, T, C); lse (B, H, T): logsumexp of the scaled causal scores of */           \
+  /* each query row, in natural-log units. */                                                                       \
+  template <typename T>                                                                                             \
+  void flashAttentionForward(const T* qkv, T* out, AccumOf<T>* lse, int64_t B, int64_t seqLen, int64_t H,           \
+                             int64_t d __VA_ARGS__);                                                                \
+  /* dqkv (B, T, 3C), fully written, from dout and out (B, T, C), qkv and lse of the forward; */                    \
+  /* rowDot (B, H, T) is scratch for D = rowsum(dout * out). Deterministic: no atomics. */                          \
+  template <typename T>                                                                                             \
+  void flashAttentionBackward(const T* dout, const T* qkv, const T* out, const AccumOf<T>* lse, AccumOf<T>* rowDot, \
+                              T* dqkv, int64_t B, int64_t seqLen, int64_t H, int64_t d __VA_ARGS__);
 
 namespace cpu {
 MINIDP_FLASH_ATTENTION_DECLARATIONS()

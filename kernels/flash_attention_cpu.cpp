@@ -91,10 +91,10 @@ void flashAttentionBackward(const T* dout, const T* qkv, const T* out, const Acc
     }
 }
 
-#define MINIDP_INSTANTIATE(T)                                                                             \
-  template void flashAttentionForward<T>(const T*, T*, AccumOf<T>*, int64_t, int64_t, int64_t, int64_t); \
-  template void flashAttentionBackward<T>(const T*, const T*, const T*, const AccumOf<T>*, AccumOf<T>*, T*, \
-                                          int64_t, int64_t, int64_t, int64_t);
+#define MINIDP_INSTANTIATE(T)                                                                                        \
+  template void flashAttentionForward<T>(const T*, T*, AccumOf<T>*, int64_t, int64_t, int64_t, int64_t);             \
+  template void flashAttentionBackward<T>(const T*, const T*, const T*, const AccumOf<T>*, AccumOf<T>*, T*, int64_t, \
+                                          int64_t, int64_t, int64_t);
 MINIDP_INSTANTIATE(float)
 MINIDP_INSTANTIATE(double)
 #undef MINIDP_INSTANTIATE

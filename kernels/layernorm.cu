@@ -54,9 +54,8 @@ __global__ void layerNormForwardKernel(const T* x, const ParamOf<T>* weight, con
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * weight, one warp per row.
 template <int P, typename T>
-__global__ void layerNormBackwardInputKernel(const T* dy, const T* x, const ParamOf<T>* weight,
-                                             const AccumOf<T>* mean, const AccumOf<T>* rstd, T* dx, int64_t N,
-                                             int64_t C) {
+__global__ void layerNormBackwardInputKernel(const T* dy, const T* x, const ParamOf<T>* weight, const AccumOf<T>* mean,
+                                             const AccumOf<T>* rstd, T* dx, int64_t N, int64_t C) {
   using A = AccumOf<T>;
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -146,16 +145,16 @@ void layerNormBackward(const T* dy, const T* x, const ParamOf<T>* weight, const 
     CUDA_CHECK_LAUNCH();
   }
   reduceColumns<2>(LayerNormParamTerms<T>{dy, x, mean, rstd, C},
-                   ColumnOutputs<2, ParamOf<T>>{{dweight, dbias}, {accumulateWeight, accumulateBias}}, scratch, N,
-                   C, stream);
+                   ColumnOutputs<2, ParamOf<T>>{{dweight, dbias}, {accumulateWeight, accumulateBias}}, scratch, N, C,
+                   stream);
 }
 
-#define MINIDP_INSTANTIATE(T)                                                                                 \
-  template void layerNormForward<T>(const T*, const ParamOf<T>*, const ParamOf<T>*, T*, AccumOf<T>*,           \
-                                    AccumOf<T>*, int64_t, int64_t, AccumOf<T>, cudaStream_t);                  \
-  template void layerNormBackward<T>(const T*, const T*, const ParamOf<T>*, const AccumOf<T>*,                 \
-                                     const AccumOf<T>*, T*, ParamOf<T>*, ParamOf<T>*, AccumOf<T>*, int64_t,    \
-                                     int64_t, bool, bool, cudaStream_t);
+#define MINIDP_INSTANTIATE(T)                                                                                         \
+  template void layerNormForward<T>(const T*, const ParamOf<T>*, const ParamOf<T>*, T*, AccumOf<T>*, AccumOf<T>*,     \
+                                    int64_t, int64_t, AccumOf<T>, cudaStream_t);                                      \
+  template void layerNormBackward<T>(const T*, const T*, const ParamOf<T>*, const AccumOf<T>*, const AccumOf<T>*, T*, \
+                                     ParamOf<T>*, ParamOf<T>*, AccumOf<T>*, int64_t, int64_t, bool, bool,             \
+                                     cudaStream_t);
 MINIDP_INSTANTIATE(float)
 MINIDP_INSTANTIATE(double)
 MINIDP_INSTANTIATE(bf16)

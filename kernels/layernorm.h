@@ -7,29 +7,27 @@
 #include <cstdint>
 
 #include "base/bf16.h"
-#include "kernels/column_reduce.h"
 #include "base/stream.h"
+#include "kernels/column_reduce.h"
 
 namespace minidp::kernels {
 
 /// Accumulators layerNormBackward needs in `scratch` for an (N, C) input (the CPU twin needs none).
 inline int64_t layerNormBackwardScratchSize(int64_t N, int64_t C) { return 2 * columnSlices(N, C) * C; }
 
-#define MINIDP_LAYERNORM_DECLARATIONS(...)                                                               \
-  /* y = (x - mean) * rstd * weight + bias per row; x, y (N, C); weight, bias (C); saves mean, rstd */    \
-  /* (N) with rstd = 1 / sqrt(var + eps), var the biased variance. */                                     \
-  template <typename T>                                                                                  \
-  void layerNormForward(const T* x, const ParamOf<T>* weight, const ParamOf<T>* bias, T* y,              \
-                        AccumOf<T>* mean, AccumOf<T>* rstd, int64_t N, int64_t C,                        \
-                        AccumOf<T> eps __VA_ARGS__);                                                     \
-  /* From dy (N, C) and the saved mean, rstd: dx (N, C) (overwritten), dweight and dbias (C), each */    \
-  /* overwritten or, when its accumulate flag is set, added to (+=). scratch: */                         \
-  /* layerNormBackwardScratchSize(N, C) accumulators. */                                                 \
-  template <typename T>                                                                                  \
-  void layerNormBackward(const T* dy, const T* x, const ParamOf<T>* weight, const AccumOf<T>* mean,      \
-                         const AccumOf<T>* rstd, T* dx, ParamOf<T>* dweight, ParamOf<T>* dbias,          \
-                         AccumOf<T>* scratch, int64_t N, int64_t C, bool accumulateWeight,               \
-                         bool accumulateBias __VA_ARGS__);
+#define MINIDP_LAYERNORM_DECLARATIONS(...)                                                                           \
+  /* y = (x - mean) * rstd * weight + bias per row; x, y (N, C); weight, bias (C); saves mean, rstd */               \
+  /* (N) with rstd = 1 / sqrt(var + eps), var the biased variance. */                                                \
+  template <typename T>                                                                                              \
+  void layerNormForward(const T* x, const ParamOf<T>* weight, const ParamOf<T>* bias, T* y, AccumOf<T>* mean,        \
+                        AccumOf<T>* rstd, int64_t N, int64_t C, AccumOf<T> eps __VA_ARGS__);                         \
+  /* From dy (N, C) and the saved mean, rstd: dx (N, C) (overwritten), dweight and dbias (C), each */                \
+  /* overwritten or, when its accumulate flag is set, added to (+=). scratch: */                                     \
+  /* layerNormBackwardScratchSize(N, C) accumulators. */                                                             \
+  template <typename T>                                                                                              \
+  void layerNormBackward(const T* dy, const T* x, const ParamOf<T>* weight, const AccumOf<T>* mean,                  \
+                         const AccumOf<T>* rstd, T* dx, ParamOf<T>* dweight, ParamOf<T>* dbias, AccumOf<T>* scratch, \
+                         int64_t N, int64_t C, bool accumulateWeight, bool accumulateBias __VA_ARGS__);
 
 namespace cpu {
 MINIDP_LAYERNORM_DECLARATIONS()

@@ -26,8 +26,8 @@ void layerNormForward(const T* x, const ParamOf<T>* weight, const ParamOf<T>* bi
 template <typename T>
 void layerNormBackward(const T* dy, const T* x, const ParamOf<T>* weight, const AccumOf<T>* mean,
                        const AccumOf<T>* rstd, T* dx, ParamOf<T>* dweight, ParamOf<T>* dbias,
-                       AccumOf<T>* /*scratch: the CPU sums rows in order*/, int64_t N, int64_t C,
-                       bool accumulateWeight, bool accumulateBias) {
+                       AccumOf<T>* /*scratch: the CPU sums rows in order*/, int64_t N, int64_t C, bool accumulateWeight,
+                       bool accumulateBias) {
   for (int64_t c = 0; c < C; ++c) {
     if (!accumulateWeight) dweight[c] = 0;
     if (!accumulateBias) dbias[c] = 0;
@@ -54,8 +54,8 @@ void layerNormBackward(const T* dy, const T* x, const ParamOf<T>* weight, const 
   }
 }
 
-#define MINIDP_INSTANTIATE(T)                                                                        \
-  template void layerNormForward<T>(const T*, const T*, const T*, T*, T*, T*, int64_t, int64_t, T); \
+#define MINIDP_INSTANTIATE(T)                                                                                   \
+  template void layerNormForward<T>(const T*, const T*, const T*, T*, T*, T*, int64_t, int64_t, T);             \
   template void layerNormBackward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*, T*, int64_t, \
                                      int64_t, bool, bool);
 MINIDP_INSTANTIATE(float)

@@ -9,8 +9,8 @@
 #include <map>
 #include <type_traits>
 
-#include "kernels/accum.h"
 #include "base/cuda_check.h"
+#include "kernels/accum.h"
 #include "kernels/cuda_utils.cuh"
 #include "kernels/gelu_math.h"
 #include "kernels/matmul.h"
@@ -62,9 +62,8 @@ std::atomic<bool> gTf32{false};
 bool checkGemmSizes(int64_t M, int64_t N, int64_t K, int64_t batch) {
   MINIDP_CHECK(M >= 0 && N >= 0 && K >= 0 && batch >= 0,
                "gemm: negative size M=" << M << " N=" << N << " K=" << K << " batch=" << batch);
-  MINIDP_CHECK(
-      std::max({M, N, K, batch}) <= INT_MAX,
-      "gemm: a size exceeds cuBLAS's int range: M=" << M << " N=" << N << " K=" << K << " batch=" << batch);
+  MINIDP_CHECK(std::max({M, N, K, batch}) <= INT_MAX,
+               "gemm: a size exceeds cuBLAS's int range: M=" << M << " N=" << N << " K=" << K << " batch=" << batch);
   return M != 0 && N != 0 && batch != 0;
 }
 
@@ -80,9 +79,8 @@ GemmLd leadingDims(bool transA, bool transB, int64_t M, int64_t N, int64_t K, Ge
 void setTf32(bool enabled) { gTf32 = enabled; }
 
 template <typename T>
-void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t strideA,
-          const T* B, int64_t strideB, T beta, T* C, int64_t strideC, int64_t batch, GemmLd ld,
-          cudaStream_t stream) {
+void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t strideA, const T* B,
+          int64_t strideB, T beta, T* C, int64_t strideC, int64_t batch, GemmLd ld, cudaStream_t stream) {
   if (!checkGemmSizes(M, N, K, batch)) return;
   const GemmLd lds = leadingDims(transA, transB, M, N, K, ld);
   const int lda = static_cast<int>(lds.a), ldb = static_cast<int>(lds.b), ldc = static_cast<int>(lds.c);
@@ -90,10 +88,10 @@ void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha, co
   const cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
   if constexpr (std::is_same_v<T, float>) {
     if (gTf32) {
-      CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-          handleOn(stream), opB, opA, static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, B,
-          CUDA_R_32F, ldb, strideB, A, CUDA_R_32F, lda, strideA, &beta, C, CUDA_R_32F, ldc, strideC,
-          static_cast<int>(batch), CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
+      CUBLAS_CHECK(cublasGemmStridedBatchedEx(handleOn(stream), opB, opA, static_cast<int>(N), static_cast<int>(M),
+                                              static_cast<int>(K), &alpha, B, CUDA_R_32F, ldb, strideB, A, CUDA_R_32F,
+                                              lda, strideA, &beta, C, CUDA_R_32F, ldc, strideC, static_cast<int>(batch),
+                                              CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
       return;
     }
   }
@@ -238,9 +236,25 @@ void gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
   const uint32_t alignA = alignmentOf(A, batch > 1 ? strideA * 2 : 0);
   const uint32_t alignB = alignmentOf(B, batch > 1 ? strideB * 2 : 0);
   const uint32_t alignC = alignmentOf(C, batch > 1 ? strideC * static_cast<int64_t>(sizeof(TC)) : 0);
-  const LtContext::Key key{transA, transB, M, N, K, strideA, strideB, strideC, batch, typeC,
-                           static_cast<int64_t>(epilogue), alignA, alignB, alignC, bias ? alignmentOf(bias, 0) : 0,
-                           aux ? alignmentOf(aux, 0) : 0, lda, ldb, ldc};
+  const LtContext::Key key{transA,
+                           transB,
+                           M,
+                           N,
+                           K,
+                           strideA,
+                           strideB,
+                           strideC,
+                           batch,
+                           typeC,
+                           static_cast<int64_t>(epilogue),
+                           alignA,
+                           alignB,
+                           alignC,
+                           bias ? alignmentOf(bias, 0) : 0,
+                           aux ? alignmentOf(aux, 0) : 0,
+                           lda,
+                           ldb,
+                           ldc};
   LtContext& lt = ltContext();
   LtPlan& plan = lt.plan(key, [&](cublasLtHandle_t handle) {
     LtPlan p;
@@ -285,14 +299,13 @@ void gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
   if (!plan.found) {
     // No cuBLASLt kernel for this shape: cuBLAS's general GEMM (any sizes), then the epilogue in a pass of its own.
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-        handleOn(stream), transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
-        static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, B, CUDA_R_16BF,
-        static_cast<int>(ldb), strideB, A, CUDA_R_16BF, static_cast<int>(lda), strideA, &beta, C, typeC,
-        static_cast<int>(ldc), strideC,
+        handleOn(stream), transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(N),
+        static_cast<int>(M), static_cast<int>(K), &alpha, B, CUDA_R_16BF, static_cast<int>(ldb), strideB, A,
+        CUDA_R_16BF, static_cast<int>(lda), strideA, &beta, C, typeC, static_cast<int>(ldc), strideC,
         static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     if (epilogue != Epilogue::None) {
-      epilogueKernel<TC><<<gridFor(M * N, kEpilogueBlock), kEpilogueBlock, 0, stream>>>(
-          epilogue, C, bias, aux, M * N, N);
+      epilogueKernel<TC>
+          <<<gridFor(M * N, kEpilogueBlock), kEpilogueBlock, 0, stream>>>(epilogue, C, bias, aux, M * N, N);
       CUDA_CHECK_LAUNCH();
     }
     return;
@@ -306,9 +319,9 @@ void gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
 }  // namespace
 
 template <typename TC>
-void gemmBf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
-              int64_t strideA, const bf16* B, int64_t strideB, float beta, TC* C, int64_t strideC, int64_t batch,
-              const TC* bias, GemmLd ld, cudaStream_t stream) {
+void gemmBf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t strideA,
+              const bf16* B, int64_t strideB, float beta, TC* C, int64_t strideC, int64_t batch, const TC* bias,
+              GemmLd ld, cudaStream_t stream) {
   gemmBf16Epilogue<TC>(transA, transB, M, N, K, alpha, A, strideA, B, strideB, beta, C, strideC, batch,
                        bias ? Epilogue::Bias : Epilogue::None, bias, nullptr, ld, stream);
 }
@@ -326,14 +339,14 @@ void gemmBf16DGelu(bool transA, bool transB, int64_t M, int64_t N, int64_t K, co
                          const_cast<bf16*>(pre), GemmLd{}, stream);
 }
 
-template void gemmBf16<bf16>(bool, bool, int64_t, int64_t, int64_t, float, const bf16*, int64_t, const bf16*,
-                             int64_t, float, bf16*, int64_t, int64_t, const bf16*, GemmLd, cudaStream_t);
-template void gemmBf16<float>(bool, bool, int64_t, int64_t, int64_t, float, const bf16*, int64_t, const bf16*,
-                              int64_t, float, float*, int64_t, int64_t, const float*, GemmLd, cudaStream_t);
+template void gemmBf16<bf16>(bool, bool, int64_t, int64_t, int64_t, float, const bf16*, int64_t, const bf16*, int64_t,
+                             float, bf16*, int64_t, int64_t, const bf16*, GemmLd, cudaStream_t);
+template void gemmBf16<float>(bool, bool, int64_t, int64_t, int64_t, float, const bf16*, int64_t, const bf16*, int64_t,
+                              float, float*, int64_t, int64_t, const float*, GemmLd, cudaStream_t);
 
-template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
-                          int64_t, float, float*, int64_t, int64_t, GemmLd, cudaStream_t);
-template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
-                           const double*, int64_t, double, double*, int64_t, int64_t, GemmLd, cudaStream_t);
+template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t,
+                          float, float*, int64_t, int64_t, GemmLd, cudaStream_t);
+template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t, const double*,
+                           int64_t, double, double*, int64_t, int64_t, GemmLd, cudaStream_t);
 
 }  // namespace minidp::kernels::cuda

@@ -11,9 +11,9 @@ namespace minidp::kernels {
 /// C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] for b in [0, batch), all row-major and contiguous:
 /// op(A) is (M, K) (A stored (K, M) when transA), op(B) is (K, N) (B stored (N, K) when transB),
 /// C is (M, N); A[b] = A + b * strideA, likewise B and C (strides in elements; 0 broadcasts).
-#define MINIDP_GEMM_ARGS                                                                    \
-  bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t strideA, \
-      const T *B, int64_t strideB, T beta, T *C, int64_t strideC, int64_t batch
+#define MINIDP_GEMM_ARGS                                                                                       \
+  bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t strideA, const T *B, \
+      int64_t strideB, T beta, T *C, int64_t strideC, int64_t batch
 
 /// Leading dimensions of A, B and C in elements (the distance between the starts of two stored rows);
 /// 0 means packed (A: transA ? M : K, B: transB ? K : N, C: N). A wider one reads or writes a matrix
@@ -30,14 +30,20 @@ struct GemmLd {
 
 namespace cpu {
 /// gemm with explicit leading dimensions.
-template <typename T> void gemm(MINIDP_GEMM_ARGS, GemmLd ld);
-template <typename T> void gemm(MINIDP_GEMM_ARGS) { gemm<T>(MINIDP_GEMM_FORWARD, GemmLd{}); }
+template <typename T>
+void gemm(MINIDP_GEMM_ARGS, GemmLd ld);
+template <typename T>
+void gemm(MINIDP_GEMM_ARGS) {
+  gemm<T>(MINIDP_GEMM_FORWARD, GemmLd{});
+}
 }  // namespace cpu
 namespace cuda {
 /// Uses a cuBLAS handle of this thread bound to `stream`; fp32 math without TF32 unless setTf32(true),
 /// so by default results track the CPU twin to fp32 rounding. `ld` as GemmLd.
-template <typename T> void gemm(MINIDP_GEMM_ARGS, GemmLd ld, cudaStream_t stream);
-template <typename T> void gemm(MINIDP_GEMM_ARGS, cudaStream_t stream) {
+template <typename T>
+void gemm(MINIDP_GEMM_ARGS, GemmLd ld, cudaStream_t stream);
+template <typename T>
+void gemm(MINIDP_GEMM_ARGS, cudaStream_t stream) {
   gemm<T>(MINIDP_GEMM_FORWARD, GemmLd{}, stream);
 }
 /// Whether fp32 GEMMs run on TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32); off by default. Process-wide.
@@ -49,13 +55,13 @@ void setTf32(bool enabled);
 /// cublasGemmStridedBatchedEx). Other arguments as gemm.
 /// `ld` as GemmLd; the cuBLASLt plans are cached per shape, leading dimensions and alignments.
 template <typename TC>
-void gemmBf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
-              int64_t strideA, const bf16* B, int64_t strideB, float beta, TC* C, int64_t strideC, int64_t batch,
-              const TC* bias, GemmLd ld, cudaStream_t stream);
+void gemmBf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t strideA,
+              const bf16* B, int64_t strideB, float beta, TC* C, int64_t strideC, int64_t batch, const TC* bias,
+              GemmLd ld, cudaStream_t stream);
 template <typename TC>
-void gemmBf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
-              int64_t strideA, const bf16* B, int64_t strideB, float beta, TC* C, int64_t strideC, int64_t batch,
-              const TC* bias, cudaStream_t stream) {
+void gemmBf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t strideA,
+              const bf16* B, int64_t strideB, float beta, TC* C, int64_t strideC, int64_t batch, const TC* bias,
+              cudaStream_t stream) {
   gemmBf16<TC>(MINIDP_GEMM_FORWARD, bias, GemmLd{}, stream);
 }
 /// The GELU MLP's fusions, bf16 with fp32 accumulation, batch 1, all row-major; N divisible by 8 (the

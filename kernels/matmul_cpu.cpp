@@ -11,8 +11,8 @@ namespace minidp::kernels {
 GemmLd GemmLd::resolved(bool transA, bool transB, int64_t M, int64_t N, int64_t K) const {
   const int64_t rowA = transA ? M : K, rowB = transB ? K : N;
   MINIDP_CHECK((a == 0 || a >= rowA) && (b == 0 || b >= rowB) && (c == 0 || c >= N),
-               "gemm: leading dimensions (" << a << ", " << b << ", " << c << ") shorter than the rows ("
-                                            << rowA << ", " << rowB << ", " << N << ")");
+               "gemm: leading dimensions (" << a << ", " << b << ", " << c << ") shorter than the rows (" << rowA
+                                            << ", " << rowB << ", " << N << ")");
   const auto pick = [](int64_t ld, int64_t row) { return std::max<int64_t>(1, ld != 0 ? ld : row); };
   return {pick(a, rowA), pick(b, rowB), pick(c, N)};
 }
@@ -20,8 +20,8 @@ GemmLd GemmLd::resolved(bool transA, bool transB, int64_t M, int64_t N, int64_t 
 namespace cpu {
 
 template <typename T>
-void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t strideA,
-          const T* B, int64_t strideB, T beta, T* C, int64_t strideC, int64_t batch, GemmLd ld) {
+void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t strideA, const T* B,
+          int64_t strideB, T beta, T* C, int64_t strideC, int64_t batch, GemmLd ld) {
   MINIDP_CHECK(M >= 0 && N >= 0 && K >= 0 && batch >= 0,
                "gemm: negative size M=" << M << " N=" << N << " K=" << K << " batch=" << batch);
   const GemmLd lds = ld.resolved(transA, transB, M, N, K);
@@ -51,10 +51,10 @@ void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha, co
   }
 }
 
-template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
-                          int64_t, float, float*, int64_t, int64_t, GemmLd);
-template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
-                           const double*, int64_t, double, double*, int64_t, int64_t, GemmLd);
+template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t,
+                          float, float*, int64_t, int64_t, GemmLd);
+template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t, const double*,
+                           int64_t, double, double*, int64_t, int64_t, GemmLd);
 
 }  // namespace cpu
 }  // namespace minidp::kernels

@@ -99,19 +99,21 @@ void sgdMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, SgdParams<T> h
 }
 
 template <typename T>
-void adamwMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, AdamWParams<T> h,
-                    const AdamWParams<T>* deviceH, const T* gradScale, cudaStream_t stream) {
+void adamwMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, AdamWParams<T> h, const AdamWParams<T>* deviceH,
+                    const T* gradScale, cudaStream_t stream) {
   if (numChunks == 0) return;
   adamwMultiKernel<T><<<chunkGrid(numChunks), kBlock, 0, stream>>>(chunks, numChunks, h, deviceH, gradScale);
   CUDA_CHECK_LAUNCH();
 }
 
-template <typename P> void storeScalars(P h, P* out, cudaStream_t stream) {
+template <typename P>
+void storeScalars(P h, P* out, cudaStream_t stream) {
   storeScalarsKernel<P><<<1, 1, 0, stream>>>(h, out);
   CUDA_CHECK_LAUNCH();
 }
 
-template <typename T> void sumSquaresPartials(const T* x, int64_t n, double* partials, cudaStream_t stream) {
+template <typename T>
+void sumSquaresPartials(const T* x, int64_t n, double* partials, cudaStream_t stream) {
   sumSquaresKernel<T><<<kNormPartials, kBlock, 0, stream>>>(x, n, partials);
   CUDA_CHECK_LAUNCH();
 }
@@ -123,14 +125,14 @@ void clipCoefficient(const double* partials, int64_t count, double maxNorm, doub
   CUDA_CHECK_LAUNCH();
 }
 
-#define MINIDP_INSTANTIATE(T)                                                                             \
-  template void sgdMultiStep<T>(const ParamChunk<T>*, int64_t, SgdParams<T>, const SgdParams<T>*, const T*,     \
-                                cudaStream_t);                                                            \
-  template void adamwMultiStep<T>(const ParamChunk<T>*, int64_t, AdamWParams<T>, const AdamWParams<T>*,     \
-                                  const T*, cudaStream_t);                                                \
-  template void storeScalars<SgdParams<T>>(SgdParams<T>, SgdParams<T>*, cudaStream_t);                     \
-  template void storeScalars<AdamWParams<T>>(AdamWParams<T>, AdamWParams<T>*, cudaStream_t);               \
-  template void sumSquaresPartials<T>(const T*, int64_t, double*, cudaStream_t);                          \
+#define MINIDP_INSTANTIATE(T)                                                                                     \
+  template void sgdMultiStep<T>(const ParamChunk<T>*, int64_t, SgdParams<T>, const SgdParams<T>*, const T*,       \
+                                cudaStream_t);                                                                    \
+  template void adamwMultiStep<T>(const ParamChunk<T>*, int64_t, AdamWParams<T>, const AdamWParams<T>*, const T*, \
+                                  cudaStream_t);                                                                  \
+  template void storeScalars<SgdParams<T>>(SgdParams<T>, SgdParams<T>*, cudaStream_t);                            \
+  template void storeScalars<AdamWParams<T>>(AdamWParams<T>, AdamWParams<T>*, cudaStream_t);                      \
+  template void sumSquaresPartials<T>(const T*, int64_t, double*, cudaStream_t);                                  \
   template void clipCoefficient<T>(const double*, int64_t, double, double*, T*, cudaStream_t);
 MINIDP_INSTANTIATE(float)
 MINIDP_INSTANTIATE(double)

@@ -41,12 +41,11 @@ struct AdamWParams {
 /// AdamW's per-step scalars for step `step` (from 1). Every scalar is computed in double and rounded to T
 /// once, as PyTorch does: in fp32, 1 - beta2^t computed in fp32 is off by up to ~1e-4 relative.
 template <typename T>
-inline AdamWParams<T> adamwParams(double lr, double beta1, double beta2, double eps, double weightDecay,
-                                  int64_t step) {
+inline AdamWParams<T> adamwParams(double lr, double beta1, double beta2, double eps, double weightDecay, int64_t step) {
   const double bias1 = 1.0 - std::pow(beta1, static_cast<double>(step));
   const double bias2 = 1.0 - std::pow(beta2, static_cast<double>(step));
-  return {T(lr), T(weightDecay), T(beta1), T(1.0 - beta1), T(beta2), T(1.0 - beta2), T(eps), T(lr / bias1),
-          T(std::sqrt(bias2))};
+  return {T(lr),          T(weightDecay), T(beta1),      T(1.0 - beta1),     T(beta2),
+          T(1.0 - beta2), T(eps),         T(lr / bias1), T(std::sqrt(bias2))};
 }
 
 /// Partial sums of squares per bucket in the global gradient norm: a fixed count, so the summation order
@@ -64,16 +63,18 @@ void sgdMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, SgdParams<T> h
                   const T* gradScale);
 /// Each chunk: g = grad * scale; p *= 1 - lr*wd; m, v moments; p -= stepSize * m / (sqrt(v) / bias2Sqrt + eps).
 template <typename T>
-void adamwMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, AdamWParams<T> h,
-                    const AdamWParams<T>* deviceH, const T* gradScale);
+void adamwMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, AdamWParams<T> h, const AdamWParams<T>* deviceH,
+                    const T* gradScale);
 /// *out = h: one step's scalars (SgdParams<T> or AdamWParams<T>) where deviceH points.
-template <typename P> void storeScalars(P h, P* out);
+template <typename P>
+void storeScalars(P h, P* out);
 /// partials[0..kNormPartials) = sums of x[i]^2 (in double) over fixed strided slices of x[0..n).
-template <typename T> void sumSquaresPartials(const T* x, int64_t n, double* partials);
+template <typename T>
+void sumSquaresPartials(const T* x, int64_t n, double* partials);
 /// norm[0] = sqrt(sum of partials[0..count)) in a fixed order; scale[0] = min(1, maxNorm / (norm + 1e-6))
 /// (torch.nn.utils.clip_grad_norm_'s coefficient), or 1 when maxNorm <= 0.
-template <typename T> void clipCoefficient(const double* partials, int64_t count, double maxNorm, double* norm,
-                                           T* scale);
+template <typename T>
+void clipCoefficient(const double* partials, int64_t count, double maxNorm, double* norm, T* scale);
 }  // namespace cpu
 
 namespace cuda {
@@ -81,12 +82,15 @@ template <typename T>
 void sgdMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, SgdParams<T> h, const SgdParams<T>* deviceH,
                   const T* gradScale, cudaStream_t stream);
 template <typename T>
-void adamwMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, AdamWParams<T> h,
-                    const AdamWParams<T>* deviceH, const T* gradScale, cudaStream_t stream);
-template <typename P> void storeScalars(P h, P* out, cudaStream_t stream);
-template <typename T> void sumSquaresPartials(const T* x, int64_t n, double* partials, cudaStream_t stream);
-template <typename T> void clipCoefficient(const double* partials, int64_t count, double maxNorm, double* norm,
-                                           T* scale, cudaStream_t stream);
+void adamwMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, AdamWParams<T> h, const AdamWParams<T>* deviceH,
+                    const T* gradScale, cudaStream_t stream);
+template <typename P>
+void storeScalars(P h, P* out, cudaStream_t stream);
+template <typename T>
+void sumSquaresPartials(const T* x, int64_t n, double* partials, cudaStream_t stream);
+template <typename T>
+void clipCoefficient(const double* partials, int64_t count, double maxNorm, double* norm, T* scale,
+                     cudaStream_t stream);
 }  // namespace cuda
 
 }  // namespace minidp::kernels

@@ -18,8 +18,8 @@ void sgdMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, SgdParams<T> h
 }
 
 template <typename T>
-void adamwMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, AdamWParams<T> hArg,
-                    const AdamWParams<T>* deviceH, const T* gradScale) {
+void adamwMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, AdamWParams<T> hArg, const AdamWParams<T>* deviceH,
+                    const T* gradScale) {
   const AdamWParams<T> h = deviceH ? *deviceH : hArg;
   const T factor = gradFactor(gradScale);
   for (int64_t c = 0; c < numChunks; ++c) {
@@ -28,9 +28,13 @@ void adamwMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, AdamWParams<
   }
 }
 
-template <typename P> void storeScalars(P h, P* out) { *out = h; }
+template <typename P>
+void storeScalars(P h, P* out) {
+  *out = h;
+}
 
-template <typename T> void sumSquaresPartials(const T* x, int64_t n, double* partials) {
+template <typename T>
+void sumSquaresPartials(const T* x, int64_t n, double* partials) {
   for (int64_t b = 0; b < kNormPartials; ++b) {
     double s = 0;
     for (int64_t i = b * n / kNormPartials; i < (b + 1) * n / kNormPartials; ++i) s += double(x[i]) * double(x[i]);
@@ -46,12 +50,12 @@ void clipCoefficient(const double* partials, int64_t count, double maxNorm, doub
   scale[0] = clipFactor<T>(norm[0], maxNorm);
 }
 
-#define MINIDP_INSTANTIATE(T)                                                                      \
+#define MINIDP_INSTANTIATE(T)                                                                                      \
   template void sgdMultiStep<T>(const ParamChunk<T>*, int64_t, SgdParams<T>, const SgdParams<T>*, const T*);       \
   template void adamwMultiStep<T>(const ParamChunk<T>*, int64_t, AdamWParams<T>, const AdamWParams<T>*, const T*); \
-  template void storeScalars<SgdParams<T>>(SgdParams<T>, SgdParams<T>*);                                         \
-  template void storeScalars<AdamWParams<T>>(AdamWParams<T>, AdamWParams<T>*);                                   \
-  template void sumSquaresPartials<T>(const T*, int64_t, double*);                                 \
+  template void storeScalars<SgdParams<T>>(SgdParams<T>, SgdParams<T>*);                                           \
+  template void storeScalars<AdamWParams<T>>(AdamWParams<T>, AdamWParams<T>*);                                     \
+  template void sumSquaresPartials<T>(const T*, int64_t, double*);                                                 \
   template void clipCoefficient<T>(const double*, int64_t, double, double*, T*);
 MINIDP_INSTANTIATE(float)
 MINIDP_INSTANTIATE(double)

@@ -33,12 +33,14 @@ __global__ void broadcastScalarKernel(const T* scalar, T s, T* out, int64_t n) {
 
 }  // namespace
 
-template <typename T> void sumAll(const T* x, T* out, int64_t n, cudaStream_t stream) {
+template <typename T>
+void sumAll(const T* x, T* out, int64_t n, cudaStream_t stream) {
   sumAllKernel<T><<<1, kBlock, 0, stream>>>(x, out, n);
   CUDA_CHECK_LAUNCH();
 }
 
-template <typename T> void broadcastScalar(const T* scalar, T s, T* out, int64_t n, cudaStream_t stream) {
+template <typename T>
+void broadcastScalar(const T* scalar, T s, T* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   broadcastScalarKernel<T><<<gridFor(n, 256), 256, 0, stream>>>(scalar, s, out, n);
   CUDA_CHECK_LAUNCH();

@@ -79,8 +79,8 @@ __device__ int64_t checkedTarget(const int32_t* targets, int64_t r, int64_t V) {
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kBlock) forwardKernel(const T* logits, const int32_t* targets, AccumOf<T>* loss,
-                                                        AccumOf<T>* lse, int64_t V, int64_t ld) {
+__global__ void __launch_bounds__(kBlock)
+    forwardKernel(const T* logits, const int32_t* targets, AccumOf<T>* loss, AccumOf<T>* lse, int64_t V, int64_t ld) {
   using A = AccumOf<T>;
   constexpr int P = kPack<T>;
   const int64_t r = blockIdx.x;
@@ -108,9 +108,9 @@ __global__ void __launch_bounds__(kBlock) forwardKernel(const T* logits, const i
 
 // Reads each element, then overwrites it (dlogits may alias logits).
 template <typename T>
-__global__ void __launch_bounds__(kBlock) backwardKernel(const T* logits, const int32_t* targets,
-                                                         const AccumOf<T>* lse, const AccumOf<T>* g, T* dlogits,
-                                                         int64_t N, int64_t V, int64_t ld) {
+__global__ void __launch_bounds__(kBlock)
+    backwardKernel(const T* logits, const int32_t* targets, const AccumOf<T>* lse, const AccumOf<T>* g, T* dlogits,
+                   int64_t N, int64_t V, int64_t ld) {
   using A = AccumOf<T>;
   constexpr int P = kPack<T>;
   const int64_t r = blockIdx.x;
@@ -157,11 +157,11 @@ void softmaxXentBackward(const T* logits, const int32_t* targets, const AccumOf<
   CUDA_CHECK_LAUNCH();
 }
 
-#define MINIDP_INSTANTIATE(T)                                                                                 \
-  template void softmaxXentForward<T>(const T*, const int32_t*, AccumOf<T>*, AccumOf<T>*, int64_t, int64_t,   \
-                                      int64_t, cudaStream_t);                                                 \
-  template void softmaxXentBackward<T>(const T*, const int32_t*, const AccumOf<T>*, const AccumOf<T>*, T*,    \
-                                       int64_t, int64_t, int64_t, cudaStream_t);
+#define MINIDP_INSTANTIATE(T)                                                                                        \
+  template void softmaxXentForward<T>(const T*, const int32_t*, AccumOf<T>*, AccumOf<T>*, int64_t, int64_t, int64_t, \
+                                      cudaStream_t);                                                                 \
+  template void softmaxXentBackward<T>(const T*, const int32_t*, const AccumOf<T>*, const AccumOf<T>*, T*, int64_t,  \
+                                       int64_t, int64_t, cudaStream_t);
 MINIDP_INSTANTIATE(float)
 MINIDP_INSTANTIATE(double)
 MINIDP_INSTANTIATE(bf16)

@@ -12,18 +12,18 @@
 
 namespace minidp::kernels {
 
-#define MINIDP_SOFTMAX_XENT_DECLARATIONS(...)                                                               \
-  /* Per row r: lse[r] = logsumexp(logits[r, :]), loss[r] = lse[r] - logits[r, targets[r]]. */              \
-  template <typename T>                                                                                     \
-  void softmaxXentForward(const T* logits, const int32_t* targets, AccumOf<T>* loss, AccumOf<T>* lse,       \
-                          int64_t N, int64_t V, int64_t ld __VA_ARGS__);                                    \
-  /* dlogits[r, j] = (exp(logits[r, j] - lse[r]) - (j == targets[r])) * g[0] / N, where g points to the     \
-     scalar upstream gradient in the same memory space as logits (read there, never copied). dlogits may    \
-     be logits itself: each element is read before it is overwritten (the in-place classifier backward); both \
-     have row stride ld. */                                                                                 \
-  template <typename T>                                                                                     \
-  void softmaxXentBackward(const T* logits, const int32_t* targets, const AccumOf<T>* lse,                  \
-                           const AccumOf<T>* g, T* dlogits, int64_t N, int64_t V, int64_t ld __VA_ARGS__);
+#define MINIDP_SOFTMAX_XENT_DECLARATIONS(...)                                                                    \
+  /* Per row r: lse[r] = logsumexp(logits[r, :]), loss[r] = lse[r] - logits[r, targets[r]]. */                   \
+  template <typename T>                                                                                          \
+  void softmaxXentForward(const T* logits, const int32_t* targets, AccumOf<T>* loss, AccumOf<T>* lse, int64_t N, \
+                          int64_t V, int64_t ld __VA_ARGS__);                                                    \
+  /* dlogits[r, j] = (exp(logits[r, j] - lse[r]) - (j == targets[r])) * g[0] / N, where g points to the          \
+     scalar upstream gradient in the same memory space as logits (read there, never copied). dlogits may         \
+     be logits itself: each element is read before it is overwritten (the in-place classifier backward); both    \
+     have row stride ld. */                                                                                      \
+  template <typename T>                                                                                          \
+  void softmaxXentBackward(const T* logits, const int32_t* targets, const AccumOf<T>* lse, const AccumOf<T>* g,  \
+                           T* dlogits, int64_t N, int64_t V, int64_t ld __VA_ARGS__);
 
 namespace cpu {
 /// Throws when a target is outside [0, V).

@@ -43,7 +43,7 @@ void softmaxXentBackward(const T* logits, const int32_t* targets, const AccumOf<
   }
 }
 
-#define MINIDP_INSTANTIATE(T)                                                              \
+#define MINIDP_INSTANTIATE(T)                                                                       \
   template void softmaxXentForward<T>(const T*, const int32_t*, T*, T*, int64_t, int64_t, int64_t); \
   template void softmaxXentBackward<T>(const T*, const int32_t*, const T*, const T*, T*, int64_t, int64_t, int64_t);
 MINIDP_INSTANTIATE(float)

@@ -27,8 +27,8 @@ struct Stage {
 // Out-of-range chunks are zero-filled, so the multiply needs no bounds checks. With kVec = 4, K and N
 // are multiples of 4, so a chunk is either wholly inside the matrix or wholly outside.
 template <int kVec>
-__device__ void loadTile(Stage& stage, const float* A, const float* B, int64_t M, int64_t N, int64_t K,
-                         int64_t m0, int64_t n0, int64_t k0) {
+__device__ void loadTile(Stage& stage, const float* A, const float* B, int64_t M, int64_t N, int64_t K, int64_t m0,
+                         int64_t n0, int64_t k0) {
   constexpr int kBytes = kVec * sizeof(float);
   constexpr int kChunksA = kBM * kBK / kVec, kChunksB = kBK * kBN / kVec;
   static_assert(kChunksA % kThreads == 0 && kChunksB % kThreads == 0, "chunks must divide among threads");
@@ -106,8 +106,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 }  // namespace
 
-void tiledGemm(int64_t M, int64_t N, int64_t K, const float* A, const float* B, float* C,
-               cudaStream_t stream) {
+void tiledGemm(int64_t M, int64_t N, int64_t K, const float* A, const float* B, float* C, cudaStream_t stream) {
   MINIDP_CHECK(M >= 0 && N >= 0 && K >= 0, "tiledGemm: negative size M=" << M << " N=" << N << " K=" << K);
   MINIDP_CHECK((M + kBM - 1) / kBM <= 65535, "tiledGemm: " << M << " rows exceed the grid");
   if (M == 0 || N == 0) return;

@@ -13,8 +13,8 @@ constexpr int kRows = 8;  // a block is kTile x kRows threads; each thread moves
 
 template <typename T>
 __global__ void transposeKernel(const T* x, T* y, int64_t batch, int64_t M, int64_t N) {
-  __shared__ T tile[kTile][kTile + 1];  // +1: reading a column does not hit one bank 32 times
-  const int64_t col = blockIdx.x * int64_t(kTile) + threadIdx.x;     // of x
+  __shared__ T tile[kTile][kTile + 1];                            // +1: reading a column does not hit one bank 32 times
+  const int64_t col = blockIdx.x * int64_t(kTile) + threadIdx.x;  // of x
   const int64_t outCol = blockIdx.y * int64_t(kTile) + threadIdx.x;  // of y
   for (int64_t b = blockIdx.z; b < batch; b += gridDim.z) {
     const T* xb = x + b * M * N;  // (M, N)
@@ -38,8 +38,7 @@ template <typename T>
 void transpose(const T* x, T* y, int64_t batch, int64_t M, int64_t N, cudaStream_t stream) {
   if (batch == 0 || M == 0 || N == 0) return;
   MINIDP_CHECK(ceilDiv(M, kTile) <= 65535u, "transpose: " << M << " rows exceed the grid");
-  const dim3 grid(ceilDiv(N, kTile), ceilDiv(M, kTile),
-                  static_cast<unsigned>(std::min<int64_t>(batch, 65535)));
+  const dim3 grid(ceilDiv(N, kTile), ceilDiv(M, kTile), static_cast<unsigned>(std::min<int64_t>(batch, 65535)));
   transposeKernel<T><<<grid, dim3(kTile, kRows), 0, stream>>>(x, y, batch, M, N);
   CUDA_CHECK_LAUNCH();
 }

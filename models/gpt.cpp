@@ -56,8 +56,7 @@ struct GPT::Block : nn::Module {
 };
 
 GPT::GPT(const GptConfig& c, uint64_t seed) : config_(c) {
-  MINIDP_CHECK(c.vocab > 0 && c.context > 0 && c.layers > 0 && c.heads > 0 && c.embd > 0,
-               "GPT sizes must be positive");
+  MINIDP_CHECK(c.vocab > 0 && c.context > 0 && c.layers > 0 && c.heads > 0 && c.embd > 0, "GPT sizes must be positive");
   MINIDP_CHECK(c.embd % c.heads == 0, "GPT width " << c.embd << " is not divisible by " << c.heads << " heads");
   nn::Rng rng(seed);
   wte_ = registerModule("wte", std::make_shared<Table>(nn::normal({c.vocab, c.embd}, 0.02, rng)))->weight;

@@ -16,9 +16,9 @@ MLP::MLP(const std::vector<int64_t>& dims, uint64_t seed, DType compute) : compu
 }
 
 Variable MLP::forward(const Tensor& inputs) const {
-  MINIDP_CHECK(inputs.ndim() == 2 && inputs.size(1) == layers_.front()->weight.shape()[1],
-               "MLP input " << shapeString(inputs.shape()) << ", expected (B, "
-                            << layers_.front()->weight.shape()[1] << ")");
+  MINIDP_CHECK(
+      inputs.ndim() == 2 && inputs.size(1) == layers_.front()->weight.shape()[1],
+      "MLP input " << shapeString(inputs.shape()) << ", expected (B, " << layers_.front()->weight.shape()[1] << ")");
   Variable x = ops::cast(Variable(inputs), activationDType(compute_, layers_.front()->weight.dtype()));
   for (size_t i = 0; i < layers_.size(); ++i) {
     x = layers_[i]->forward(x);

@@ -23,12 +23,12 @@ enum class Evaluation { Accuracy, MeanLoss };
 /// What a factory gets: sizes fixed by the data, and the size flags of the command line.
 struct ModelArgs {
   uint64_t seed = 0;
-  int64_t inputs = 0;   // Images: pixels per image; Tokens: 0
-  int64_t classes = 0;  // Images: number of labels; Tokens: vocabulary size
-  int64_t context = 0;  // Tokens: window length (--context); Images: 0
-  std::vector<int64_t> hidden;       // --hidden
+  int64_t inputs = 0;                       // Images: pixels per image; Tokens: 0
+  int64_t classes = 0;                      // Images: number of labels; Tokens: vocabulary size
+  int64_t context = 0;                      // Tokens: window length (--context); Images: 0
+  std::vector<int64_t> hidden;              // --hidden
   int64_t layers = 0, heads = 0, embd = 0;  // --layers, --heads, --embd
-  DType compute = DType::F32;  // activations: F32, or BF16 for mixed precision (--dtype bf16)
+  DType compute = DType::F32;               // activations: F32, or BF16 for mixed precision (--dtype bf16)
 };
 
 /// One registered model.

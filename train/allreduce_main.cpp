@@ -53,7 +53,8 @@ int main(int argc, char** argv) {
       const auto start = std::chrono::steady_clock::now();
       for (int i = 0; i < iters; ++i) session.comm->allReduceAverage(buffer, "bench")->wait();
       sync();
-      const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / iters;
+      const double us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / iters;
       const double bytes = static_cast<double>(n) * 4, algbw = bytes / us * 1e-3;
       const double busbw = world > 1 ? algbw * 2.0 * (world - 1) / world : algbw;
       if (printer) std::printf("%10.2f %12.1f %12.2f %12.2f\n", bytes / 1048576, us, algbw, busbw);

@@ -1,7 +1,7 @@
 // minidp-bench: step time with all-reduce overlap off and on, and why. For each comm stream priority and
-// NCCL maxCTAs value (every combination), each bucket size and each repeat it trains the same model from the same seed twice, overlap off then on
-// (so drift hits both alike): --warmup steps untimed, then --steps steps each synchronised and timed
-// (CUDA events around the step; the host clock on the CPU). Rank 0 prints one row per run:
+// NCCL maxCTAs value (every combination), each bucket size and each repeat it trains the same model from the same seed
+// twice, overlap off then on (so drift hits both alike): --warmup steps untimed, then --steps steps each synchronised
+// and timed (CUDA events around the step; the host clock on the CPU). Rank 0 prints one row per run:
 //
 //   step_ms     median (and p90) over the timed steps of the slowest rank's step time
 //   compute_ms  step time minus exposed communication (median over steps of the ranks' mean)
@@ -27,11 +27,11 @@
 #include <string>
 #include <vector>
 
-#include "framework/runtime/device.h"
 #include "framework/io/atomic_file.h"
+#include "framework/runtime/device.h"
 #include "models/registry.h"
-#include "train/trace.h"
 #include "train/run_checks.h"
+#include "train/trace.h"
 #include "train/trainer.h"
 
 #if MINIDP_WITH_CUDA
@@ -194,10 +194,10 @@ std::string bucketCell(const Row& r) {
 void printRow(const Row& r) {
   std::printf("%8s %8s %9s %6s %7s %9.3f %9.3f %10.3f %9.3f %10.3f %7s %8s %6s %8s\n",
               priorityName(r.comm.highPriority), r.comm.ctas > 0 ? std::to_string(r.comm.ctas).c_str() : "default",
-              bucketCell(r).c_str(),
-              r.repeat < 0 ? "all" : std::to_string(r.repeat).c_str(), distributed::overlapName(r.overlap), r.stepMs,
-              r.p90Ms, r.computeMs, r.commMs, r.exposedMs, cell(r.efficiency, "%.3f").c_str(),
-              cell(r.speedup, "%.3f").c_str(), cell(r.hidden, "%.3f").c_str(), cell(r.peakMib, "%.0f").c_str());
+              bucketCell(r).c_str(), r.repeat < 0 ? "all" : std::to_string(r.repeat).c_str(),
+              distributed::overlapName(r.overlap), r.stepMs, r.p90Ms, r.computeMs, r.commMs, r.exposedMs,
+              cell(r.efficiency, "%.3f").c_str(), cell(r.speedup, "%.3f").c_str(), cell(r.hidden, "%.3f").c_str(),
+              cell(r.peakMib, "%.0f").c_str());
 }
 
 nlohmann::json nullable(double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); }
@@ -337,9 +337,9 @@ int main(int argc, char** argv) {
           std::printf("EMULATED: one process modelling %d ranks; comm times are the model's, not a real network's\n",
                       opts.comm.emulatedWorld);
         }
-        std::printf("%8s %8s %9s %6s %7s %9s %9s %10s %9s %10s %7s %8s %6s %8s\n", "priority", "maxCTAs",
-                    "bucket_mb", "repeat", "overlap", "step_ms", "p90_ms", "compute_ms", "comm_ms", "exposed_ms", "E",
-                    "speed-up", "H", "peak_mib");
+        std::printf("%8s %8s %9s %6s %7s %9s %9s %10s %9s %10s %7s %8s %6s %8s\n", "priority", "maxCTAs", "bucket_mb",
+                    "repeat", "overlap", "step_ms", "p90_ms", "compute_ms", "comm_ms", "exposed_ms", "E", "speed-up",
+                    "H", "peak_mib");
         std::fflush(stdout);
       }
       for (double bucketMb : bench.bucketMbList) {

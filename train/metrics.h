@@ -16,10 +16,10 @@ struct LogPoint {
   int64_t step = 0, totalSteps = 0;
   double loss = NAN, valLoss = NAN, valAccuracy = NAN;
   double lr = NAN, gradNorm = NAN;
-  double stepMs = NAN;      // mean over the steps since the last log point
-  double itemsPerS = NAN;   // tokens/s (GPT) or samples/s (MLP), all ranks together
-  bool tokens = false;      // itemsPerS counts tokens
-  double mfu = NAN;         // model FLOPs utilisation per device, against the stated peak (CUDA only)
+  double stepMs = NAN;     // mean over the steps since the last log point
+  double itemsPerS = NAN;  // tokens/s (GPT) or samples/s (MLP), all ranks together
+  bool tokens = false;     // itemsPerS counts tokens
+  double mfu = NAN;        // model FLOPs utilisation per device, against the stated peak (CUDA only)
   double commMs = NAN, exposedCommMs = NAN;
 
   /// {"step", "loss", "val_loss"?, "val_accuracy"?, "lr", "grad_norm"?, "step_ms", "tokens_per_s" or

@@ -97,8 +97,8 @@ void checkWritable(const std::string& flag, const std::string& path) {
                                               << " does not exist; create it or choose another path");
   const std::string probe = path + ".tmp.probe." + std::to_string(::getpid());
   std::FILE* f = std::fopen(probe.c_str(), "wb");
-  MINIDP_CHECK(f != nullptr, flag << " " << path << ": cannot create files in " << parent.string()
-                                  << "; choose a writable folder");
+  MINIDP_CHECK(f != nullptr,
+               flag << " " << path << ": cannot create files in " << parent.string() << "; choose a writable folder");
   std::fclose(f);
   std::remove(probe.c_str());
 }
@@ -139,9 +139,10 @@ void checkData(const Options& o, int world) {
     if (o.evalBatches > 0) {
       checkTokens("--llmc-val", val, o, "give a longer token file, a shorter --context or --eval-batches 0");
     }
-    MINIDP_CHECK(perStep <= train - o.gpt.context, "one step takes " << perStep << " windows (--batch-size x "
-                                                                     "--grad-accum x ranks), more than --llmc-train "
-                                                                     "holds; lower them");
+    MINIDP_CHECK(perStep <= train - o.gpt.context, "one step takes " << perStep
+                                                                     << " windows (--batch-size x "
+                                                                        "--grad-accum x ranks), more than --llmc-train "
+                                                                        "holds; lower them");
     return;
   }
   const std::string dir = o.dataDir.empty() ? (data == "fashion-mnist" ? kFashionMnistDir : kFortunesDir) : o.dataDir;
@@ -149,8 +150,8 @@ void checkData(const Options& o, int world) {
   const std::string package = data == "fashion-mnist" ? "dataset-fashion-mnist" : "fortunes";
   MINIDP_CHECK(fs::exists(dir), flag << " " << dir << " does not exist; install the Debian package " << package
                                      << " or pass --data-dir");
-  MINIDP_CHECK(fs::is_directory(dir), flag << " " << dir << " is a file, not a folder; pass the folder of the "
-                                           << data << " files");
+  MINIDP_CHECK(fs::is_directory(dir),
+               flag << " " << dir << " is a file, not a folder; pass the folder of the " << data << " files");
   if (data == "fashion-mnist") {
     for (const char* name : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
                              "t10k-labels-idx1-ubyte.gz"}) {
@@ -158,13 +159,15 @@ void checkData(const Options& o, int world) {
                                                           << name << "; pass the folder of the package " << package);
     }
     const int64_t count = readIdx((fs::path(dir) / "train-labels-idx1-ubyte.gz").string()).dims.at(0);
-    MINIDP_CHECK(perStep <= count, "one step takes " << perStep << " images (--batch-size x --grad-accum x ranks), "
-                                                     "more than the " << count << " training images; lower them");
+    MINIDP_CHECK(perStep <= count, "one step takes " << perStep
+                                                     << " images (--batch-size x --grad-accum x ranks), "
+                                                        "more than the "
+                                                     << count << " training images; lower them");
     return;
   }
   MINIDP_CHECK(looksLikeFortunes(dir), flag << " " << dir << " is not a fortune folder (no text file beside its "
-                                            << ".dat index); pass the folder of the package fortunes ("
-                                            << kFortunesDir << ")");
+                                            << ".dat index); pass the folder of the package fortunes (" << kFortunesDir
+                                            << ")");
   const TokenCorpus corpus = loadFortunes(dir);
   const int64_t train = static_cast<int64_t>(corpus.train.size());
   checkTokens("training", train, o, "give more text or a shorter --context");
@@ -172,8 +175,9 @@ void checkData(const Options& o, int world) {
     checkTokens("validation", static_cast<int64_t>(corpus.val.size()), o,
                 "give more text, a shorter --context or --eval-batches 0");
   }
-  MINIDP_CHECK(perStep <= train - o.gpt.context, "one step takes " << perStep << " windows (--batch-size x "
-                                                                   "--grad-accum x ranks), more than the "
+  MINIDP_CHECK(perStep <= train - o.gpt.context, "one step takes " << perStep
+                                                                   << " windows (--batch-size x "
+                                                                      "--grad-accum x ranks), more than the "
                                                                    << train << "-token text holds; lower them");
 }
 
@@ -196,13 +200,15 @@ void addValueChecks(CLI::App& app) {
 }
 
 void addResumeOptions(CLI::App& app, Options& o) {
-  app.add_option("--save-every", o.saveEvery, "Also write the full training state to --save every N steps (0: "
-                                              "only at the end)")
+  app.add_option("--save-every", o.saveEvery,
+                 "Also write the full training state to --save every N steps (0: "
+                 "only at the end)")
       ->capture_default_str()
       ->check(numberIn(0, 1e9L, true));
   app.add_option("--resume", o.resume, "Continue the run saved in this file (--steps counts the total)");
-  app.add_flag("--check-finite", o.checkFinite, "Check the loss for NaN/inf every step (synchronises); by default "
-                                                "at --log-every steps");
+  app.add_flag("--check-finite", o.checkFinite,
+               "Check the loss for NaN/inf every step (synchronises); by default "
+               "at --log-every steps");
 }
 
 int parseCommandLine(CLI::App& app, int argc, char** argv, const char* program) {

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "base/check.h"
 #include "framework/distributed/mpi_environment.h"
 #include "framework/io/atomic_file.h"
-#include "base/check.h"
 
 namespace minidp::runtime {
 

@@ -31,5 +31,4 @@ nlohmann::json chromeTrace(const std::vector<std::vector<runtime::StepRecord>>& 
 void writeTrace(distributed::Communicator& comm, const std::vector<runtime::StepRecord>& steps, const std::string& path,
                 const nlohmann::json& about);
 
-
 }  // namespace minidp::train

@@ -32,8 +32,9 @@ std::string modelDescription(const Options& o) {
 
 nlohmann::json readState(const SafeTensorFile& file, const std::string& path) {
   const auto it = file.metadata.find(kStateKey);
-  MINIDP_CHECK(it != file.metadata.end(), "--resume " << path << " holds parameters only (no training state); "
-                                                      "start from them with --load instead");
+  MINIDP_CHECK(it != file.metadata.end(), "--resume " << path
+                                                      << " holds parameters only (no training state); "
+                                                         "start from them with --load instead");
   const nlohmann::json state = nlohmann::json::parse(it->second, nullptr, false);
   MINIDP_CHECK(state.is_object() && state.value("format", 0) == kStateFormat,
                "--resume " << path << ": unknown training state format; it was written by another minidp version");
@@ -41,8 +42,7 @@ nlohmann::json readState(const SafeTensorFile& file, const std::string& path) {
 }
 
 template <typename T>
-void expectSame(const nlohmann::json& state, const char* key, const T& here, const std::string& path,
-                const char* fix) {
+void expectSame(const nlohmann::json& state, const char* key, const T& here, const std::string& path, const char* fix) {
   const T there = state.at(key).get<T>();
   if (there == here) return;
   std::ostringstream os;
@@ -103,8 +103,9 @@ int64_t Trainer::resume(const std::string& path) {
   const SafeTensorFile file = readSafetensors(path);
   const nlohmann::json meta = readState(file, path);
   MINIDP_CHECK(opts_.zero == 0 && meta.value("optimizer_state", true),
-               "--resume " << path << ": resuming a ZeRO-1 run (--zero 1) is not supported yet: its optimizer state is "
-                           "sharded over the ranks and not in the file");
+               "--resume " << path
+                           << ": resuming a ZeRO-1 run (--zero 1) is not supported yet: its optimizer state is "
+                              "sharded over the ranks and not in the file");
   try {
     nn::loadParameters(*model_, file);
     for (auto& [name, tensor] : optimizer_->state()) {

@@ -12,8 +12,8 @@
 #include "framework/ops/tensor_math.h"
 #include "framework/runtime/device.h"
 #include "models/registry.h"
-#include "train/sampling.h"
 #include "train/run_checks.h"
+#include "train/sampling.h"
 
 namespace minidp::train {
 
@@ -44,8 +44,9 @@ std::string mibText(size_t bytes) {
 }  // namespace
 
 void addOptions(CLI::App& app, Options& o) {
-  app.add_option("--model", o.model, "Model to train: a name of the model registry (mlp, gpt, or one the program "
-                                     "registered)")
+  app.add_option("--model", o.model,
+                 "Model to train: a name of the model registry (mlp, gpt, or one the program "
+                 "registered)")
       ->check(CLI::Validator([](std::string& name) { return models::hasModel(name) ? "" : "unknown model " + name; },
                              "MODEL"))
       ->capture_default_str();
@@ -55,19 +56,23 @@ void addOptions(CLI::App& app, Options& o) {
   app.add_option("--llmc-train", o.llmcTrain, "llm.c token file for training (--data llmc)");
   app.add_option("--llmc-val", o.llmcVal, "llm.c token file for validation (--data llmc)");
   app.add_option("--dtype", o.dtype, "Precision: fp32, fp64, or bf16 (fp32 parameters, bf16 activations; CUDA)")
-      ->check(CLI::IsMember({"fp32", "fp64", "bf16"}))->capture_default_str();
+      ->check(CLI::IsMember({"fp32", "fp64", "bf16"}))
+      ->capture_default_str();
   app.add_flag("--tf32", o.tf32, "CUDA fp32 GEMMs on TF32 tensor cores (default: exact fp32)");
-  app.add_option("--steps", o.steps, "Optimizer steps (0: mlp 5000, gpt 2000)")->check(CLI::NonNegativeNumber)
+  app.add_option("--steps", o.steps, "Optimizer steps (0: mlp 5000, gpt 2000)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--batch-size", o.batchSize, "Samples per rank per micro-batch (global batch = this x ranks)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--lr", o.lr, "Learning rate (0: model default, mlp 0.05 / gpt 1e-3)")->capture_default_str();
   app.add_option("--optimizer", o.optimizer, "sgd (momentum 0.9) or adamw; default sgd for mlp, adamw for gpt")
       ->check(CLI::IsMember({"sgd", "adamw"}));
   app.add_option("--weight-decay", o.weightDecay, "Weight decay")->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of initialisation and data order")->capture_default_str();
   app.add_option("--log-every", o.logEvery, "Print the loss every N steps (synchronises then)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--eval-batches", o.evalBatches, "GPT validation batches at the end")->capture_default_str();
   app.add_option("--hidden", o.hidden, "MLP hidden layer sizes")->capture_default_str();
   app.add_option("--layers", o.gpt.layers, "GPT blocks")->check(CLI::PositiveNumber)->capture_default_str();
@@ -78,45 +83,59 @@ void addOptions(CLI::App& app, Options& o) {
   app.add_option("--overlap", o.ddp.overlap, "on: all-reduce buckets during backward; off: after it")
       ->transform(CLI::CheckedTransformer(distributed::overlapModes()).description(""))
       ->transform(CLI::IsMember(distributed::overlapModes()))  // runs first: names only, not the enum's numbers
-      ->type_name("TEXT")->default_str(distributed::overlapName(o.ddp.overlap));
+      ->type_name("TEXT")
+      ->default_str(distributed::overlapName(o.ddp.overlap));
   app.add_option_function<double>(
          "--bucket-mb", [&o](double mb) { o.ddp.bucketCapBytes = distributed::mibToBytes(mb); },
          "Gradient bucket cap (MB), or auto: chosen after the first step from the measured link and backward")
-      ->transform(autoBucketCap)->default_str(mibText(o.ddp.bucketCapBytes));
+      ->transform(autoBucketCap)
+      ->default_str(mibText(o.ddp.bucketCapBytes));
   app.add_option_function<double>(
          "--first-bucket-mb", [&o](double mb) { o.ddp.firstBucketCapBytes = distributed::mibToBytes(mb); },
          "Cap of the first bucket launched (MB)")
-      ->check(CLI::PositiveNumber)->default_str(mibText(o.ddp.firstBucketCapBytes));
-  app.add_flag("--rebuild-buckets", o.ddp.rebuildBuckets, "After the first step, re-plan the buckets in rank 0's "
-                                                          "observed gradient ready order");
+      ->check(CLI::PositiveNumber)
+      ->default_str(mibText(o.ddp.firstBucketCapBytes));
+  app.add_flag("--rebuild-buckets", o.ddp.rebuildBuckets,
+               "After the first step, re-plan the buckets in rank 0's "
+               "observed gradient ready order");
   app.add_option("--grad-accum", o.gradAccum, "Micro-batches per step; all-reduce on the last only")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--save", o.save, "Write the parameters to this safetensors file at the end");
   app.add_option("--load", o.load, "Start from the parameters in this safetensors file");
   app.add_option("--sample", o.sample, "GPT: print this many generated tokens at the end")->capture_default_str();
   app.add_option("--trace", o.trace, "Write a Chrome trace (JSON) of the last --trace-steps steps to this file");
   app.add_option("--trace-steps", o.traceSteps, "Steps in the trace")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--grad-comm", o.gradComm, "Gradient precision on the wire: fp32, or bf16 (cast, averaged, cast "
-                                            "back into the fp32 bucket)")
-      ->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
-  app.add_option("--zero", o.zero, "ZeRO stage: 0 all-reduces gradients; 1 reduce-scatters them and shards the "
-                                   "optimizer state")
-      ->check(CLI::IsMember({0, 1}))->capture_default_str();
-  app.add_option("--zero-gather", o.zeroGather, "ZeRO-1 parameter all-gather: end (after every shard's update) or "
-                                                "overlap (bucket by bucket, as each shard is updated)")
-      ->check(CLI::IsMember({"end", "overlap"}))->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--grad-comm", o.gradComm,
+                 "Gradient precision on the wire: fp32, or bf16 (cast, averaged, cast "
+                 "back into the fp32 bucket)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  app.add_option("--zero", o.zero,
+                 "ZeRO stage: 0 all-reduces gradients; 1 reduce-scatters them and shards the "
+                 "optimizer state")
+      ->check(CLI::IsMember({0, 1}))
+      ->capture_default_str();
+  app.add_option("--zero-gather", o.zeroGather,
+                 "ZeRO-1 parameter all-gather: end (after every shard's update) or "
+                 "overlap (bucket by bucket, as each shard is updated)")
+      ->check(CLI::IsMember({"end", "overlap"}))
+      ->capture_default_str();
   addSessionOptions(app, o);
   addLoopOptions(app, o);
-  app.add_flag("--cuda-graph", o.cudaGraph, "Capture the whole step (forward, backward with its all-reduces, "
-                                            "optimizer) in a CUDA graph after warm-up steps and replay it");
+  app.add_flag("--cuda-graph", o.cudaGraph,
+               "Capture the whole step (forward, backward with its all-reduces, "
+               "optimizer) in a CUDA graph after warm-up steps and replay it");
 }
 
 std::string usageProblem(const Options& o) {
   if (!o.cudaGraph) return {};
   if (o.device != "cuda") return "--cuda-graph needs --device cuda";
   if (o.gradAccum != 1) return "--cuda-graph captures one micro-batch per step: not with --grad-accum > 1";
-  if (o.zero != 0) return "--cuda-graph with --zero 1 is not supported (the sharded optimizer gathers outside the graph)";
+  if (o.zero != 0)
+    return "--cuda-graph with --zero 1 is not supported (the sharded optimizer gathers outside the graph)";
   return {};
 }
 
@@ -129,29 +148,39 @@ int checkUsage(const Options& o, const std::string& program) {
 
 void addLoopOptions(CLI::App& app, Options& o) {
   app.add_option("--lr-schedule", o.lrSchedule, "Learning rate after the warm-up: constant, cosine or linear decay")
-      ->transform(CLI::CheckedTransformer(lrScheduleNames()))->default_str("constant");
+      ->transform(CLI::CheckedTransformer(lrScheduleNames()))
+      ->default_str("constant");
   app.add_option("--warmup-steps", o.warmupSteps, "Linear warm-up from lr/N to lr over the first N steps")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--min-lr-frac", o.minLrFrac, "cosine/linear: decay to lr x this at the last step")
-      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
-  app.add_option("--clip-grad-norm", o.clipGradNorm, "Clip the global norm of the averaged gradients to this "
-                                                      "(0: no clipping)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--clip-grad-norm", o.clipGradNorm,
+                 "Clip the global norm of the averaged gradients to this "
+                 "(0: no clipping)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--eval-every", o.evalEvery, "Validate every N steps (0: at the end only)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--metrics", o.metrics, "Write one JSON line per logged step to this file (rank 0)");
   app.add_option("--peak-tflops", o.peakTflops, "Per-device peak TFLOP/s for MFU (default: H200 bf16 measured)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--temperature", o.temperature, "Sampling temperature (0: greedy)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--top-k", o.topK, "Sample from the K most likely tokens (0: all)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
 }
 
 void addSessionOptions(CLI::App& app, Options& o) {
   app.add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_option("--comm", o.comm.backend, distributed::commBackendHelp())
-      ->check(CLI::IsMember(distributed::commBackendNames()))->capture_default_str();
+      ->check(CLI::IsMember(distributed::commBackendNames()))
+      ->capture_default_str();
   app.add_option("--nccl-max-ctas", o.comm.ncclMaxCtas, "NCCL maxCTAs (0: NCCL's default)")->capture_default_str();
   app.add_flag("!--no-comm-priority", o.comm.commHighPriority, "Create the comm stream at default priority");
   app.add_option("--emulated-world", o.comm.emulatedWorld, "Emulated link: ranks modelled")->capture_default_str();
@@ -180,10 +209,11 @@ void openSession(Options& opts, Session& s) {
     s.mpi = std::make_unique<distributed::MpiEnvironment>(opts.comm.watchdogSeconds);
   }
   if (s.device == Device::CUDA) {
-    MINIDP_CHECK(runtime::cudaAvailable(), "--device cuda, but no CUDA device is available (or minidp was built "
-                                           "without CUDA)");
-    runtime::setDevice(distributed::selectGpu(opts.comm.gpu, s.mpi ? s.mpi->localRank() : 0,
-                                              runtime::cudaDeviceCount()));
+    MINIDP_CHECK(runtime::cudaAvailable(),
+                 "--device cuda, but no CUDA device is available (or minidp was built "
+                 "without CUDA)");
+    runtime::setDevice(
+        distributed::selectGpu(opts.comm.gpu, s.mpi ? s.mpi->localRank() : 0, runtime::cudaDeviceCount()));
   }
   opts.comm.cuda = s.device == Device::CUDA;
   s.comm = distributed::makeCommunicator(opts.comm, s.mpi.get());
@@ -191,9 +221,7 @@ void openSession(Options& opts, Session& s) {
 
 namespace {
 
-std::string defaultDir(const std::string& data) {
-  return data == "fashion-mnist" ? kFashionMnistDir : kFortunesDir;
-}
+std::string defaultDir(const std::string& data) { return data == "fashion-mnist" ? kFashionMnistDir : kFortunesDir; }
 
 }  // namespace
 
@@ -248,8 +276,9 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
   const std::string optName = o.optimizer.empty() ? entry.defaultOptimizer : o.optimizer;
   const double lr = o.lr > 0 ? o.lr : entry.defaultLr;
   if (o.zero == 1) {
-    MINIDP_CHECK(o.clipGradNorm == 0, "--clip-grad-norm with --zero 1 is not supported yet (each rank holds only "
-                                      "its shard of the gradients)");
+    MINIDP_CHECK(o.clipGradNorm == 0,
+                 "--clip-grad-norm with --zero 1 is not supported yet (each rank holds only "
+                 "its shard of the gradients)");
     const auto gather = o.zeroGather == "overlap" ? distributed::ZeroGather::Overlap : distributed::ZeroGather::End;
     auto sharded = std::make_unique<distributed::ShardedOptimizer>(*ddp_, optName, lr, o.weightDecay, gather);
     if (session.rank() == 0) {
@@ -262,8 +291,7 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
     optimizer_ = optim::makeOptimizer(optName, model_->namedParameters(), lr, o.weightDecay);
   }
   schedule_ = LrSchedule{o.lrSchedule, lr, o.warmupSteps, o.steps, o.minLrFrac};
-  clipper_ = std::make_unique<optim::GradClipper>(o.clipGradNorm, model_->parameters().front().dtype(),
-                                                  session.device);
+  clipper_ = std::make_unique<optim::GradClipper>(o.clipGradNorm, model_->parameters().front().dtype(), session.device);
   if (o.clipGradNorm > 0) optimizer_->setGradScale(clipper_->scale());
   batches_ = std::make_unique<Prefetcher>(std::move(source), session.device);
   batches_->setTimer(&timer_);
@@ -414,8 +442,8 @@ std::string Trainer::sample(int64_t count) {
   const int64_t context = opts_.gpt.context, vocab = std::max<int64_t>(corpus_.vocab, 1);
   const bool bytes = opts_.data != "llmc";  // fortunes: one token per byte
   const std::string prompt = "The ";
-  std::vector<int32_t> tokens = bytes ? std::vector<int32_t>(prompt.begin(), prompt.end())
-                                      : std::vector<int32_t>{vocab > 50256 ? 50256 : 0};
+  std::vector<int32_t> tokens =
+      bytes ? std::vector<int32_t>(prompt.begin(), prompt.end()) : std::vector<int32_t>{vocab > 50256 ? 50256 : 0};
   std::mt19937_64 rng(opts_.seed);
   std::string out;
   for (int64_t i = 0; i < count; ++i) {
@@ -448,7 +476,8 @@ int runGuarded(const char* program, Session& session, const std::function<int()>
     return 1;
   } catch (const std::exception& e) {
     const bool many = session.comm && session.world() > 1;
-    std::fprintf(stderr, "%s: error: %s%s\n", program, many ? ("rank " + std::to_string(session.rank()) + ": ").c_str() : "",
+    std::fprintf(stderr, "%s: error: %s%s\n", program,
+                 many ? ("rank " + std::to_string(session.rank()) + ": ").c_str() : "",
                  userMessage(e.what(), session.verbose).c_str());
     std::fflush(stderr);
     if (session.comm && session.world() > 1) session.comm->abort();  // NCCL: ncclCommAbort, then MPI_Abort

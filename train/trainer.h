@@ -13,8 +13,8 @@
 #include "framework/distributed/communicator.h"
 #include "framework/distributed/ddp.h"
 #include "framework/distributed/mpi_environment.h"
-#include "framework/optim/grad_clip.h"
 #include "framework/distributed/zero.h"
+#include "framework/optim/grad_clip.h"
 #include "framework/optim/optimizer.h"
 #include "framework/runtime/graph.h"
 #include "framework/runtime/step_timer.h"
@@ -36,7 +36,7 @@ struct Options {
   std::string llmcTrain, llmcVal;
   std::string device = "cpu";
   std::string dtype = "fp32";
-  int64_t steps = 0;  // 0: the model's default (mlp 5000, gpt 2000)
+  int64_t steps = 0;       // 0: the model's default (mlp 5000, gpt 2000)
   int64_t batchSize = 64;  // per rank
   double lr = 0;           // 0: the model's default (mlp 0.05 sgd, gpt 1e-3 adamw)
   std::string optimizer = "";
@@ -53,7 +53,7 @@ struct Options {
   int64_t gradAccum = 1;
   std::string save, load;
   int64_t sample = 0;
-  std::string trace;        // Chrome trace of the last traceSteps steps (bench: of each configuration)
+  std::string trace;  // Chrome trace of the last traceSteps steps (bench: of each configuration)
   int64_t traceSteps = 3;
   distributed::CommOptions comm;
   // Precision: --dtype bf16 trains fp32 parameters with bf16 activations; --tf32 runs fp32 GEMMs on TF32.
@@ -61,7 +61,7 @@ struct Options {
   // The training loop (schedule, clipping, periodic validation, metrics, sampling): addLoopOptions.
   LrScheduleKind lrSchedule = LrScheduleKind::Constant;
   int64_t warmupSteps = 0;
-  double minLrFrac = 0.1;  // nanoGPT: decay to lr / 10
+  double minLrFrac = 0.1;   // nanoGPT: decay to lr / 10
   double clipGradNorm = 0;  // 0: no clipping
   int64_t evalEvery = 0;    // 0: validation at the end only
   std::string metrics;      // JSON lines, one per logged step
@@ -106,7 +106,7 @@ struct Session {
   Device device = Device::CPU;
   DType dtype = DType::F32;    // parameters, gradient buckets, optimizer state
   DType compute = DType::F32;  // activations: dtype, or BF16 (mixed precision, CUDA only)
-  bool verbose = false;  // runGuarded prints source locations
+  bool verbose = false;        // runGuarded prints source locations
   int rank() const { return comm->rank(); }
   int world() const { return comm->worldSize(); }
 };
@@ -178,7 +178,7 @@ class Trainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   LrSchedule schedule_;
   std::unique_ptr<optim::GradClipper> clipper_;  // the gradient norm (and clip coefficient)
-  bool normMeasured_ = false;                     // clipper_ holds the norm of the last step
+  bool normMeasured_ = false;                    // clipper_ holds the norm of the last step
   double lr_ = 0;
   std::unique_ptr<Prefetcher> batches_;
   distributed::LinkCost link_;  // --bucket-mb auto: measured at construction

@@ -47,9 +47,9 @@ int runTraining(int argc, char** argv, const std::string& program) {
     const int64_t firstStep = opts.resume.empty() ? 1 : trainer.resume(opts.resume) + 1;
     const bool printer = session.rank() == 0;
     if (printer) {
-      std::printf("%s: %s, %lld parameters, %d rank(s) on %s (%s), communicator %s, overlap %s\n",
-                  program.c_str(), opts.model.c_str(), static_cast<long long>(trainer.model().numParameters()),
-                  session.world(), opts.device.c_str(), opts.dtype.c_str(), session.comm->describe().c_str(),
+      std::printf("%s: %s, %lld parameters, %d rank(s) on %s (%s), communicator %s, overlap %s\n", program.c_str(),
+                  opts.model.c_str(), static_cast<long long>(trainer.model().numParameters()), session.world(),
+                  opts.device.c_str(), opts.dtype.c_str(), session.comm->describe().c_str(),
                   distributed::overlapName(opts.ddp.overlap));
       std::printf("%s", trainer.ddp().plan().describe().c_str());
     }
@@ -70,9 +70,8 @@ int runTraining(int argc, char** argv, const std::string& program) {
     for (const auto& [name, p] : trainer.model().namedParameters()) {
       if (name.find("wte.") != std::string::npos || name.find("wpe.") != std::string::npos) lookups += p.data().numel();
     }
-    const double flopsPerStep =
-        itemsPerStep * flopsPerItem(trainer.model().numParameters() - lookups, gpt ? opts.gpt.layers : 0,
-                                    opts.gpt.embd, opts.gpt.context);
+    const double flopsPerStep = itemsPerStep * flopsPerItem(trainer.model().numParameters() - lookups,
+                                                            gpt ? opts.gpt.layers : 0, opts.gpt.embd, opts.gpt.context);
     if (printer && firstStep > 1) {
       std::printf("resumed from %s after step %lld\n", opts.resume.c_str(), static_cast<long long>(firstStep - 1));
     }
@@ -112,7 +111,8 @@ int runTraining(int argc, char** argv, const std::string& program) {
         point.stepMs = ms;
         point.itemsPerS = itemsPerStep * 1000.0 / ms;
         point.tokens = gpt;
-        if (session.device == Device::CUDA) point.mfu = flopsPerStep / (ms / 1000.0) / session.world() / (opts.peakTflops * 1e12);
+        if (session.device == Device::CUDA)
+          point.mfu = flopsPerStep / (ms / 1000.0) / session.world() / (opts.peakTflops * 1e12);
         if (session.world() > 1) {
           point.commMs = commMs;
           point.exposedCommMs = exposedMs;
@@ -135,20 +135,27 @@ int runTraining(int argc, char** argv, const std::string& program) {
     // Peak GPU memory held by tensors over the training steps (before evaluation's own allocations).
     const double peakMib = runtime::allocatorStats().peakAllocatedBytes / 1048576.0;
     const Evaluation evaluation = trainer.evaluate();
-    nlohmann::json summary = {{"model", opts.model},      {"device", opts.device},
-                              {"world", session.world()}, {"steps", opts.steps},
-                              {"batch_size", opts.batchSize}, {"overlap", distributed::overlapName(opts.ddp.overlap)},
-                              {"final_loss", lastLoss},   {"mean_step_ms", timedSteps ? totalMs / timedSteps : NAN},
+    nlohmann::json summary = {{"model", opts.model},
+                              {"device", opts.device},
+                              {"world", session.world()},
+                              {"steps", opts.steps},
+                              {"batch_size", opts.batchSize},
+                              {"overlap", distributed::overlapName(opts.ddp.overlap)},
+                              {"final_loss", lastLoss},
+                              {"mean_step_ms", timedSteps ? totalMs / timedSteps : NAN},
                               {"mean_comm_ms", timedSteps ? totalCommMs / timedSteps : NAN},
                               {"mean_exposed_comm_ms", timedSteps ? totalExposedMs / timedSteps : NAN}};
     summary["dtype"] = opts.dtype;
     if (session.device == Device::CUDA) summary["peak_gpu_mib"] = peakMib;
     if (!opts.trace.empty()) {
       writeTrace(*session.comm, traced, opts.trace,
-                        {{"program", program}, {"model", opts.model}, {"device", opts.device},
-                         {"world", session.world()}, {"overlap", distributed::overlapName(opts.ddp.overlap)},
-                         {"bucket_mb", distributed::bytesToMib(opts.ddp.bucketCapBytes)},
-                         {"communicator", session.comm->describe()}});
+                 {{"program", program},
+                  {"model", opts.model},
+                  {"device", opts.device},
+                  {"world", session.world()},
+                  {"overlap", distributed::overlapName(opts.ddp.overlap)},
+                  {"bucket_mb", distributed::bytesToMib(opts.ddp.bucketCapBytes)},
+                  {"communicator", session.comm->describe()}});
       if (printer) std::printf("trace of %zu step(s) written to %s\n", traced.size(), opts.trace.c_str());
     }
     summary["val_loss"] = evaluation.loss;
@@ -156,7 +163,8 @@ int runTraining(int argc, char** argv, const std::string& program) {
       summary["test_accuracy"] = evaluation.accuracy;
       if (printer) std::printf("test loss %.4f, accuracy %.4f\n", evaluation.loss, evaluation.accuracy);
     } else {
-      if (printer) std::printf("validation loss %.4f nats/%s\n", evaluation.loss, opts.data == "llmc" ? "token" : "byte");
+      if (printer)
+        std::printf("validation loss %.4f nats/%s\n", evaluation.loss, opts.data == "llmc" ? "token" : "byte");
       if (opts.sample > 0) {
         const std::string text = trainer.sample(opts.sample);  // every rank: the same forward passes
         if (printer) std::printf("sample: %s\n", text.c_str());

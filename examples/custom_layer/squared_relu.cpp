@@ -23,7 +23,7 @@ template <typename T>
 const minidp::ops::OpKernels<const T*, T*, int64_t> kForward{"squaredRelu", &squaredReluForward<T>};
 template <typename T>
 const minidp::ops::OpKernels<const T*, const T*, T*, int64_t> kBackward{"squaredRelu backward",
-                                                                         &squaredReluBackward<T>};
+                                                                        &squaredReluBackward<T>};
 
 }  // namespace
 

@@ -40,9 +40,9 @@ using RMSNormCudaVsCpu = minidp::testing::CudaVsCpuTest;
 TEST_P(RMSNormCudaVsCpu, Matches) {
   const auto f = [](const std::vector<Variable>& in) { return custom::rmsNorm(in[0], in[1], 1e-6); };
   // Row means over 80 terms, the weight's gradient over 3 * 37 rows.
-  expectClose(minidp::testing::compareDevices(f, {randomTensor({3, 37, 80}, 5), randomTensor({80}, 6, 0.5, 1.5)},
-                                              GetParam()),
-              minidp::testing::sumTolerance(GetParam(), 3 * 37 + 80));
+  expectClose(
+      minidp::testing::compareDevices(f, {randomTensor({3, 37, 80}, 5), randomTensor({80}, 6, 0.5, 1.5)}, GetParam()),
+      minidp::testing::sumTolerance(GetParam(), 3 * 37 + 80));
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, RMSNormCudaVsCpu, ::testing::Values(DType::F32, DType::F64),
@@ -58,8 +58,8 @@ TEST(RmsMlp, RegisteredWithPyTorchStyleNames) {
   std::unique_ptr<minidp::models::Model> model = entry.make(args);
   std::vector<std::string> names;
   for (const auto& [name, p] : model->namedParameters()) names.push_back(name);
-  EXPECT_EQ(names, (std::vector<std::string>{"layers.0.weight", "layers.0.bias", "layers.1.weight",
-                                             "layers.3.weight", "layers.3.bias"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.3.weight",
+                                             "layers.3.bias"}));
   EXPECT_EQ(model->forward(randomTensor({2, 12}, 7, 0.0, 1.0, DType::F32)).shape(), (minidp::Shape{2, 3}));
 }
 

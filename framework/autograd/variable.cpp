@@ -63,8 +63,8 @@ Tensor leafGradTarget(size_t index) {
 
 void Variable::setGrad(Tensor grad) {
   MINIDP_CHECK(grad.shape() == shape() && grad.dtype() == dtype() && grad.device() == device(),
-               "gradient " << dtypeName(grad.dtype()) << shapeString(grad.shape())
-                           << " does not match variable " << dtypeName(dtype()) << shapeString(shape()));
+               "gradient " << dtypeName(grad.dtype()) << shapeString(grad.shape()) << " does not match variable "
+                           << dtypeName(dtype()) << shapeString(shape()));
   impl_->grad = std::move(grad);
 }
 
@@ -82,8 +82,9 @@ class BackwardEngine {
   static void run(Variable& root, const Tensor& seed) {
     using Impl = Variable::Impl;
     MINIDP_CHECK(root.requiresGrad(), "backward from a variable that does not require grad");
-    MINIDP_CHECK(!root.impl_->released, "backward through a graph that was already freed: each backward frees "
-                                        "the graph it ran through (run the forward again)");
+    MINIDP_CHECK(!root.impl_->released,
+                 "backward through a graph that was already freed: each backward frees "
+                 "the graph it ran through (run the forward again)");
     if (root.isLeaf()) {
       accumulateLeaf(*root.impl_, seed);
       for (auto& hook : root.impl_->hooks) hook(root);
@@ -100,8 +101,9 @@ class BackwardEngine {
       if (next < node->inputs.size()) {
         std::shared_ptr<Impl> child = node->inputs[next++].impl_;
         if (!child || !child->requiresGrad) continue;
-        MINIDP_CHECK(!child->released, "backward through a graph that was already freed: each backward frees "
-                                       "the graph it ran through (run the forward again)");
+        MINIDP_CHECK(!child->released,
+                     "backward through a graph that was already freed: each backward frees "
+                     "the graph it ran through (run the forward again)");
         auto [it, inserted] = pending.emplace(child.get(), 0);
         ++it->second;
         if (inserted) stack.emplace_back(std::move(child), 0);
@@ -124,8 +126,7 @@ class BackwardEngine {
         inGrads = node->backward(gradOut);
       }
       MINIDP_CHECK(inGrads.size() == node->inputs.size(),
-                   "backward returned " << inGrads.size() << " gradients for " << node->inputs.size()
-                                        << " inputs");
+                   "backward returned " << inGrads.size() << " gradients for " << node->inputs.size() << " inputs");
       for (size_t i = 0; i < inGrads.size(); ++i) {
         Variable& input = node->inputs[i];
         Impl* in = input.impl_.get();
@@ -172,14 +173,13 @@ class BackwardEngine {
 };
 
 void Variable::backward() {
-  MINIDP_CHECK(impl_->data.numel() == 1,
-               "backward() without a gradient needs a scalar, got " << shapeString(shape()));
+  MINIDP_CHECK(impl_->data.numel() == 1, "backward() without a gradient needs a scalar, got " << shapeString(shape()));
   backward(ops::full(shape(), 1.0, dtype(), device()));
 }
 
 void Variable::backward(const Tensor& gradOutput) {
-  MINIDP_CHECK(gradOutput.shape() == shape(), "output gradient " << shapeString(gradOutput.shape())
-                                                                 << " for output " << shapeString(shape()));
+  MINIDP_CHECK(gradOutput.shape() == shape(),
+               "output gradient " << shapeString(gradOutput.shape()) << " for output " << shapeString(shape()));
   BackwardEngine::run(*this, gradOutput);
 }
 

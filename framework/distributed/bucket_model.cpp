@@ -103,7 +103,7 @@ size_t chooseBucketCap(Communicator& comm, const std::vector<ParamInfo>& params,
   std::vector<size_t> candidates;
   for (double mb : {1, 2, 5, 10, 25, 50, 100, 200, 400}) candidates.push_back(mibToBytes(mb));
   const size_t wholeMib = mibToBytes(std::ceil(totalBytes / 1048576.0));  // whole MiB, in bytes
-  if (wholeMib > candidates.back()) candidates.push_back(wholeMib);  // one bucket for everything
+  if (wholeMib > candidates.back()) candidates.push_back(wholeMib);       // one bucket for everything
   size_t best = 0;
   const std::vector<CapChoice> choices =
       modelCaps(params, profile, link, candidates, firstCapBytes, wireBytesPerByte, best);

@@ -21,14 +21,14 @@ BucketPlan planBucketsInOrder(const std::vector<ParamInfo>& params, const std::v
                               size_t firstCapBytes) {
   MINIDP_CHECK(capBytes > 0 && firstCapBytes > 0,
                "bucket caps must be positive, got " << capBytes << " and " << firstCapBytes << " bytes");
-  MINIDP_CHECK(order.size() == params.size(), "bucket order of " << order.size() << " parameters, got "
-                                                                 << params.size());
+  MINIDP_CHECK(order.size() == params.size(),
+               "bucket order of " << order.size() << " parameters, got " << params.size());
   std::vector<int> position(params.size(), -1);  // of each parameter in `order`
   for (size_t k = 0; k < order.size(); ++k) {
     const int i = order[k];
-    MINIDP_CHECK(i >= 0 && static_cast<size_t>(i) < params.size() && position[i] < 0,
-                 "bucket order is not a permutation of the " << params.size() << " parameters: entry " << k
-                                                            << " is " << i);
+    MINIDP_CHECK(
+        i >= 0 && static_cast<size_t>(i) < params.size() && position[i] < 0,
+        "bucket order is not a permutation of the " << params.size() << " parameters: entry " << k << " is " << i);
     position[i] = static_cast<int>(k);
   }
   BucketPlan plan;

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "base/stream.h"
 #include "framework/runtime/clock.h"
 #include "framework/tensor/tensor.h"
-#include "base/stream.h"
 
 namespace minidp::distributed {
 

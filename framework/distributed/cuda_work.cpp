@@ -5,9 +5,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/cuda_check.h"
 #include "framework/runtime/device.h"
 #include "framework/runtime/graph.h"
-#include "base/cuda_check.h"
 
 namespace minidp::distributed {
 
@@ -84,7 +84,7 @@ WorkTiming CudaWork::timing(cudaEvent_t reference) const {
 }
 
 CommStream::CommStream(bool highPriority) {
-  runtime::computeStream();  // the device's context first
+  runtime::computeStream();     // the device's context first
   int least = 0, greatest = 0;  // least is the default priority
   CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   priority_ = highPriority ? greatest : least;

@@ -32,8 +32,8 @@ void checkSameLines(const std::vector<std::string>& signatures, const std::strin
       os << what << " #" << i << " is '" << theirs << "' on rank " << r << " but '" << mine << "' on rank 0";
       break;
     }
-    os << " (rank 0 has " << reference.size() << " " << what << "s, rank " << r << " has " << other.size()
-       << "); " << fix;
+    os << " (rank 0 has " << reference.size() << " " << what << "s, rank " << r << " has " << other.size() << "); "
+       << fix;
     throwError(os.str(), __FILE__, __LINE__);
   }
 }
@@ -53,15 +53,15 @@ std::vector<std::string> part(const std::vector<std::string>& signatures, int in
 std::string optionsSignature(const DdpOptions& opts) {
   std::ostringstream os;
   os << "overlap " << overlapName(opts.overlap) << " bucket-bytes " << opts.bucketCapBytes << " first-bucket-bytes "
-     << opts.firstBucketCapBytes
-     << " rebuild-buckets " << opts.rebuildBuckets << " grad-comm " << static_cast<int>(opts.gradComm) << " zero "
-     << opts.zeroStage << "\n";
+     << opts.firstBucketCapBytes << " rebuild-buckets " << opts.rebuildBuckets << " grad-comm "
+     << static_cast<int>(opts.gradComm) << " zero " << opts.zeroStage << "\n";
   return os.str();
 }
 
 std::string parameterSignature(const nn::NamedParameters& params) {
   std::ostringstream os;
-  for (const auto& [name, p] : params) os << name << " " << dtypeName(p.dtype()) << " " << shapeString(p.shape()) << "\n";
+  for (const auto& [name, p] : params)
+    os << name << " " << dtypeName(p.dtype()) << " " << shapeString(p.shape()) << "\n";
   return os.str();
 }
 
@@ -72,8 +72,8 @@ DistributedDataParallel::DistributedDataParallel(nn::NamedParameters params, std
   std::map<const void*, std::string> seen;  // one gradient view and one hook per Variable
   for (const auto& [name, p] : params_) {
     auto [it, inserted] = seen.emplace(p.id(), name);
-    MINIDP_CHECK(inserted, "parameter '" << name << "' is the same Variable as '" << it->second
-                                         << "': list each parameter once");
+    MINIDP_CHECK(inserted,
+                 "parameter '" << name << "' is the same Variable as '" << it->second << "': list each parameter once");
   }
   MINIDP_CHECK(opts.zeroStage == 0 || opts.zeroStage == 1, "ZeRO stage " << opts.zeroStage << " (0 or 1)");
   MINIDP_CHECK(opts.zeroStage == 0 || !opts.rebuildBuckets,
@@ -91,8 +91,7 @@ DistributedDataParallel::DistributedDataParallel(nn::NamedParameters params, std
     MINIDP_CHECK(p.requiresGrad(), "parameter '" << name << "' does not require grad");
     comm_->broadcast(p.data(), 0);
   }
-  const BucketReduction reduction{opts.gradComm,
-                                  opts.zeroStage == 1 ? Reduction::ReduceScatter : Reduction::AllReduce};
+  const BucketReduction reduction{opts.gradComm, opts.zeroStage == 1 ? Reduction::ReduceScatter : Reduction::AllReduce};
   reducer_ = std::make_unique<Reducer>(params_, std::move(plan), comm_, opts.overlap, reduction);
   for (size_t i = 0; i < params_.size(); ++i) {
     Reducer* reducer = reducer_.get();

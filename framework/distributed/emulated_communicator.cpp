@@ -34,8 +34,8 @@ EmulatedCommunicator::~EmulatedCommunicator() = default;
 
 std::string EmulatedCommunicator::describe() const {
   std::ostringstream os;
-  os << "emulated (NOT a multi-rank run: one process modelling " << world_ << " identical ranks over a "
-     << gbps_ << " GB/s, " << latencyUs_ << " us link; all-reduce = latency + 2(N-1)/N * bytes / bandwidth";
+  os << "emulated (NOT a multi-rank run: one process modelling " << world_ << " identical ranks over a " << gbps_
+     << " GB/s, " << latencyUs_ << " us link; all-reduce = latency + 2(N-1)/N * bytes / bandwidth";
   if (cuda_) os << ", " << ctas_ << " CTAs on the comm stream";
   os << ")";
   return os.str();
@@ -51,9 +51,9 @@ std::shared_ptr<Work> EmulatedCommunicator::allReduceAverage(Tensor buffer, cons
 
 std::shared_ptr<Work> EmulatedCommunicator::reduceGradients(Tensor buffer, Tensor wire, Reduction reduction,
                                                             const std::string& tag) {
-  MINIDP_CHECK(buffer.defined() && supports(buffer.device()),
-               "emulated " << (cuda_ ? "cuda" : "cpu") << " link cannot reduce a " << deviceName(buffer.device())
-                           << " tensor");
+  MINIDP_CHECK(buffer.defined() && supports(buffer.device()), "emulated " << (cuda_ ? "cuda" : "cpu")
+                                                                          << " link cannot reduce a "
+                                                                          << deviceName(buffer.device()) << " tensor");
   MINIDP_CHECK(reduction == Reduction::AllReduce, "the emulated link models all-reduce only (no ZeRO-1)");
   checkGradientBucket(buffer, wire, reduction, world_);
   // bf16 on the wire: the link carries the bf16 copy; identical ranks average to it, cast back.

@@ -44,7 +44,8 @@ LaunchInfo detectLauncher() {
 void checkLaunchAgrees(const LaunchInfo& info, int mpiWorld) {
   MINIDP_CHECK(!(info.size > 1 && mpiWorld == 1),
                "the launcher (" << info.launcher << ", " << info.sizeVariable << "=" << info.size << ") started "
-                                << info.size << " tasks but MPI reports a world of 1: minidp's MPI does not speak this "
+                                << info.size
+                                << " tasks but MPI reports a world of 1: minidp's MPI does not speak this "
                                    "launcher's protocol (srun: try --mpi=pmix, or build against the cluster's MPI); "
                                    "each task would train alone");
 }

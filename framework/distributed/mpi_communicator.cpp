@@ -79,17 +79,16 @@ std::shared_ptr<Work> MpiCommunicator::reduceGradients(Tensor buffer, Tensor wir
         if (compressed) {
           // ncclAvg on bf16: every rank's input is rounded to bf16 and pre-multiplied by bf16(1/N).
           kernels::cpu::castToBf16(buffer.data<float>(), wire.data<bf16>(), count);
-          kernels::cpu::scaleBf16(wire.data<bf16>(), bf16ToFloat(floatToBf16(1.0f / static_cast<float>(world))),
-                                  count);
+          kernels::cpu::scaleBf16(wire.data<bf16>(), bf16ToFloat(floatToBf16(1.0f / static_cast<float>(world))), count);
         }
         const MPI_Op op = compressed ? bf16Sum : MPI_SUM;
         if (rank == 0) {
           MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, data, count, type, op, 0, comm));
           // fp32: the one place the sum becomes an average (bf16 was scaled before the sum).
           if (!compressed) {
-            MINIDP_DISPATCH_FLOAT(buffer.dtype(), T, kernels::cpu::scale<T>(static_cast<T*>(data),
-                                                                             T(1) / T(world),
-                                                                             static_cast<T*>(data), count));
+            MINIDP_DISPATCH_FLOAT(
+                buffer.dtype(), T,
+                kernels::cpu::scale<T>(static_cast<T*>(data), T(1) / T(world), static_cast<T*>(data), count));
           }
         } else {
           MPI_CHECK(MPI_Reduce(data, nullptr, count, type, op, 0, comm));
@@ -103,8 +102,8 @@ std::shared_ptr<Work> MpiCommunicator::reduceGradients(Tensor buffer, Tensor wir
           first = rank * n;
           const size_t elementBytes = compressed ? sizeof(bf16) : dtypeSize(buffer.dtype());
           void* mine = static_cast<char*>(data) + first * elementBytes;
-          MPI_CHECK(MPI_Scatter(data, static_cast<int>(n), type, rank == 0 ? MPI_IN_PLACE : mine,
-                                static_cast<int>(n), type, 0, comm));
+          MPI_CHECK(MPI_Scatter(data, static_cast<int>(n), type, rank == 0 ? MPI_IN_PLACE : mine, static_cast<int>(n),
+                                type, 0, comm));
         }
         if (compressed) kernels::cpu::castFromBf16(wire.data<bf16>() + first, buffer.data<float>() + first, n);
       },
@@ -121,8 +120,8 @@ std::shared_ptr<Work> MpiCommunicator::allGatherShards(Tensor buffer, const std:
   std::shared_ptr<Work> work = env_.post(
       [buffer, comm, world] {
         const int shard = static_cast<int>(buffer.numel() / world);
-        MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buffer.raw(), shard, mpiType(buffer.dtype()),
-                                comm));
+        MPI_CHECK(
+            MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buffer.raw(), shard, mpiType(buffer.dtype()), comm));
       },
       tag, buffer.nbytes());
   watchdog_.watch(work);

@@ -43,7 +43,9 @@ std::string secondsText(double seconds) {
 
 thread_local std::string tExchangeLabel;
 
-ExchangeLabel::ExchangeLabel(std::string what) : previous_(std::move(tExchangeLabel)) { tExchangeLabel = std::move(what); }
+ExchangeLabel::ExchangeLabel(std::string what) : previous_(std::move(tExchangeLabel)) {
+  tExchangeLabel = std::move(what);
+}
 
 ExchangeLabel::~ExchangeLabel() { tExchangeLabel = std::move(previous_); }
 
@@ -58,9 +60,9 @@ MpiEnvironment::MpiEnvironment(double deadlineSeconds) : deadlineSeconds_(deadli
   MINIDP_CHECK(!initialized, "MPI is already initialised: create one MpiEnvironment per process");
   {
     const std::string rankText = std::getenv("OMPI_COMM_WORLD_RANK") ? std::getenv("OMPI_COMM_WORLD_RANK") : "?";
-    Deadline startUp(deadlineSeconds, "minidp watchdog: rank " + rankText + ": MPI start-up did not complete within " +
-                                          secondsText(deadlineSeconds) +
-                                          " s (a rank did not start, or stopped); aborting",
+    Deadline startUp(deadlineSeconds,
+                     "minidp watchdog: rank " + rankText + ": MPI start-up did not complete within " +
+                         secondsText(deadlineSeconds) + " s (a rank did not start, or stopped); aborting",
                      endProcess);
     MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &threadLevel_));
     if (threadLevel_ < MPI_THREAD_SERIALIZED) {
@@ -111,9 +113,9 @@ MpiEnvironment::~MpiEnvironment() {
     std::fprintf(stderr, "minidp: MPI_Comm_free failed\n");
   }
   gMpiThread = std::this_thread::get_id();  // MPI_Finalize and after: this thread
-  Deadline finalize(deadlineSeconds_, "minidp watchdog: rank " + std::to_string(rank_) +
-                                          ": MPI_Finalize did not complete within " + secondsText(deadlineSeconds_) +
-                                          " s (another rank stopped before its end); aborting",
+  Deadline finalize(deadlineSeconds_,
+                    "minidp watchdog: rank " + std::to_string(rank_) + ": MPI_Finalize did not complete within " +
+                        secondsText(deadlineSeconds_) + " s (another rank stopped before its end); aborting",
                     endProcess);
   const int status = MPI_Finalize();
   if (status != MPI_SUCCESS) {
@@ -188,8 +190,8 @@ std::vector<std::string> MpiEnvironment::allGather(const std::string& bytes) {
                     }
                     MINIDP_CHECK(total <= INT_MAX, "allGather of " << total << " bytes in all");
                     all.assign(static_cast<size_t>(total), '\0');
-                    MPI_CHECK(MPI_Iallgatherv(bytes.data(), mine, MPI_BYTE, all.data(), lengths.data(),
-                                              offsets.data(), MPI_BYTE, comm_, r));
+                    MPI_CHECK(MPI_Iallgatherv(bytes.data(), mine, MPI_BYTE, all.data(), lengths.data(), offsets.data(),
+                                              MPI_BYTE, comm_, r));
                   }});
         for (int r = 0; r < world_; ++r) out[r] = all.substr(offsets[r], lengths[r]);
       },

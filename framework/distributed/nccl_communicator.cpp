@@ -4,11 +4,11 @@
 #include <cstdio>
 #include <sstream>
 
+#include "base/cuda_check.h"
 #include "framework/distributed/launcher.h"
 #include "framework/distributed/mpi_environment.h"
 #include "framework/runtime/device.h"
 #include "kernels/bf16_cast.h"
-#include "base/cuda_check.h"
 
 namespace minidp::distributed {
 
@@ -66,9 +66,10 @@ NcclCommunicator::NcclCommunicator(const CommOptions& opts, MpiEnvironment* env)
     config.minCTAs = minCtas_;
   }
   {
-    Deadline init(opts.watchdogSeconds, "minidp watchdog: rank " + std::to_string(rank_) +
-                                            ": ncclCommInitRank did not complete in time (a rank stopped during "
-                                            "NCCL set-up); aborting every rank",
+    Deadline init(opts.watchdogSeconds,
+                  "minidp watchdog: rank " + std::to_string(rank_) +
+                      ": ncclCommInitRank did not complete in time (a rank stopped during "
+                      "NCCL set-up); aborting every rank",
                   [] { MpiEnvironment::abortAll(1); });
     NCCL_CHECK(ncclCommInitRankConfig(&comm_, world_, id, rank_, &config));
   }
@@ -94,15 +95,14 @@ std::string NcclCommunicator::asyncError() const {
   const ncclResult_t status = ncclCommGetAsyncError(comm_, &state);
   if (status != ncclSuccess) state = status;
   if (state == ncclSuccess || state == ncclInProgress) return {};
-  return "minidp watchdog: rank " + std::to_string(rank_) + ": NCCL asynchronous error: " +
-         ncclGetErrorString(state) + " (" + ncclGetLastError(comm_) + "); aborting every rank";
+  return "minidp watchdog: rank " + std::to_string(rank_) + ": NCCL asynchronous error: " + ncclGetErrorString(state) +
+         " (" + ncclGetLastError(comm_) + "); aborting every rank";
 }
 
 std::string NcclCommunicator::describe() const {
   std::ostringstream os;
   os << "nccl: rank " << rank_ << " of " << world_ << " on cuda:" << device_ << ", comm stream priority "
-     << stream_->priority() << ", maxCTAs " << (maxCtas_ > 0 ? std::to_string(maxCtas_) : "default")
-     << ", ncclAvg";
+     << stream_->priority() << ", maxCTAs " << (maxCtas_ > 0 ? std::to_string(maxCtas_) : "default") << ", ncclAvg";
   return os.str();
 }
 

@@ -8,7 +8,7 @@ namespace minidp::distributed {
 
 const std::map<std::string, Overlap>& overlapModes() {
   static const std::map<std::string, Overlap> modes = {{"on", Overlap::DuringBackward},
-                                                        {"off", Overlap::AfterBackward}};
+                                                       {"off", Overlap::AfterBackward}};
   return modes;
 }
 
@@ -21,15 +21,18 @@ const char* overlapName(Overlap mode) {
 
 Reducer::Reducer(nn::NamedParameters params, BucketPlan plan, std::shared_ptr<Communicator> comm, Overlap overlap,
                  BucketReduction reduction)
-    : params_(std::move(params)), plan_(std::move(plan)), comm_(std::move(comm)), overlap_(overlap),
+    : params_(std::move(params)),
+      plan_(std::move(plan)),
+      comm_(std::move(comm)),
+      overlap_(overlap),
       reduction_(reduction) {
   MINIDP_CHECK(comm_, "reducer without a communicator");
   MINIDP_CHECK(plan_.slots.size() == params_.size(),
                "bucket plan for " << plan_.slots.size() << " parameters, got " << params_.size());
   MINIDP_CHECK(!params_.empty(), "reducer with no parameters");
   const Device device = params_.front().second.device();
-  MINIDP_CHECK(comm_->supports(device), "communicator " << comm_->name() << " cannot reduce " << deviceName(device)
-                                                        << " gradients");
+  MINIDP_CHECK(comm_->supports(device),
+               "communicator " << comm_->name() << " cannot reduce " << deviceName(device) << " gradients");
   installBuckets(false);
   marked_.assign(params_.size(), false);
   readyOrder_.reserve(params_.size());
@@ -43,8 +46,8 @@ void Reducer::installBuckets(bool keepGradients) {
         reduction_.reduction == Reduction::ReduceScatter ? paddedNumel(b.numel, comm_->worldSize()) : b.numel;
     buffers.push_back(Tensor::zeros({numel}, b.dtype, device));
     if (reduction_.wire == GradComm::Bf16) {
-      MINIDP_CHECK(b.dtype == DType::F32, "bf16 gradient communication needs fp32 gradients, bucket of "
-                                              << dtypeName(b.dtype));
+      MINIDP_CHECK(b.dtype == DType::F32,
+                   "bf16 gradient communication needs fp32 gradients, bucket of " << dtypeName(b.dtype));
       wires.push_back(Tensor::empty({numel}, DType::BF16, device));
     }
   }
@@ -111,10 +114,12 @@ void Reducer::markReady(size_t index) {
   if (!requireSync_) return;
   MINIDP_CHECK(index < params_.size(), "markReady(" << index << ") of " << params_.size() << " parameters");
   const std::string& name = params_[index].first;
-  MINIDP_CHECK(stepOpen_, "gradient of parameter '" << name << "' became ready outside a step: call prepareStep() "
-                                                                "before backward");
-  MINIDP_CHECK(!marked_[index], "parameter '" << name << "' was marked ready twice in one step (a second backward "
-                                                         "with sync on? use setRequireSync(false) for micro-batches)");
+  MINIDP_CHECK(stepOpen_, "gradient of parameter '" << name
+                                                    << "' became ready outside a step: call prepareStep() "
+                                                       "before backward");
+  MINIDP_CHECK(!marked_[index], "parameter '" << name
+                                              << "' was marked ready twice in one step (a second backward "
+                                                 "with sync on? use setRequireSync(false) for micro-batches)");
   marked_[index] = true;
   readyOrder_.push_back(static_cast<int>(index));
   const int b = plan_.slots[index].bucket;
@@ -142,8 +147,9 @@ void Reducer::finalize(const std::function<void()>& beforeWaits) {
   MINIDP_CHECK(stepOpen_, "finalize() without prepareStep()");
   MINIDP_CHECK(requireSync_, "finalize() with sync off: call setRequireSync(true) before the last backward");
   for (size_t i = 0; i < params_.size(); ++i) {
-    MINIDP_CHECK(marked_[i], "parameter '" << params_[i].first << "' got no gradient in this step (unused in "
-                                                                   "forward?); every parameter must get one on every rank");
+    MINIDP_CHECK(marked_[i], "parameter '" << params_[i].first
+                                           << "' got no gradient in this step (unused in "
+                                              "forward?); every parameter must get one on every rank");
   }
   launchCompleted();
   if (beforeWaits) beforeWaits();

@@ -7,8 +7,8 @@
 
 namespace minidp::distributed {
 
-Watchdog::Watchdog(double timeoutSeconds, int rank, std::function<void()> onTimeout,
-                   std::function<void()> threadInit, std::function<std::string()> healthCheck)
+Watchdog::Watchdog(double timeoutSeconds, int rank, std::function<void()> onTimeout, std::function<void()> threadInit,
+                   std::function<std::string()> healthCheck)
     : timeoutMs_(timeoutSeconds * 1000.0),
       rank_(rank),
       onTimeout_(std::move(onTimeout)),
@@ -72,8 +72,8 @@ void Watchdog::scan(std::vector<std::shared_ptr<Work>>& works) {
 void Watchdog::loop(const std::function<void()>& threadInit) {
   if (threadInit) threadInit();
   // Poll a few times per timeout, at least once a second: the check costs one event query per work.
-  const auto period = std::chrono::duration<double, std::milli>(timeoutMs_ > 0 ? std::min(1000.0, timeoutMs_ / 4)
-                                                                               : 1000.0);
+  const auto period =
+      std::chrono::duration<double, std::milli>(timeoutMs_ > 0 ? std::min(1000.0, timeoutMs_ / 4) : 1000.0);
   std::vector<std::shared_ptr<Work>> watched;  // only this thread touches it
   while (incoming_.takeAllAfter(period, watched)) {
     std::string failure;

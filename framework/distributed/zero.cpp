@@ -11,8 +11,8 @@ int64_t stateTensors(const std::string& name) { return name == "adamw" ? 2 : 1; 
 
 }  // namespace
 
-ShardedOptimizer::ShardedOptimizer(DistributedDataParallel& ddp, const std::string& name, double lr,
-                                   double weightDecay, ZeroGather gather)
+ShardedOptimizer::ShardedOptimizer(DistributedDataParallel& ddp, const std::string& name, double lr, double weightDecay,
+                                   ZeroGather gather)
     : Optimizer({}, lr), comm_(ddp.communicator()), gather_(gather) {
   const Reducer& reducer = ddp.reducer();
   MINIDP_CHECK(reducer.reduction().reduction == Reduction::ReduceScatter,

@@ -56,7 +56,8 @@ void writeFileAtomically(const std::string& path, const std::function<void(std::
 }
 
 void writeFileAtomically(const std::string& path, const std::string& contents) {
-  writeFileAtomically(path, [&](std::ostream& out) { out.write(contents.data(), static_cast<std::streamsize>(contents.size())); });
+  writeFileAtomically(
+      path, [&](std::ostream& out) { out.write(contents.data(), static_cast<std::streamsize>(contents.size())); });
 }
 
 int removeStrayTemporaries(const std::string& path) {

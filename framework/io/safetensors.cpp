@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "framework/io/atomic_file.h"
 #include "base/check.h"
+#include "framework/io/atomic_file.h"
 
 namespace minidp {
 
@@ -49,8 +49,7 @@ struct Entry {
 };
 
 // Parses and checks one header entry against the buffer size.
-Entry parseEntry(const std::string& path, const std::string& name, const nlohmann::json& j,
-                 int64_t bufferSize) {
+Entry parseEntry(const std::string& path, const std::string& name, const nlohmann::json& j, int64_t bufferSize) {
   const std::string where = path + ": tensor '" + name + "'";
   MINIDP_CHECK(j.is_object(), where << ": header entry is not a JSON object");
   MINIDP_CHECK(j.contains("dtype") && j["dtype"].is_string(), where << ": missing string \"dtype\"");
@@ -68,19 +67,18 @@ Entry parseEntry(const std::string& path, const std::string& name, const nlohman
     e.tensor.shape.push_back(d.get<int64_t>());
   }
   for (const auto& o : j["data_offsets"]) {
-    MINIDP_CHECK(o.is_number_unsigned(),
-                 where << ": data_offsets must be non-negative integers, got " << o.dump());
+    MINIDP_CHECK(o.is_number_unsigned(), where << ": data_offsets must be non-negative integers, got " << o.dump());
   }
   const uint64_t begin = j["data_offsets"][0].get<uint64_t>(), end = j["data_offsets"][1].get<uint64_t>();
-  MINIDP_CHECK(begin <= end && end <= uint64_t(bufferSize), where << ": data_offsets [" << begin << ", "
-                                                                  << end << "] lie outside the " << bufferSize
+  MINIDP_CHECK(begin <= end && end <= uint64_t(bufferSize), where << ": data_offsets [" << begin << ", " << end
+                                                                  << "] lie outside the " << bufferSize
                                                                   << "-byte buffer");
   e.begin = static_cast<int64_t>(begin);
   e.end = static_cast<int64_t>(end);
   const int64_t expected = byteSize(e.tensor.shape, elementSize);
-  MINIDP_CHECK(expected == e.end - e.begin, where << ": data_offsets span " << e.end - e.begin
-                                                  << " bytes, but " << e.tensor.dtype << " "
-                                                  << describe(e.tensor.shape) << " needs " << expected);
+  MINIDP_CHECK(expected == e.end - e.begin, where << ": data_offsets span " << e.end - e.begin << " bytes, but "
+                                                  << e.tensor.dtype << " " << describe(e.tensor.shape) << " needs "
+                                                  << expected);
   return e;
 }
 
@@ -100,16 +98,14 @@ SafeTensorFile readSafetensors(const std::string& path) {
   const int64_t fileSize = static_cast<int64_t>(std::filesystem::file_size(path));
   std::ifstream in(path, std::ios::binary);
   MINIDP_CHECK(in, "cannot open " << path);
-  MINIDP_CHECK(fileSize >= 8,
-               path << ": file holds " << fileSize << " bytes, too short for the 8-byte header length");
+  MINIDP_CHECK(fileSize >= 8, path << ": file holds " << fileSize << " bytes, too short for the 8-byte header length");
 
   uint8_t lenBytes[8];
   in.read(reinterpret_cast<char*>(lenBytes), 8);
   uint64_t headerLen = 0;
   for (int i = 7; i >= 0; --i) headerLen = headerLen << 8 | lenBytes[i];
-  MINIDP_CHECK(headerLen <= uint64_t(fileSize - 8), path << ": header length " << headerLen
-                                                         << " runs past the end of the " << fileSize
-                                                         << "-byte file");
+  MINIDP_CHECK(headerLen <= uint64_t(fileSize - 8),
+               path << ": header length " << headerLen << " runs past the end of the " << fileSize << "-byte file");
   std::string headerText(headerLen, '\0');
   in.read(headerText.data(), static_cast<std::streamsize>(headerLen));
   MINIDP_CHECK(in, path << ": cannot read the " << headerLen << "-byte header");
@@ -118,8 +114,7 @@ SafeTensorFile readSafetensors(const std::string& path) {
   std::set<std::string> seen;
   std::string duplicate;
   auto onEvent = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    if (event == nlohmann::json::parse_event_t::key && depth == 1 &&
-        !seen.insert(parsed.get<std::string>()).second) {
+    if (event == nlohmann::json::parse_event_t::key && depth == 1 && !seen.insert(parsed.get<std::string>()).second) {
       duplicate = parsed.get<std::string>();
     }
     return true;
@@ -149,17 +144,16 @@ SafeTensorFile readSafetensors(const std::string& path) {
   }
 
   // As the reference implementation requires: tensors tile the buffer without gaps or overlaps.
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
   int64_t next = 0;
   for (const auto& e : entries) {
     MINIDP_CHECK(e.begin == next, path << ": tensor '" << e.name << "' starts at byte " << e.begin
                                        << " of the buffer, expected " << next << " (gap or overlap)");
     next = e.end;
   }
-  MINIDP_CHECK(next == bufferSize, path << ": tensors cover " << next
-                                        << " bytes but the buffer after the header holds " << bufferSize);
+  MINIDP_CHECK(next == bufferSize,
+               path << ": tensors cover " << next << " bytes but the buffer after the header holds " << bufferSize);
 
   for (auto& e : entries) {
     e.tensor.bytes.resize(e.end - e.begin);
@@ -181,12 +175,11 @@ void writeSafetensors(const std::string& path, const std::vector<std::pair<std::
     MINIDP_CHECK(!header.contains(name), where << " is given twice");
     const int64_t elementSize = dtypeSize(t.dtype);
     MINIDP_CHECK(elementSize > 0, where << ": unknown dtype \"" << t.dtype << "\"");
-    for (int64_t d : t.shape)
-      MINIDP_CHECK(d >= 0, where << ": negative dimension in shape " << describe(t.shape));
+    for (int64_t d : t.shape) MINIDP_CHECK(d >= 0, where << ": negative dimension in shape " << describe(t.shape));
     const int64_t expected = byteSize(t.shape, elementSize);
-    MINIDP_CHECK(expected == static_cast<int64_t>(t.bytes.size()),
-                 where << ": " << t.dtype << " " << describe(t.shape) << " needs " << expected
-                       << " bytes, got " << t.bytes.size());
+    MINIDP_CHECK(expected == static_cast<int64_t>(t.bytes.size()), where << ": " << t.dtype << " " << describe(t.shape)
+                                                                         << " needs " << expected << " bytes, got "
+                                                                         << t.bytes.size());
     header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + expected}}};
     offset += expected;
   }

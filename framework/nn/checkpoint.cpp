@@ -24,14 +24,12 @@ Tensor fromSafeTensor(const SafeTensor& st, const std::string& name) {
   } else if (st.dtype == "I32") {
     dtype = DType::I32;
   } else {
-    throwError("tensor '" + name + "' has dtype " + st.dtype + "; minidp reads F32, F64 and I32", __FILE__,
-               __LINE__);
+    throwError("tensor '" + name + "' has dtype " + st.dtype + "; minidp reads F32, F64 and I32", __FILE__, __LINE__);
   }
   return Tensor::fromHost(st.bytes.data(), st.shape, dtype, Device::CPU);
 }
 
-void saveCheckpoint(const Module& module, const std::string& path,
-                    const std::map<std::string, std::string>& metadata,
+void saveCheckpoint(const Module& module, const std::string& path, const std::map<std::string, std::string>& metadata,
                     const std::vector<std::pair<std::string, SafeTensor>>& extra) {
   std::vector<std::pair<std::string, SafeTensor>> tensors;
   for (const auto& [name, param] : module.namedParameters()) tensors.emplace_back(name, toSafeTensor(param.data()));

@@ -27,9 +27,11 @@ void Module::to(Device device, DType dtype) {
   for (auto& [name, param] : namedParameters()) {
     Variable p = param;
     if (p.device() == device && p.dtype() == dtype) continue;
-    MINIDP_CHECK(!p.hasGradReadyHooks(), "to() of parameter '" << name << "', which has grad-ready hooks: under "
-                                         "DistributedDataParallel its gradient is a view of a bucket and would be "
-                                         "detached from it; call to() before wrapping the model");
+    MINIDP_CHECK(!p.hasGradReadyHooks(),
+                 "to() of parameter '" << name
+                                       << "', which has grad-ready hooks: under "
+                                          "DistributedDataParallel its gradient is a view of a bucket and would be "
+                                          "detached from it; call to() before wrapping the model");
     p.data() = p.data().toDType(dtype).to(device);
     if (p.grad().defined()) p.setGrad(p.grad().toDType(dtype).to(device));
   }

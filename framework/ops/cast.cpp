@@ -10,10 +10,10 @@ Tensor cast(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
   Tensor y = Tensor::empty(x.shape(), dtype, x.device());
   MINIDP_DISPATCH_ACTIVATION(x.dtype(), From, MINIDP_DISPATCH_ACTIVATION(dtype, To, {
-    if constexpr (!std::is_same_v<From, To>) {
-      MINIDP_LAUNCH(x, convert, x.data<From>(), y.data<To>(), x.numel());
-    }
-  }));
+                               if constexpr (!std::is_same_v<From, To>) {
+                                 MINIDP_LAUNCH(x, convert, x.data<From>(), y.data<To>(), x.numel());
+                               }
+                             }));
   return y;
 }
 

@@ -22,8 +22,7 @@ Variable unary(UnaryOp op, const Variable& v, double p = 0) {
   MINIDP_LAUNCH_FLOAT(x, T, unaryForward, op, x.data<T>(), static_cast<T>(p), y.data<T>(), x.numel());
   return Variable::fromOp(y, {v}, [op, x, p](const Tensor& g) {
     Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
-    MINIDP_LAUNCH_FLOAT(x, T, unaryBackward, op, x.data<T>(), static_cast<T>(p), g.data<T>(), dx.data<T>(),
-                        x.numel());
+    MINIDP_LAUNCH_FLOAT(x, T, unaryBackward, op, x.data<T>(), static_cast<T>(p), g.data<T>(), dx.data<T>(), x.numel());
     return std::vector<Tensor>{dx};
   });
 }
@@ -60,8 +59,8 @@ Tensor reduceTo(const Tensor& g, Broadcast broadcast, const Shape& yShape) {
 
 void checkSameShape(const char* op, const Variable& a, const Variable& b) {
   checkSame(op, a.data(), b.data());
-  MINIDP_CHECK(a.shape() == b.shape(), op << ": shapes " << shapeString(a.shape()) << " and "
-                                          << shapeString(b.shape()));
+  MINIDP_CHECK(a.shape() == b.shape(),
+               op << ": shapes " << shapeString(a.shape()) << " and " << shapeString(b.shape()));
 }
 
 // How y lines up with x (..., C): (C) per column, (..., 1) per row; anything else is an error.
@@ -73,8 +72,8 @@ Broadcast broadcastOf(const char* op, const Variable& x, const Variable& y) {
   if (ys.size() == 1 && ys[0] == xs.back()) return Broadcast::Columns;
   Shape rows = xs;
   rows.back() = 1;
-  MINIDP_CHECK(ys == rows, op << ": y " << shapeString(ys) << " must be (" << xs.back() << ") or "
-                              << shapeString(rows) << " to broadcast against x " << shapeString(xs));
+  MINIDP_CHECK(ys == rows, op << ": y " << shapeString(ys) << " must be (" << xs.back() << ") or " << shapeString(rows)
+                              << " to broadcast against x " << shapeString(xs));
   return Broadcast::Rows;
 }
 
@@ -83,7 +82,9 @@ Broadcast broadcastOf(const char* op, const Variable& x, const Variable& y) {
 Variable sub(const Variable& a, const Variable& b) {
   checkSameShape("sub", a, b);
   return Variable::fromOp(binary(BinaryOp::Sub, Broadcast::Same, a.data(), b.data(), a.shape()), {a, b},
-                          [](const Tensor& g) { return std::vector<Tensor>{g, scale(g, -1.0)}; });
+                          [](const Tensor& g) {
+                            return std::vector<Tensor>{g, scale(g, -1.0)};
+                          });
 }
 
 Variable div(const Variable& a, const Variable& b) {
@@ -149,9 +150,8 @@ Variable gatherRows(const Variable& tableVar, const Tensor& index) {
   const Tensor& table = tableVar.data();
   MINIDP_CHECK(table.ndim() == 2, "gatherRows: table " << shapeString(table.shape()) << " must be (V, C)");
   MINIDP_CHECK(index.dtype() == DType::I32 && index.device() == table.device(),
-               "gatherRows: index must be I32 on " << deviceName(table.device()) << ", got "
-                                                   << dtypeName(index.dtype()) << " on "
-                                                   << deviceName(index.device()));
+               "gatherRows: index must be I32 on " << deviceName(table.device()) << ", got " << dtypeName(index.dtype())
+                                                   << " on " << deviceName(index.device()));
   const int64_t V = table.size(0), C = table.size(1), n = index.numel();
   Shape shape = index.shape();
   shape.push_back(C);

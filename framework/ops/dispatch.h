@@ -7,26 +7,48 @@
 #include "framework/tensor/tensor.h"
 
 /// Runs the block with `T` bound to float or double according to `dtype`.
-#define MINIDP_DISPATCH_FLOAT(dtype, T, ...)                                                       \
-  do {                                                                                             \
-    switch (dtype) {                                                                               \
-      case ::minidp::DType::F32: { using T = float; __VA_ARGS__; break; }                          \
-      case ::minidp::DType::F64: { using T = double; __VA_ARGS__; break; }                         \
-      default: ::minidp::throwError(std::string("expected a float tensor, got ") +                 \
-                                        ::minidp::dtypeName(dtype), __FILE__, __LINE__);           \
-    }                                                                                              \
+#define MINIDP_DISPATCH_FLOAT(dtype, T, ...)                                                                      \
+  do {                                                                                                            \
+    switch (dtype) {                                                                                              \
+      case ::minidp::DType::F32: {                                                                                \
+        using T = float;                                                                                          \
+        __VA_ARGS__;                                                                                              \
+        break;                                                                                                    \
+      }                                                                                                           \
+      case ::minidp::DType::F64: {                                                                                \
+        using T = double;                                                                                         \
+        __VA_ARGS__;                                                                                              \
+        break;                                                                                                    \
+      }                                                                                                           \
+      default:                                                                                                    \
+        ::minidp::throwError(std::string("expected a float tensor, got ") + ::minidp::dtypeName(dtype), __FILE__, \
+                             __LINE__);                                                                           \
+    }                                                                                                             \
   } while (0)
 
 /// Like MINIDP_DISPATCH_FLOAT, also binding `T` to bf16 for BF16 tensors (mixed-precision activations).
-#define MINIDP_DISPATCH_ACTIVATION(dtype, T, ...)                                                  \
-  do {                                                                                             \
-    switch (dtype) {                                                                               \
-      case ::minidp::DType::F32: { using T = float; __VA_ARGS__; break; }                          \
-      case ::minidp::DType::F64: { using T = double; __VA_ARGS__; break; }                         \
-      case ::minidp::DType::BF16: { using T = ::minidp::bf16; __VA_ARGS__; break; }                \
-      default: ::minidp::throwError(std::string("expected a float tensor, got ") +                 \
-                                        ::minidp::dtypeName(dtype), __FILE__, __LINE__);           \
-    }                                                                                              \
+#define MINIDP_DISPATCH_ACTIVATION(dtype, T, ...)                                                                 \
+  do {                                                                                                            \
+    switch (dtype) {                                                                                              \
+      case ::minidp::DType::F32: {                                                                                \
+        using T = float;                                                                                          \
+        __VA_ARGS__;                                                                                              \
+        break;                                                                                                    \
+      }                                                                                                           \
+      case ::minidp::DType::F64: {                                                                                \
+        using T = double;                                                                                         \
+        __VA_ARGS__;                                                                                              \
+        break;                                                                                                    \
+      }                                                                                                           \
+      case ::minidp::DType::BF16: {                                                                               \
+        using T = ::minidp::bf16;                                                                                 \
+        __VA_ARGS__;                                                                                              \
+        break;                                                                                                    \
+      }                                                                                                           \
+      default:                                                                                                    \
+        ::minidp::throwError(std::string("expected a float tensor, got ") + ::minidp::dtypeName(dtype), __FILE__, \
+                             __LINE__);                                                                           \
+    }                                                                                                             \
   } while (0)
 
 #if MINIDP_WITH_CUDA
@@ -45,30 +67,28 @@ void checkSame(const char* op, const Tensor& a, const Tensor& b);
 
 /// Calls kernels::cuda::kernel(args..., computeStream()) for a CUDA tensor, kernels::cpu::kernel(args...)
 /// otherwise. `kernel` may carry template arguments.
-#define MINIDP_LAUNCH(tensor, kernel, ...)                                                  \
-  do {                                                                                      \
-    if ((tensor).isCuda()) {                                                                \
-      MINIDP_ON_CUDA(::minidp::kernels::cuda::kernel(__VA_ARGS__,                           \
-                                                     ::minidp::runtime::computeStream()));  \
-    } else {                                                                                \
-      ::minidp::kernels::cpu::kernel(__VA_ARGS__);                                          \
-    }                                                                                       \
+#define MINIDP_LAUNCH(tensor, kernel, ...)                                                              \
+  do {                                                                                                  \
+    if ((tensor).isCuda()) {                                                                            \
+      MINIDP_ON_CUDA(::minidp::kernels::cuda::kernel(__VA_ARGS__, ::minidp::runtime::computeStream())); \
+    } else {                                                                                            \
+      ::minidp::kernels::cpu::kernel(__VA_ARGS__);                                                      \
+    }                                                                                                   \
   } while (0)
 
 /// MINIDP_LAUNCH for an activation kernel<T> that may be bf16: bf16 kernels exist on CUDA only (the CPU
 /// keeps its fp32/fp64 twins), so a bf16 CPU tensor is an error naming the op.
-#define MINIDP_LAUNCH_ACTIVATION_T(tensor, T, kernel, ...)                                          \
-  do {                                                                                              \
-    if constexpr (std::is_same_v<T, ::minidp::bf16>) {                                              \
-      if ((tensor).isCuda()) {                                                                      \
-        MINIDP_ON_CUDA(::minidp::kernels::cuda::kernel(__VA_ARGS__,                                 \
-                                                       ::minidp::runtime::computeStream()));        \
-      } else {                                                                                      \
-        ::minidp::throwError("bf16 tensors are CUDA-only (" #kernel ")", __FILE__, __LINE__);       \
-      }                                                                                             \
-    } else {                                                                                        \
-      MINIDP_LAUNCH(tensor, kernel, __VA_ARGS__);                                                   \
-    }                                                                                               \
+#define MINIDP_LAUNCH_ACTIVATION_T(tensor, T, kernel, ...)                                                \
+  do {                                                                                                    \
+    if constexpr (std::is_same_v<T, ::minidp::bf16>) {                                                    \
+      if ((tensor).isCuda()) {                                                                            \
+        MINIDP_ON_CUDA(::minidp::kernels::cuda::kernel(__VA_ARGS__, ::minidp::runtime::computeStream())); \
+      } else {                                                                                            \
+        ::minidp::throwError("bf16 tensors are CUDA-only (" #kernel ")", __FILE__, __LINE__);             \
+      }                                                                                                   \
+    } else {                                                                                              \
+      MINIDP_LAUNCH(tensor, kernel, __VA_ARGS__);                                                         \
+    }                                                                                                     \
   } while (0)
 
 /// MINIDP_LAUNCH of kernel<T> with T bound to float, double or bf16 by the dtype of `tensor`.

@@ -1,8 +1,8 @@
 // Elementwise ops: tensor math (no autograd) and the differentiable wrappers; bf16 on CUDA (float math).
+#include "kernels/elementwise.h"
 #include "framework/ops/dispatch.h"
 #include "framework/ops/ops.h"
 #include "framework/ops/tensor_math.h"
-#include "kernels/elementwise.h"
 
 namespace minidp::ops {
 
@@ -58,8 +58,7 @@ Tensor full(const Shape& shape, double value, DType dtype, Device device) {
 }
 
 Variable add(const Variable& a, const Variable& b) {
-  return Variable::fromOp(add(a.data(), b.data()), {a, b},
-                          [](const Tensor& g) { return std::vector<Tensor>{g, g}; });
+  return Variable::fromOp(add(a.data(), b.data()), {a, b}, [](const Tensor& g) { return std::vector<Tensor>{g, g}; });
 }
 
 Variable mul(const Variable& a, const Variable& b) {
@@ -70,8 +69,7 @@ Variable mul(const Variable& a, const Variable& b) {
 }
 
 Variable scale(const Variable& x, double s) {
-  return Variable::fromOp(scale(x.data(), s), {x},
-                          [s](const Tensor& g) { return std::vector<Tensor>{scale(g, s)}; });
+  return Variable::fromOp(scale(x.data(), s), {x}, [s](const Tensor& g) { return std::vector<Tensor>{scale(g, s)}; });
 }
 
 namespace {

@@ -11,9 +11,9 @@ namespace minidp::ops {
 /// matrix), leading dimensions as kernels::GemmLd (default packed). fp32/fp64: a, b and c share the dtype.
 /// bf16 a and b (CUDA): c is bf16 or fp32, accumulation fp32, and `bias` (c's dtype, one per column of c)
 /// may be added in the GEMM's epilogue.
-void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const Tensor& a, int64_t strideA,
-          const Tensor& b, int64_t strideB, Tensor& c, int64_t strideC, int64_t batch, double beta = 0,
-          const Tensor& bias = Tensor(), kernels::GemmLd ld = {});
+void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const Tensor& a, int64_t strideA, const Tensor& b,
+          int64_t strideB, Tensor& c, int64_t strideC, int64_t batch, double beta = 0, const Tensor& bias = Tensor(),
+          kernels::GemmLd ld = {});
 
 /// Where backward puts the gradient of parameter input `index` (shaped and typed like `param`).
 struct GradSink {

@@ -13,21 +13,20 @@
 
 namespace minidp::ops {
 
-void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const Tensor& a, int64_t strideA,
-          const Tensor& b, int64_t strideB, Tensor& c, int64_t strideC, int64_t batch, double beta,
-          const Tensor& bias, kernels::GemmLd ld) {
+void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const Tensor& a, int64_t strideA, const Tensor& b,
+          int64_t strideB, Tensor& c, int64_t strideC, int64_t batch, double beta, const Tensor& bias,
+          kernels::GemmLd ld) {
   if (a.dtype() != DType::BF16) {
-    MINIDP_LAUNCH_FLOAT(c, T, gemm, transA, transB, M, N, K, T(1), a.data<T>(), strideA, b.data<T>(), strideB,
-                        T(beta), c.data<T>(), strideC, batch, ld);
+    MINIDP_LAUNCH_FLOAT(c, T, gemm, transA, transB, M, N, K, T(1), a.data<T>(), strideA, b.data<T>(), strideB, T(beta),
+                        c.data<T>(), strideC, batch, ld);
     return;
   }
   MINIDP_CHECK(a.isCuda(), "bf16 matrix products are CUDA-only");
   MINIDP_DISPATCH_ACTIVATION(c.dtype(), TC, {
     if constexpr (!std::is_same_v<TC, double>) {
-      MINIDP_ON_CUDA(kernels::cuda::gemmBf16<TC>(transA, transB, M, N, K, 1.0f, a.data<bf16>(), strideA,
-                                                 b.data<bf16>(), strideB, static_cast<float>(beta), c.data<TC>(),
-                                                 strideC, batch, bias.defined() ? bias.data<TC>() : nullptr, ld,
-                                                 runtime::computeStream()));
+      MINIDP_ON_CUDA(kernels::cuda::gemmBf16<TC>(
+          transA, transB, M, N, K, 1.0f, a.data<bf16>(), strideA, b.data<bf16>(), strideB, static_cast<float>(beta),
+          c.data<TC>(), strideC, batch, bias.defined() ? bias.data<TC>() : nullptr, ld, runtime::computeStream()));
     } else {
       throwError("bf16 matrix products write bf16 or fp32", __FILE__, __LINE__);
     }
@@ -91,8 +90,8 @@ std::pair<Tensor, Tensor> linearParamGrads(const Tensor& g, const Tensor& x, con
     GradSink sink = gradSink(index + 1, b);
     const DType accum = g.dtype() == DType::BF16 ? DType::F32 : g.dtype();
     Tensor scratch = Tensor::empty({kernels::sumColumnsScratchSize(rows, out)}, accum, g.device());
-    MINIDP_LAUNCH_ACTIVATION(g, T, sumColumns, g.data<T>(), sink.out.data<ParamOf<T>>(),
-                             scratch.data<AccumOf<T>>(), rows, out, sink.beta != 0);
+    MINIDP_LAUNCH_ACTIVATION(g, T, sumColumns, g.data<T>(), sink.out.data<ParamOf<T>>(), scratch.data<AccumOf<T>>(),
+                             rows, out, sink.beta != 0);
     db = sink.returned;
   }
   return {dw, db};
@@ -124,8 +123,7 @@ Variable linear(const Variable& xv, const Variable& weightv, const Variable& bia
   gemm(false, true, rows, out, in, x, 0, wc, 0, y, 0, 1, 0, mixed && hasBias ? cast(b, x.dtype()) : Tensor());
   if (!mixed && hasBias) MINIDP_LAUNCH_FLOAT(y, T, addBias, y.data<T>(), b.data<T>(), rows, out);
   // Only the gradients that are wanted: the first layer's input usually needs none, and its dx is a GEMM.
-  const bool needX = xv.requiresGrad(), needW = weightv.requiresGrad(),
-             needB = hasBias && biasv.requiresGrad();
+  const bool needX = xv.requiresGrad(), needW = weightv.requiresGrad(), needB = hasBias && biasv.requiresGrad();
   return Variable::fromOp(y, {xv, weightv, biasv}, [=](const Tensor& g) {  // g (..., out), x's dtype
     Tensor dx;
     if (needX) {
@@ -148,13 +146,13 @@ Variable geluMlp(const Variable& xv, const Variable& fcWeight, const Variable& f
   checkLinear(x, w1, b1);
   const int64_t rows = leadingNumel(x.shape(), 1), in = w1.size(1), hidden = w1.size(0);
   const Tensor pre = Tensor::empty(replaceTail(x.shape(), 1, {hidden}), DType::BF16, x.device());  // (..., hidden)
-  const Tensor h = Tensor::empty(pre.shape(), DType::BF16, x.device());                           // gelu(pre)
+  const Tensor h = Tensor::empty(pre.shape(), DType::BF16, x.device());                            // gelu(pre)
   checkLinear(h, w2, b2);
   const int64_t out = w2.size(0);
   const Tensor w1c = cast(w1, DType::BF16), w2c = cast(w2, DType::BF16);
   MINIDP_ON_CUDA(kernels::cuda::gemmBf16GeluBias(false, true, rows, hidden, in, x.data<bf16>(), w1c.data<bf16>(),
-                                                  cast(b1, DType::BF16).data<bf16>(), h.data<bf16>(),
-                                                  pre.data<bf16>(), runtime::computeStream()));
+                                                 cast(b1, DType::BF16).data<bf16>(), h.data<bf16>(), pre.data<bf16>(),
+                                                 runtime::computeStream()));
   Tensor y = Tensor::empty(replaceTail(x.shape(), 1, {out}), DType::BF16, x.device());  // (..., out)
   gemm(false, true, rows, out, hidden, h, 0, w2c, 0, y, 0, 1, 0, cast(b2, DType::BF16));
   const bool needX = xv.requiresGrad(), needW1 = fcWeight.requiresGrad(), needB1 = fcBias.requiresGrad(),

@@ -17,8 +17,8 @@ constexpr int64_t kLogitsRowAlign = 64;
 void checkTargets(const char* op, const Tensor& targets, int64_t N, Device device, const Shape& logits) {
   MINIDP_CHECK(targets.dtype() == DType::I32 && targets.shape() == Shape{N} && targets.device() == device,
                op << ": targets " << dtypeName(targets.dtype()) << shapeString(targets.shape()) << " on "
-                  << deviceName(targets.device()) << " for " << shapeString(logits) << " on "
-                  << deviceName(device) << ", expected I32 [" << N << "] on the same device");
+                  << deviceName(targets.device()) << " for " << shapeString(logits) << " on " << deviceName(device)
+                  << ", expected I32 [" << N << "] on the same device");
 }
 
 // The softmax cross-entropy of logits (N, V) stored in rows ld apart: the mean loss [1] (AccumOf the logits'

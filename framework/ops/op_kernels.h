@@ -18,14 +18,15 @@ struct OpKernels {
   using CpuKernel = void (*)(Args...);
   using CudaKernel = void (*)(Args..., cudaStream_t);
 
-  const char* name;             // the op, as errors name it
-  CpuKernel cpu;                // required
-  CudaKernel cuda = nullptr;    // null: this op has no CUDA kernel
+  const char* name;           // the op, as errors name it
+  CpuKernel cpu;              // required
+  CudaKernel cuda = nullptr;  // null: this op has no CUDA kernel
 
   /// Runs the kernel of `device`: the CUDA one on the compute stream, or the CPU one.
   void launch(Device device, Args... args) const {
     if (device == Device::CUDA) {
-      MINIDP_CHECK(cuda != nullptr, "op '" << name << "' has no CUDA kernel (CPU only); run it on the CPU or "
+      MINIDP_CHECK(cuda != nullptr, "op '" << name
+                                           << "' has no CUDA kernel (CPU only); run it on the CPU or "
                                               "give it a CUDA launcher");
       cuda(std::forward<Args>(args)..., runtime::computeStream());
     } else {

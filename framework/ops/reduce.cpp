@@ -1,8 +1,8 @@
 // Whole-tensor reductions and shape changes.
+#include "kernels/reduce.h"
 #include "framework/ops/dispatch.h"
 #include "framework/ops/ops.h"
 #include "framework/ops/tensor_math.h"
-#include "kernels/reduce.h"
 
 namespace minidp::ops {
 

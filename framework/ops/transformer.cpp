@@ -13,7 +13,8 @@
 
 namespace minidp::ops {
 
-Variable embedding(const Variable& wteVar, const Variable& wpeVar, const Tensor& tokens, std::optional<DType> outDType) {
+Variable embedding(const Variable& wteVar, const Variable& wpeVar, const Tensor& tokens,
+                   std::optional<DType> outDType) {
   const Tensor& wte = wteVar.data();
   const Tensor& wpe = wpeVar.data();
   checkSame("embedding", wte, wpe);
@@ -26,9 +27,8 @@ Variable embedding(const Variable& wteVar, const Variable& wpeVar, const Tensor&
                                  << " must be (V, C) and (Tmax, C)");
   MINIDP_CHECK(tokens.dtype() == DType::I32 && tokens.ndim() == 2 && tokens.device() == wte.device(),
                "embedding: tokens must be I32 (B, T) on " << deviceName(wte.device()) << ", got "
-                                                           << dtypeName(tokens.dtype())
-                                                           << shapeString(tokens.shape()) << " on "
-                                                           << deviceName(tokens.device()));
+                                                          << dtypeName(tokens.dtype()) << shapeString(tokens.shape())
+                                                          << " on " << deviceName(tokens.device()));
   const int64_t B = tokens.size(0), seqLen = tokens.size(1), C = wte.size(1);
   const int64_t V = wte.size(0), Tmax = wpe.size(0);
   MINIDP_CHECK(seqLen <= Tmax, "embedding: " << seqLen << " positions, but wpe has only " << Tmax);
@@ -47,8 +47,8 @@ Variable embedding(const Variable& wteVar, const Variable& wpeVar, const Tensor&
     Tensor scratch = Tensor::empty({(scratchBytes + 3) / 4}, DType::I32, g.device());
     MINIDP_LAUNCH_ACTIVATION(g, T, embeddingBackwardTokens, g.data<T>(), tokens.data<int32_t>(),
                              dwte.data<ParamOf<T>>(), scratch.data<int32_t>(), B, seqLen, C, V, intoWte);
-    MINIDP_LAUNCH_ACTIVATION(g, T, embeddingBackwardPositions, g.data<T>(), dwpe.data<ParamOf<T>>(), B, seqLen,
-                             C, Tmax, intoWpe);
+    MINIDP_LAUNCH_ACTIVATION(g, T, embeddingBackwardPositions, g.data<T>(), dwpe.data<ParamOf<T>>(), B, seqLen, C, Tmax,
+                             intoWpe);
     return std::vector<Tensor>{intoWte ? Tensor() : dwte, intoWpe ? Tensor() : dwpe};
   });
 }
@@ -62,8 +62,8 @@ Variable layerNorm(const Variable& xVar, const Variable& weightVar, const Variab
   MINIDP_DISPATCH_ACTIVATION(x.dtype(), T, paramType = dtypeOf<ParamOf<T>>(); statType = dtypeOf<AccumOf<T>>());
   MINIDP_CHECK(weight.dtype() == paramType && weight.device() == x.device(),
                "layerNorm: " << dtypeName(x.dtype()) << " x on " << deviceName(x.device()) << " needs "
-                             << dtypeName(paramType) << " weight and bias there, got "
-                             << dtypeName(weight.dtype()) << " on " << deviceName(weight.device()));
+                             << dtypeName(paramType) << " weight and bias there, got " << dtypeName(weight.dtype())
+                             << " on " << deviceName(weight.device()));
   MINIDP_CHECK(x.ndim() >= 1, "layerNorm: x must have a channel dimension");
   const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
   MINIDP_CHECK(weight.shape() == Shape{C} && bias.shape() == Shape{C},
@@ -85,9 +85,8 @@ Variable layerNorm(const Variable& xVar, const Variable& weightVar, const Variab
     const int64_t scratchSize = x.isCuda() ? kernels::layerNormBackwardScratchSize(N, C) : 0;  // CPU: none
     Tensor scratch = Tensor::empty({scratchSize}, mean.dtype(), x.device());
     MINIDP_LAUNCH_ACTIVATION(x, T, layerNormBackward, g.data<T>(), x.data<T>(), weight.data<ParamOf<T>>(),
-                             mean.data<AccumOf<T>>(), rstd.data<AccumOf<T>>(), dx.data<T>(),
-                             dweight.data<ParamOf<T>>(), dbias.data<ParamOf<T>>(), scratch.data<AccumOf<T>>(), N,
-                             C, intoWeight, intoBias);
+                             mean.data<AccumOf<T>>(), rstd.data<AccumOf<T>>(), dx.data<T>(), dweight.data<ParamOf<T>>(),
+                             dbias.data<ParamOf<T>>(), scratch.data<AccumOf<T>>(), N, C, intoWeight, intoBias);
     return std::vector<Tensor>{dx, intoWeight ? Tensor() : dweight, intoBias ? Tensor() : dbias};
   });
 }
@@ -131,18 +130,17 @@ Variable flashSelfAttention(const Variable& qkvVar, const AttentionShape& s) {
   Tensor lse = Tensor::empty({s.B, s.H, s.seqLen}, DType::F32, qkv.device());   // (B, H, T), fp32 for both
   dispatchFlash(qkv.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    MINIDP_ON_CUDA(kernels::cuda::flashAttentionForward<T>(qkv.data<T>(), y.data<T>(), lse.data<float>(), s.B,
-                                                           s.seqLen, s.H, s.d, runtime::computeStream()));
+    MINIDP_ON_CUDA(kernels::cuda::flashAttentionForward<T>(qkv.data<T>(), y.data<T>(), lse.data<float>(), s.B, s.seqLen,
+                                                           s.H, s.d, runtime::computeStream()));
   });
   return Variable::fromOp(y, {qkvVar}, [s, qkv, y, lse](const Tensor& g) {
-    Tensor dqkv = Tensor::empty(qkv.shape(), g.dtype(), g.device());  // fully written by the kernels
+    Tensor dqkv = Tensor::empty(qkv.shape(), g.dtype(), g.device());              // fully written by the kernels
     Tensor rowDot = Tensor::empty({s.B, s.H, s.seqLen}, DType::F32, g.device());  // rowsum(dy * y)
     dispatchFlash(g.dtype(), [&](auto tag) {
       using T = decltype(tag);
       MINIDP_ON_CUDA(kernels::cuda::flashAttentionBackward<T>(g.data<T>(), qkv.data<T>(), y.data<T>(),
-                                                              lse.data<float>(), rowDot.data<float>(),
-                                                              dqkv.data<T>(), s.B, s.seqLen, s.H, s.d,
-                                                              runtime::computeStream()));
+                                                              lse.data<float>(), rowDot.data<float>(), dqkv.data<T>(),
+                                                              s.B, s.seqLen, s.H, s.d, runtime::computeStream()));
     });
     return std::vector<Tensor>{dqkv};
   });
@@ -151,8 +149,8 @@ Variable flashSelfAttention(const Variable& qkvVar, const AttentionShape& s) {
 // The sizes of qkv (B, T, 3C) split into numHeads heads, after checking the shape.
 AttentionShape attentionShape(const Tensor& qkv, int numHeads) {
   MINIDP_CHECK(qkv.ndim() == 3 && qkv.size(2) % 3 == 0 && numHeads > 0 && qkv.size(2) / 3 % numHeads == 0,
-               "causalSelfAttention: qkv " << shapeString(qkv.shape())
-                                           << " must be (B, T, 3C) with C divisible by " << numHeads << " heads");
+               "causalSelfAttention: qkv " << shapeString(qkv.shape()) << " must be (B, T, 3C) with C divisible by "
+                                           << numHeads << " heads");
   return AttentionShape{qkv.size(0), qkv.size(1), numHeads, qkv.size(2) / 3 / numHeads};
 }
 
@@ -180,8 +178,7 @@ Variable causalSelfAttentionMaterialized(const Variable& qkvVar, int numHeads) {
   Tensor q = headTensor(s, qkv), k = headTensor(s, qkv), v = headTensor(s, qkv);  // (B, H, T, d)
   Tensor* parts[3] = {&q, &k, &v};
   for (int p = 0; p < 3; ++p) {
-    MINIDP_LAUNCH_FLOAT(qkv, T, splitHeads, qkv.data<T>() + p * C, parts[p]->data<T>(), s.B, s.seqLen, s.H, s.d,
-                        3 * C);
+    MINIDP_LAUNCH_FLOAT(qkv, T, splitHeads, qkv.data<T>() + p * C, parts[p]->data<T>(), s.B, s.seqLen, s.H, s.d, 3 * C);
   }
   // (B, H, T, T): the scores, then their causal softmax in place
   Tensor probs = Tensor::empty({s.B, s.H, s.seqLen, s.seqLen}, qkv.dtype(), qkv.device());

@@ -17,8 +17,8 @@ void GradClipper::compute(const std::vector<Tensor>& buffers) {
   MINIDP_DISPATCH_FLOAT(dtype_, T, {
     for (size_t b = 0; b < buffers.size(); ++b) {
       const Tensor& x = buffers[b];
-      MINIDP_CHECK(x.dtype() == dtype_ && x.device() == device_, "gradient clipping: buffer " << b
-                                                                 << " differs in dtype or device");
+      MINIDP_CHECK(x.dtype() == dtype_ && x.device() == device_,
+                   "gradient clipping: buffer " << b << " differs in dtype or device");
       MINIDP_LAUNCH(partials_, sumSquaresPartials<T>, x.data<T>(), x.numel(), partials + b * kernels::kNormPartials);
     }
     MINIDP_LAUNCH(partials_, clipCoefficient<T>, partials, count, maxNorm_, norm_.data<double>(), scale_.data<T>());

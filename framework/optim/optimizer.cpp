@@ -6,10 +6,14 @@
 namespace minidp::optim {
 
 namespace {
-template <typename T> const kernels::ParamChunk<T>* chunksOf(const Tensor& table) {
+template <typename T>
+const kernels::ParamChunk<T>* chunksOf(const Tensor& table) {
   return reinterpret_cast<const kernels::ParamChunk<T>*>(table.raw());
 }
-template <typename T> const T* scaleOf(const Tensor& scale) { return scale.defined() ? scale.data<T>() : nullptr; }
+template <typename T>
+const T* scaleOf(const Tensor& scale) {
+  return scale.defined() ? scale.data<T>() : nullptr;
+}
 }  // namespace
 
 ParamList::ParamList(std::vector<Variable> v) : vars(std::move(v)) {
@@ -80,8 +84,7 @@ void Optimizer::stageStep() {
 }
 
 void Optimizer::storeScalars(const Tensor&) {
-  throwError("this optimizer launches no update of its own: its scalars cannot live on the device", __FILE__,
-             __LINE__);
+  throwError("this optimizer launches no update of its own: its scalars cannot live on the device", __FILE__, __LINE__);
 }
 
 void Optimizer::refreshTable() {
@@ -93,9 +96,9 @@ void Optimizer::refreshTable() {
       s.grad = vars_[i].grad();
     }
     MINIDP_CHECK(s.grad.defined(), "optimizer step: parameter " << s.name << " has no gradient");
-    MINIDP_CHECK(s.grad.numel() == s.param.numel() && s.grad.dtype() == s.param.dtype() &&
-                     s.grad.device() == s.param.device(),
-                 "optimizer step: the gradient of " << s.name << " differs from the parameter in size, dtype or device");
+    MINIDP_CHECK(
+        s.grad.numel() == s.param.numel() && s.grad.dtype() == s.param.dtype() && s.grad.device() == s.param.device(),
+        "optimizer step: the gradient of " << s.name << " differs from the parameter in size, dtype or device");
     pointers.push_back(s.param.raw());
     pointers.push_back(s.grad.raw());
   }
@@ -116,8 +119,8 @@ void Optimizer::refreshTable() {
     numChunks_ = static_cast<int64_t>(chunks.size());
     // Raw bytes of the table in an I32 tensor: allocated by the caching allocator on the parameters' device.
     static_assert(sizeof(kernels::ParamChunk<T>) % sizeof(int32_t) == 0);
-    table_ = Tensor::fromHost(chunks.data(), {numChunks_ * int64_t(sizeof(chunks[0]) / sizeof(int32_t))},
-                              DType::I32, first.device());
+    table_ = Tensor::fromHost(chunks.data(), {numChunks_ * int64_t(sizeof(chunks[0]) / sizeof(int32_t))}, DType::I32,
+                              first.device());
   });
 }
 
@@ -132,7 +135,8 @@ Sgd::Sgd(ParamList params, double lr, double momentum, double weightDecay)
   allocateState(momentum_ != 0 ? std::vector<std::string>{"momentum_buffer"} : std::vector<std::string>{});
 }
 
-template <typename T> kernels::SgdParams<T> Sgd::scalars() const {
+template <typename T>
+kernels::SgdParams<T> Sgd::scalars() const {
   return {T(lr_), T(momentum_), T(weightDecay_), stepCount() == 1};
 }
 
@@ -145,8 +149,8 @@ void Sgd::launch(const Tensor& table, int64_t numChunks) {
 }
 
 void Sgd::storeScalars(const Tensor& out) {
-  MINIDP_DISPATCH_FLOAT(dtype(), T, MINIDP_LAUNCH(out, storeScalars, scalars<T>(),
-                                                  static_cast<kernels::SgdParams<T>*>(out.raw())));
+  MINIDP_DISPATCH_FLOAT(dtype(), T,
+                        MINIDP_LAUNCH(out, storeScalars, scalars<T>(), static_cast<kernels::SgdParams<T>*>(out.raw())));
 }
 
 AdamW::AdamW(ParamList params, double lr, double beta1, double beta2, double eps, double weightDecay)
@@ -154,7 +158,8 @@ AdamW::AdamW(ParamList params, double lr, double beta1, double beta2, double eps
   allocateState({"exp_avg", "exp_avg_sq"});
 }
 
-template <typename T> kernels::AdamWParams<T> AdamW::scalars() const {
+template <typename T>
+kernels::AdamWParams<T> AdamW::scalars() const {
   return kernels::adamwParams<T>(lr_, beta1_, beta2_, eps_, weightDecay_, stepCount());
 }
 
@@ -167,8 +172,8 @@ void AdamW::launch(const Tensor& table, int64_t numChunks) {
 }
 
 void AdamW::storeScalars(const Tensor& out) {
-  MINIDP_DISPATCH_FLOAT(dtype(), T, MINIDP_LAUNCH(out, storeScalars, scalars<T>(),
-                                                  static_cast<kernels::AdamWParams<T>*>(out.raw())));
+  MINIDP_DISPATCH_FLOAT(
+      dtype(), T, MINIDP_LAUNCH(out, storeScalars, scalars<T>(), static_cast<kernels::AdamWParams<T>*>(out.raw())));
 }
 
 std::unique_ptr<Optimizer> makeOptimizer(const std::string& name, ParamList params, double lr, double weightDecay) {

@@ -104,7 +104,8 @@ class Sgd : public Optimizer {
  private:
   void launch(const Tensor& table, int64_t numChunks) override;
   void storeScalars(const Tensor& out) override;
-  template <typename T> kernels::SgdParams<T> scalars() const;
+  template <typename T>
+  kernels::SgdParams<T> scalars() const;
   double momentum_, weightDecay_;
 };
 
@@ -117,7 +118,8 @@ class AdamW : public Optimizer {
  private:
   void launch(const Tensor& table, int64_t numChunks) override;
   void storeScalars(const Tensor& out) override;
-  template <typename T> kernels::AdamWParams<T> scalars() const;
+  template <typename T>
+  kernels::AdamWParams<T> scalars() const;
   double beta1_, beta2_, eps_, weightDecay_;
 };
 

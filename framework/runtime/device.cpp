@@ -101,8 +101,8 @@ void* deviceAllocate(size_t bytes) {
   const size_t size = roundSize(bytes == 0 ? 1 : bytes);
   std::lock_guard<std::mutex> lock(ctx.mutex);
   // A capture takes its pool's free blocks first, then the cache's (which join the pool).
-  for (std::multimap<size_t, void*>* blocks : {ctx.capturing >= 0 ? &ctx.poolFree[ctx.capturing] : nullptr,
-                                               &ctx.freeBlocks}) {
+  for (std::multimap<size_t, void*>* blocks :
+       {ctx.capturing >= 0 ? &ctx.poolFree[ctx.capturing] : nullptr, &ctx.freeBlocks}) {
     if (!blocks) continue;
     auto it = blocks->find(size);
     if (it == blocks->end()) continue;
@@ -186,7 +186,8 @@ void releaseGraphPool(int id) {
   if (pool == ctx.poolFree.end()) return;
   ctx.freeBlocks.insert(pool->second.begin(), pool->second.end());
   ctx.poolFree.erase(pool);
-  for (auto it = ctx.poolOf.begin(); it != ctx.poolOf.end();) it = it->second == id ? ctx.poolOf.erase(it) : std::next(it);
+  for (auto it = ctx.poolOf.begin(); it != ctx.poolOf.end();)
+    it = it->second == id ? ctx.poolOf.erase(it) : std::next(it);
 }
 
 #else  // CPU-only build

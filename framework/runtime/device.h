@@ -5,7 +5,6 @@
 
 #include "base/stream.h"
 
-
 namespace minidp::runtime {
 
 /// True when minidp was built with CUDA and at least one device is visible.

@@ -2,8 +2,8 @@
 
 #include <cstdio>
 
-#include "framework/runtime/device.h"
 #include "base/check.h"
+#include "framework/runtime/device.h"
 
 #if MINIDP_WITH_CUDA
 #include "base/cuda_check.h"
@@ -45,7 +45,8 @@ CapturedGraph::~CapturedGraph() {
   cudaError_t status = cudaStreamSynchronize(computeStream());
   if (exec_ && status == cudaSuccess) status = cudaGraphExecDestroy(exec_);
   if (graph_ && status == cudaSuccess) status = cudaGraphDestroy(graph_);
-  if (status != cudaSuccess) std::fprintf(stderr, "minidp: destroying a CUDA graph failed: %s\n", cudaGetErrorString(status));
+  if (status != cudaSuccess)
+    std::fprintf(stderr, "minidp: destroying a CUDA graph failed: %s\n", cudaGetErrorString(status));
   releaseGraphPool(pool_);
 }
 

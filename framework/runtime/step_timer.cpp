@@ -14,9 +14,7 @@
 
 namespace minidp::runtime {
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 double StepRecord::commMs() const {
   std::vector<std::pair<double, double>> spans;

@@ -20,10 +20,10 @@
 #include <string>
 #include <vector>
 
+#include "base/stream.h"
 #include "framework/runtime/clock.h"
 #include "framework/runtime/nvtx.h"
 #include "framework/tensor/tensor.h"
-#include "base/stream.h"
 
 namespace minidp::runtime {
 

@@ -100,8 +100,7 @@ Tensor Tensor::fromHost(const void* data, const Shape& shape, DType dtype, Devic
 Tensor Tensor::alias(const Tensor& base, int64_t offset, const Shape& shape) {
   MINIDP_CHECK(base.defined(), "alias of an undefined tensor");
   MINIDP_CHECK(offset >= 0 && offset + shapeNumel(shape) <= base.numel(),
-               "alias of " << shapeNumel(shape) << " elements at " << offset << " exceeds base of "
-                           << base.numel());
+               "alias of " << shapeNumel(shape) << " elements at " << offset << " exceeds base of " << base.numel());
   Tensor t = base;
   t.offsetBytes_ = base.offsetBytes_ + offset * static_cast<int64_t>(dtypeSize(base.dtype_));
   t.shape_ = shape;
@@ -132,12 +131,11 @@ Tensor Tensor::view(Shape shape) const {
     }
   }
   if (inferred >= 0) {
-    MINIDP_CHECK(known > 0 && numel() % known == 0, "cannot view " << shapeString(shape_) << " as "
-                                                                    << shapeString(shape));
+    MINIDP_CHECK(known > 0 && numel() % known == 0,
+                 "cannot view " << shapeString(shape_) << " as " << shapeString(shape));
     shape[inferred] = numel() / known;
   }
-  MINIDP_CHECK(shapeNumel(shape) == numel(), "cannot view " << shapeString(shape_) << " as "
-                                                            << shapeString(shape));
+  MINIDP_CHECK(shapeNumel(shape) == numel(), "cannot view " << shapeString(shape_) << " as " << shapeString(shape));
   Tensor t = *this;
   t.shape_ = shape;
   return t;
@@ -180,9 +178,9 @@ Tensor Tensor::clone() const {
 }
 
 void Tensor::copyFrom(const Tensor& src) {
-  MINIDP_CHECK(src.shape_ == shape_ && src.dtype_ == dtype_,
-               "copy of " << dtypeName(src.dtype_) << shapeString(src.shape_) << " into "
-                          << dtypeName(dtype_) << shapeString(shape_));
+  MINIDP_CHECK(src.shape_ == shape_ && src.dtype_ == dtype_, "copy of " << dtypeName(src.dtype_)
+                                                                        << shapeString(src.shape_) << " into "
+                                                                        << dtypeName(dtype_) << shapeString(shape_));
   if (device_ == Device::CPU && src.device_ == Device::CPU) {
     std::memmove(raw(), src.raw(), nbytes());
     return;

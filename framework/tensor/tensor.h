@@ -28,11 +28,24 @@ std::string shapeString(const Shape& shape);
 /// Product of the extents.
 int64_t shapeNumel(const Shape& shape);
 
-template <typename T> constexpr DType dtypeOf();
-template <> constexpr DType dtypeOf<float>() { return DType::F32; }
-template <> constexpr DType dtypeOf<double>() { return DType::F64; }
-template <> constexpr DType dtypeOf<int32_t>() { return DType::I32; }
-template <> constexpr DType dtypeOf<bf16>() { return DType::BF16; }
+template <typename T>
+constexpr DType dtypeOf();
+template <>
+constexpr DType dtypeOf<float>() {
+  return DType::F32;
+}
+template <>
+constexpr DType dtypeOf<double>() {
+  return DType::F64;
+}
+template <>
+constexpr DType dtypeOf<int32_t>() {
+  return DType::I32;
+}
+template <>
+constexpr DType dtypeOf<bf16>() {
+  return DType::BF16;
+}
 
 /// A block of memory returned to its allocator when the last tensor using it goes away.
 struct Storage {
@@ -81,8 +94,8 @@ class Tensor {
   /// raw() typed; checks that T matches the dtype.
   template <typename T>
   T* data() const {
-    MINIDP_CHECK(dtype_ == dtypeOf<T>(), "tensor holds " << dtypeName(dtype_) << ", asked for "
-                                                          << dtypeName(dtypeOf<T>()));
+    MINIDP_CHECK(dtype_ == dtypeOf<T>(),
+                 "tensor holds " << dtypeName(dtype_) << ", asked for " << dtypeName(dtypeOf<T>()));
     return static_cast<T*>(raw());
   }
   /// True when both tensors use the same memory block.

@@ -6,8 +6,7 @@
 namespace minidp::testing {
 
 DeviceComparison compareDevices(const std::function<Variable(const std::vector<Variable>&)>& f,
-                                const std::vector<Tensor>& inputs, DType dtype, double upstreamLo,
-                                double upstreamHi) {
+                                const std::vector<Tensor>& inputs, DType dtype, double upstreamLo, double upstreamHi) {
   std::vector<Variable> onCpu, onCuda;
   for (const Tensor& t : inputs) {
     Tensor converted = t.toDType(dtype);

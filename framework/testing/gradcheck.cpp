@@ -33,8 +33,8 @@ double weightedSum(const Tensor& out, const std::vector<double>& w) {
 }
 }  // namespace
 
-double gradcheck(const std::function<Variable(const std::vector<Variable>&)>& f,
-                 std::vector<Variable> inputs, std::string* report, double h) {
+double gradcheck(const std::function<Variable(const std::vector<Variable>&)>& f, std::vector<Variable> inputs,
+                 std::string* report, double h) {
   Variable out = f(inputs);
   Tensor wTensor = randomTensor(out.shape(), 99, 0.5, 1.5);
   std::vector<double> w = wTensor.toVector<double>();

@@ -20,8 +20,7 @@ namespace minidp::testing {
 constexpr double kGradcheckTolerance = 1e-6;
 
 /// Random float64 CPU tensor with values in [lo, hi), from a fixed seed.
-Tensor randomTensor(const Shape& shape, uint64_t seed, double lo = -1.0, double hi = 1.0,
-                    DType dtype = DType::F64);
+Tensor randomTensor(const Shape& shape, uint64_t seed, double lo = -1.0, double hi = 1.0, DType dtype = DType::F64);
 /// Random int32 CPU tensor with values in [0, bound).
 Tensor randomIndices(const Shape& shape, int32_t bound, uint64_t seed);
 
@@ -29,8 +28,8 @@ Tensor randomIndices(const Shape& shape, int32_t bound, uint64_t seed);
 /// input that requires grad; `w` is a fixed random weighting so that every output element matters.
 /// Returns the largest error relative to max(1, |numeric|), and appends a description to `report`.
 /// The inputs must be float64 CPU tensors (randomTensor's default); keep them away from kinks (relu at 0).
-double gradcheck(const std::function<Variable(const std::vector<Variable>&)>& f,
-                 std::vector<Variable> inputs, std::string* report = nullptr, double h = 1e-6);
+double gradcheck(const std::function<Variable(const std::vector<Variable>&)>& f, std::vector<Variable> inputs,
+                 std::string* report = nullptr, double h = 1e-6);
 
 /// GoogleTest check: gradcheck(f, inputs) < tolerance; on failure the message holds the per-input report.
 /// EXPECT_TRUE(gradcheckPasses(f, {Variable(x, true), ...})).

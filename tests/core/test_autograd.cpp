@@ -142,15 +142,18 @@ TEST(Autograd, NoGradRecordsNothing) {
 
 TEST(Gradcheck, Elementwise) {
   std::string report;
-  EXPECT_LT(gradcheck([](auto& in) { return ops::add(in[0], in[1]); }, {leaf({3, 4}, 10), leaf({3, 4}, 11)},
-                      &report), 1e-7) << report;
-  EXPECT_LT(gradcheck([](auto& in) { return ops::mul(in[0], in[1]); }, {leaf({3, 4}, 12), leaf({3, 4}, 13)},
-                      &report), 1e-7) << report;
-  EXPECT_LT(gradcheck([](auto& in) { return ops::scale(in[0], -1.5); }, {leaf({5}, 14)}, &report), 1e-7)
+  EXPECT_LT(gradcheck([](auto& in) { return ops::add(in[0], in[1]); }, {leaf({3, 4}, 10), leaf({3, 4}, 11)}, &report),
+            1e-7)
       << report;
+  EXPECT_LT(gradcheck([](auto& in) { return ops::mul(in[0], in[1]); }, {leaf({3, 4}, 12), leaf({3, 4}, 13)}, &report),
+            1e-7)
+      << report;
+  EXPECT_LT(gradcheck([](auto& in) { return ops::scale(in[0], -1.5); }, {leaf({5}, 14)}, &report), 1e-7) << report;
   EXPECT_LT(gradcheck([](auto& in) { return ops::relu(in[0]); }, {leaf({4, 5}, 15)}, &report), 1e-7) << report;
-  EXPECT_LT(gradcheck([](auto& in) { return ops::gelu(in[0]); },
-                      {Variable(randomTensor({4, 5}, 16, -3.0, 3.0), true)}, &report), 1e-7) << report;
+  EXPECT_LT(gradcheck([](auto& in) { return ops::gelu(in[0]); }, {Variable(randomTensor({4, 5}, 16, -3.0, 3.0), true)},
+                      &report),
+            1e-7)
+      << report;
 }
 
 }  // namespace

@@ -8,8 +8,8 @@
 #include "framework/ops/ops.h"
 #include "framework/optim/grad_clip.h"
 #include "framework/optim/optimizer.h"
-#include "kernels/optimizer.h"
 #include "framework/runtime/device.h"
+#include "kernels/optimizer.h"
 #include "tests/support/gradcheck.h"
 
 namespace minidp {
@@ -122,13 +122,15 @@ TEST(Optimizer, ScalarsOnDeviceEqualKernelArguments) {
 TEST(Optimizer, TensorPairsEqualVariables) {
   std::vector<Variable> vars = randomParams(DType::F64, 30), copies = cloneParams(vars);
   std::vector<optim::ParamSlot> slots;
-  for (size_t i = 0; i < copies.size(); ++i) slots.push_back({"p" + std::to_string(i), copies[i].data(), copies[i].grad()});
+  for (size_t i = 0; i < copies.size(); ++i)
+    slots.push_back({"p" + std::to_string(i), copies[i].data(), copies[i].grad()});
   optim::AdamW a(vars, 0.01), b(slots, 0.01);
   for (int s = 0; s < 2; ++s) {
     a.step();
     b.step();
   }
-  for (size_t i = 0; i < vars.size(); ++i) EXPECT_EQ(vars[i].data().toVector<double>(), copies[i].data().toVector<double>());
+  for (size_t i = 0; i < vars.size(); ++i)
+    EXPECT_EQ(vars[i].data().toVector<double>(), copies[i].data().toVector<double>());
   EXPECT_EQ(b.state()[0].first, "p0.exp_avg");
   EXPECT_EQ(b.state()[1].first, "p0.exp_avg_sq");
 }
@@ -250,7 +252,8 @@ TEST(GradClipper, NormAndCoefficientOverBuffers) {
 TEST(GradClipper, CudaMatchesCpu) {
   if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
   std::vector<Tensor> cpu = {testing::randomTensor({5}, 70, -1, 1, DType::F32),
-                             testing::randomTensor({3000017}, 71, -1, 1, DType::F32)}, gpu;
+                             testing::randomTensor({3000017}, 71, -1, 1, DType::F32)},
+                      gpu;
   for (const Tensor& b : cpu) gpu.push_back(b.to(Device::CUDA));
   optim::GradClipper a(1.0, DType::F32, Device::CPU), b(1.0, DType::F32, Device::CUDA);
   a.compute(cpu);

@@ -5,9 +5,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "base/check.h"
 #include "data/fashion_mnist.h"
 #include "data/idx.h"
-#include "base/check.h"
 #include "tests/support/scratch_dir.h"
 
 namespace minidp {
@@ -19,8 +19,7 @@ using Idx = testing::ScratchDirTest;
 using FashionMnist = testing::ScratchDirTest;
 
 // Header (magic 0x0000, type, ndims, big-endian dims) followed by `data`.
-std::string idxBytes(const std::vector<uint32_t>& dims, const std::vector<uint8_t>& data,
-                     uint8_t type = 0x08) {
+std::string idxBytes(const std::vector<uint32_t>& dims, const std::vector<uint8_t>& data, uint8_t type = 0x08) {
   std::string s = {0, 0, static_cast<char>(type), static_cast<char>(dims.size())};
   for (uint32_t d : dims) {
     for (int shift = 24; shift >= 0; shift -= 8) s.push_back(static_cast<char>(d >> shift));
@@ -112,15 +111,13 @@ TEST_F(FashionMnist, MissingFileNamesPackage) {
     FAIL() << "no error for an empty directory";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("train-images-idx3-ubyte.gz"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("install the Debian package dataset-fashion-mnist"),
-              std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("install the Debian package dataset-fashion-mnist"), std::string::npos);
   }
   EXPECT_THROW(loadFashionMnist(dir_.string(), "validation"), Error);
 }
 
 TEST_F(FashionMnist, SmallFilesAndCountMismatch) {
-  writeGzip(dir_ / "t10k-images-idx3-ubyte.gz",
-            idxBytes({3, 2, 2}, {0, 255, 51, 102, 0, 0, 0, 0, 1, 2, 3, 4}));
+  writeGzip(dir_ / "t10k-images-idx3-ubyte.gz", idxBytes({3, 2, 2}, {0, 255, 51, 102, 0, 0, 0, 0, 1, 2, 3, 4}));
   writeGzip(dir_ / "t10k-labels-idx1-ubyte.gz", idxBytes({3}, {9, 0, 4}));
   const ImageDataset ds = loadFashionMnist(dir_.string(), "test");
   EXPECT_EQ(ds.count, 3);
@@ -142,8 +139,7 @@ TEST_F(FashionMnist, SmallFilesAndCountMismatch) {
 
 TEST_F(FashionMnist, InstalledDataset) {
   if (!fs::exists(fs::path(kFashionMnistDir) / "train-images-idx3-ubyte.gz")) {
-    GTEST_SKIP() << "Fashion-MNIST not installed at " << kFashionMnistDir
-                 << " (Debian package dataset-fashion-mnist)";
+    GTEST_SKIP() << "Fashion-MNIST not installed at " << kFashionMnistDir << " (Debian package dataset-fashion-mnist)";
   }
   for (const auto& [split, count] : {std::pair<std::string, int64_t>{"train", 60000}, {"test", 10000}}) {
     const ImageDataset ds = loadFashionMnist(kFashionMnistDir, split);

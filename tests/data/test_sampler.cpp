@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <numeric>
 
-#include "data/sampler.h"
 #include "base/check.h"
+#include "data/sampler.h"
 
 namespace minidp {
 namespace {
@@ -77,8 +77,7 @@ TEST(EpochSampler, RejectsBadArguments) {
     EpochSampler::shard(std::vector<int64_t>(10), 0, 3);
     FAIL() << "10 rows over 3 ranks accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("does not split evenly over 3 ranks"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("does not split evenly over 3 ranks"), std::string::npos) << e.what();
   }
   EXPECT_THROW(EpochSampler::shard(std::vector<int64_t>(4), 2, 2), Error);
 }

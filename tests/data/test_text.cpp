@@ -5,8 +5,8 @@
 #include <fstream>
 #include <functional>
 
-#include "data/text.h"
 #include "base/check.h"
+#include "data/text.h"
 #include "tests/support/scratch_dir.h"
 
 namespace minidp {
@@ -58,15 +58,14 @@ TEST_F(Fortunes, SplitsEachFileAndSkipsNonText) {
   const TokenCorpus c = loadFortunes(dir_.string(), 0.2);
   EXPECT_EQ(c.vocab, 256);
   // Files in name order a, b; the last 20% (2 bytes) of each goes to validation.
-  EXPECT_EQ(c.train, (std::vector<int32_t>{255, 128, 'x', 'y', 'z', 'X', 'Y', 'Z', '0', '1', '2', '3', '4',
-                                           '5', '6', '7'}));
+  EXPECT_EQ(c.train,
+            (std::vector<int32_t>{255, 128, 'x', 'y', 'z', 'X', 'Y', 'Z', '0', '1', '2', '3', '4', '5', '6', '7'}));
   EXPECT_EQ(c.val, (std::vector<int32_t>{'!', '?', '8', '9'}));
 }
 
 TEST_F(Fortunes, MissingDirectoryNamesPackage) {
-  EXPECT_NE(
-      errorOf([&] { loadFortunes((dir_ / "none").string()); }).find("install the Debian package fortunes"),
-      std::string::npos);
+  EXPECT_NE(errorOf([&] { loadFortunes((dir_ / "none").string()); }).find("install the Debian package fortunes"),
+            std::string::npos);
   writeFile(dir_ / "only.dat", "x");
   const std::string msg = errorOf([&] { loadFortunes(dir_.string()); });
   EXPECT_NE(msg.find(dir_.string()), std::string::npos) << msg;

@@ -135,8 +135,8 @@ TEST(BucketPlan, InvariantsOnManyParametersAndDeterministic) {
   std::mt19937_64 rng(5);
   std::vector<ParamInfo> params;
   for (int i = 0; i < 60; ++i) {
-    params.push_back({"p" + std::to_string(i), static_cast<int64_t>(1 + rng() % 3000),
-                      rng() % 4 == 0 ? DType::F64 : DType::F32});
+    params.push_back(
+        {"p" + std::to_string(i), static_cast<int64_t>(1 + rng() % 3000), rng() % 4 == 0 ? DType::F64 : DType::F32});
   }
   const size_t cap = 16000, firstCap = 4000;
   std::vector<int> reverse(params.size());

@@ -167,7 +167,8 @@ TEST(Watchdog, ReportsAFailedHealthCheckOnce) {
   std::atomic<int> fired{0};
   ::testing::internal::CaptureStderr();
   {
-    Watchdog watchdog(0.2, 1, [&] { ++fired; }, {}, [&]() -> std::string { return broken ? "link is down" : ""; });
+    Watchdog watchdog(
+        0.2, 1, [&] { ++fired; }, {}, [&]() -> std::string { return broken ? "link is down" : ""; });
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     EXPECT_EQ(fired.load(), 0);
     broken = true;
@@ -221,13 +222,15 @@ TEST(Watchdog, RunExclusiveWaitsForTheHealthCheckAndEndsIt) {
   std::atomic<bool> checking{false};
   std::atomic<int> checksAfter{0};
   std::atomic<bool> freed{false};  // what runExclusive's action frees (the NCCL communicator)
-  Watchdog watchdog(0.04, 0, [] {}, {}, [&]() -> std::string {
-    checking = true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    if (freed) ++checksAfter;  // a query of a freed communicator
-    checking = false;
-    return "";
-  });
+  Watchdog watchdog(
+      0.04, 0, [] {}, {},
+      [&]() -> std::string {
+        checking = true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        if (freed) ++checksAfter;  // a query of a freed communicator
+        checking = false;
+        return "";
+      });
   for (int i = 0; i < 200 && !checking; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   watchdog.runExclusive([&] {
     EXPECT_FALSE(checking.load()) << "ran while the health check was querying";
@@ -240,7 +243,9 @@ TEST(Watchdog, RunExclusiveWaitsForTheHealthCheckAndEndsIt) {
 TEST(Deadline, FiresOnlyWhenTheScopeOutlivesIt) {
   std::atomic<int> fired{0};
   ::testing::internal::CaptureStderr();
-  { Deadline quick(1.0, "late", [&] { ++fired; }); }
+  {
+    Deadline quick(1.0, "late", [&] { ++fired; });
+  }
   EXPECT_EQ(fired.load(), 0);
   {
     Deadline slow(0.05, "minidp watchdog: MPI_Finalize did not complete", [&] { ++fired; });

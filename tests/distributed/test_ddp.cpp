@@ -105,7 +105,9 @@ class Ddp : public ::testing::TestWithParam<Setup> {
     m->to(GetParam().device, GetParam().dtype);
     return m;
   }
-  Batch global(int64_t rows, uint64_t seed) const { return globalBatch(GetParam().model, rows, seed, GetParam().dtype); }
+  Batch global(int64_t rows, uint64_t seed) const {
+    return globalBatch(GetParam().model, rows, seed, GetParam().dtype);
+  }
   double tolerance() const { return GetParam().dtype == DType::F64 ? 1e-6 : 1e-5; }
   Batch myRows(const Batch& global) const { return rowsOf(global, rank_ * kRowsPerRank, kRowsPerRank, device()); }
   Device device() const { return GetParam().device; }
@@ -239,8 +241,9 @@ TEST_P(Ddp, DifferentModelsFailOnEveryRankWithAMessage) {
   const std::string dt = dtypeName(GetParam().dtype);
   // Rank 1 differs: a wider first layer, then one layer more.
   const std::vector<std::pair<std::vector<int64_t>, std::string>> cases = {
-      {{8, 25, 16, 4}, "parameter #0 is 'layers.0.weight " + dt + " [25, 8]' on rank 1 but 'layers.0.weight " + dt +
-                           " [24, 8]' on rank 0"},
+      {{8, 25, 16, 4},
+       "parameter #0 is 'layers.0.weight " + dt + " [25, 8]' on rank 1 but 'layers.0.weight " + dt +
+           " [24, 8]' on rank 0"},
       {{8, 24, 16, 4, 4}, "parameter #6 is 'layers.3.weight " + dt + " [4, 4]' on rank 1 but '(none)' on rank 0"}};
   if (GetParam().model == "gpt") {
     // Rank 1 has a third block: the first difference is its first parameter against ln_f.weight.
@@ -252,7 +255,8 @@ TEST_P(Ddp, DifferentModelsFailOnEveryRankWithAMessage) {
       message = e.what();
     }
     EXPECT_NE(message.find("'h.2.ln_1.weight " + dt + " [8]' on rank 1 but 'ln_f.weight " + dt + " [8]' on rank 0"),
-              std::string::npos) << "message: " << message;
+              std::string::npos)
+        << "message: " << message;
     EXPECT_TRUE(comm_->allAgree(true));
     return;
   }
@@ -385,7 +389,8 @@ TEST_P(DdpWire, Bf16OnTheWireIsIdenticalOnRanksAndOverlapAndNearFp32) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, DdpWire,
                          ::testing::Values(Setup{"mlp", Device::CPU, DType::F64}, Setup{"mlp", Device::CPU, DType::F32},
-                                           Setup{"gpt", Device::CPU, DType::F32}, Setup{"mlp", Device::CUDA, DType::F32},
+                                           Setup{"gpt", Device::CPU, DType::F32},
+                                           Setup{"mlp", Device::CUDA, DType::F32},
                                            Setup{"gpt", Device::CUDA, DType::F32}),
                          setupName);
 
@@ -464,7 +469,6 @@ TEST_P(WireCollectives, Fp32ReduceScatterAndAllGatherShards) {
 INSTANTIATE_TEST_SUITE_P(Devices, WireCollectives, ::testing::Values(Device::CPU, Device::CUDA),
                          [](const ::testing::TestParamInfo<Device>& info) { return deviceName(info.param); });
 
-
 TEST_P(Ddp, DifferentOptionsFailOnEveryRankWithAMessage) {
   if (world_ < 2) GTEST_SKIP() << "needs two ranks";
   // Rank 1 plans other buckets, or would rebuild them: both must stop every rank at construction.
@@ -480,7 +484,8 @@ TEST_P(Ddp, DifferentOptionsFailOnEveryRankWithAMessage) {
       message = e.what();
     }
     EXPECT_NE(message.find("ranks hold different DDP settings: DDP setting #0 is 'overlap on bucket-bytes"),
-              std::string::npos) << "message: " << message;
+              std::string::npos)
+        << "message: " << message;
     EXPECT_NE(message.find("on rank 1 but"), std::string::npos) << "message: " << message;
   }
   EXPECT_TRUE(comm_->allAgree(true)) << "the communicator is still usable";
@@ -502,8 +507,10 @@ TEST_P(Ddp, MovingTheModelAfterDdpIsAnError) {
 INSTANTIATE_TEST_SUITE_P(Backends, Ddp,
                          ::testing::Values(Setup{"mlp", Device::CPU, DType::F64}, Setup{"mlp", Device::CPU, DType::F32},
                                            Setup{"gpt", Device::CPU, DType::F64}, Setup{"gpt", Device::CPU, DType::F32},
-                                           Setup{"mlp", Device::CUDA, DType::F64}, Setup{"mlp", Device::CUDA, DType::F32},
-                                           Setup{"gpt", Device::CUDA, DType::F64}, Setup{"gpt", Device::CUDA, DType::F32}),
+                                           Setup{"mlp", Device::CUDA, DType::F64},
+                                           Setup{"mlp", Device::CUDA, DType::F32},
+                                           Setup{"gpt", Device::CUDA, DType::F64},
+                                           Setup{"gpt", Device::CUDA, DType::F32}),
                          setupName);
 
 // The emulated link changes timing only: N identical ranks average to the same bits as world 1.
@@ -579,7 +586,8 @@ TEST(CudaCommunicators, NcclAverageAndBroadcast) {
     auto work = comm->allReduceAverage(buffer, "bucket 0");
     work->wait();
     EXPECT_LE(testing::relativeError(buffer, ops::scale(x, (comm->worldSize() + 1) / 2.0)), 1e-6);
-    const std::vector<std::string> all = comm->allGather(std::string(static_cast<const char*>(buffer.to(Device::CPU).raw()), buffer.nbytes()));
+    const std::vector<std::string> all =
+        comm->allGather(std::string(static_cast<const char*>(buffer.to(Device::CPU).raw()), buffer.nbytes()));
     for (const std::string& bytes : all) EXPECT_TRUE(bytes == all[0]) << "ranks hold different bits";
     Tensor b = ops::scale(x, comm->rank() + 2.0).to(Device::CUDA);
     comm->broadcast(b, 0);

@@ -48,7 +48,8 @@ TEST_P(GradClip, EqualsTorchClipGradNormThroughTheBuckets) {
     ++cases;
     nn::NamedParameters params;
     for (int i = 0; i < count; ++i) {
-      params.emplace_back("p" + std::to_string(i), Variable(tensorOf(f.at("param." + std::to_string(i)), device), true));
+      params.emplace_back("p" + std::to_string(i),
+                          Variable(tensorOf(f.at("param." + std::to_string(i)), device), true));
     }
     // Buckets of a few parameters each: the norm combines several buckets.
     distributed::DistributedDataParallel ddp(params, comm, {distributed::Overlap::DuringBackward, 64, 32});

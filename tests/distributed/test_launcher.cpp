@@ -4,8 +4,8 @@
 
 #include <map>
 
-#include "framework/distributed/launcher.h"
 #include "base/check.h"
+#include "framework/distributed/launcher.h"
 
 namespace minidp::distributed {
 namespace {
@@ -30,8 +30,11 @@ TEST(Launcher, ReadsEachLaunchersVariables) {
   expectInfo(
       detect({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "8"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}}),
       "openmpi", 3, 8, 1);
-  expectInfo(detect({{"SLURM_PROCID", "5"}, {"SLURM_STEP_NUM_TASKS", "16"}, {"SLURM_LOCALID", "2"},
-                     {"SLURM_NTASKS", "16"}, {"PMIX_RANK", "5"}}),
+  expectInfo(detect({{"SLURM_PROCID", "5"},
+                     {"SLURM_STEP_NUM_TASKS", "16"},
+                     {"SLURM_LOCALID", "2"},
+                     {"SLURM_NTASKS", "16"},
+                     {"PMIX_RANK", "5"}}),
              "slurm", 5, 16, 2);
   expectInfo(detect({{"PMI_RANK", "1"}, {"PMI_SIZE", "4"}, {"MPI_LOCALRANKID", "0"}}), "pmi", 1, 4, 0);
   expectInfo(detect({{"PMI_RANK", "1"}, {"PMI_SIZE", "4"}, {"PMI_LOCAL_RANK", "3"}}), "pmi", 1, 4, 3);
@@ -41,8 +44,11 @@ TEST(Launcher, ReadsEachLaunchersVariables) {
 
 TEST(Launcher, OpenMpiWinsAndAnSbatchScriptIsNoLaunch) {
   // mpirun inside a Slurm allocation: OpenMPI's own variables describe the job.
-  expectInfo(detect({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
-                     {"SLURM_PROCID", "0"}, {"SLURM_STEP_NUM_TASKS", "1"}}),
+  expectInfo(detect({{"OMPI_COMM_WORLD_RANK", "0"},
+                     {"OMPI_COMM_WORLD_SIZE", "2"},
+                     {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                     {"SLURM_PROCID", "0"},
+                     {"SLURM_STEP_NUM_TASKS", "1"}}),
              "openmpi", 0, 2, 0);
   // A batch script: the allocation's variables, but no job step.
   EXPECT_FALSE(detect({{"SLURM_NTASKS", "4"}, {"SLURM_PROCID", "0"}, {"SLURM_JOB_ID", "77"}}).launched());
@@ -56,7 +62,8 @@ TEST(Launcher, RefusesSeveralTasksThatMpiSeesAsOne) {
     checkLaunchAgrees(srun, 1);
     ADD_FAILURE() << "four srun tasks in a world of one must not start";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("the launcher (slurm, SLURM_STEP_NUM_TASKS=4) started 4 tasks but MPI reports a world of 1"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "the launcher (slurm, SLURM_STEP_NUM_TASKS=4) started 4 tasks but MPI reports a world of 1"),
               std::string::npos)
         << e.what();
   }

@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "framework/io/safetensors.h"
 #include "base/check.h"
+#include "framework/io/safetensors.h"
 #include "tests/support/scratch_dir.h"
 
 namespace minidp {
@@ -101,8 +101,7 @@ TEST_F(Safetensors, DeterministicBytesAndOverwrite) {
 
 TEST_F(Safetensors, WriteRejectsBadInputWithoutLeavingFiles) {
   const std::string path = (dir_ / "bad.safetensors").string();
-  auto expectWriteError = [&](const std::vector<std::pair<std::string, SafeTensor>>& tensors,
-                              const std::string& part) {
+  auto expectWriteError = [&](const std::vector<std::pair<std::string, SafeTensor>>& tensors, const std::string& part) {
     try {
       writeSafetensors(path, tensors);
       ADD_FAILURE() << "no error, expected " << part;
@@ -153,8 +152,7 @@ TEST_F(Safetensors, CorruptHeaders) {
       {"not a JSON object but array", {"[1, 2]", ""}},
       {"unknown dtype \"F128\"", {R"({"w":{"dtype":"F128","shape":[1],"data_offsets":[0,8]}})", buf8}},
       {"lie outside the 8-byte buffer", {R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", buf8}},
-      {"span 8 bytes, but F32 [3] needs 12",
-       {R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", buf8}},
+      {"span 8 bytes, but F32 [3] needs 12", {R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", buf8}},
       {"'w' appears twice",
        {R"({"w":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"w":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})",
         buf8}},
@@ -178,8 +176,7 @@ TEST_F(Safetensors, CorruptHeaders) {
 TEST_F(Safetensors, ReadsPyTorchFixtures) {
   const char* source = std::getenv("MINIDP_SOURCE_DIR");
   const fs::path fixture = fs::path(source ? source : "") / "tests/fixtures/mlp_tiny.safetensors";
-  if (!source || !fs::exists(fixture))
-    GTEST_SKIP() << "no fixture at " << fixture << " (MINIDP_SOURCE_DIR unset?)";
+  if (!source || !fs::exists(fixture)) GTEST_SKIP() << "no fixture at " << fixture << " (MINIDP_SOURCE_DIR unset?)";
   const SafeTensorFile file = readSafetensors(fixture.string());
   EXPECT_EQ(file.metadata.at("model"), "mlp");
   const SafeTensor& w = file.at("param.layers.0.weight");

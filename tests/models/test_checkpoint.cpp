@@ -103,7 +103,8 @@ TEST_F(Checkpoint, PyTorchLoadsAFileWrittenByMinidp) {
   }
   const std::string path = (dir_ / "for_torch.safetensors").string();
   nn::saveCheckpoint(models::GPT(tinyGpt(), 3), path);
-  const std::string cmd = "/usr/bin/python3 " + sourceDir() + "/tests/reference/check_interop.py --model gpt:32,8,2,2,16 " + path;
+  const std::string cmd =
+      "/usr/bin/python3 " + sourceDir() + "/tests/reference/check_interop.py --model gpt:32,8,2,2,16 " + path;
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
 

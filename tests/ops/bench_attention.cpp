@@ -12,9 +12,9 @@
 #include <random>
 #include <vector>
 
+#include "base/cuda_check.h"
 #include "framework/ops/ops.h"
 #include "framework/runtime/device.h"
-#include "base/cuda_check.h"
 #include "kernels/flash_attention.h"
 
 namespace {
@@ -108,13 +108,15 @@ void benchFlash(const Shape4& s, DType dtype, const std::vector<float>& qkvValue
                                              rowDot.data<float>(), dqkv.data<T>(), s.B, s.T, s.H, s.d, stream);
   };
   const double fwdMs = medianMs(forward), fwdBwdMs = medianMs(forwardBackward);
-  printRow("flash", dtype == DType::F32 ? "fp32" : "bf16", s, fwdMs, fwdBwdMs, relativeDifference(hostValues(y), reference));
+  printRow("flash", dtype == DType::F32 ? "fp32" : "bf16", s, fwdMs, fwdBwdMs,
+           relativeDifference(hostValues(y), reference));
 }
 
 void benchShape(const Shape4& s) {
   const int64_t C = s.H * s.d;
   const std::vector<float> qkvValues = randomValues(s.B * s.T * 3 * C, 1), dyValues = randomValues(s.B * s.T * C, 2);
-  Tensor qkv = cudaTensor(qkvValues, {s.B, s.T, 3 * C}, DType::F32), dy = cudaTensor(dyValues, {s.B, s.T, C}, DType::F32);
+  Tensor qkv = cudaTensor(qkvValues, {s.B, s.T, 3 * C}, DType::F32),
+         dy = cudaTensor(dyValues, {s.B, s.T, C}, DType::F32);
   const double fwdMs = medianMs([&] {
     NoGradGuard noGrad;
     ops::causalSelfAttentionMaterialized(Variable(qkv), int(s.H));

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "base/bf16.h"
-#include "kernels/bias.h"
 #include "base/cuda_check.h"
+#include "kernels/bias.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/layernorm.h"
@@ -73,8 +73,8 @@ struct Reporter {
 double copyCeilingGBs(cudaStream_t stream) {
   const size_t bytes = size_t(1) << 30;
   DeviceBuffer<char> a(bytes), b(bytes);
-  const double ms = timeMs([&] { CUDA_CHECK(cudaMemcpyAsync(b.ptr, a.ptr, bytes, cudaMemcpyDeviceToDevice, stream)); },
-                           stream);
+  const double ms =
+      timeMs([&] { CUDA_CHECK(cudaMemcpyAsync(b.ptr, a.ptr, bytes, cudaMemcpyDeviceToDevice, stream)); }, stream);
   return 2.0 * bytes / (ms * 1e-3) * 1e-9;
 }
 
@@ -92,12 +92,15 @@ void benchAll(const char* name, const Reporter& report, cudaStream_t stream) {
     fillRandom(dy, N * C, -1.f, 1.f, 2);
     fillRandom(w, C, 0.5f, 1.5f, 3);
     fillRandom(b, C, -1.f, 1.f, 4);
-    const double fwd = timeMs([&] { k::layerNormForward<T>(x.ptr, w.ptr, b.ptr, y.ptr, mean.ptr, rstd.ptr, N, C, A(1e-5), stream); }, stream);
+    const double fwd = timeMs(
+        [&] { k::layerNormForward<T>(x.ptr, w.ptr, b.ptr, y.ptr, mean.ptr, rstd.ptr, N, C, A(1e-5), stream); }, stream);
     report.row("layerNorm fwd 8192x768", name, fwd, 2 * N * C * act + 2 * N * sizeof(A));
-    const double bwd = timeMs([&] {
-      k::layerNormBackward<T>(dy.ptr, x.ptr, w.ptr, mean.ptr, rstd.ptr, dx.ptr, dw.ptr, db.ptr, scratch.ptr, N, C,
-                              true, true, stream);
-    }, stream);
+    const double bwd = timeMs(
+        [&] {
+          k::layerNormBackward<T>(dy.ptr, x.ptr, w.ptr, mean.ptr, rstd.ptr, dx.ptr, dw.ptr, db.ptr, scratch.ptr, N, C,
+                                  true, true, stream);
+        },
+        stream);
     report.row("layerNorm bwd 8192x768 (dx,dw,db)", name, bwd, 3 * N * C * act + 2 * N * sizeof(A) + 4 * C * par);
   }
   {  // embedding backward, accumulating into installed gradients (the DDP path)
@@ -108,12 +111,14 @@ void benchAll(const char* name, const Reporter& report, cudaStream_t stream) {
     fillRandom(dout, N * C, -1.f, 1.f, 5);
     CUDA_CHECK(cudaMemset(dwte.ptr, 0, kVocab * C * sizeof(P)));
     const int64_t distinct = fillTokens(tokens, N, kVocab, 6);
-    const double ms = timeMs([&] {
-      k::embeddingBackwardTokens<T>(dout.ptr, tokens.ptr, dwte.ptr, scratch.ptr, 8, 1024, C, kVocab, true, stream);
-    }, stream);
+    const double ms = timeMs(
+        [&] {
+          k::embeddingBackwardTokens<T>(dout.ptr, tokens.ptr, dwte.ptr, scratch.ptr, 8, 1024, C, kVocab, true, stream);
+        },
+        stream);
     report.row("embedding bwd dwte V=50257 BT=8192", name, ms, N * C * act + 2.0 * distinct * C * par);
-    const double pos = timeMs([&] { k::embeddingBackwardPositions<T>(dout.ptr, dwpe.ptr, 8, 1024, C, 1024, true, stream); },
-                              stream);
+    const double pos =
+        timeMs([&] { k::embeddingBackwardPositions<T>(dout.ptr, dwpe.ptr, 8, 1024, C, 1024, true, stream); }, stream);
     report.row("embedding bwd dwpe T=1024 B=8", name, pos, N * C * act + 2.0 * 1024 * C * par);
   }
   {  // softmax cross-entropy forward + in-place backward
@@ -123,10 +128,12 @@ void benchAll(const char* name, const Reporter& report, cudaStream_t stream) {
     fillRandom(logits, N * kVocab, -4.f, 4.f, 7);
     fillTokens(targets, N, kVocab, 8);
     fillRandom(g, 1, 1.f, 1.f, 9);
-    const double ms = timeMs([&] {
-      k::softmaxXentForward<T>(logits.ptr, targets.ptr, loss.ptr, lse.ptr, N, kVocab, kVocab, stream);
-      k::softmaxXentBackward<T>(logits.ptr, targets.ptr, lse.ptr, g.ptr, logits.ptr, N, kVocab, kVocab, stream);
-    }, stream);
+    const double ms = timeMs(
+        [&] {
+          k::softmaxXentForward<T>(logits.ptr, targets.ptr, loss.ptr, lse.ptr, N, kVocab, kVocab, stream);
+          k::softmaxXentBackward<T>(logits.ptr, targets.ptr, lse.ptr, g.ptr, logits.ptr, N, kVocab, kVocab, stream);
+        },
+        stream);
     report.row("crossEntropy fwd+bwd 8192x50257", name, ms, 3.0 * N * kVocab * act);
   }
   {  // bias gradient of the MLP's first layer
@@ -134,7 +141,8 @@ void benchAll(const char* name, const Reporter& report, cudaStream_t stream) {
     DeviceBuffer<P> out(kMlpWidth);
     DeviceBuffer<A> scratch(minidp::kernels::sumColumnsScratchSize(N, kMlpWidth));
     fillRandom(x, N * kMlpWidth, -1.f, 1.f, 10);
-    const double ms = timeMs([&] { k::sumColumns<T>(x.ptr, out.ptr, scratch.ptr, N, kMlpWidth, true, stream); }, stream);
+    const double ms =
+        timeMs([&] { k::sumColumns<T>(x.ptr, out.ptr, scratch.ptr, N, kMlpWidth, true, stream); }, stream);
     report.row("sumColumns 8192x3072", name, ms, N * kMlpWidth * act);
     const double add = timeMs([&] { k::addBias<T>(x.ptr, out.ptr, N, kMlpWidth, stream); }, stream);
     report.row("addBias 8192x3072", name, add, 2.0 * N * kMlpWidth * act);
@@ -163,20 +171,22 @@ void benchGeluEpilogues(cudaStream_t stream) {
   fillRandom(b1, H, -1.f, 1.f, 15);
   fillRandom(w2, C * H, -0.05f, 0.05f, 16);
   fillRandom(g, N * C, -1.f, 1.f, 17);
-  const double fwdSplit = timeMs([&] {
-    k::gemmBf16<bf16>(false, true, N, H, C, 1.f, x.ptr, 0, w1.ptr, 0, 0.f, pre.ptr, 0, 1, b1.ptr, stream);
-    k::geluForward<bf16>(pre.ptr, h.ptr, N * H, stream);
-  }, stream);
-  const double fwdFused = timeMs([&] {
-    k::gemmBf16GeluBias(false, true, N, H, C, x.ptr, w1.ptr, b1.ptr, h.ptr, pre.ptr, stream);
-  }, stream);
-  const double bwdSplit = timeMs([&] {
-    k::gemmBf16<bf16>(false, false, N, H, C, 1.f, g.ptr, 0, w2.ptr, 0, 0.f, h.ptr, 0, 1, nullptr, stream);
-    k::geluBackward<bf16>(pre.ptr, h.ptr, dpre.ptr, N * H, stream);
-  }, stream);
-  const double bwdFused = timeMs([&] {
-    k::gemmBf16DGelu(false, false, N, H, C, g.ptr, w2.ptr, pre.ptr, dpre.ptr, stream);
-  }, stream);
+  const double fwdSplit = timeMs(
+      [&] {
+        k::gemmBf16<bf16>(false, true, N, H, C, 1.f, x.ptr, 0, w1.ptr, 0, 0.f, pre.ptr, 0, 1, b1.ptr, stream);
+        k::geluForward<bf16>(pre.ptr, h.ptr, N * H, stream);
+      },
+      stream);
+  const double fwdFused =
+      timeMs([&] { k::gemmBf16GeluBias(false, true, N, H, C, x.ptr, w1.ptr, b1.ptr, h.ptr, pre.ptr, stream); }, stream);
+  const double bwdSplit = timeMs(
+      [&] {
+        k::gemmBf16<bf16>(false, false, N, H, C, 1.f, g.ptr, 0, w2.ptr, 0, 0.f, h.ptr, 0, 1, nullptr, stream);
+        k::geluBackward<bf16>(pre.ptr, h.ptr, dpre.ptr, N * H, stream);
+      },
+      stream);
+  const double bwdFused =
+      timeMs([&] { k::gemmBf16DGelu(false, false, N, H, C, g.ptr, w2.ptr, pre.ptr, dpre.ptr, stream); }, stream);
   std::printf("%-34s %-5s %9.3f ms split, %.3f ms fused\n", "c_fc + bias + gelu 8192x768x3072", "bf16", fwdSplit,
               fwdFused);
   std::printf("%-34s %-5s %9.3f ms split, %.3f ms fused\n", "dh @ W2 * gelu' 8192x768x3072", "bf16", bwdSplit,

@@ -50,10 +50,7 @@ void benchOne(int64_t M, int64_t N, int64_t K, cudaStream_t stream) {
   fillRandom(b.ptr, K * N, 2);
   const double tiledMs = timeMs([&] { tiledGemm(M, N, K, a.ptr, b.ptr, c.ptr, stream); }, stream);
   const double cublasMs = timeMs(
-      [&] {
-        gemm<float>(false, false, M, N, K, 1.0f, a.ptr, 0, b.ptr, 0, 0.0f, reference.ptr, 0, 1, stream);
-      },
-      stream);
+      [&] { gemm<float>(false, false, M, N, K, 1.0f, a.ptr, 0, b.ptr, 0, 0.0f, reference.ptr, 0, 1, stream); }, stream);
   const double gflop = 2.0 * M * N * K * 1e-9;
   std::printf("%6lld %6lld %6lld  %10.1f  %10.1f  %6.1f%%  %9.2e\n", (long long)M, (long long)N, (long long)K,
               gflop / (tiledMs * 1e-3), gflop / (cublasMs * 1e-3), 100.0 * cublasMs / tiledMs,
@@ -64,10 +61,10 @@ void benchOne(int64_t M, int64_t N, int64_t K, cudaStream_t stream) {
 
 int main() {
   return minidp::bench::runOnStream("minidp-bench-gemm", [](cudaStream_t stream, const cudaDeviceProp& prop) {
-    std::printf("%s, fp32 (cuBLAS default math: no TF32); mean of %d runs after %d warm-up\n", prop.name,
-                kRepeats, kWarmup);
-    std::printf("%6s %6s %6s  %10s  %10s  %7s  %9s\n", "M", "N", "K", "tiled GF/s", "cuBLAS GF/s",
-                "of cuBLAS", "rel diff");
+    std::printf("%s, fp32 (cuBLAS default math: no TF32); mean of %d runs after %d warm-up\n", prop.name, kRepeats,
+                kWarmup);
+    std::printf("%6s %6s %6s  %10s  %10s  %7s  %9s\n", "M", "N", "K", "tiled GF/s", "cuBLAS GF/s", "of cuBLAS",
+                "rel diff");
     // Square sizes, a GPT-2-small MLP layer (B*T = 8192 rows, 768 -> 3072), and an unaligned shape.
     const int64_t sizes[][3] = {{512, 512, 512},    {1024, 1024, 1024}, {2048, 2048, 2048},
                                 {4096, 4096, 4096}, {8192, 3072, 768},  {1000, 999, 1001}};

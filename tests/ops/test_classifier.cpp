@@ -68,10 +68,10 @@ TEST(LinearCrossEntropy, EqualsLinearThenCrossEntropy) {
     for (DType dtype : {DType::F64, DType::F32}) {
       SCOPED_TRACE("V = " + std::to_string(V) + ", " + dtypeName(dtype));
       const double tolerance = dtype == DType::F64 ? 1e-12 : sumTolerance(dtype, std::max({N, C, V}));
-      const auto a = lossAndGradients([&](const Variable& x, const Variable& w) { return fused(x, w, p.targets); },
-                                      p, dtype);
-      const auto b = lossAndGradients(
-          [&](const Variable& x, const Variable& w) { return unfused(x, w, p.targets); }, p, dtype);
+      const auto a =
+          lossAndGradients([&](const Variable& x, const Variable& w) { return fused(x, w, p.targets); }, p, dtype);
+      const auto b =
+          lossAndGradients([&](const Variable& x, const Variable& w) { return unfused(x, w, p.targets); }, p, dtype);
       ASSERT_EQ(a[0].dtype(), dtype);
       for (int i = 0; i < 3; ++i) EXPECT_LE(relativeError(a[i], b[i]), tolerance) << kNames[i];
     }
@@ -106,15 +106,14 @@ TEST(LinearCrossEntropy, Gradcheck) {
 TEST(LinearCrossEntropy, AddsIntoTheInstalledWeightGradient) {
   // As under DDP: dweight goes into the installed tensor (a bucket view), added to what it held.
   const Problem p = problem(9, 6, 131, 10);
-  const auto fresh = lossAndGradients(
-      [&](const Variable& x, const Variable& w) { return fused(x, w, p.targets); }, p, DType::F64);
+  const auto fresh =
+      lossAndGradients([&](const Variable& x, const Variable& w) { return fused(x, w, p.targets); }, p, DType::F64);
   Variable x(p.x.clone(), true), w(p.w.clone(), true);
   Tensor start = randomTensor(p.w.shape(), 13), installed = start.clone();
   w.setGrad(installed);
   ops::linearCrossEntropy(x, w, p.targets).backward();
   EXPECT_TRUE(w.grad().sharesStorage(installed));
-  std::vector<double> got = w.grad().toVector<double>(), s = start.toVector<double>(),
-                      g = fresh[2].toVector<double>();
+  std::vector<double> got = w.grad().toVector<double>(), s = start.toVector<double>(), g = fresh[2].toVector<double>();
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], s[i] + g[i], 1e-12) << "element " << i;
   EXPECT_LE(relativeError(x.grad(), fresh[1]), 1e-12);
 }
@@ -187,14 +186,14 @@ TEST(StridedCrossEntropy, CpuEqualsPackedAndLeavesPaddingAlone) {
   EXPECT_EQ(ploss, loss);
   EXPECT_EQ(plse, lse);
   // In place, as the classifier runs it.
-  kernels::cpu::softmaxXentBackward<double>(logits.data(), targets.data(), lse.data(), g.data(), logits.data(), N,
-                                            V, V);
-  kernels::cpu::softmaxXentBackward<double>(buffer.data(), targets.data(), lse.data(), g.data(), buffer.data(), N,
-                                            V, ld);
+  kernels::cpu::softmaxXentBackward<double>(logits.data(), targets.data(), lse.data(), g.data(), logits.data(), N, V,
+                                            V);
+  kernels::cpu::softmaxXentBackward<double>(buffer.data(), targets.data(), lse.data(), g.data(), buffer.data(), N, V,
+                                            ld);
   EXPECT_EQ(unpadded(buffer, N, V, ld), logits);
-  EXPECT_THROW(kernels::cpu::softmaxXentForward<double>(buffer.data(), targets.data(), ploss.data(), plse.data(), N,
-                                                        V, V - 1),
-               Error);
+  EXPECT_THROW(
+      kernels::cpu::softmaxXentForward<double>(buffer.data(), targets.data(), ploss.data(), plse.data(), N, V, V - 1),
+      Error);
 }
 
 // ---- CUDA ----

@@ -41,8 +41,7 @@ std::vector<Unary> unaryOps() {
       {"rsqrt", [](const Variable& x) { return ops::rsqrt(x); }, [](double x) { return 1 / std::sqrt(x); }},
       {"pow", [](const Variable& x) { return ops::pow(x, -1.5); }, [](double x) { return std::pow(x, -1.5); }},
       {"addScalar", [](const Variable& x) { return ops::addScalar(x, 0.25); }, [](double x) { return x + 0.25; }},
-      {"sigmoid", [](const Variable& x) { return ops::sigmoid(x); },
-       [](double x) { return 1 / (1 + std::exp(-x)); }},
+      {"sigmoid", [](const Variable& x) { return ops::sigmoid(x); }, [](double x) { return 1 / (1 + std::exp(-x)); }},
       {"silu", [](const Variable& x) { return ops::silu(x); }, [](double x) { return x / (1 + std::exp(-x)); }},
   };
 }
@@ -73,10 +72,10 @@ TEST(CompositeOps, SubAndDiv) {
     EXPECT_EQ(d[i], x[i] - y[i]);  // one rounding each: exact
     EXPECT_EQ(q[i], x[i] / y[i]);
   }
-  EXPECT_TRUE(gradcheckPasses([](const std::vector<Variable>& in) { return ops::sub(in[0], in[1]); },
-                              {leaf(a), leaf(b)}));
-  EXPECT_TRUE(gradcheckPasses([](const std::vector<Variable>& in) { return ops::div(in[0], in[1]); },
-                              {leaf(a), leaf(b)}));
+  EXPECT_TRUE(
+      gradcheckPasses([](const std::vector<Variable>& in) { return ops::sub(in[0], in[1]); }, {leaf(a), leaf(b)}));
+  EXPECT_TRUE(
+      gradcheckPasses([](const std::vector<Variable>& in) { return ops::div(in[0], in[1]); }, {leaf(a), leaf(b)}));
 }
 
 TEST(CompositeOps, BroadcastForward) {
@@ -167,11 +166,10 @@ TEST(CompositeOps, RmsNormFromOps) {
   for (int64_t r = 0; r < 8; ++r) {
     double ms = 0;
     for (int64_t c = 0; c < C; ++c) ms += xv[r * C + c] * xv[r * C + c] / C;
-    for (int64_t c = 0; c < C; ++c)
-      EXPECT_NEAR(y[r * C + c], xv[r * C + c] / std::sqrt(ms + 1e-5) * wv[c], 1e-14);
+    for (int64_t c = 0; c < C; ++c) EXPECT_NEAR(y[r * C + c], xv[r * C + c] / std::sqrt(ms + 1e-5) * wv[c], 1e-14);
   }
-  EXPECT_TRUE(gradcheckPasses([](const std::vector<Variable>& in) { return rmsNorm(in[0], in[1], 1e-5); },
-                              {leaf(x), leaf(w)}));
+  EXPECT_TRUE(
+      gradcheckPasses([](const std::vector<Variable>& in) { return rmsNorm(in[0], in[1], 1e-5); }, {leaf(x), leaf(w)}));
 }
 
 TEST(CompositeOps, SwiGluFromOps) {
@@ -227,12 +225,12 @@ TEST_P(CompositeCudaVsCpu, BinaryAndBroadcast) {
   expectClose(compareDevices([](const std::vector<Variable>& in) { return ops::div(in[0], in[1]); }, {a, b}, dtype),
               4 * roundingEps(dtype));
   for (const Tensor& y : {col, row}) {
-    expectClose(compareDevices([](const std::vector<Variable>& in) { return ops::addBroadcast(in[0], in[1]); },
-                               {a, y}, dtype),
-                tol);
-    expectClose(compareDevices([](const std::vector<Variable>& in) { return ops::mulBroadcast(in[0], in[1]); },
-                               {a, y}, dtype),
-                tol);
+    expectClose(
+        compareDevices([](const std::vector<Variable>& in) { return ops::addBroadcast(in[0], in[1]); }, {a, y}, dtype),
+        tol);
+    expectClose(
+        compareDevices([](const std::vector<Variable>& in) { return ops::mulBroadcast(in[0], in[1]); }, {a, y}, dtype),
+        tol);
   }
 }
 
@@ -246,9 +244,9 @@ TEST_P(CompositeCudaVsCpu, LastDimSumsRmsNormAndGather) {
                              {randomTensor({3, 37, 80}, 26, -2.0, 2.0), randomTensor({80}, 27, 0.5, 1.5)}, dtype),
               sumTolerance(dtype, 111 + 80));
   Tensor index = randomIndices({4, 70}, 97, 28);
-  expectClose(compareDevices([index](const std::vector<Variable>& in) {
-                return ops::gatherRows(in[0], index.to(in[0].device()));
-              }, {randomTensor({97, 40}, 29)}, dtype),
+  expectClose(compareDevices(
+                  [index](const std::vector<Variable>& in) { return ops::gatherRows(in[0], index.to(in[0].device())); },
+                  {randomTensor({97, 40}, 29)}, dtype),
               0.0);  // copies, and the backward adds rows in the same order on both devices
 }
 

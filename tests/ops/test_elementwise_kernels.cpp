@@ -99,22 +99,26 @@ TEST(ElementwiseKernels, Fp32MatchesTheCpuTwinBitForBit) {
                           twin(&cpu::add<float>), "add");
   expectBinaryBits<float>(Binary([](auto a, auto b, auto o, int64_t n) { gpu::mul(a, b, o, n, stream()); }),
                           twin(&cpu::mul<float>), "mul");
-  expectBinaryBits<float>(Binary([](auto a, auto b, auto o, int64_t n) {
-                            gpu::scale(a, 0.37f, o, n, stream());
-                            (void)b;
-                          }),
-                          [](float a, float) { return a * 0.37f; }, "scale");
-  expectBinaryBits<float>(Binary([](auto a, auto b, auto o, int64_t n) {
-                            gpu::reluBackward(a, b, o, n, stream());
-                          }),
+  expectBinaryBits<float>(
+      Binary([](auto a, auto b, auto o, int64_t n) {
+        gpu::scale(a, 0.37f, o, n, stream());
+        (void)b;
+      }),
+      [](float a, float) { return a * 0.37f; }, "scale");
+  expectBinaryBits<float>(Binary([](auto a, auto b, auto o, int64_t n) { gpu::reluBackward(a, b, o, n, stream()); }),
                           twin(&cpu::reluBackward<float>), "reluBackward");
-  expectBinaryBits<float>(Binary([](auto a, auto b, auto o, int64_t n) { gpu::reluForward(a, o, n, stream()); (void)b; }),
-                          [](float a, float) { return a > 0 ? a : 0.0f; }, "reluForward");
-  expectBinaryBits<float>(Binary([](auto a, auto b, auto o, int64_t n) {
-                            gpu::fill(o, 2.5f, n, stream());
-                            (void)a, (void)b;
-                          }),
-                          [](float, float) { return 2.5f; }, "fill");
+  expectBinaryBits<float>(
+      Binary([](auto a, auto b, auto o, int64_t n) {
+        gpu::reluForward(a, o, n, stream());
+        (void)b;
+      }),
+      [](float a, float) { return a > 0 ? a : 0.0f; }, "reluForward");
+  expectBinaryBits<float>(
+      Binary([](auto a, auto b, auto o, int64_t n) {
+        gpu::fill(o, 2.5f, n, stream());
+        (void)a, (void)b;
+      }),
+      [](float, float) { return 2.5f; }, "fill");
   // addInPlace writes into its first operand: copy a there first.
   expectBinaryBits<float>(Binary([](auto a, auto b, auto o, int64_t n) {
                             gpu::scale(a, 1.0f, o, n, stream());
@@ -128,29 +132,39 @@ TEST(ElementwiseKernels, Bf16MatchesFloatMathRoundedOnTheHost) {
   namespace gpu = kernels::cuda;
   using Binary = std::function<void(const bf16*, const bf16*, bf16*, int64_t)>;
   auto f = [](bf16 x) { return bf16ToFloat(x); };
-  expectBinaryBits<bf16>(Binary([](auto a, auto b, auto o, int64_t n) { gpu::add(a, b, o, n, stream()); }),
-                         [&](bf16 a, bf16 b) { return floatToBf16(f(a) + f(b)); }, "add");
-  expectBinaryBits<bf16>(Binary([](auto a, auto b, auto o, int64_t n) { gpu::mul(a, b, o, n, stream()); }),
-                         [&](bf16 a, bf16 b) { return floatToBf16(f(a) * f(b)); }, "mul");
-  expectBinaryBits<bf16>(Binary([](auto a, auto b, auto o, int64_t n) {
-                           gpu::addInPlace(o, b, n, stream());
-                           (void)a;
-                         }),
-                         [&](bf16 a, bf16 b) { return floatToBf16(f(a) + f(b)); }, "addInPlace");
-  expectBinaryBits<bf16>(Binary([](auto a, auto b, auto o, int64_t n) {
-                           gpu::scale(a, 0.37f, o, n, stream());
-                           (void)b;
-                         }),
-                         [&](bf16 a, bf16) { return floatToBf16(f(a) * 0.37f); }, "scale");
-  expectBinaryBits<bf16>(Binary([](auto a, auto b, auto o, int64_t n) { gpu::reluForward(a, o, n, stream()); (void)b; }),
-                         [&](bf16 a, bf16) { return f(a) > 0 ? a : bf16{0}; }, "reluForward");
-  expectBinaryBits<bf16>(Binary([](auto a, auto b, auto o, int64_t n) { gpu::reluBackward(a, b, o, n, stream()); }),
-                         [&](bf16 a, bf16 b) { return f(a) > 0 ? b : bf16{0}; }, "reluBackward");
-  expectBinaryBits<bf16>(Binary([](auto a, auto b, auto o, int64_t n) {
-                           gpu::fill(o, floatToBf16(-1.25f), n, stream());
-                           (void)a, (void)b;
-                         }),
-                         [&](bf16, bf16) { return floatToBf16(-1.25f); }, "fill");
+  expectBinaryBits<bf16>(
+      Binary([](auto a, auto b, auto o, int64_t n) { gpu::add(a, b, o, n, stream()); }),
+      [&](bf16 a, bf16 b) { return floatToBf16(f(a) + f(b)); }, "add");
+  expectBinaryBits<bf16>(
+      Binary([](auto a, auto b, auto o, int64_t n) { gpu::mul(a, b, o, n, stream()); }),
+      [&](bf16 a, bf16 b) { return floatToBf16(f(a) * f(b)); }, "mul");
+  expectBinaryBits<bf16>(
+      Binary([](auto a, auto b, auto o, int64_t n) {
+        gpu::addInPlace(o, b, n, stream());
+        (void)a;
+      }),
+      [&](bf16 a, bf16 b) { return floatToBf16(f(a) + f(b)); }, "addInPlace");
+  expectBinaryBits<bf16>(
+      Binary([](auto a, auto b, auto o, int64_t n) {
+        gpu::scale(a, 0.37f, o, n, stream());
+        (void)b;
+      }),
+      [&](bf16 a, bf16) { return floatToBf16(f(a) * 0.37f); }, "scale");
+  expectBinaryBits<bf16>(
+      Binary([](auto a, auto b, auto o, int64_t n) {
+        gpu::reluForward(a, o, n, stream());
+        (void)b;
+      }),
+      [&](bf16 a, bf16) { return f(a) > 0 ? a : bf16{0}; }, "reluForward");
+  expectBinaryBits<bf16>(
+      Binary([](auto a, auto b, auto o, int64_t n) { gpu::reluBackward(a, b, o, n, stream()); }),
+      [&](bf16 a, bf16 b) { return f(a) > 0 ? b : bf16{0}; }, "reluBackward");
+  expectBinaryBits<bf16>(
+      Binary([](auto a, auto b, auto o, int64_t n) {
+        gpu::fill(o, floatToBf16(-1.25f), n, stream());
+        (void)a, (void)b;
+      }),
+      [&](bf16, bf16) { return floatToBf16(-1.25f); }, "fill");
 }
 
 // GELU forward and backward against float64, per element: within a few roundings of the output type.
@@ -167,8 +181,10 @@ void expectGeluClose(double tolerance) {
         x = xf, g = gf;
       }
       auto value = [](const T& v) {
-        if constexpr (std::is_same_v<T, bf16>) return double(bf16ToFloat(v));
-        else return double(v);
+        if constexpr (std::is_same_v<T, bf16>)
+          return double(bf16ToFloat(v));
+        else
+          return double(v);
       };
       const Tensor dx = cudaAt(x, offset), dg = cudaAt(g, offset), y = cudaAt(x, offset), d = cudaAt(x, offset);
       gpu::geluForward(dx.data<T>(), y.data<T>(), n, stream());

@@ -42,14 +42,14 @@ Variable twinAttention(const Variable& qkvVar, int64_t H) {
   const Dims s{qkv.size(0), qkv.size(1), H, qkv.size(2) / 3 / H};
   Tensor y = Tensor::empty({s.B, s.T, s.C()}, DType::F64, Device::CPU);
   Tensor lse = Tensor::empty({s.B, s.H, s.T}, DType::F64, Device::CPU);
-  kernels::cpu::flashAttentionForward<double>(qkv.data<double>(), y.data<double>(), lse.data<double>(), s.B, s.T,
-                                              s.H, s.d);
+  kernels::cpu::flashAttentionForward<double>(qkv.data<double>(), y.data<double>(), lse.data<double>(), s.B, s.T, s.H,
+                                              s.d);
   return Variable::fromOp(y, {qkvVar}, [s, qkv, y, lse](const Tensor& g) {
     Tensor dqkv = Tensor::empty(qkv.shape(), DType::F64, Device::CPU);
     Tensor rowDot = Tensor::empty({s.B, s.H, s.T}, DType::F64, Device::CPU);
     kernels::cpu::flashAttentionBackward<double>(g.data<double>(), qkv.data<double>(), y.data<double>(),
-                                                 lse.data<double>(), rowDot.data<double>(), dqkv.data<double>(),
-                                                 s.B, s.T, s.H, s.d);
+                                                 lse.data<double>(), rowDot.data<double>(), dqkv.data<double>(), s.B,
+                                                 s.T, s.H, s.d);
     return std::vector<Tensor>{dqkv};
   });
 }
@@ -134,7 +134,8 @@ std::vector<double> valuesOf(const Tensor& t) {
 
 // A CUDA tensor of `dtype` (F32 or BF16) holding `values` rounded to it.
 Tensor cudaTensor(const std::vector<double>& values, const Shape& shape, DType dtype) {
-  if (dtype == DType::F32) return Tensor::fromVector<float>(std::vector<float>(values.begin(), values.end()), shape, Device::CUDA);
+  if (dtype == DType::F32)
+    return Tensor::fromVector<float>(std::vector<float>(values.begin(), values.end()), shape, Device::CUDA);
   std::vector<bf16> rounded;
   for (double v : values) rounded.push_back(floatToBf16(static_cast<float>(v)));
   return Tensor::fromVector<bf16>(rounded, shape, Device::CUDA);
@@ -266,8 +267,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FlashAttentionCuda,
                                            Dims{1, 333, 2, 64}),
                          [](const ::testing::TestParamInfo<Dims>& info) {
                            const Dims& s = info.param;
-                           return "B" + std::to_string(s.B) + "T" + std::to_string(s.T) + "H" +
-                                  std::to_string(s.H) + "d" + std::to_string(s.d);
+                           return "B" + std::to_string(s.B) + "T" + std::to_string(s.T) + "H" + std::to_string(s.H) +
+                                  "d" + std::to_string(s.d);
                          });
 
 // ---- the op on CUDA ----

@@ -81,7 +81,8 @@ void expectAddsIntoInstalled(const Fn& f, const std::vector<Tensor>& inputs, con
   for (size_t i = 0; i < inputs.size(); ++i) {
     std::vector<double> a = added[i + 1].toVector<double>(), g = fresh[i].toVector<double>();
     std::vector<double> start = randomTensor(inputs[i].shape(), 100 + i).toVector<double>();
-    for (size_t j = 0; j < a.size(); ++j) EXPECT_NEAR(a[j], start[j] + g[j], 1e-12) << "input " << i << " element " << j;
+    for (size_t j = 0; j < a.size(); ++j)
+      EXPECT_NEAR(a[j], start[j] + g[j], 1e-12) << "input " << i << " element " << j;
   }
 }
 
@@ -146,9 +147,11 @@ TEST(FusedOps, CrossEntropyWritesTheGradientIntoAnOpsLogits) {
 TEST(FusedOps, CrossEntropyThroughAnOpGradcheck) {
   Tensor targets = randomIndices({4}, 6, 8);
   std::string report;
-  EXPECT_LT(gradcheck([targets](const std::vector<Variable>& in) { return ops::crossEntropy(ops::scale(in[0], 1.5), targets); },
-                      {Variable(randomTensor({4, 6}, 9, -3.0, 3.0), true)}, &report),
-            1e-6)
+  EXPECT_LT(
+      gradcheck(
+          [targets](const std::vector<Variable>& in) { return ops::crossEntropy(ops::scale(in[0], 1.5), targets); },
+          {Variable(randomTensor({4, 6}, 9, -3.0, 3.0), true)}, &report),
+      1e-6)
       << report;
 }
 
@@ -295,7 +298,8 @@ TEST_F(Bf16VsFloat64, LayerNorm) {
 
 TEST_F(Bf16VsFloat64, Embedding) {
   const int64_t V = 1000, Tmax = 64, C = 96;
-  Tensor wte = asF64(randomTensor({V, C}, 28).toDType(DType::F32)), wpe = asF64(randomTensor({Tmax, C}, 29).toDType(DType::F32));
+  Tensor wte = asF64(randomTensor({V, C}, 28).toDType(DType::F32)),
+         wpe = asF64(randomTensor({Tmax, C}, 29).toDType(DType::F32));
   Tensor tokens = randomIndices({8, 48}, 50, 30);  // 50 distinct ids at most: long segments
   Tensor g = asF64(toBf16(randomTensor({8, 48, C}, 31), Device::CPU));
   Variable er(wte, true), pr(wpe, true);
@@ -330,7 +334,8 @@ TEST_F(Bf16VsFloat64, BitwiseReproducible) {
   // embedding -> layerNorm -> cross-entropy in bf16, twice: the same loss and parameter gradients bit for
   // bit (fixed-order reductions, no atomics).
   const int64_t V = 3000, C = 64;
-  Tensor tokens = randomIndices({4, 32}, 40, 37).to(Device::CUDA), targets = randomIndices({128}, 64, 38).to(Device::CUDA);
+  Tensor tokens = randomIndices({4, 32}, 40, 37).to(Device::CUDA),
+         targets = randomIndices({128}, 64, 38).to(Device::CUDA);
   std::vector<Tensor> params{randomTensor({V, C}, 39), randomTensor({32, C}, 40), randomTensor({C}, 41, 0.5, 1.5),
                              randomTensor({C}, 42)};
   std::vector<std::vector<double>> runs;
@@ -354,7 +359,8 @@ TEST_F(Bf16VsFloat64, BitwiseReproducible) {
 TEST_F(Bf16VsFloat64, AddBiasAndSumColumns) {
   // y (bf16) += bias (fp32); dbias (fp32) = column sums of bf16 rows, added onto an installed gradient.
   const int64_t N = 2000, C = 136;
-  Tensor y = asF64(toBf16(randomTensor({N, C}, 34), Device::CPU)), bias = asF64(randomTensor({C}, 35).toDType(DType::F32));
+  Tensor y = asF64(toBf16(randomTensor({N, C}, 34), Device::CPU)),
+         bias = asF64(randomTensor({C}, 35).toDType(DType::F32));
   Tensor start = asF64(randomTensor({C}, 36).toDType(DType::F32));
   std::vector<double> yv = y.toVector<double>(), bv = bias.toVector<double>(), sv = start.toVector<double>();
   std::vector<double> added(yv.size()), sums = sv;

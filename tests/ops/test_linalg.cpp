@@ -69,9 +69,9 @@ TEST(Linear, GradcheckWithAndWithoutBias) {
 // On the CPU (and for fp32/fp64 anywhere) geluMlp is linear, gelu, linear: its gradients pass gradcheck and
 // its output is the three ops' to the bit.
 TEST(GeluMlp, GradcheckAndEqualsTheThreeOps) {
-  EXPECT_TRUE(gradcheckPasses(
-      [](const std::vector<Variable>& in) { return ops::geluMlp(in[0], in[1], in[2], in[3], in[4]); },
-      {leaf({2, 3, 4}, 20), leaf({8, 4}, 21), leaf({8}, 22), leaf({3, 8}, 23), leaf({3}, 24)}));
+  EXPECT_TRUE(
+      gradcheckPasses([](const std::vector<Variable>& in) { return ops::geluMlp(in[0], in[1], in[2], in[3], in[4]); },
+                      {leaf({2, 3, 4}, 20), leaf({8, 4}, 21), leaf({8}, 22), leaf({3, 8}, 23), leaf({3}, 24)}));
   const Variable x(randomTensor({5, 4}, 25)), w1(randomTensor({8, 4}, 26)), b1(randomTensor({8}, 27)),
       w2(randomTensor({3, 8}, 28)), b2(randomTensor({3}, 29));
   EXPECT_EQ(ops::geluMlp(x, w1, b1, w2, b2).data().toVector<double>(),
@@ -159,8 +159,7 @@ TEST(CrossEntropy, LargeLogitsStayFinite) {
     Variable logits(values, true);
     Variable loss = ops::crossEntropy(logits, Tensor::fromVector<int32_t>({1}, {1}));
     // float32 stores the row's logsumexp near 1e4, whose spacing is about 1e-3.
-    EXPECT_NEAR(loss.data().toDType(DType::F64).toVector<double>()[0], expected,
-                dtype == DType::F32 ? 2e-3 : 1e-10);
+    EXPECT_NEAR(loss.data().toDType(DType::F64).toVector<double>()[0], expected, dtype == DType::F32 ? 2e-3 : 1e-10);
     loss.backward();
     for (double g : logits.grad().toDType(DType::F64).toVector<double>()) EXPECT_TRUE(std::isfinite(g));
   }
@@ -213,8 +212,7 @@ TEST_P(CudaVsCpu, MatmulBatched) {
 
 TEST_P(CudaVsCpu, TransposeIsExact) {
   const Fn f = [](const std::vector<Variable>& in) { return ops::transpose(in[0]); };
-  const DeviceComparison c =
-      compareDevices(f, {randomTensor({3, 45, 70}, 39)}, GetParam(), kUpstreamLo, kUpstreamHi);
+  const DeviceComparison c = compareDevices(f, {randomTensor({3, 45, 70}, 39)}, GetParam(), kUpstreamLo, kUpstreamHi);
   EXPECT_EQ(c.output, 0.0);
   EXPECT_EQ(c.grads[0], 0.0);
 }
@@ -260,12 +258,11 @@ TEST_P(CudaVsCpu, BitwiseReproducible) {
 TEST(TiledGemm, MatchesCpuTwin) {
   if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
   // Edges of the 128 x 128 x 16 tiling, K = 0, and both copy widths (4-byte when K or N % 4 != 0).
-  const std::vector<std::array<int64_t, 3>> sizes = {
-      {1, 1, 1}, {5, 3, 0}, {128, 128, 16}, {129, 130, 17}, {200, 72, 300}, {64, 256, 1000}, {257, 131, 64}};
+  const std::vector<std::array<int64_t, 3>> sizes = {{1, 1, 1},      {5, 3, 0},       {128, 128, 16}, {129, 130, 17},
+                                                     {200, 72, 300}, {64, 256, 1000}, {257, 131, 64}};
   for (const auto& [M, N, K] : sizes) {
     SCOPED_TRACE(::testing::Message() << "M=" << M << " N=" << N << " K=" << K);
-    Tensor a = randomTensor({M, K}, 47, -1.0, 1.0, DType::F32),
-           b = randomTensor({K, N}, 48, -1.0, 1.0, DType::F32);
+    Tensor a = randomTensor({M, K}, 47, -1.0, 1.0, DType::F32), b = randomTensor({K, N}, 48, -1.0, 1.0, DType::F32);
     Tensor expected = Tensor::empty({M, N}, DType::F32, Device::CPU);
     kernels::cpu::gemm<float>(false, false, M, N, K, 1.0f, a.data<float>(), 0, b.data<float>(), 0, 0.0f,
                               expected.data<float>(), 0, 1);
@@ -276,8 +273,7 @@ TEST(TiledGemm, MatchesCpuTwin) {
     std::vector<float> got = c.toVector<float>(), want = expected.toVector<float>();
     // Each output sums K products of magnitude <= 1; two summation orders differ in practice by about
     // K eps (sqrt(K) steps of sqrt(K)-sized partial sums). A wrong tile or missed bound is off by O(1).
-    for (size_t i = 0; i < got.size(); ++i)
-      ASSERT_NEAR(got[i], want[i], 4.0 * (K + 1) * 6e-8) << "element " << i;
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 4.0 * (K + 1) * 6e-8) << "element " << i;
   }
 }
 

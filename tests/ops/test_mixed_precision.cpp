@@ -116,21 +116,21 @@ constexpr double kF32OutTolerance = 1e-5;
 
 TEST(GemmBf16, MatchesFloat64Reference) {
   SKIP_WITHOUT_CUDA();
-  const std::vector<GemmCase> cases{{false, false, 64, 96, 128, 1}, {false, true, 64, 96, 128, 1},
-                                    {true, false, 64, 96, 128, 1},  {true, true, 64, 96, 128, 1},
-                                    {false, true, 37, 45, 29, 1},   {false, false, 16, 24, 32, 3},
-                                    {true, false, 1, 40, 300, 1},   {false, true, 1, 10, 16, 1},
-                                    {false, true, 32, 10, 64, 1}};
+  const std::vector<GemmCase> cases{
+      {false, false, 64, 96, 128, 1}, {false, true, 64, 96, 128, 1}, {true, false, 64, 96, 128, 1},
+      {true, true, 64, 96, 128, 1},   {false, true, 37, 45, 29, 1},  {false, false, 16, 24, 32, 3},
+      {true, false, 1, 40, 300, 1},   {false, true, 1, 10, 16, 1},   {false, true, 32, 10, 64, 1}};
   uint64_t seed = 10;
   for (const GemmCase& c : cases) {
-    SCOPED_TRACE(::testing::Message() << "transA " << c.transA << " transB " << c.transB << " M " << c.M << " N "
-                                      << c.N << " K " << c.K << " batch " << c.batch);
+    SCOPED_TRACE(::testing::Message() << "transA " << c.transA << " transB " << c.transB << " M " << c.M << " N " << c.N
+                                      << " K " << c.K << " batch " << c.batch);
     // bf16-exact inputs: float64 values rounded to bf16 and back.
     const Tensor a = randomTensor({c.batch, c.M * c.K}, ++seed).toDType(DType::BF16);
     const Tensor b = randomTensor({c.batch, c.K * c.N}, ++seed).toDType(DType::BF16);
     const Tensor c0 = randomTensor({c.batch, c.M * c.N}, ++seed).toDType(DType::BF16);
     const Tensor bias = randomTensor({c.N}, ++seed).toDType(DType::BF16);
-    const std::vector<double> av = a.toDType(DType::F64).toVector<double>(), bv = b.toDType(DType::F64).toVector<double>(),
+    const std::vector<double> av = a.toDType(DType::F64).toVector<double>(),
+                              bv = b.toDType(DType::F64).toVector<double>(),
                               c0v = c0.toDType(DType::F64).toVector<double>(),
                               biasv = bias.toDType(DType::F64).toVector<double>();
     const Tensor da = a.to(Device::CUDA), db = b.to(Device::CUDA);
@@ -139,16 +139,13 @@ TEST(GemmBf16, MatchesFloat64Reference) {
       Tensor out = c0.toDType(outType).to(Device::CUDA);
       const Tensor dbias = bias.toDType(outType).to(Device::CUDA);
       if (outType == DType::BF16) {
-        MINIDP_ON_CUDA(kernels::cuda::gemmBf16<bf16>(c.transA, c.transB, c.M, c.N, c.K, 1.0f, da.data<bf16>(), sA,
-                                                     db.data<bf16>(), sB, static_cast<float>(beta), out.data<bf16>(),
-                                                     sC, c.batch, withBias ? dbias.data<bf16>() : nullptr,
-                                                     runtime::computeStream()));
+        MINIDP_ON_CUDA(kernels::cuda::gemmBf16<bf16>(
+            c.transA, c.transB, c.M, c.N, c.K, 1.0f, da.data<bf16>(), sA, db.data<bf16>(), sB, static_cast<float>(beta),
+            out.data<bf16>(), sC, c.batch, withBias ? dbias.data<bf16>() : nullptr, runtime::computeStream()));
       } else {
-        MINIDP_ON_CUDA(kernels::cuda::gemmBf16<float>(c.transA, c.transB, c.M, c.N, c.K, 1.0f, da.data<bf16>(), sA,
-                                                      db.data<bf16>(), sB, static_cast<float>(beta),
-                                                      out.data<float>(), sC, c.batch,
-                                                      withBias ? dbias.data<float>() : nullptr,
-                                                      runtime::computeStream()));
+        MINIDP_ON_CUDA(kernels::cuda::gemmBf16<float>(
+            c.transA, c.transB, c.M, c.N, c.K, 1.0f, da.data<bf16>(), sA, db.data<bf16>(), sB, static_cast<float>(beta),
+            out.data<float>(), sC, c.batch, withBias ? dbias.data<float>() : nullptr, runtime::computeStream()));
       }
       return out;
     };
@@ -176,18 +173,21 @@ TEST(GemmBf16, MatchesFloat64Reference) {
 // take the general GEMM with the epilogue in a pass of its own.
 TEST(GemmBf16, GeluEpiloguesAreTheTanhForm) {
   SKIP_WITHOUT_CUDA();
-  const std::vector<GemmCase> cases{{false, true, 64, 96, 128, 1}, {false, false, 64, 96, 128, 1},
-                                    {false, true, 1, 40, 64, 1}, {false, true, 37, 48, 29, 1}};
+  const std::vector<GemmCase> cases{{false, true, 64, 96, 128, 1},
+                                    {false, false, 64, 96, 128, 1},
+                                    {false, true, 1, 40, 64, 1},
+                                    {false, true, 37, 48, 29, 1}};
   uint64_t seed = 60;
   for (const GemmCase& c : cases) {
-    SCOPED_TRACE(::testing::Message() << "transA " << c.transA << " transB " << c.transB << " M " << c.M << " N "
-                                      << c.N << " K " << c.K);
+    SCOPED_TRACE(::testing::Message() << "transA " << c.transA << " transB " << c.transB << " M " << c.M << " N " << c.N
+                                      << " K " << c.K);
     const Tensor a = randomTensor({c.M * c.K}, ++seed, -0.1, 0.1).toDType(DType::BF16);
     const Tensor b = randomTensor({c.K * c.N}, ++seed, -0.1, 0.1).toDType(DType::BF16);
     std::vector<double> spread(c.N);
     for (int64_t n = 0; n < c.N; ++n) spread[n] = -4.0 + 8.0 * static_cast<double>(n) / static_cast<double>(c.N - 1);
     const Tensor bias = Tensor::fromVector(spread, {c.N}).toDType(DType::BF16);
-    const std::vector<double> av = a.toDType(DType::F64).toVector<double>(), bv = b.toDType(DType::F64).toVector<double>(),
+    const std::vector<double> av = a.toDType(DType::F64).toVector<double>(),
+                              bv = b.toDType(DType::F64).toVector<double>(),
                               biasv = bias.toDType(DType::F64).toVector<double>(), zeros(c.M * c.N, 0.0);
     const std::vector<double> product = referenceGemm(c, av, bv, 0.0, zeros, nullptr);
     const std::vector<double> pre = referenceGemm(c, av, bv, 0.0, zeros, &biasv);
@@ -215,8 +215,9 @@ TEST(GemmBf16, GeluEpiloguesAreTheTanhForm) {
       const bool geluOk = std::abs(outv[i] - gelu) <= bf16Step * std::abs(gelu) + fastTanh * std::abs(pre[i]) + 1e-5;
       // dgelu: up to two roundings (cuBLASLt may round the product before the derivative's multiply; seen on
       // the H200: one element of 6144 at 1.01x a one-rounding bound).
-      const bool dgeluOk = std::abs(dprev[i] - dgelu) <= 2 * bf16Step * std::abs(dgelu) +
-                                                          fastTanh * std::abs(product[i]) * (1 + 2 * auxv[i] * auxv[i]) + 1e-6;
+      const bool dgeluOk =
+          std::abs(dprev[i] - dgelu) <=
+          2 * bf16Step * std::abs(dgelu) + fastTanh * std::abs(product[i]) * (1 + 2 * auxv[i] * auxv[i]) + 1e-6;
       if (!(preOk && geluOk && dgeluOk) && ++bad <= 5) {
         ADD_FAILURE() << "element " << i << ": pre " << auxv[i] << " (float64 " << pre[i] << "), gelu " << outv[i]
                       << " (tanh form " << gelu << "), dgelu " << dprev[i] << " (tanh form " << dgelu << ")";
@@ -248,8 +249,10 @@ TEST(GemmTf32, CloseToFloat64AndOffIsExactAgain) {
   ops::setFp32Gemm(ops::Fp32Gemm::Tf32);
   const Tensor tf32 = run();
   ops::setFp32Gemm(ops::Fp32Gemm::Exact);
-  const std::vector<double> av = a.toDType(DType::F64).toVector<double>(), bv = b.toDType(DType::F64).toVector<double>();
-  const Tensor expected = Tensor::fromVector(referenceGemm({false, false, M, N, K, 1}, av, bv, 0, std::vector<double>(M * N), nullptr), {M, N});
+  const std::vector<double> av = a.toDType(DType::F64).toVector<double>(),
+                            bv = b.toDType(DType::F64).toVector<double>();
+  const Tensor expected = Tensor::fromVector(
+      referenceGemm({false, false, M, N, K, 1}, av, bv, 0, std::vector<double>(M * N), nullptr), {M, N});
   // TF32 keeps 10 mantissa bits of each input: errors near 2^-11 relative, far below 1e-2; exact fp32 ~1e-6.
   EXPECT_LT(relativeL2(tf32, expected), 1e-2);
   EXPECT_LT(relativeL2(exact, expected), 1e-5);
@@ -310,12 +313,18 @@ TEST(Bf16Ops, GeluMlpMatchesF32) {
   SKIP_WITHOUT_CUDA();
   const auto mlp = [](const std::vector<Variable>& v) { return ops::geluMlp(v[0], v[1], v[2], v[3], v[4]); };
   const std::vector<bool> params{false, true, true, true, true};
-  expectBf16MatchesF32(mlp, {randomTensor({4, 6, 40}, 51), randomTensor({64, 40}, 52), randomTensor({64}, 53),
-                             randomTensor({40, 64}, 54), randomTensor({40}, 55)}, params);
-  expectBf16MatchesF32(mlp, {randomTensor({1, 32}, 56), randomTensor({128, 32}, 57), randomTensor({128}, 58),
-                             randomTensor({32, 128}, 59), randomTensor({32}, 60)}, params);
-  expectBf16MatchesF32(mlp, {randomTensor({7, 13}, 61), randomTensor({20, 13}, 62), randomTensor({20}, 63),
-                             randomTensor({13, 20}, 64), randomTensor({13}, 65)}, params);
+  expectBf16MatchesF32(mlp,
+                       {randomTensor({4, 6, 40}, 51), randomTensor({64, 40}, 52), randomTensor({64}, 53),
+                        randomTensor({40, 64}, 54), randomTensor({40}, 55)},
+                       params);
+  expectBf16MatchesF32(mlp,
+                       {randomTensor({1, 32}, 56), randomTensor({128, 32}, 57), randomTensor({128}, 58),
+                        randomTensor({32, 128}, 59), randomTensor({32}, 60)},
+                       params);
+  expectBf16MatchesF32(mlp,
+                       {randomTensor({7, 13}, 61), randomTensor({20, 13}, 62), randomTensor({20}, 63),
+                        randomTensor({13, 20}, 64), randomTensor({13}, 65)},
+                       params);
 }
 
 TEST(Bf16Ops, MatmulMatchesF32) {
@@ -376,8 +385,8 @@ TEST_P(DirectGrad, UnderDdpSameBytesAsReturnedGradients) {
   build(b1, b2);
   twoLayers(*a1, *a2, x, w).backward();
 
-  nn::NamedParameters params{{"l1.weight", b1->weight}, {"l1.bias", b1->bias}, {"l2.weight", b2->weight},
-                             {"l2.bias", b2->bias}};
+  nn::NamedParameters params{
+      {"l1.weight", b1->weight}, {"l1.bias", b1->bias}, {"l2.weight", b2->weight}, {"l2.bias", b2->bias}};
   distributed::CommOptions opts;
   opts.backend = "single";
   opts.cuda = device == Device::CUDA;

@@ -75,8 +75,8 @@ TEST(Embedding, RejectsBadTokensAndShapes) {
     EXPECT_NE(std::string(e.what()).find("outside the vocabulary [0, 5)"), std::string::npos) << e.what();
   }
   EXPECT_THROW(ops::embedding(wte, wpe, Tensor::fromVector<int32_t>({-1, 0}, {1, 2})), Error);
-  EXPECT_THROW(ops::embedding(wte, wpe, randomIndices({1, 7}, 5, 9)), Error);  // T = 7 > Tmax = 6
-  EXPECT_THROW(ops::embedding(wte, wpe, randomTensor({1, 2}, 10)), Error);     // float tokens
+  EXPECT_THROW(ops::embedding(wte, wpe, randomIndices({1, 7}, 5, 9)), Error);                      // T = 7 > Tmax = 6
+  EXPECT_THROW(ops::embedding(wte, wpe, randomTensor({1, 2}, 10)), Error);                         // float tokens
   EXPECT_THROW(ops::embedding(wte, Variable(randomTensor({6, 4}, 11)), repeatedTokens()), Error);  // C differs
 }
 
@@ -206,10 +206,11 @@ TEST_P(TransformerCudaVsCpu, LayerNorm) {
   // N = 3 * 37 rows (not a multiple of the 8 rows per GPU block), C = 80 (not a multiple of a warp).
   // The row sums run over C terms, the weight and bias gradients over N.
   const Fn f = [](const std::vector<Variable>& in) { return ops::layerNorm(in[0], in[1], in[2]); };
-  expectClose(compareDevices(f, {randomTensor({3, 37, 80}, 35, -2.0, 3.0), randomTensor({80}, 36, 0.5, 1.5),
-                                 randomTensor({80}, 37)},
-                             GetParam()),
-              sumTolerance(GetParam(), 3 * 37));
+  expectClose(
+      compareDevices(
+          f, {randomTensor({3, 37, 80}, 35, -2.0, 3.0), randomTensor({80}, 36, 0.5, 1.5), randomTensor({80}, 37)},
+          GetParam()),
+      sumTolerance(GetParam(), 3 * 37));
 }
 
 TEST_P(TransformerCudaVsCpu, CausalSelfAttention) {
@@ -227,8 +228,8 @@ TEST_P(TransformerCudaVsCpu, BitwiseReproducible) {
     return randomTensor(shape, seed, lo, hi, dtype).to(Device::CUDA);
   };
   Tensor tokens = randomIndices({4, 70}, 50, 39).to(Device::CUDA);
-  const std::vector<Tensor> params{onCuda({50, 48}, 40, -1, 1), onCuda({70, 48}, 41, -1, 1),
-                                   onCuda({48}, 42, 0.5, 1.5), onCuda({48}, 43, -1, 1)};
+  const std::vector<Tensor> params{onCuda({50, 48}, 40, -1, 1), onCuda({70, 48}, 41, -1, 1), onCuda({48}, 42, 0.5, 1.5),
+                                   onCuda({48}, 43, -1, 1)};
   Tensor proj = onCuda({1, 48, 144}, 44, -0.3, 0.3), upstream = onCuda({4, 70, 48}, 45, -1, 1);
   std::vector<std::vector<double>> runs;
   for (int run = 0; run < 2; ++run) {

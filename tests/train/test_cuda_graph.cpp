@@ -91,8 +91,8 @@ TEST_P(CudaGraphTraining, ReplaysAreByteIdenticalToEagerSteps) {
   ASSERT_EQ(eager.size(), graph.size());
   for (size_t i = 0; i < eager.size(); ++i) {
     const bool loss = i < static_cast<size_t>(o.steps);
-    EXPECT_TRUE(eager[i] == graph[i]) << (loss ? "the loss of step " : "parameter ")
-                                      << (loss ? i + 1 : i - o.steps) << " differs from eager training";
+    EXPECT_TRUE(eager[i] == graph[i]) << (loss ? "the loss of step " : "parameter ") << (loss ? i + 1 : i - o.steps)
+                                      << " differs from eager training";
   }
   // The replays trained: the last steps' losses are not the captured step's.
   EXPECT_FALSE(graph[o.steps - 1] == graph[train::kGraphWarmupSteps]);

@@ -58,7 +58,8 @@ TEST_F(TrainerLoop, ShardedValidationEqualsTheGlobalBatches) {
   for (int b = 0; b < 3; ++b) {
     source->fill(inputs.data(), targets.data());
     total += model.loss(Tensor::fromVector(inputs, {rows, c.context}), Tensor::fromVector(targets, {rows, c.context}))
-                 .data().toVector<float>()[0];
+                 .data()
+                 .toVector<float>()[0];
   }
   EXPECT_NEAR(e.loss, total / 3, 1e-5);
 }
