@@ -2,27 +2,13 @@
 
 #include <cmath>
 
+#include "framework/nn/embedding.h"
+#include "framework/nn/module_list.h"
 #include "framework/ops/ops.h"
 
 namespace minidp::models {
 
 namespace {
-
-/// A module holding one (rows, C) table named "weight".
-class Table : public nn::Module {
- public:
-  explicit Table(Tensor value) { weight = registerParameter("weight", std::move(value)); }
-  Variable weight;
-};
-
-/// A named container so that children read "h.0", "attn", "mlp".
-class Container : public nn::Module {
- public:
-  template <typename M>
-  std::shared_ptr<M> add(const std::string& name, std::shared_ptr<M> m) {
-    return registerModule(name, std::move(m));
-  }
-};
 
 bool endsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -30,28 +16,50 @@ bool endsWith(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
+/// Causal self-attention: c_attn (C -> 3C: q, k, v), the attention core, c_proj (C -> C).
+struct GPT::Attention : nn::Module {
+  std::shared_ptr<nn::Linear> cAttn, cProj;
+  int64_t heads;
+  Attention(const GptConfig& c, nn::Rng& rng) : heads(c.heads) {
+    cAttn = registerModule("c_attn", std::make_shared<nn::Linear>(c.embd, 3 * c.embd, true, rng));
+    cProj = registerModule("c_proj", std::make_shared<nn::Linear>(c.embd, c.embd, true, rng));
+  }
+  // x (B, T, C) -> (B, T, C)
+  Variable forward(const Variable& x) const {
+    return cProj->forward(ops::causalSelfAttention(cAttn->forward(x), heads));
+  }
+};
+
+/// The MLP: c_fc (C -> 4C), GELU, c_proj (4C -> C), as one op (fused on the bf16 CUDA path).
+struct GPT::Mlp : nn::Module {
+  std::shared_ptr<nn::Linear> cFc, cProj;
+  Mlp(const GptConfig& c, nn::Rng& rng) {
+    cFc = registerModule("c_fc", std::make_shared<nn::Linear>(c.embd, 4 * c.embd, true, rng));
+    cProj = registerModule("c_proj", std::make_shared<nn::Linear>(4 * c.embd, c.embd, true, rng));
+  }
+  // x (B, T, C) -> (B, T, C)
+  Variable forward(const Variable& x) const {
+    return ops::geluMlp(x, cFc->weight, cFc->bias, cProj->weight, cProj->bias);
+  }
+};
+
+/// A transformer block, pre-norm: x + attn(ln_1(x)), then h + mlp(ln_2(h)).
 struct GPT::Block : nn::Module {
   std::shared_ptr<nn::LayerNorm> ln1, ln2;
-  std::shared_ptr<nn::Linear> cAttn, attnProj, cFc, mlpProj;
-  int64_t heads;
+  std::shared_ptr<Attention> attn;
+  std::shared_ptr<Mlp> mlp;
 
-  Block(const GptConfig& c, nn::Rng& rng) : heads(c.heads) {
+  Block(const GptConfig& c, nn::Rng& rng) {
     ln1 = registerModule("ln_1", std::make_shared<nn::LayerNorm>(c.embd));
-    auto attn = registerModule("attn", std::make_shared<Container>());
-    cAttn = attn->add("c_attn", std::make_shared<nn::Linear>(c.embd, 3 * c.embd, true, rng));
-    attnProj = attn->add("c_proj", std::make_shared<nn::Linear>(c.embd, c.embd, true, rng));
+    attn = registerModule("attn", std::make_shared<Attention>(c, rng));
     ln2 = registerModule("ln_2", std::make_shared<nn::LayerNorm>(c.embd));
-    auto mlp = registerModule("mlp", std::make_shared<Container>());
-    cFc = mlp->add("c_fc", std::make_shared<nn::Linear>(c.embd, 4 * c.embd, true, rng));
-    mlpProj = mlp->add("c_proj", std::make_shared<nn::Linear>(4 * c.embd, c.embd, true, rng));
+    mlp = registerModule("mlp", std::make_shared<Mlp>(c, rng));
   }
 
   // x (B, T, C) -> (B, T, C)
   Variable forward(const Variable& x) const {
-    Variable a = attnProj->forward(ops::causalSelfAttention(cAttn->forward(ln1->forward(x)), heads));
-    Variable h = ops::add(x, a);
-    Variable m = ops::geluMlp(ln2->forward(h), cFc->weight, cFc->bias, mlpProj->weight, mlpProj->bias);
-    return ops::add(h, m);
+    Variable h = ops::add(x, attn->forward(ln1->forward(x)));
+    return ops::add(h, mlp->forward(ln2->forward(h)));
   }
 };
 
@@ -59,10 +67,10 @@ GPT::GPT(const GptConfig& c, uint64_t seed) : config_(c) {
   MINIDP_CHECK(c.vocab > 0 && c.context > 0 && c.layers > 0 && c.heads > 0 && c.embd > 0, "GPT sizes must be positive");
   MINIDP_CHECK(c.embd % c.heads == 0, "GPT width " << c.embd << " is not divisible by " << c.heads << " heads");
   nn::Rng rng(seed);
-  wte_ = registerModule("wte", std::make_shared<Table>(nn::normal({c.vocab, c.embd}, 0.02, rng)))->weight;
-  wpe_ = registerModule("wpe", std::make_shared<Table>(nn::normal({c.context, c.embd}, 0.02, rng)))->weight;
-  auto h = registerModule("h", std::make_shared<Container>());
-  for (int64_t i = 0; i < c.layers; ++i) blocks_.push_back(h->add(std::to_string(i), std::make_shared<Block>(c, rng)));
+  wte_ = registerModule("wte", std::make_shared<nn::Embedding>(nn::normal({c.vocab, c.embd}, 0.02, rng)))->weight;
+  wpe_ = registerModule("wpe", std::make_shared<nn::Embedding>(nn::normal({c.context, c.embd}, 0.02, rng)))->weight;
+  auto h = registerModule("h", std::make_shared<nn::ModuleList>());
+  for (int64_t i = 0; i < c.layers; ++i) blocks_.push_back(h->append(std::make_shared<Block>(c, rng)));
   lnF_ = registerModule("ln_f", std::make_shared<nn::LayerNorm>(c.embd));
   lmHead_ = registerModule("lm_head", std::make_shared<nn::Linear>(c.embd, c.vocab, false, rng));
   // GPT-2 initialisation replaces PyTorch's Linear default, in registration order.

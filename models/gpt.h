@@ -8,6 +8,8 @@
 // Linear weights are [out, in] as nn.Linear; GELU is the tanh approximation; LayerNorm eps 1e-5.
 #pragma once
 
+#include "framework/nn/layer_norm.h"
+#include "framework/nn/linear.h"
 #include "models/model.h"
 
 namespace minidp::models {
@@ -35,6 +37,8 @@ class GPT : public Model {
   const GptConfig& config() const { return config_; }
 
  private:
+  struct Attention;
+  struct Mlp;
   struct Block;
   /// tokens (B, T) -> the final LayerNorm's output (B, T, C), the lm head's input.
   Variable features(const Tensor& tokens) const;

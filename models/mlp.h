@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "framework/nn/linear.h"
 #include "models/model.h"
 
 namespace minidp::models {

@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "framework/nn/linear.h"
 #include "framework/nn/sequential.h"
 #include "models/registry.h"
 #include "rms_norm.h"

@@ -9,6 +9,11 @@ Embedding::Embedding(int64_t num, int64_t dim, Rng& rng) {
   weight = registerParameter("weight", normal({num, dim}, 1.0, rng));
 }
 
+Embedding::Embedding(Tensor initial) {
+  MINIDP_CHECK(initial.ndim() == 2, "Embedding: the table must be (num, dim), got " << shapeString(initial.shape()));
+  weight = registerParameter("weight", std::move(initial));
+}
+
 Variable Embedding::forward(const Tensor& index) const { return ops::gatherRows(weight, index); }
 
 }  // namespace minidp::nn

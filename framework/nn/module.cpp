@@ -56,42 +56,4 @@ Variable Module::registerParameter(const std::string& name, Tensor value) {
   return p;
 }
 
-namespace {
-// A double in [0, 1) from the top 53 bits: identical on every platform, unlike std distributions.
-double unit(Rng& rng) { return (rng() >> 11) * (1.0 / 9007199254740992.0); }
-}  // namespace
-
-Tensor uniform(const Shape& shape, double bound, Rng& rng) {
-  Tensor t = Tensor::empty(shape, DType::F32, Device::CPU);
-  float* p = t.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>((2.0 * unit(rng) - 1.0) * bound);
-  return t;
-}
-
-Tensor normal(const Shape& shape, double stddev, Rng& rng) {
-  Tensor t = Tensor::empty(shape, DType::F32, Device::CPU);
-  float* p = t.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    const double u1 = 1.0 - unit(rng), u2 = unit(rng);
-    p[i] = static_cast<float>(stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
-  }
-  return t;
-}
-
-Linear::Linear(int64_t in, int64_t out, bool hasBias, Rng& rng) {
-  const double bound = 1.0 / std::sqrt(static_cast<double>(in));
-  weight = registerParameter("weight", uniform({out, in}, bound, rng));
-  if (hasBias) bias = registerParameter("bias", uniform({out}, bound, rng));
-}
-
-Variable Linear::forward(const Variable& x) const { return ops::linear(x, weight, bias); }
-
-LayerNorm::LayerNorm(int64_t features, double eps) : eps_(eps) {
-  std::vector<float> ones(features, 1.0f);
-  weight = registerParameter("weight", Tensor::fromVector(ones, {features}));
-  bias = registerParameter("bias", Tensor::zeros({features}, DType::F32, Device::CPU));
-}
-
-Variable LayerNorm::forward(const Variable& x) const { return ops::layerNorm(x, weight, bias, eps_); }
-
 }  // namespace minidp::nn

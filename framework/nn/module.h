@@ -3,7 +3,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,33 +42,6 @@ class Module {
   void collect(const std::string& prefix, NamedParameters& out) const;
   std::vector<std::pair<std::string, Variable>> params_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
-};
-
-/// The seeded generator every initialiser draws from; the same seed gives the same weights anywhere.
-using Rng = std::mt19937_64;
-/// U(-bound, bound), float32 on the CPU, drawn in row-major order.
-Tensor uniform(const Shape& shape, double bound, Rng& rng);
-/// N(0, std^2), float32 on the CPU (Box-Muller, portable across standard libraries).
-Tensor normal(const Shape& shape, double stddev, Rng& rng);
-
-/// y = x W^T + b with W stored [out, in] as torch.nn.Linear; PyTorch's default initialisation
-/// (weight and bias uniform in +-1/sqrt(in)).
-class Linear : public Module {
- public:
-  Linear(int64_t in, int64_t out, bool bias, Rng& rng);
-  Variable forward(const Variable& x) const;
-  Variable weight, bias;
-};
-
-/// LayerNorm over the last dimension, weight 1 and bias 0 at start, as torch.nn.LayerNorm.
-class LayerNorm : public Module {
- public:
-  LayerNorm(int64_t features, double eps = 1e-5);
-  Variable forward(const Variable& x) const;
-  Variable weight, bias;
-
- private:
-  double eps_;
 };
 
 }  // namespace minidp::nn

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "framework/nn/embedding.h"
+#include "framework/nn/layer_norm.h"
+#include "framework/nn/linear.h"
 #include "framework/nn/module_list.h"
 #include "framework/nn/sequential.h"
 #include "framework/ops/ops.h"

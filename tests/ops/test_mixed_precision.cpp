@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "framework/distributed/ddp.h"
-#include "framework/nn/module.h"
+#include "framework/nn/linear.h"
 #include "framework/ops/dispatch.h"
 #include "framework/ops/ops.h"
 #include "framework/ops/tensor_math.h"
