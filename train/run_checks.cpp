@@ -15,6 +15,7 @@
 #include "data/text.h"
 #include "framework/io/atomic_file.h"
 #include "framework/io/safetensors.h"
+#include "models/registry.h"
 #include "train/train_state.h"
 
 namespace minidp::train {
@@ -119,9 +120,12 @@ void checkTokens(const char* part, int64_t tokens, const Options& o, const std::
 }
 
 void checkData(const Options& o, int world) {
-  const std::string data = o.data.empty() ? (o.model == "mlp" ? "fashion-mnist" : "fortunes") : o.data;
-  MINIDP_CHECK(o.model != "mlp" || data == "fashion-mnist", "--model mlp trains on --data fashion-mnist, not " << data);
-  MINIDP_CHECK(o.model != "gpt" || data != "fashion-mnist", "--model gpt trains on --data fortunes or llmc");
+  const models::ModelEntry& entry = models::findModel(o.model);
+  const std::string data = o.data.empty() ? entry.defaultData : o.data;
+  const bool images = entry.data == models::DataKind::Images;
+  MINIDP_CHECK(!images || data == "fashion-mnist",
+               "--model " << o.model << " trains on --data fashion-mnist, not " << data);
+  MINIDP_CHECK(images || data != "fashion-mnist", "--model " << o.model << " trains on --data fortunes or llmc");
   const int64_t perStep = o.batchSize * o.gradAccum * world;  // samples of one optimizer step
   if (data == "llmc") {
     MINIDP_CHECK(!o.llmcTrain.empty(), "--data llmc needs --llmc-train FILE (an llm.c .bin token file)");

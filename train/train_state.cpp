@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "framework/nn/checkpoint.h"
+#include "models/registry.h"
 
 namespace minidp::train {
 
@@ -13,19 +14,19 @@ constexpr const char* kStateKey = "minidp";
 constexpr int kStateFormat = 1;
 
 std::string optimizerName(const Options& o) {
-  return o.optimizer.empty() ? (o.model == "mlp" ? "sgd" : "adamw") : o.optimizer;
+  return o.optimizer.empty() ? models::findModel(o.model).defaultOptimizer : o.optimizer;
 }
 
 // The flags that shape the parameters, as one line: a state from another model says what differs.
 std::string modelDescription(const Options& o) {
   std::ostringstream os;
   os << o.model;
-  if (o.model == "mlp") {
+  if (models::findModel(o.model).data == models::DataKind::Images) {
     os << " --hidden";
     for (int64_t h : o.hidden) os << " " << h;
   } else {
     os << " --layers " << o.gpt.layers << " --heads " << o.gpt.heads << " --embd " << o.gpt.embd << " --context "
-       << o.gpt.context << " --data " << (o.data.empty() ? "fortunes" : o.data);
+       << o.gpt.context << " --data " << (o.data.empty() ? models::findModel(o.model).defaultData : o.data);
   }
   return os.str();
 }
