@@ -6,49 +6,38 @@
 #include "framework/runtime/device.h"
 #include "framework/tensor/tensor.h"
 
+/// One case of a dtype switch: runs the block with `T` bound to `type` (helper of the dispatch macros).
+#define MINIDP_DISPATCH_CASE_(enumerator, type, T, ...) \
+  case ::minidp::DType::enumerator: {                   \
+    using T = type;                                     \
+    __VA_ARGS__;                                        \
+    break;                                              \
+  }
+
+/// The error of a dtype switch that has no case for `dtype`.
+#define MINIDP_DISPATCH_DEFAULT_(dtype) \
+  default:                              \
+    ::minidp::throwError(std::string("expected a float tensor, got ") + ::minidp::dtypeName(dtype), __FILE__, __LINE__)
+
 /// Runs the block with `T` bound to float or double according to `dtype`.
-#define MINIDP_DISPATCH_FLOAT(dtype, T, ...)                                                                      \
-  do {                                                                                                            \
-    switch (dtype) {                                                                                              \
-      case ::minidp::DType::F32: {                                                                                \
-        using T = float;                                                                                          \
-        __VA_ARGS__;                                                                                              \
-        break;                                                                                                    \
-      }                                                                                                           \
-      case ::minidp::DType::F64: {                                                                                \
-        using T = double;                                                                                         \
-        __VA_ARGS__;                                                                                              \
-        break;                                                                                                    \
-      }                                                                                                           \
-      default:                                                                                                    \
-        ::minidp::throwError(std::string("expected a float tensor, got ") + ::minidp::dtypeName(dtype), __FILE__, \
-                             __LINE__);                                                                           \
-    }                                                                                                             \
+#define MINIDP_DISPATCH_FLOAT(dtype, T, ...)             \
+  do {                                                   \
+    switch (dtype) {                                     \
+      MINIDP_DISPATCH_CASE_(F32, float, T, __VA_ARGS__)  \
+      MINIDP_DISPATCH_CASE_(F64, double, T, __VA_ARGS__) \
+      MINIDP_DISPATCH_DEFAULT_(dtype);                   \
+    }                                                    \
   } while (0)
 
 /// Like MINIDP_DISPATCH_FLOAT, also binding `T` to bf16 for BF16 tensors (mixed-precision activations).
-#define MINIDP_DISPATCH_ACTIVATION(dtype, T, ...)                                                                 \
-  do {                                                                                                            \
-    switch (dtype) {                                                                                              \
-      case ::minidp::DType::F32: {                                                                                \
-        using T = float;                                                                                          \
-        __VA_ARGS__;                                                                                              \
-        break;                                                                                                    \
-      }                                                                                                           \
-      case ::minidp::DType::F64: {                                                                                \
-        using T = double;                                                                                         \
-        __VA_ARGS__;                                                                                              \
-        break;                                                                                                    \
-      }                                                                                                           \
-      case ::minidp::DType::BF16: {                                                                               \
-        using T = ::minidp::bf16;                                                                                 \
-        __VA_ARGS__;                                                                                              \
-        break;                                                                                                    \
-      }                                                                                                           \
-      default:                                                                                                    \
-        ::minidp::throwError(std::string("expected a float tensor, got ") + ::minidp::dtypeName(dtype), __FILE__, \
-                             __LINE__);                                                                           \
-    }                                                                                                             \
+#define MINIDP_DISPATCH_ACTIVATION(dtype, T, ...)                 \
+  do {                                                            \
+    switch (dtype) {                                              \
+      MINIDP_DISPATCH_CASE_(F32, float, T, __VA_ARGS__)           \
+      MINIDP_DISPATCH_CASE_(F64, double, T, __VA_ARGS__)          \
+      MINIDP_DISPATCH_CASE_(BF16, ::minidp::bf16, T, __VA_ARGS__) \
+      MINIDP_DISPATCH_DEFAULT_(dtype);                            \
+    }                                                             \
   } while (0)
 
 #if MINIDP_WITH_CUDA
