@@ -5,27 +5,40 @@
 
 namespace minidp::kernels::cpu {
 
-template <typename T>
-void sgdMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, SgdParams<T> hArg, const SgdParams<T>* deviceH,
-                  const T* gradScale) {
-  const SgdParams<T> h = deviceH ? *deviceH : hArg;
+namespace {
+
+// Every element of every chunk, in order: update(chunk, i, scaled gradient, h) with the step's scalars
+// (read from the device-side copy when given, as the CUDA kernels do).
+template <typename T, typename Params, typename Update>
+void forEachElement(const ParamChunk<T>* chunks, int64_t numChunks, const Params& hArg, const Params* deviceH,
+                    const T* gradScale, Update update) {
+  const Params h = deviceH ? *deviceH : hArg;
   const T factor = gradFactor(gradScale);
   for (int64_t c = 0; c < numChunks; ++c) {
     const ParamChunk<T>& k = chunks[c];
-    T unused = 0;
-    for (int64_t i = 0; i < k.n; ++i) sgdUpdate(k.param[i], k.grad[i] * factor, k.state0 ? k.state0[i] : unused, h);
+    for (int64_t i = 0; i < k.n; ++i) update(k, i, k.grad[i] * factor, h);
   }
+}
+
+}  // namespace
+
+template <typename T>
+void sgdMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, SgdParams<T> hArg, const SgdParams<T>* deviceH,
+                  const T* gradScale) {
+  forEachElement(chunks, numChunks, hArg, deviceH, gradScale,
+                 [](const ParamChunk<T>& k, int64_t i, T g, const SgdParams<T>& h) {
+                   T unused = 0;
+                   sgdUpdate(k.param[i], g, k.state0 ? k.state0[i] : unused, h);
+                 });
 }
 
 template <typename T>
 void adamwMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, AdamWParams<T> hArg, const AdamWParams<T>* deviceH,
                     const T* gradScale) {
-  const AdamWParams<T> h = deviceH ? *deviceH : hArg;
-  const T factor = gradFactor(gradScale);
-  for (int64_t c = 0; c < numChunks; ++c) {
-    const ParamChunk<T>& k = chunks[c];
-    for (int64_t i = 0; i < k.n; ++i) adamwUpdate(k.param[i], k.grad[i] * factor, k.state0[i], k.state1[i], h);
-  }
+  forEachElement(chunks, numChunks, hArg, deviceH, gradScale,
+                 [](const ParamChunk<T>& k, int64_t i, T g, const AdamWParams<T>& h) {
+                   adamwUpdate(k.param[i], g, k.state0[i], k.state1[i], h);
+                 });
 }
 
 template <typename P>
