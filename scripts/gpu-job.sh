@@ -60,6 +60,16 @@ step_fast_step() {
       --json "$out/torch_gpt2_b$b.json" 2>&1 | tee "$out/torch_gpt2_b$b.txt" | tail -4
   done
 }
+# minidp alone at the GPT-2-small shape, batch 8 and 16 (a quick check between full fast-step jobs).
+step_bench_mdp() {
+  [ -f "$out/tokens/train.bin" ] || python3 scripts/make-random-tokens.py "$out/tokens"
+  for b in 8 16; do
+    build/bin/minidp-bench "${gpt2[@]}" --batch-size $b --dtype bf16 --steps 15 --warmup 5 --bucket-mb-list 25 \
+      --json "$out/mdp_gpt2_bf16_b$b.json" >"$out/mdp_gpt2_bf16_b$b.txt" 2>&1; echo "b$b"; tail -2 "$out/mdp_gpt2_bf16_b$b.txt"
+  done
+}
+# The bf16 fortunes gap: fp32 and bf16 pairs at shapes that each change one dimension (scripts/bf16-bisect.sh).
+step_bisect() { scripts/bf16-bisect.sh "$out/bisect"; }
 # Where the GPU time of GPT-2-small bf16 steps goes: ncu kernel durations of steps after the warm-up.
 step_profile() {
   [ -f "$out/tokens/train.bin" ] || python3 scripts/make-random-tokens.py "$out/tokens"

@@ -81,25 +81,46 @@ Variable linearCrossEntropy(const Variable& xv, const Variable& weightv, const T
   MINIDP_CHECK(N > 0, "linearCrossEntropy: no rows in " << shapeString(x.shape()));
   checkTargets("linearCrossEntropy", targets, N, x.device(), x.shape());
   const int64_t ld = (V + kLogitsRowAlign - 1) / kLogitsRowAlign * kLogitsRowAlign;
-  const Tensor wc = cast(w, x.dtype());  // the compute copy (bf16 under mixed precision), kept for backward
-  // (N, V) logits in rows of ld; the padding columns are never read or written.
+  // Under mixed precision the compute copy of w is bf16 in ld rows, the padding rows zero, and the products
+  // run over all ld vocabulary rows: every operand's contiguous extent is then a multiple of 64, which the
+  // sm90 tensor-core kernels need (an odd V = 50257 took Turing align1 kernels at a fifth of the rate).
+  // The padding columns of the logits come out exactly 0 and add exact zeros to dx. fp32 keeps V.
+  const bool mixed = x.dtype() == DType::BF16;
+  const int64_t Vg = mixed ? ld : V;
+  Tensor wc = w;  // the compute copy, kept for backward
+  if (mixed) {
+    wc = Tensor::empty({ld, C}, DType::BF16, x.device());
+    Tensor head = Tensor::alias(wc, 0, w.shape());
+    castInto(w, head);
+    if (ld > V) Tensor::alias(wc, V * C, {(ld - V) * C}).zero();
+  }
+  // (N, V) logits in rows of ld; the padding columns are never read by the loss.
   const Tensor logits = Tensor::empty({N, ld}, x.dtype(), x.device());
   Tensor out = logits;
-  gemm(false, true, N, V, C, x, 0, wc, 0, out, 0, 1, 0, Tensor(), {0, 0, ld});
+  gemm(false, true, N, Vg, C, x, 0, wc, 0, out, 0, 1, 0, Tensor(), {0, 0, ld});
   const XentForward fwd = xentForward(logits, targets, N, V, ld);
   const bool needX = xv.requiresGrad(), needW = weightv.requiresGrad();
   return Variable::fromOp(fwd.loss, {xv, weightv}, [=](const Tensor& g) {  // g [1], read on its device
-    // The logits are this op's own: their buffer takes dlogits (N, V), rows ld apart.
+    // The logits are this op's own: their buffer takes dlogits (N, V), rows ld apart (the padding columns
+    // keep the forward's zeros).
     Tensor dlogits = logits;
     xentBackward(logits, targets, fwd.lse, g, dlogits, N, V, ld);
     Tensor dx, dw;
     if (needX) {
-      dx = Tensor::empty(x.shape(), x.dtype(), x.device());  // (N, C) = dlogits (N, V) @ W (V, C)
-      gemm(false, false, N, C, V, dlogits, 0, wc, 0, dx, 0, 1, 0, Tensor(), {ld, 0, 0});
+      dx = Tensor::empty(x.shape(), x.dtype(), x.device());  // (N, C) = dlogits (N, Vg) @ W (Vg, C)
+      gemm(false, false, N, C, Vg, dlogits, 0, wc, 0, dx, 0, 1, 0, Tensor(), {ld, 0, 0});
     }
     if (needW) {
       GradSink sink = gradSink(1, w);  // (V, C) (+)= dlogits^T (V, N) @ x (N, C), in w's dtype
-      gemm(true, false, V, C, N, dlogits, 0, x, 0, sink.out, 0, 1, sink.beta, Tensor(), {ld, 0, 0});
+      // The gradient has V rows, so under mixed precision its first V rounded down to 64 take the aligned
+      // product and the last few rows a small one of their own.
+      const int64_t head = mixed ? V / kLogitsRowAlign * kLogitsRowAlign : V;
+      if (head > 0) gemm(true, false, head, C, N, dlogits, 0, x, 0, sink.out, 0, 1, sink.beta, Tensor(), {ld, 0, 0});
+      if (head < V) {
+        Tensor tailIn = Tensor::alias(dlogits, head, {N * ld - head});
+        Tensor tailOut = Tensor::alias(sink.out, head * C, {(V - head) * C});
+        gemm(true, false, V - head, C, N, tailIn, 0, x, 0, tailOut, 0, 1, sink.beta, Tensor(), {ld, 0, 0});
+      }
       dw = sink.returned;
     }
     return std::vector<Tensor>{dx, dw};

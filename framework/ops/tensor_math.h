@@ -21,6 +21,8 @@ Tensor sumAll(const Tensor& x);
 Tensor full(const Shape& shape, double value, DType dtype, Device device);
 /// x converted to `dtype` (float types; bf16 rounds to nearest even); x itself when it has that dtype.
 Tensor cast(const Tensor& x, DType dtype);
+/// Writes x converted to y's dtype into y (same numel, same device).
+void castInto(const Tensor& x, Tensor& y);
 
 /// How fp32 GEMMs compute on CUDA: exactly (fp32 FMA, the reference path) or on TF32 tensor cores.
 enum class Fp32Gemm { Exact, Tf32 };

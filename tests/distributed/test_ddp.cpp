@@ -554,7 +554,9 @@ TEST(CudaCommunicators, EmulatedLinkTakesTheModelledTimeOnTheCommStream) {
   runtime::synchronize();
   const distributed::WorkTiming t = work->timing();
   EXPECT_GE(t.finishedMs - t.startedMs, 0.99 * modelledMs);
-  EXPECT_LE(t.finishedMs - t.startedMs, modelledMs + 5.0);
+  // The upper bound only catches a grossly wrong model: under mpirun every rank's spin shares this GPU
+  // with the others (and ctest runs other GPU tests beside it), which stretched 7.4 ms to 13.7 ms once.
+  EXPECT_LE(t.finishedMs - t.startedMs, 3.0 * modelledMs + 20.0);
   Tensor back = buffer.to(Device::CPU);
   EXPECT_EQ(std::memcmp(back.raw(), host.raw(), host.nbytes()), 0);
 }
