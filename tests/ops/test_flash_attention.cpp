@@ -260,11 +260,11 @@ TEST_P(FlashAttentionCuda, Bf16MatchesFloat64) {
 }
 
 // T = 1, 17, 64, 200 (one key; a partial tile; exactly one tile; four tiles, the last partial), several B
-// and H, both head dims.
+// and H, both head dims; and the fortunes GPT's attention (768 CTAs: several waves on the GPU).
 INSTANTIATE_TEST_SUITE_P(Shapes, FlashAttentionCuda,
                          ::testing::Values(Dims{1, 1, 1, 64}, Dims{2, 17, 3, 64}, Dims{1, 64, 2, 64},
                                            Dims{2, 200, 2, 64}, Dims{3, 200, 1, 32}, Dims{1, 130, 4, 32},
-                                           Dims{1, 333, 2, 64}),
+                                           Dims{1, 333, 2, 64}, Dims{32, 256, 6, 64}),
                          [](const ::testing::TestParamInfo<Dims>& info) {
                            const Dims& s = info.param;
                            return "B" + std::to_string(s.B) + "T" + std::to_string(s.T) + "H" + std::to_string(s.H) +
