@@ -193,6 +193,8 @@ __global__ void columnFinishKernel(const A* partial, ColumnOutputs<kValues, P> o
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t k = i / C, c = i % C;
     A s = 0;
+    // Unrolled so that the loads are in flight together; the adds keep slice order (the same bits).
+#pragma unroll 8
     for (int64_t sl = 0; sl < slices; ++sl) s += partial[(k * slices + sl) * C + c];
     P* o = outs.out[k] + c;
     *o = outs.accumulate[k] ? static_cast<P>(*o + s) : static_cast<P>(s);

@@ -391,17 +391,30 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
 
 // ---- backward ----
 
-// rowDot[b, h, t] = sum_c dout[b, t, h d + c] * out[b, t, h d + c], in fp32; one warp per (b, t, h).
-template <typename E>
-__global__ void rowDotKernel(const E* dout, const E* out, float* rowDot, int64_t rows, int seqLen, int H, int d) {
-  const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;  // (b, t, h) order
-  if (row >= rows) return;
+// rowDot[b, h, t] = sum_c dout[b, t, h d + c] * out[b, t, h d + c], in fp32. A row of D elements is read
+// as 16-byte vectors by D / kVec consecutive lanes (a warp covers several rows), then summed by a butterfly
+// over those lanes: a fixed order.
+template <typename E, int D>
+__global__ void rowDotKernel(const E* dout, const E* out, float* rowDot, int64_t rows, int seqLen, int H) {
+  constexpr int kVec = 16 / sizeof(E), kLanes = D / kVec, kRowsPerWarp = 32 / kLanes;
+  static_assert(D % kVec == 0 && 32 % kLanes == 0, "rowDot: D must be a multiple of the vector width");
+  struct alignas(16) Vec {
+    E v[kVec];
+  };
   const int lane = threadIdx.x % 32;
+  const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int64_t row = warp * kRowsPerWarp + lane / kLanes;  // (b, t, h) order
   float sum = 0.0f;
-  for (int c = lane; c < d; c += 32) sum += toFloat(dout[row * d + c]) * toFloat(out[row * d + c]);
-  sum = rowSum<32>(sum);
+  if (row < rows) {
+    const Vec a = reinterpret_cast<const Vec*>(dout + row * D)[lane % kLanes];
+    const Vec o = reinterpret_cast<const Vec*>(out + row * D)[lane % kLanes];
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) sum += toFloat(a.v[j]) * toFloat(o.v[j]);
+  }
+  sum = rowSum<kLanes>(sum);  // every lane takes part: the shuffles need the whole warp
+  if (row >= rows || lane % kLanes != 0) return;
   const int64_t h = row % H, t = row / H % seqLen, b = row / (int64_t(H) * seqLen);
-  if (lane == 0) rowDot[(b * H + h) * seqLen + t] = sum;
+  rowDot[(b * H + h) * seqLen + t] = sum;
 }
 
 // Stores a (kTile, D) accumulator tile times `scale` into rows [row0, seqLen) of dst (rows `stride` apart).
@@ -578,10 +591,12 @@ template <class Math, int D>
 void backward(const typename Math::Elem* dout, const typename Math::Elem* qkv, const typename Math::Elem* out,
               const float* lse, float* rowDot, typename Math::Elem* dqkv, int64_t B, int64_t seqLen, int64_t H,
               cudaStream_t stream) {
-  constexpr int kRowDotBlock = 256;
+  constexpr int kRowDotBlock = 256, kRowsPerBlock = kRowDotBlock / 32 * (32 / (D * sizeof(typename Math::Elem) / 16));
   const int64_t rows = B * seqLen * H;
-  rowDotKernel<<<ceilDiv(rows, kRowDotBlock / 32), kRowDotBlock, 0, stream>>>(dout, out, rowDot, rows, int(seqLen),
-                                                                              int(H), D);
+  MINIDP_CHECK(reinterpret_cast<uintptr_t>(dout) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0,
+               "flash attention: dout and out must be 16-byte aligned");  // then every row of D elements is
+  rowDotKernel<typename Math::Elem, D><<<ceilDiv(rows, kRowsPerBlock), kRowDotBlock, 0, stream>>>(
+      dout, out, rowDot, rows, int(seqLen), int(H));
   CUDA_CHECK_LAUNCH();
   const dim3 grid(ceilDiv(seqLen, kTile), H, B);
   const float scale = 1.0f / std::sqrt(float(D));

@@ -89,11 +89,23 @@ step_fortunes() {
     --metrics "$out/cosine.jsonl" --sample 200 >"$out/fortunes_cosine.log" 2>&1 &
   build/bin/minidp-train "${fortunes[@]}" --dtype bf16 --metrics "$out/bf16.jsonl" >"$out/fortunes_bf16.log" 2>&1 &
 }
+# The same at other seeds (the default is 1234): whether the bf16 gap is systematic or the timing of the
+# escape from the early plateau. Waited for by fortunes-wait.
+step_fortunes_seeds() {
+  for seed in 1 2; do
+    build/bin/minidp-train "${fortunes[@]}" --dtype bf16 --seed $seed --metrics "$out/bf16_seed$seed.jsonl" \
+      >"$out/fortunes_bf16_seed$seed.log" 2>&1 &
+  done
+  build/bin/minidp-train "${fortunes[@]}" --seed 1 --metrics "$out/fp32_seed1.jsonl" >"$out/fortunes_fp32_seed1.log" 2>&1 &
+  build/bin/minidp-train "${fortunes[@]}" --dtype bf16 --lr-schedule cosine --warmup-steps 100 --clip-grad-norm 1 \
+    --metrics "$out/bf16_cosine.jsonl" >"$out/fortunes_bf16_cosine.log" 2>&1 &
+}
 step_fortunes_wait() {
   wait
   grep -H "validation loss" "$out"/fortunes_*.log
-  python3 train/plot_metrics.py "$out/cosine.jsonl" "$out/bf16.jsonl" -o "$out/loop_h200_fortunes.png" \
-    --title "fortunes GPT 10.8M, H200" >/dev/null 2>&1 || echo "plot failed"
+  [ -f "$out/cosine.jsonl" ] &&
+    { python3 train/plot_metrics.py "$out/cosine.jsonl" "$out/bf16.jsonl" -o "$out/loop_h200_fortunes.png" \
+      --title "fortunes GPT 10.8M, H200" >/dev/null 2>&1 || echo "plot failed"; }
 }
 step_mlp_graph() {
   for g in "" --cuda-graph; do
