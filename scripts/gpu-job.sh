@@ -38,6 +38,14 @@ step_sanitize() {
     echo "$(basename "$log" .log): $(grep -m1 'ERROR SUMMARY' "$log" || echo 'no summary (timed out?)'); $(grep -cE '^\[  (FAILED|SKIPPED) ' "$log") failed/skipped"
   done
 }
+# compute-sanitizer racecheck over the CUDA cases of the kernel tests (CPU-only cases filtered out, the
+# largest flash shape too), started in the background; fortunes-wait waits for it and prints the summaries.
+step_racecheck() {
+  for t in test_flash_attention test_fused_ops test_classifier test_elementwise_kernels; do
+    timeout ${SANITIZE_TIMEOUT:-240} compute-sanitizer --tool racecheck --error-exitcode 3 "build/tests/$t" \
+      --gtest_brief=1 --gtest_filter='*Cuda*:*Bf16*:*CUDA*:-*B32T256*:*Gpt2Vocabulary*' >"$out/racecheck_$t.log" 2>&1 &
+  done
+}
 gpt2=(--model gpt --layers 12 --heads 12 --embd 768 --context 1024 --data llmc --llmc-train "$out/tokens/train.bin"
       --llmc-val "$out/tokens/val.bin" --device cuda --optimizer adamw)
 step_kernels() {
@@ -103,6 +111,9 @@ step_fortunes_seeds() {
 step_fortunes_wait() {
   wait
   grep -H "validation loss" "$out"/fortunes_*.log
+  for log in "$out"/racecheck_*.log; do
+    [ -f "$log" ] && echo "$(basename "$log" .log): $(grep -m1 'RACECHECK SUMMARY' "$log" || echo 'no summary (timed out?)'); $(grep -cE '^\[  (PASSED|OK) ' "$log") passed lines"
+  done
   [ -f "$out/cosine.jsonl" ] &&
     { python3 train/plot_metrics.py "$out/cosine.jsonl" "$out/bf16.jsonl" -o "$out/loop_h200_fortunes.png" \
       --title "fortunes GPT 10.8M, H200" >/dev/null 2>&1 || echo "plot failed"; }
