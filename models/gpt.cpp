@@ -56,10 +56,12 @@ struct GPT::Block : nn::Module {
     mlp = registerModule("mlp", std::make_shared<Mlp>(c, rng));
   }
 
-  // x (B, T, C) -> (B, T, C)
-  Variable forward(const Variable& x) const {
-    Variable h = ops::add(x, attn->forward(ln1->forward(x)));
-    return ops::add(h, mlp->forward(ln2->forward(h)));
+  // x (B, T, C) -> (B, T, C), in x's dtype; attention and the MLP compute in `compute` (the residual
+  // stream x may be wider).
+  Variable forward(const Variable& x, DType compute) const {
+    const DType stream = x.dtype();
+    Variable h = ops::add(x, ops::cast(attn->forward(ops::cast(ln1->forward(x), compute)), stream));
+    return ops::add(h, ops::cast(mlp->forward(ops::cast(ln2->forward(h), compute)), stream));
   }
 };
 
@@ -93,9 +95,11 @@ Variable GPT::features(const Tensor& tokens) const {
   MINIDP_CHECK(tokens.size(1) <= config_.context,
                "sequence length " << tokens.size(1) << " exceeds the context " << config_.context);
   const DType compute = activationDType(config_.compute, wte_.dtype());
-  Variable x = ops::embedding(wte_, wpe_, tokens, compute);  // (B, T, C), in the compute dtype
-  for (const auto& block : blocks_) x = block->forward(x);
-  return lnF_->forward(x);
+  // The residual stream: in the compute dtype, or in the parameters' dtype (fp32Residual).
+  const DType stream = config_.fp32Residual ? wte_.dtype() : compute;
+  Variable x = ops::embedding(wte_, wpe_, tokens, stream);  // (B, T, C)
+  for (const auto& block : blocks_) x = block->forward(x, compute);
+  return ops::cast(lnF_->forward(x), compute);
 }
 
 Variable GPT::forward(const Tensor& tokens) const {

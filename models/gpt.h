@@ -23,6 +23,10 @@ struct GptConfig {
   int64_t heads = 4;
   int64_t embd = 128;
   DType compute = DType::F32;
+  /// Under mixed precision, whether the residual stream (the embedding sum and every block's x + f(x),
+  /// and their gradients) stays in fp32 as under PyTorch's autocast, each LayerNorm's output cast to the
+  /// compute dtype and each block's output cast back; false keeps it in the compute dtype (as llm.c).
+  bool fp32Residual = false;
 };
 
 class GPT : public Model {

@@ -46,6 +46,7 @@ ModelEntry gptEntry() {
     c.heads = a.heads;
     c.embd = a.embd;
     c.compute = a.compute;
+    c.fp32Residual = a.fp32Residual;
     return std::make_unique<GPT>(c, a.seed);
   };
   return e;

@@ -29,6 +29,7 @@ struct ModelArgs {
   std::vector<int64_t> hidden;              // --hidden
   int64_t layers = 0, heads = 0, embd = 0;  // --layers, --heads, --embd
   DType compute = DType::F32;               // activations: F32, or BF16 for mixed precision (--dtype bf16)
+  bool fp32Residual = false;                // GPT under mixed precision: the residual stream in fp32 (--residual)
 };
 
 /// One registered model.

@@ -107,6 +107,8 @@ step_fortunes_seeds() {
   build/bin/minidp-train "${fortunes[@]}" --seed 1 --metrics "$out/fp32_seed1.jsonl" >"$out/fortunes_fp32_seed1.log" 2>&1 &
   build/bin/minidp-train "${fortunes[@]}" --dtype bf16 --lr-schedule cosine --warmup-steps 100 --clip-grad-norm 1 \
     --metrics "$out/bf16_cosine.jsonl" >"$out/fortunes_bf16_cosine.log" 2>&1 &
+  build/bin/minidp-train "${fortunes[@]}" --dtype bf16 --residual fp32 --metrics "$out/bf16_residual32.jsonl" \
+    >"$out/fortunes_bf16_residual32.log" 2>&1 &
 }
 step_fortunes_wait() {
   wait

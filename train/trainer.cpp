@@ -58,6 +58,10 @@ void addOptions(CLI::App& app, Options& o) {
   app.add_option("--dtype", o.dtype, "Precision: fp32, fp64, or bf16 (fp32 parameters, bf16 activations; CUDA)")
       ->check(CLI::IsMember({"fp32", "fp64", "bf16"}))
       ->capture_default_str();
+  app.add_option("--residual", o.residual,
+                 "GPT residual stream under --dtype bf16: compute (bf16, as llm.c) or fp32 (as PyTorch autocast)")
+      ->check(CLI::IsMember({"compute", "fp32"}))
+      ->capture_default_str();
   app.add_flag("--tf32", o.tf32, "CUDA fp32 GEMMs on TF32 tensor cores (default: exact fp32)");
   app.add_option("--steps", o.steps, "Optimizer steps (0: mlp 5000, gpt 2000)")
       ->check(CLI::NonNegativeNumber)
@@ -230,7 +234,8 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
   const std::string data = o.data.empty() ? entry.defaultData : o.data;
   const std::string dir = o.dataDir.empty() ? defaultDir(data) : o.dataDir;
   const int rank = session.rank(), world = session.world();
-  models::ModelArgs args{o.seed, 0, 0, 0, o.hidden, o.gpt.layers, o.gpt.heads, o.gpt.embd, session.compute};
+  models::ModelArgs args{o.seed,        0, 0, 0, o.hidden, o.gpt.layers, o.gpt.heads, o.gpt.embd, session.compute,
+                         o.residual == "fp32"};
   std::unique_ptr<BatchSource> source;
   if (entry.data == models::DataKind::Images) {
     MINIDP_CHECK(data == "fashion-mnist", "--model " << o.model << " reads images: fashion-mnist, not " << data);

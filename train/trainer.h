@@ -36,6 +36,7 @@ struct Options {
   std::string llmcTrain, llmcVal;
   std::string device = "cpu";
   std::string dtype = "fp32";
+  std::string residual = "compute";  // GPT residual stream under bf16: "compute" or "fp32"
   int64_t steps = 0;       // 0: the model's default (mlp 5000, gpt 2000)
   int64_t batchSize = 64;  // per rank
   double lr = 0;           // 0: the model's default (mlp 0.05 sgd, gpt 1e-3 adamw)
