@@ -65,34 +65,30 @@ TEST(Bf16Step, MlpMatchesF32) {
   expectBf16StepMatchesF32(f32, bf16, x, y);
 }
 
-TEST(Bf16Step, GptMatchesF32) {
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+// The tiny GPT's bf16 step against its fp32 step, with the residual stream in bf16 (the default) or fp32.
+void expectGptBf16StepMatchesF32(bool fp32Residual) {
   models::GptConfig c{64, 32, 2, 2, 64};
   models::GPT f32(c, 7);
   c.compute = DType::BF16;
+  c.fp32Residual = fp32Residual;
   models::GPT bf16(c, 7);
   f32.to(Device::CUDA, DType::F32);
   bf16.to(Device::CUDA, DType::F32);
   const Tensor tokens = testing::randomIndices({4, 32}, 64, 8).to(Device::CUDA);
   const Tensor targets = testing::randomIndices({4, 32}, 64, 9).to(Device::CUDA);
   expectBf16StepMatchesF32(f32, bf16, tokens, targets);
+}
+
+TEST(Bf16Step, GptMatchesF32) {
+  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  expectGptBf16StepMatchesF32(false);
 }
 
 TEST(Bf16Step, GptWithAnFp32ResidualStreamMatchesF32) {
   // --residual fp32: the residual stream and its gradient in fp32, the blocks' insides in bf16.
   if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
-  models::GptConfig c{64, 32, 2, 2, 64};
-  models::GPT f32(c, 7);
-  c.compute = DType::BF16;
-  c.fp32Residual = true;
-  models::GPT bf16(c, 7);
-  f32.to(Device::CUDA, DType::F32);
-  bf16.to(Device::CUDA, DType::F32);
-  const Tensor tokens = testing::randomIndices({4, 32}, 64, 8).to(Device::CUDA);
-  const Tensor targets = testing::randomIndices({4, 32}, 64, 9).to(Device::CUDA);
-  expectBf16StepMatchesF32(f32, bf16, tokens, targets);
+  expectGptBf16StepMatchesF32(true);
 }
-
 
 // ---- training, not one step: bf16 must learn as fast as fp32 ----
 
