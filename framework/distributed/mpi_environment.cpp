@@ -1,7 +1,6 @@
 #include "framework/distributed/mpi_environment.h"
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -149,20 +148,21 @@ void MpiEnvironment::exchange(const std::string& tag, const std::vector<std::fun
 std::string MpiEnvironment::census(const std::string& waitingIn) {
   const bool mayCall = threadLevel_ == MPI_THREAD_MULTIPLE || gMpiThread.load() == std::this_thread::get_id();
   if (world_ == 1 || !mayCall || censusTaken_.exchange(true)) return {};
-  // Fixed-size messages: what each rank waits in, truncated.
-  constexpr int kCensusTag = 1, kLength = 160;
-  using Note = std::array<char, kLength>;
-  Note mine{};
-  waitingIn.copy(mine.data(), kLength - 1);
-  std::vector<Note> theirs(world_);
+  // Fixed-size messages: what each rank waits in, truncated. The buffers are members: the sends and late
+  // receives may still use them after this returns, until the abort.
+  constexpr int kCensusTag = 1;
+  censusNotes_.assign(world_, CensusNote{});
+  const char* mine = censusNotes_[rank_].data();
+  waitingIn.copy(censusNotes_[rank_].data(), censusNotes_[rank_].size() - 1);
   std::vector<MPI_Request> received(world_, MPI_REQUEST_NULL);
   for (int r = 0; r < world_; ++r) {
     if (r == rank_) continue;
     MPI_Request sent = MPI_REQUEST_NULL;
-    if (MPI_Isend(mine.data(), kLength, MPI_CHAR, r, kCensusTag, censusComm_, &sent) == MPI_SUCCESS) {
+    const int length = static_cast<int>(censusNotes_[r].size());
+    if (MPI_Isend(mine, length, MPI_CHAR, r, kCensusTag, censusComm_, &sent) == MPI_SUCCESS) {
       MPI_Request_free(&sent);  // never waited for: a stopped rank does not take it
     }
-    MPI_Irecv(theirs[r].data(), kLength, MPI_CHAR, r, kCensusTag, censusComm_, &received[r]);
+    MPI_Irecv(censusNotes_[r].data(), length, MPI_CHAR, r, kCensusTag, censusComm_, &received[r]);
   }
   // The other ranks' deadlines expire within the spread of their arrival at the collective.
   const double graceMs = std::min(deadlineSeconds_ / 2, 5.0) * 1000.0;
@@ -181,8 +181,8 @@ std::string MpiEnvironment::census(const std::string& waitingIn) {
   for (int r = 0; r < world_; ++r) {
     if (!heard[r]) {
       silent += (silent.empty() ? "" : ", ") + std::to_string(r);
-    } else if (r != rank_ && std::string(theirs[r].data()) != mine.data()) {
-      elsewhere += "; rank " + std::to_string(r) + " waits in '" + theirs[r].data() + "' instead";
+    } else if (r != rank_ && std::string(censusNotes_[r].data()) != mine) {
+      elsewhere += "; rank " + std::to_string(r) + " waits in '" + censusNotes_[r].data() + "' instead";
     }
   }
   if (silent.empty() && elsewhere.empty()) return "every rank arrived, the collective itself stalled";

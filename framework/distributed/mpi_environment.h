@@ -24,6 +24,7 @@
 
 #include <mpi.h>
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -114,6 +115,8 @@ class MpiEnvironment {
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm censusComm_ = MPI_COMM_NULL;  // a second duplicate, for the census messages alone
   std::atomic<bool> censusTaken_{false};  // one census per process: the job ends after it
+  using CensusNote = std::array<char, 160>;
+  std::vector<CensusNote> censusNotes_;  // the census messages, by rank (this rank's: what it waits in)
   std::unique_ptr<CommThread> thread_;
 };
 
