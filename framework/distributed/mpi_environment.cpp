@@ -182,7 +182,7 @@ std::string MpiEnvironment::census(const std::string& waitingIn) {
     if (!heard[r]) {
       silent += (silent.empty() ? "" : ", ") + std::to_string(r);
     } else if (r != rank_ && std::string(censusNotes_[r].data()) != mine) {
-      elsewhere += "; rank " + std::to_string(r) + " waits in '" + censusNotes_[r].data() + "' instead";
+      elsewhere += "; rank " + std::to_string(r) + " waits in '" + censusNotes_[r].data() + "'";
     }
   }
   if (silent.empty() && elsewhere.empty()) return "every rank arrived, the collective itself stalled";

@@ -93,9 +93,10 @@ class MpiEnvironment {
   int threadLevel() const { return threadLevel_; }
   /// The failure path, after `waitingIn` (the stuck operation) outlived its deadline: the census above.
   /// Returns the message's part that names the ranks, "rank(s) 1, 3 did not arrive" (and "rank 2 waits
-  /// in 'loss' instead" for a rank stuck elsewhere), or "every rank arrived, the collective itself
-  /// stalled"; empty when it cannot be taken (a second census of this process, or another thread than
-  /// the MPI thread under MPI_THREAD_SERIALIZED). Blocks for at most the grace.
+  /// in 'bucket 1'" for a rank waiting in another collective, e.g. one further on), or "every rank
+  /// arrived, the collective itself stalled"; empty when it cannot be taken (a second census of this
+  /// process, or another thread than the MPI thread under MPI_THREAD_SERIALIZED). Blocks for at most
+  /// the grace.
   std::string census(const std::string& waitingIn);
 
   /// True when this process was started by mpirun, srun or a PMI launcher (launcher.h).
