@@ -7,14 +7,19 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <sstream>
 
 #include "data/fashion_mnist.h"
 #include "data/idx.h"
 #include "data/text.h"
+#include "framework/distributed/launcher.h"
+#include "framework/distributed/mpi_environment.h"
 #include "framework/io/atomic_file.h"
 #include "framework/io/safetensors.h"
+#include "framework/runtime/device.h"
+#include "kernels/flash_attention.h"
 #include "models/registry.h"
 #include "train/train_state.h"
 
@@ -119,7 +124,8 @@ void checkTokens(const char* part, int64_t tokens, const Options& o, const std::
                                             << context << " + 2; " << fix);
 }
 
-void checkData(const Options& o, int world) {
+/// Checks the data against the flags; returns the token data's vocabulary (0 for images).
+int64_t checkData(const Options& o, int world) {
   const models::ModelEntry& entry = models::findModel(o.model);
   const std::string data = o.data.empty() ? entry.defaultData : o.data;
   const bool images = entry.data == models::DataKind::Images;
@@ -130,9 +136,12 @@ void checkData(const Options& o, int world) {
   if (data == "llmc") {
     MINIDP_CHECK(!o.llmcTrain.empty(), "--data llmc needs --llmc-train FILE (an llm.c .bin token file)");
     MINIDP_CHECK(!o.llmcVal.empty(), "--data llmc needs --llmc-val FILE (an llm.c .bin token file)");
-    const auto tokens = [](const char* flag, const std::string& path) {
+    int64_t vocab = 0;  // max token + 1 over both files, as loadLlmcTokens computes it
+    const auto tokens = [&vocab](const char* flag, const std::string& path) {
       try {
-        return static_cast<int64_t>(readLlmcTokenFile(path).size());
+        const auto ids = readLlmcTokenFile(path);
+        for (const auto id : ids) vocab = std::max<int64_t>(vocab, id + 1);
+        return static_cast<int64_t>(ids.size());
       } catch (const Error& e) {
         throw Error(std::string(flag) + " " + path + ": " + e.what());
       }
@@ -147,7 +156,7 @@ void checkData(const Options& o, int world) {
                                                                      << " windows (--batch-size x "
                                                                         "--grad-accum x ranks), more than --llmc-train "
                                                                         "holds; lower them");
-    return;
+    return vocab;
   }
   const std::string dir = o.dataDir.empty() ? (data == "fashion-mnist" ? kFashionMnistDir : kFortunesDir) : o.dataDir;
   const std::string flag = o.dataDir.empty() ? "the default data folder" : "--data-dir";
@@ -167,7 +176,7 @@ void checkData(const Options& o, int world) {
                                                      << " images (--batch-size x --grad-accum x ranks), "
                                                         "more than the "
                                                      << count << " training images; lower them");
-    return;
+    return 0;
   }
   MINIDP_CHECK(looksLikeFortunes(dir), flag << " " << dir << " is not a fortune folder (no text file beside its "
                                             << ".dat index); pass the folder of the package fortunes (" << kFortunesDir
@@ -183,9 +192,106 @@ void checkData(const Options& o, int world) {
                                                                    << " windows (--batch-size x "
                                                                       "--grad-accum x ranks), more than the "
                                                                    << train << "-token text holds; lower them");
+  return corpus.vocab;
+}
+
+std::string gigabytes(double bytes) {
+  std::ostringstream os;
+  os << std::fixed;
+  os.precision(bytes < 1e9 ? 3 : 1);
+  os << bytes / 1e9 << " GB";
+  return os.str();
+}
+
+/// Host memory a new allocation can take now: MemAvailable, else the physical memory.
+double hostAvailableBytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024.0;
+  }
+  return static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+}
+
+/// Refuses a run whose estimate, times the ranks that share the memory, exceeds what is available: the OS
+/// would kill it (or CUDA fail) in the middle of the set-up instead.
+void checkMemory(const Options& o, const Session& session, int64_t vocab) {
+  const MemoryEstimate need = estimateMemory(o, vocab, session.device, session.dtype, session.compute);
+  const int localRank = session.mpi ? session.mpi->localRank() : 0;
+  const int localSize = session.mpi ? session.mpi->localSize() : 1;
+  int sharing = localSize;  // the node's ranks share its host memory
+  double available = 0;
+  std::string where;
+  if (session.device == Device::CUDA) {
+    const int devices = runtime::cudaDeviceCount();
+    const int mine = distributed::selectGpu(o.comm.gpu, localRank, devices);
+    sharing = 0;
+    for (int r = 0; r < localSize; ++r) sharing += distributed::selectGpu(o.comm.gpu, r, devices) == mine;
+    available = static_cast<double>(runtime::deviceFreeBytes());
+    where = "free on cuda:" + std::to_string(mine);
+  } else {
+    available = hostAvailableBytes();
+    where = "of host memory available";
+  }
+  if (need.total() * sharing <= available) return;
+  const bool gpt = models::findModel(o.model).data == models::DataKind::Tokens;
+  std::ostringstream os;
+  os << "the run needs up to " << gigabytes(need.total()) << " per rank (" << shortNumber(need.parameters)
+     << " parameters: "
+     << gigabytes(need.stateBytes) << " with gradients and optimizer state; activations " << gigabytes(need.activationBytes)
+     << ")" << (sharing > 1 ? " x " + std::to_string(sharing) + " ranks" : std::string()) << ", more than the "
+     << gigabytes(available) << " " << where << "; lower "
+     << (gpt ? "--batch-size, --context, --embd or --layers" : "--batch-size or --hidden");
+  throw Error(os.str());
 }
 
 }  // namespace
+
+// The bound, in elements of the parameter dtype (s bytes) and of the activation dtype (a bytes):
+//   state       = 6 P s: the parameters, their gradient buckets, AdamW's two moments (SGD's one momentum
+//                 leaves room), and two more for the copies some runs hold (bf16 wire, ZeRO gather, the
+//                 fp32 model built before its fp64 conversion);
+//   activations, GPT (B rows of T tokens, width C, H heads, L layers, vocabulary V):
+//                 L (32 BTC [+ 2 BHT^2 without flash attention]) + 8 BTC + 2 BTV; a block keeps about 22
+//                 BTC for backward (ln_1, qkv, q/k/v, attention and projection outputs, ln_2, the 4C MLP
+//                 pre- and post-GELU, residuals), backward adds gradients in flight; the materialised
+//                 attention keeps its (B, H, T, T) scores and backward makes their gradient; the loss makes
+//                 at most the (BT, V) logits and their gradient;
+//               MLP (widths d_0 .. d_n): 4 B sum(d_i) (input, pre-activation, activation, gradient);
+//                 --cuda-graph doubles them (the capture's private pool beside the eager steps' blocks);
+//   CUDA adds 256 MiB for cuBLAS workspaces and NCCL's buffers beyond what the context holds already.
+// Parameters: GPT 2VC + TC + L (12 C^2 + 13 C) + 2C (untied lm head), MLP sum (d_i d_{i+1} + d_{i+1}).
+MemoryEstimate estimateMemory(const Options& o, int64_t vocab, Device device, DType dtype, DType compute) {
+  const double s = static_cast<double>(dtypeSize(dtype)), a = static_cast<double>(dtypeSize(compute));
+  const double B = static_cast<double>(o.batchSize);
+  MemoryEstimate e;
+  double activations = 0;  // elements
+  if (models::findModel(o.model).data == models::DataKind::Tokens) {
+    const int64_t V = vocab, T = o.gpt.context, C = o.gpt.embd, L = o.gpt.layers, H = o.gpt.heads;
+    e.parameters = 2 * V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;
+    const double btc = B * static_cast<double>(T) * static_cast<double>(C);
+    const bool flash = device == Device::CUDA && compute != DType::F64 &&
+                       kernels::flashAttentionSupportsHeadDim(H > 0 ? C / H : 0);
+    const double scores = flash ? 0 : 2 * B * static_cast<double>(H) * static_cast<double>(T) * static_cast<double>(T);
+    activations = static_cast<double>(L) * (32 * btc + scores) + 8 * btc +
+                  2 * B * static_cast<double>(T) * static_cast<double>(V);
+  } else {
+    std::vector<int64_t> dims{28 * 28};  // Fashion-MNIST's 28 x 28 images, 10 classes
+    dims.insert(dims.end(), o.hidden.begin(), o.hidden.end());
+    dims.push_back(10);
+    double widths = 0;
+    for (size_t i = 0; i < dims.size(); ++i) {
+      widths += static_cast<double>(dims[i]);
+      if (i + 1 < dims.size()) e.parameters += dims[i] * dims[i + 1] + dims[i + 1];
+    }
+    activations = 4 * B * widths;
+  }
+  e.stateBytes = 6 * static_cast<double>(e.parameters) * s;
+  e.activationBytes = activations * a * (o.cudaGraph ? 2 : 1) + (device == Device::CUDA ? 256.0 * (1 << 20) : 0);
+  return e;
+}
 
 void addValueChecks(CLI::App& app) {
   constexpr long double kMaxCount = 1e9L;  // steps, batches: beyond any run on one machine's clock
@@ -270,7 +376,7 @@ void checkTrainingRun(const Options& o, Session& session) {
       if (!o.metrics.empty()) checkWritable("--metrics", o.metrics);
     }
     MINIDP_CHECK(o.saveEvery == 0 || !o.save.empty(), "--save-every needs --save FILE (the file it rewrites)");
-    checkData(o, session.world());
+    checkMemory(o, session, checkData(o, session.world()));
     if (!o.resume.empty()) checkResumeFile(o, o.resume, session.world());
     if (!o.load.empty()) {
       try {

@@ -41,9 +41,21 @@ std::string userMessage(const std::string& what, bool verbose);
 /// first failing rank's message (prefixed with that rank when only some failed).
 void agreeOnChecks(distributed::Communicator& comm, const std::function<void()>& check);
 
+/// An upper bound of the memory one rank's training run takes, by parts (bytes).
+struct MemoryEstimate {
+  int64_t parameters = 0;  // the model's parameter count
+  double stateBytes = 0;   // parameters, gradient buckets, optimizer state and copies of them
+  double activationBytes = 0;  // one micro-batch's forward activations, kept for backward, and backward's
+  double total() const { return stateBytes + activationBytes; }
+};
+/// The run's memory from its flags alone, before anything is allocated; `vocab`: the token data's
+/// vocabulary (GPT). The formula is in run_checks.cpp.
+MemoryEstimate estimateMemory(const Options& opts, int64_t vocab, Device device, DType dtype, DType compute);
+
 /// minidp-train's checks before the model is built: output paths writable (created and removed; stray
 /// temporaries of an interrupted save removed), the data folder and files, their lengths against context,
-/// batch and grad-accum, the --resume and --load files. Agreed across ranks (agreeOnChecks).
+/// batch and grad-accum, the --resume and --load files, the memory estimate against the memory there is
+/// (host memory shared by the node's ranks, or the GPU's free memory). Agreed across ranks (agreeOnChecks).
 void checkTrainingRun(const Options& opts, Session& session);
 
 /// Throws AgreedError (every rank reads the same global loss) naming `step` when `loss` is NaN or infinite.

@@ -40,7 +40,10 @@ void bf16SumOp(void* in, void* inout, int* length, MPI_Datatype*) {
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(MpiEnvironment& env, double watchdogSeconds)
-    : env_(env), watchdog_(watchdogSeconds, env.rank(), [] { MpiEnvironment::abortAll(1); }) {
+    : env_(env),
+      watchdog_(
+          watchdogSeconds, env.rank(), [] { MpiEnvironment::abortAll(1); }, {}, {},
+          [&env](const std::string& tag) { return env.census(tag); }) {
   env_.execute([this] { MPI_CHECK(MPI_Op_create(&bf16SumOp, 1, &bf16Sum_)); }, "bf16 sum op");
 }
 

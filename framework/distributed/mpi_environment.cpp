@@ -1,5 +1,6 @@
 #include "framework/distributed/mpi_environment.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -82,7 +83,7 @@ MpiEnvironment::MpiEnvironment(double deadlineSeconds) : deadlineSeconds_(deadli
       throw;
     }
     MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
-    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &arrivals_));
+    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &censusComm_));
     MPI_Comm node = MPI_COMM_NULL;
     MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
     MPI_CHECK(MPI_Comm_rank(node, &localRank_));
@@ -109,7 +110,7 @@ MpiEnvironment::~MpiEnvironment() {
     }
   }
   thread_.reset();
-  if (MPI_Comm_free(&arrivals_) != MPI_SUCCESS || MPI_Comm_free(&comm_) != MPI_SUCCESS) {
+  if (MPI_Comm_free(&censusComm_) != MPI_SUCCESS || MPI_Comm_free(&comm_) != MPI_SUCCESS) {
     std::fprintf(stderr, "minidp: MPI_Comm_free failed\n");
   }
   gMpiThread = std::this_thread::get_id();  // MPI_Finalize and after: this thread
@@ -124,15 +125,7 @@ MpiEnvironment::~MpiEnvironment() {
 }
 
 void MpiEnvironment::exchange(const std::string& tag, const std::vector<std::function<void(MPI_Request*)>>& stages) {
-  const long long sequence = ++exchanges_;
-  constexpr int kArrivalTag = 1;
-  std::vector<long long> heard(world_, 0);
-  std::vector<MPI_Request> sends(world_, MPI_REQUEST_NULL), arrivals(world_, MPI_REQUEST_NULL);
-  for (int r = 0; r < world_; ++r) {
-    if (r == rank_) continue;
-    MPI_CHECK(MPI_Isend(&sequence, 1, MPI_LONG_LONG, r, kArrivalTag, arrivals_, &sends[r]));
-    MPI_CHECK(MPI_Irecv(&heard[r], 1, MPI_LONG_LONG, r, kArrivalTag, arrivals_, &arrivals[r]));
-  }
+  ++exchanges_;
   const double deadline = hostNowMs() + deadlineSeconds_ * 1000.0;
   for (const auto& stage : stages) {
     MPI_Request request = MPI_REQUEST_NULL;
@@ -141,24 +134,60 @@ void MpiEnvironment::exchange(const std::string& tag, const std::vector<std::fun
       MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
       if (done) break;
       if (hostNowMs() > deadline) {
-        std::string missing;
-        for (int r = 0; r < world_; ++r) {
-          int arrived = 1;
-          if (arrivals[r] != MPI_REQUEST_NULL) MPI_Test(&arrivals[r], &arrived, MPI_STATUS_IGNORE);
-          if (!arrived) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-        }
+        const std::string missing = census(tag);
         std::fprintf(stderr, "minidp watchdog: rank %d: %s did not complete within %s s: %s; aborting every rank\n",
                      rank_, tag.c_str(), secondsText(deadlineSeconds_).c_str(),
-                     missing.empty() ? "every rank arrived, the exchange itself stalled"
-                                     : ("rank(s) " + missing + " did not arrive").c_str());
+                     missing.empty() ? "a rank stopped, or ranks issued different exchanges" : missing.c_str());
         abortAll(1);
       }
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
   }
-  // Every rank reached the collective, so every arrival message was sent: these complete at once.
-  MPI_CHECK(MPI_Waitall(world_, arrivals.data(), MPI_STATUSES_IGNORE));
-  MPI_CHECK(MPI_Waitall(world_, sends.data(), MPI_STATUSES_IGNORE));
+}
+
+std::string MpiEnvironment::census(const std::string& waitingIn) {
+  const bool mayCall = threadLevel_ == MPI_THREAD_MULTIPLE || gMpiThread.load() == std::this_thread::get_id();
+  if (world_ == 1 || !mayCall || censusTaken_.exchange(true)) return {};
+  // Fixed-size messages: what each rank waits in, truncated. The buffers are members: the sends and late
+  // receives may still use them after this returns, until the abort.
+  constexpr int kCensusTag = 1;
+  censusNotes_.assign(world_, CensusNote{});
+  const char* mine = censusNotes_[rank_].data();
+  waitingIn.copy(censusNotes_[rank_].data(), censusNotes_[rank_].size() - 1);
+  std::vector<MPI_Request> received(world_, MPI_REQUEST_NULL);
+  for (int r = 0; r < world_; ++r) {
+    if (r == rank_) continue;
+    MPI_Request sent = MPI_REQUEST_NULL;
+    const int length = static_cast<int>(censusNotes_[r].size());
+    if (MPI_Isend(mine, length, MPI_CHAR, r, kCensusTag, censusComm_, &sent) == MPI_SUCCESS) {
+      MPI_Request_free(&sent);  // never waited for: a stopped rank does not take it
+    }
+    MPI_Irecv(censusNotes_[r].data(), length, MPI_CHAR, r, kCensusTag, censusComm_, &received[r]);
+  }
+  // The other ranks' deadlines expire within the spread of their arrival at the collective.
+  const double graceMs = std::min(deadlineSeconds_ / 2, 5.0) * 1000.0;
+  const double end = hostNowMs() + graceMs;
+  std::vector<int> heard(world_, 0);
+  heard[rank_] = 1;
+  for (bool all = false; !all && hostNowMs() < end;) {
+    all = true;
+    for (int r = 0; r < world_; ++r) {
+      if (!heard[r] && MPI_Test(&received[r], &heard[r], MPI_STATUS_IGNORE) != MPI_SUCCESS) heard[r] = 0;
+      all = all && heard[r];
+    }
+    if (!all) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::string silent, elsewhere;
+  for (int r = 0; r < world_; ++r) {
+    if (!heard[r]) {
+      silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+    } else if (r != rank_ && std::string(censusNotes_[r].data()) != mine) {
+      elsewhere += "; rank " + std::to_string(r) + " waits in '" + censusNotes_[r].data() + "'";
+    }
+  }
+  if (silent.empty() && elsewhere.empty()) return "every rank arrived, the collective itself stalled";
+  return (silent.empty() ? "" : "rank(s) " + silent + " did not arrive") +
+         (silent.empty() ? elsewhere.substr(2) : elsewhere);
 }
 
 std::shared_ptr<CpuWork> MpiEnvironment::post(std::function<void()> task, std::string tag, size_t bytes) {

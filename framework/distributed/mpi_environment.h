@@ -9,11 +9,23 @@
 //
 // Deadlines: start-up (MPI_Init_thread and the communicator set-up), every blocking exchange
 // (allGather, broadcastBytes) and MPI_Finalize end the process when they take longer than the
-// environment's deadline; an exchange then names the ranks that did not arrive.
+// environment's deadline; an exchange (and a watchdog's stuck collective) first takes a census, which
+// names the ranks that did not arrive.
+//
+// The census runs on the failure path only, once a deadline has expired: this rank sends what it waits
+// in to every other rank and listens, for a short grace, for theirs. A rank waiting with it has a
+// deadline of its own that expires at about the same time, so it answers; a rank that never came, or
+// stopped or died (even inside the same collective, after its part was posted), stays silent and is
+// named. (Arrival messages sent at every collective could not tell a rank stopped inside the collective
+// from one waiting in it.) It cannot hang: it posts nonblocking sends and receives on a communicator of
+// its own, polls the receives for the grace alone, never waits for a send, and the job is aborted right
+// after, so nothing it leaves pending matters. It costs nothing while no deadline expires.
 #pragma once
 
 #include <mpi.h>
 
+#include <array>
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -79,6 +91,13 @@ class MpiEnvironment {
   void broadcastBytes(void* data, size_t bytes, int root);
   /// The thread level MPI granted (MPI_THREAD_MULTIPLE or MPI_THREAD_SERIALIZED).
   int threadLevel() const { return threadLevel_; }
+  /// The failure path, after `waitingIn` (the stuck operation) outlived its deadline: the census above.
+  /// Returns the message's part that names the ranks, "rank(s) 1, 3 did not arrive" (and "rank 2 waits
+  /// in 'bucket 1'" for a rank waiting in another collective, e.g. one further on), or "every rank
+  /// arrived, the collective itself stalled"; empty when it cannot be taken (a second census of this
+  /// process, or another thread than the MPI thread under MPI_THREAD_SERIALIZED). Blocks for at most
+  /// the grace.
+  std::string census(const std::string& waitingIn);
 
   /// True when this process was started by mpirun, srun or a PMI launcher (launcher.h).
   static bool launchedByMpirun();
@@ -87,16 +106,18 @@ class MpiEnvironment {
   [[noreturn]] static void abortAll(int code);
 
  private:
-  /// On the MPI thread: runs the nonblocking collective `start` posts, tagged `tag`, and polls it until
-  /// it completes or the deadline passes; each rank first tells every other rank that it arrived, so an
-  /// expired deadline names the ranks that did not.
+  /// On the MPI thread: runs the nonblocking collectives `stages` post, tagged `tag`, and polls each
+  /// until it completes or the deadline passes; then takes the census and aborts every rank.
   void exchange(const std::string& tag, const std::vector<std::function<void(MPI_Request*)>>& stages);
   int rank_ = 0, world_ = 1, localRank_ = 0, localSize_ = 1;
   int threadLevel_ = 0;
   double deadlineSeconds_;
-  long long exchanges_ = 0;  // exchanges so far (MPI thread only): the arrival messages' payload
+  long long exchanges_ = 0;  // exchanges so far (MPI thread only): numbers them in messages
   MPI_Comm comm_ = MPI_COMM_NULL;
-  MPI_Comm arrivals_ = MPI_COMM_NULL;  // a second duplicate, for the arrival messages alone
+  MPI_Comm censusComm_ = MPI_COMM_NULL;  // a second duplicate, for the census messages alone
+  std::atomic<bool> censusTaken_{false};  // one census per process: the job ends after it
+  using CensusNote = std::array<char, 160>;
+  std::vector<CensusNote> censusNotes_;  // the census messages, by rank (this rank's: what it waits in)
   std::unique_ptr<CommThread> thread_;
 };
 

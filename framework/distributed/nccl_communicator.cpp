@@ -77,7 +77,8 @@ NcclCommunicator::NcclCommunicator(const CommOptions& opts, MpiEnvironment* env)
   const int device = device_;
   watchdog_ = std::make_unique<Watchdog>(
       opts.watchdogSeconds, rank_, [this] { abort(); }, [device] { cudaSetDevice(device); },
-      [this] { return asyncError(); });
+      [this] { return asyncError(); },
+      [this](const std::string& tag) { return env_ ? env_->census(tag) : std::string(); });
 }
 
 NcclCommunicator::~NcclCommunicator() {

@@ -8,11 +8,12 @@
 namespace minidp::distributed {
 
 Watchdog::Watchdog(double timeoutSeconds, int rank, std::function<void()> onTimeout, std::function<void()> threadInit,
-                   std::function<std::string()> healthCheck)
+                   std::function<std::string()> healthCheck, std::function<std::string(const std::string&)> census)
     : timeoutMs_(timeoutSeconds * 1000.0),
       rank_(rank),
       onTimeout_(std::move(onTimeout)),
       healthCheck_(std::move(healthCheck)),
+      census_(std::move(census)),
       thread_([this, init = std::move(threadInit)] { loop(init); }) {}
 
 Watchdog::~Watchdog() {
@@ -28,12 +29,13 @@ void Watchdog::runExclusive(const std::function<void()>& action) {
   action();
 }
 
-std::string Watchdog::describeTimeout(const Work& work, int rank, double ageSeconds) {
+std::string Watchdog::describeTimeout(const Work& work, int rank, double ageSeconds, const std::string& missing) {
   std::ostringstream os;
   os.precision(1);
   os << std::fixed << "minidp watchdog: rank " << rank << ": collective '" << work.tag() << "' (" << work.bytes()
-     << " bytes) has not completed after " << ageSeconds
-     << " s (a rank died, or ranks issued different collectives); aborting every rank";
+     << " bytes) has not completed after " << ageSeconds << " s"
+     << (missing.empty() ? " (a rank died, or ranks issued different collectives)" : ": " + missing)
+     << "; aborting every rank";
   return os.str();
 }
 
@@ -53,7 +55,7 @@ void Watchdog::scan(std::vector<std::shared_ptr<Work>>& works) {
       if (work.completed()) continue;  // dropped below; the last holder may be us (events, buffer)
       const double since = work.runningSinceMs();
       if (timeoutMs_ > 0 && since >= 0 && now - since > timeoutMs_) {
-        failure = describeTimeout(work, rank_, (now - since) / 1000.0);
+        failure = describeTimeout(work, rank_, (now - since) / 1000.0, census_ ? census_(work.tag()) : "");
       }
     } catch (const std::exception& e) {
       failure = "minidp watchdog: rank " + std::to_string(rank_) + ": collective '" + work.tag() +

@@ -24,8 +24,11 @@ class Watchdog {
   /// still runs). `threadInit` runs first on the watchdog thread (CUDA: select the device whose events
   /// it queries); it must not throw. `healthCheck`, when set, runs every period on the watchdog thread
   /// and returns the line to print on a failure (e.g. NCCL's asynchronous error), empty while healthy.
+  /// `census`, when set, runs on a timeout with the stuck collective's tag and returns the part of the
+  /// line that names the ranks that did not arrive (MpiEnvironment::census), empty when it cannot tell.
   Watchdog(double timeoutSeconds, int rank, std::function<void()> onTimeout, std::function<void()> threadInit = {},
-           std::function<std::string()> healthCheck = {});
+           std::function<std::string()> healthCheck = {},
+           std::function<std::string(const std::string&)> census = {});
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
@@ -40,8 +43,8 @@ class Watchdog {
   /// the watchdog thread itself (its onTimeout).
   void runExclusive(const std::function<void()>& action);
 
-  /// The line printed on a timeout.
-  static std::string describeTimeout(const Work& work, int rank, double ageSeconds);
+  /// The line printed on a timeout; `missing` names the ranks that did not arrive (empty: unknown).
+  static std::string describeTimeout(const Work& work, int rank, double ageSeconds, const std::string& missing = {});
 
  private:
   void loop(const std::function<void()>& threadInit);
@@ -53,6 +56,7 @@ class Watchdog {
   const int rank_;
   std::function<void()> onTimeout_;
   std::function<std::string()> healthCheck_;
+  std::function<std::string(const std::string&)> census_;
   std::mutex healthMutex_;  // held while the health check runs, and by runExclusive
   bool healthStopped_ = false;
   Mailbox<std::shared_ptr<Work>> incoming_;  // its own lock only: watch() never waits for a scan

@@ -165,6 +165,12 @@ void resetPeakMemory() {
   context().stats.peakAllocatedBytes = context().stats.allocatedBytes;
 }
 
+size_t deviceFreeBytes() {
+  size_t freeBytes = 0, totalBytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
+  return freeBytes;
+}
+
 int beginGraphPool() {
   Context& ctx = context();
   std::lock_guard<std::mutex> lock(ctx.mutex);
@@ -211,6 +217,7 @@ void* pinnedAllocate(size_t bytes) { return std::malloc(bytes == 0 ? 1 : bytes);
 void pinnedRelease(void* ptr) { std::free(ptr); }
 AllocatorStats allocatorStats() { return {}; }
 void resetPeakMemory() {}
+size_t deviceFreeBytes() { noCuda("deviceFreeBytes"); }
 int beginGraphPool() { noCuda("beginGraphPool"); }
 void endGraphPool() {}
 void releaseGraphPool(int) {}

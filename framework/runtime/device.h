@@ -44,6 +44,9 @@ struct AllocatorStats {
 AllocatorStats allocatorStats();
 /// Starts a new peak: peakAllocatedBytes = allocatedBytes (e.g. at the start of the steps measured).
 void resetPeakMemory();
+/// Free bytes of the selected device now (cudaMemGetInfo); the caching allocator's free blocks are not
+/// counted. Throws without CUDA.
+size_t deviceFreeBytes();
 
 /// CUDA graphs: a graph replays the addresses it was captured with, so from beginGraphPool() to
 /// endGraphPool() every block allocated or released joins a private pool. Its released blocks are reused

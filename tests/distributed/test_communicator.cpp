@@ -133,6 +133,8 @@ TEST(Watchdog, ReportsAStuckCollectiveAndIgnoresFinishedOnes) {
   const std::string line = Watchdog::describeTimeout(*stuck, 3, 301.5);
   EXPECT_NE(line.find("rank 3: collective 'bucket 7' (4096 bytes) has not completed after 301.5 s"), std::string::npos)
       << line;
+  const std::string named = Watchdog::describeTimeout(*stuck, 3, 301.5, "rank(s) 1 did not arrive");
+  EXPECT_NE(named.find("after 301.5 s: rank(s) 1 did not arrive; aborting every rank"), std::string::npos) << named;
 }
 
 /// A collective that completes when the test says so; never counted as running, so it never times out.

@@ -1,6 +1,6 @@
 // End to end under mpirun -np 2: rank 0 starts an all-reduce that rank 1 never joins. The watchdog
-// (2 s) must print its line and end BOTH ranks (rank 1 sleeps for two minutes, longer than the test's
-// timeout). ctest passes on the watchdog's line (PASS_REGULAR_EXPRESSION) within the timeout.
+// (2 s) must print its line, naming rank 1 as the rank that did not arrive, and end BOTH ranks (rank 1
+// sleeps for two minutes, longer than the test's timeout). ctest passes on the watchdog's line (PASS_REGULAR_EXPRESSION) within the timeout.
 #include <chrono>
 #include <cstdio>
 #include <thread>

@@ -105,6 +105,17 @@ def cases(p):
         ("mpirun, every rank sees a bad data-dir", mpi2 + GPT + QUICK + ["--data-dir", p["junk"]], 1, "--data-dir"),
         ("mpirun, unwritable save", mpi2 + QUICK + ["--save", "/nonexistent/x.safetensors"], 1, "--save"),
         ("launcher count differs from MPI's", t + QUICK, 1, "PMI_SIZE=3", {"PMI_SIZE": "3"}),
+        # Runs that cannot fit in memory (terabytes on any machine) are refused before anything is allocated.
+        ("model larger than memory", t + ["--model", "gpt", "--layers", "48", "--embd", "16384", "--heads", "128",
+                                          "--steps", "2"], 1, "--embd"),
+        ("batch x context larger than memory", t + ["--model", "gpt", "--batch-size", "20000", "--context", "2048",
+                                                    "--steps", "2"], 1, "--batch-size, --context"),
+        ("mlp batch x width larger than memory", t + ["--steps", "2", "--hidden", "1000000", "--batch-size", "60000"],
+         1, "--hidden"),
+        ("mpirun, every rank refuses the memory", mpi2 + ["--model", "gpt", "--layers", "48", "--embd", "16384",
+                                                          "--heads", "128", "--steps", "2"], 1, "x 2 ranks"),
+        ("context longer than the training text", t + ["--model", "gpt", "--context", "10000000", "--steps", "2"], 1,
+         "--context"),
         ("diverging loss", t + ["--steps", "60", "--hidden", "16", "--lr", "1e6", "--weight-decay", "1e6",
                                 "--check-finite", "--log-every", "1000"], 1, "the loss is"),
     ]

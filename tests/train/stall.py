@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """A rank that stops (SIGSTOP) anywhere must not hang the job: under mpirun -np 2 with --watchdog-s 3, rank 1
-is stopped at start-up, mid-training, after the last step (in the trace gather) and, without a trace, in the
+is stopped at start-up, mid-training (also of 3 ranks), after the last step (in the trace gather) and, without a trace, in the
 evaluation, so that rank 0 waits in the barrier before MPI_Finalize;
 every time the job must end within the watchdog time plus a margin, non-zero, with a "minidp watchdog"
-line naming the operation.
+line naming the operation and, once MPI is up, rank 1 as the rank that did not arrive (stopped before the
+collective or inside it).
 
 Usage: stall.py MPIEXEC MINIDP_TRAIN
 """
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -37,10 +39,11 @@ def rank_pid(parent, rank):
     return None
 
 
-def scenario(name, args, trigger):
-    """Runs minidp-train; stops rank 1 once `trigger` (a line of rank 0's output, or seconds) happens."""
+def scenario(name, args, trigger, names_rank=True, ranks=2):
+    """Runs minidp-train; stops rank 1 once `trigger` (a line of rank 0's output, or seconds) happens.
+    `names_rank`: the watchdog's line must name rank 1 (not at start-up: MPI_Init_thread cannot say)."""
     with tempfile.TemporaryDirectory() as folder:
-        command = [mpiexec, "-np", "2", "--oversubscribe", train, "--watchdog-s", str(WATCHDOG), *args]
+        command = [mpiexec, "-np", str(ranks), "--oversubscribe", train, "--watchdog-s", str(WATCHDOG), *args]
         job = subprocess.Popen(command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         stopped = []
         lines = []
@@ -86,6 +89,10 @@ def scenario(name, args, trigger):
             problems.append("exit status 0")
         if not watchdog:
             problems.append("no 'minidp watchdog' line")
+        elif names_rank and not any(re.search(r"rank\(s\) 1 did not arrive", l) for l in watchdog):
+            problems.append("the watchdog's line does not name rank 1 as the one that did not arrive")
+        elif any(re.search(r"rank\(s\) (?!1 did)[0-9, ]+ did not arrive", l) for l in watchdog):
+            problems.append("a watchdog line names a rank that was not stopped")
         verdict = "ok" if not problems else "FAIL: " + "; ".join(problems)
         print(f"{name:28s} {verdict} ({took:.1f} s after the stop)\n    {watchdog[0] if watchdog else stderr[-2000:]}")
         return not problems
@@ -93,8 +100,11 @@ def scenario(name, args, trigger):
 
 def main():
     results = [
-        scenario("start-up", ["--model", "mlp", "--steps", "2000"], 0.5),
+        scenario("start-up", ["--model", "mlp", "--steps", "2000"], 0.5, names_rank=False),
         scenario("mid-step", ["--model", "mlp", "--steps", "100000", "--log-every", "50"], "step 50/"),
+        # Rank 2 waits with rank 0: it must not be named.
+        scenario("mid-step, 3 ranks", ["--model", "mlp", "--steps", "100000", "--log-every", "50"], "step 50/",
+                 ranks=3),
         scenario("trace gather at the end", GPT + ["--steps", "20", "--log-every", "20", "--eval-batches", "300",
                                                     "--trace", "t.json"], "step 20/"),
         scenario("barrier before MPI_Finalize", GPT + ["--steps", "20", "--log-every", "20", "--eval-batches", "300"],

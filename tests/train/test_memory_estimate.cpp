@@ -1,0 +1,103 @@
+// The memory estimate the run checks compare with the memory there is: its parameter count is the built
+// model's; it admits the runs the project does (the fortunes GPT on 2 CPU ranks, GPT-2 small at batch 16
+// on a 141 GB H200, the MLP); on a GPU it bounds what training really takes from the device.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <iostream>
+
+#include "data/text.h"
+#include "framework/distributed/communicator.h"
+#include "framework/runtime/device.h"
+#include "models/registry.h"
+#include "train/run_checks.h"
+#include "train/trainer.h"
+
+namespace minidp {
+namespace {
+
+train::Options gpt(int64_t layers, int64_t heads, int64_t embd, int64_t context, int64_t batch) {
+  train::Options o;
+  o.model = "gpt";
+  o.gpt.layers = layers;
+  o.gpt.heads = heads;
+  o.gpt.embd = embd;
+  o.gpt.context = context;
+  o.batchSize = batch;
+  return o;
+}
+
+int64_t builtParameters(const train::Options& o, int64_t vocab) {
+  const models::ModelEntry& entry = models::findModel(o.model);
+  const bool tokens = entry.data == models::DataKind::Tokens;
+  models::ModelArgs args{1, tokens ? 0 : 28 * 28, tokens ? vocab : 10, tokens ? o.gpt.context : 0, o.hidden,
+                         o.gpt.layers, o.gpt.heads, o.gpt.embd, DType::F32};
+  return entry.make(args)->numParameters();
+}
+
+TEST(MemoryEstimate, CountsTheBuiltModelsParameters) {
+  const train::Options small = gpt(2, 2, 32, 24, 4);
+  EXPECT_EQ(train::estimateMemory(small, 300, Device::CPU, DType::F32, DType::F32).parameters,
+            builtParameters(small, 300));
+  train::Options mlp;
+  mlp.hidden = {48, 16};
+  EXPECT_EQ(train::estimateMemory(mlp, 0, Device::CPU, DType::F32, DType::F32).parameters, builtParameters(mlp, 0));
+}
+
+TEST(MemoryEstimate, AdmitsTheProjectsRuns) {
+  // GPT-2 small (124 M, vocabulary 50257) at batch 16 x 1024 on one H200 (141 GB, some of it the context's).
+  const train::Options gpt2 = gpt(12, 12, 768, 1024, 16);
+  for (DType compute : {DType::F32, DType::BF16}) {
+    const train::MemoryEstimate e = train::estimateMemory(gpt2, 50257, Device::CUDA, DType::F32, compute);
+    EXPECT_LT(e.total(), 120e9) << dtypeName(compute);
+  }
+  // The fortunes GPT of the README on the CPU: two ranks on a small machine.
+  const train::Options fortunes = gpt(6, 6, 384, 256, 32);
+  EXPECT_LT(train::estimateMemory(fortunes, 256, Device::CPU, DType::F32, DType::F32).total(), 5e9);
+  // The default MLP.
+  EXPECT_LT(train::estimateMemory(train::Options(), 0, Device::CPU, DType::F32, DType::F32).total(), 1e9);
+  // And refuses what cannot fit: twice the batch rows, twice the activations.
+  train::Options doubled = fortunes;
+  doubled.batchSize *= 2;
+  const train::MemoryEstimate one = train::estimateMemory(fortunes, 256, Device::CPU, DType::F32, DType::F32);
+  const train::MemoryEstimate two = train::estimateMemory(doubled, 256, Device::CPU, DType::F32, DType::F32);
+  EXPECT_DOUBLE_EQ(two.activationBytes, 2 * one.activationBytes);
+  EXPECT_DOUBLE_EQ(two.stateBytes, one.stateBytes);
+}
+
+// What a few training steps take from the GPU (the caching allocator's blocks in use and cached, which it
+// never returns) stays under the estimate, at the fortunes GPT's shape, fp32 and bf16.
+TEST(MemoryEstimate, BoundsWhatTrainingTakesOnTheGpu) {
+  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  if (!std::filesystem::exists(kFortunesDir)) GTEST_SKIP() << "no fortunes in " << kFortunesDir;
+  for (const char* dtype : {"fp32", "bf16"}) {
+    train::Options o = gpt(6, 6, 384, 256, 32);
+    o.device = "cuda";
+    o.dtype = dtype;
+    o.steps = 3;
+    train::Session session;
+    distributed::CommOptions comm;
+    comm.backend = "single";
+    comm.cuda = true;
+    session.comm = distributed::makeCommunicator(comm, nullptr);
+    session.device = Device::CUDA;
+    session.compute = o.dtype == "bf16" ? DType::BF16 : DType::F32;
+    const runtime::AllocatorStats before = runtime::allocatorStats();
+    {
+      train::Trainer trainer(o, session);
+      for (int64_t i = 0; i < o.steps; ++i) trainer.step();
+      runtime::synchronize();
+    }
+    const runtime::AllocatorStats after = runtime::allocatorStats();
+    const double taken = static_cast<double>(after.cachedBytes + after.allocatedBytes) -
+                         static_cast<double>(before.cachedBytes + before.allocatedBytes);
+    const double bound = train::estimateMemory(o, 256, Device::CUDA, DType::F32, session.compute).total();
+    std::cout << dtype << ": training took " << taken / 1e9 << " GB of the GPU, the estimate is " << bound / 1e9
+              << " GB\n";
+    EXPECT_GT(taken, 0);
+    EXPECT_LE(taken, bound) << dtype;
+  }
+}
+
+}  // namespace
+}  // namespace minidp
