@@ -49,6 +49,17 @@ def same_bytes(a, b):
         return fa.read() == fb.read()
 
 
+def resumes_identically(ranks, base, label, folder):
+    """20 steps straight against 10 steps (saving every 4) + --resume to 20: byte-identical files."""
+    p = lambda name: os.path.join(folder, name)
+    run(ranks, base + ["--steps", "20", "--save", p("full")])
+    run(ranks, base + ["--steps", "10", "--save-every", "4", "--save", p("half")])
+    run(ranks, base + ["--steps", "20", "--resume", p("half"), "--save", p("resumed")])
+    ok = same_bytes(p("full"), p("resumed"))
+    print(f"{label} {ranks} rank(s): 10 + resume + 10 {'==' if ok else '!='} 20")
+    return ok
+
+
 def worst_difference(a, b):
     """The largest difference of a tensor of file `a` from file `b`'s, relative to b's largest magnitude;
     infinite when the two files hold other names."""
@@ -62,28 +73,14 @@ def main():
     failures = []
     with tempfile.TemporaryDirectory() as d:
         p = lambda name: os.path.join(d, name)
-        for model, args in (("mlp", MLP), ("gpt", GPT)):
-            for optimizer in ("sgd", "adamw"):
-                for ranks in (1, 2):
-                    base = args + ["--optimizer", optimizer]
-                    run(ranks, base + ["--steps", "20", "--save", p("full")])
-                    run(ranks, base + ["--steps", "10", "--save-every", "4", "--save", p("half")])
-                    run(ranks, base + ["--steps", "20", "--resume", p("half"), "--save", p("resumed")])
-                    ok = same_bytes(p("full"), p("resumed"))
-                    print(f"{model} {optimizer} {ranks} rank(s): 10 + resume + 10 {'==' if ok else '!='} 20")
-                    if not ok:
-                        failures.append(f"{model} {optimizer} np{ranks}")
+        cases = [(f"{model} {optimizer}", ranks, args + ["--optimizer", optimizer])
+                 for model, args in (("mlp", MLP), ("gpt", GPT)) for optimizer in ("sgd", "adamw") for ranks in (1, 2)]
         # ZeRO-1: each rank holds a shard of the optimizer state; the file holds it whole.
-        for optimizer in ("sgd", "adamw"):
-            for ranks in (2, 3):
-                base = GPT + SMALL_BUCKETS + ["--optimizer", optimizer, "--zero", "1"]
-                run(ranks, base + ["--steps", "20", "--save", p("zfull")])
-                run(ranks, base + ["--steps", "10", "--save-every", "4", "--save", p("zhalf")])
-                run(ranks, base + ["--steps", "20", "--resume", p("zhalf"), "--save", p("zresumed")])
-                ok = same_bytes(p("zfull"), p("zresumed"))
-                print(f"gpt {optimizer} --zero 1 {ranks} ranks: 10 + resume + 10 {'==' if ok else '!='} 20")
-                if not ok:
-                    failures.append(f"zero {optimizer} np{ranks}")
+        cases += [(f"gpt {optimizer} --zero 1", ranks, GPT + SMALL_BUCKETS + ["--optimizer", optimizer, "--zero", "1"])
+                  for optimizer in ("sgd", "adamw") for ranks in (2, 3)]
+        for label, ranks, base in cases:
+            if not resumes_identically(ranks, base, label, d):
+                failures.append(f"{label} np{ranks}")
         # Between ZeRO-1 and plain DDP: the uninterrupted run is plain DDP; parameters and optimizer state end
         # near it. SGD also moves between 3 ranks of 4 rows and 2 of 6 (the same global batches); AdamW stays on
         # 3 ranks: its normalised steps turn the rounding of another summation order in near-zero gradients
@@ -109,14 +106,9 @@ def main():
         if probe.returncode == 0:
             gpus = int(subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.count("GPU "))
             for ranks, extra in [(r, e) for r, e in ((1, []), (2, []), (2, ["--zero", "1"])) if r <= gpus]:
-                base = MLP + ["--optimizer", "adamw", "--device", "cuda"] + extra
-                run(ranks, base + ["--steps", "20", "--save", p("cfull")])
-                run(ranks, base + ["--steps", "10", "--save", p("chalf")])
-                run(ranks, base + ["--steps", "20", "--resume", p("chalf"), "--save", p("cresumed")])
-                ok = same_bytes(p("cfull"), p("cresumed"))
-                print(f"cuda mlp adamw {' '.join(extra)} {ranks} rank(s): 10 + resume + 10 {'==' if ok else '!='} 20")
-                if not ok:
-                    failures.append(f"cuda {' '.join(extra)} np{ranks}")
+                label = " ".join(["cuda mlp adamw"] + extra)
+                if not resumes_identically(ranks, MLP + ["--optimizer", "adamw", "--device", "cuda"] + extra, label, d):
+                    failures.append(f"{label} np{ranks}")
         else:
             print("cuda: skipped (no CUDA device)")
         # Another rank count: the global batch stays 16 rows, drawn in the same order.
