@@ -19,16 +19,15 @@ ShardedOptimizer::ShardedOptimizer(DistributedDataParallel& ddp, const std::stri
   const Reducer& reducer = ddp.reducer();
   MINIDP_CHECK(reducer.reduction().reduction == Reduction::ReduceScatter,
                "ShardedOptimizer needs a reducer that reduce-scatters (DdpOptions::zeroStage = 1)");
-  const BucketPlan& plan = plan_;
   const nn::NamedParameters& params = ddp.parameters();
   const Device device = params.front().second.device();
-  for (size_t b = 0; b < plan.buckets.size(); ++b) {
-    flat_.push_back(Tensor::zeros({reducer.bucketBuffer(b).numel()}, plan.buckets[b].dtype, device));
+  for (size_t b = 0; b < plan_.buckets.size(); ++b) {
+    flat_.push_back(Tensor::zeros({reducer.bucketBuffer(b).numel()}, plan_.buckets[b].dtype, device));
   }
   for (size_t i = 0; i < params.size(); ++i) {
     Variable p = params[i].second;  // shares the parameter: its data moves into the flat buffer
     shapes_.push_back(p.shape());
-    const ParamSlot& slot = plan.slots[i];
+    const ParamSlot& slot = plan_.slots[i];
     Tensor view = Tensor::alias(flat_[slot.bucket], slot.offset, p.shape());
     view.copyFrom(p.data());
     p.data() = view;
@@ -41,7 +40,7 @@ ShardedOptimizer::ShardedOptimizer(DistributedDataParallel& ddp, const std::stri
     shards_.push_back(v);
     inner_.push_back(optim::makeOptimizer(name, {v}, lr, weightDecay));
     stateElements_ += stateTensors(name) * shard;
-    unshardedStateElements_ += stateTensors(name) * plan.buckets[b].numel;
+    unshardedStateElements_ += stateTensors(name) * plan_.buckets[b].numel;
   }
 }
 
@@ -105,7 +104,7 @@ void ShardedOptimizer::restoreState(const SavedState& saved) {
   for (size_t b = 0; b < inner_.size(); ++b) {
     std::vector<std::pair<std::string, Tensor>> shard = inner_[b]->state();  // one tensor per kind
     for (auto& [name, tensor] : shard) tensor.zero();                        // the padding
-    const int64_t n = flat_[b].numel() / world, first = rank * n;           // this rank's elements of the bucket
+    const int64_t n = flat_[b].numel() / world, first = rank * n;            // this rank's elements of the bucket
     for (int p : plan_.buckets[b].params) {
       const ParamSlot& slot = plan_.slots[p];
       const int64_t begin = std::max(first, slot.offset), end = std::min(first + n, slot.offset + slot.numel);

@@ -13,8 +13,8 @@ GradClipper::GradClipper(double maxNorm, DType dtype, Device device)
 void GradClipper::compute(const std::vector<Tensor>& buffers) { compute(buffers, 0, 1, nullptr); }
 
 void GradClipper::compute(const std::vector<Tensor>& buffers, int rank, int world, const GatherSlots& gather) {
-  MINIDP_CHECK(rank >= 0 && rank < world && (world == 1 || gather), "gradient clipping: rank " << rank << " of "
-                                                                                               << world);
+  MINIDP_CHECK(rank >= 0 && rank < world && (world == 1 || gather),
+               "gradient clipping: rank " << rank << " of " << world);
   const int64_t slot = static_cast<int64_t>(buffers.size()) * kernels::kNormPartials, count = slot * world;
   if (!partials_.defined() || partials_.numel() != count) partials_ = Tensor::zeros({count}, DType::F64, device_);
   double* mine = partials_.data<double>() + rank * slot;

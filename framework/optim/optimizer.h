@@ -51,7 +51,7 @@ class Optimizer {
   void setGradScale(Tensor scale);
 
   /// The live state tensors, "<param name>.<state>" with PyTorch's state names (exp_avg, exp_avg_sq,
-  /// momentum_buffer) in parameter order: copy into them to restore a checkpoint.
+  /// momentum_buffer) in parameter order (restoreState copies a checkpoint into them).
   std::vector<std::pair<std::string, Tensor>> state() const;
   /// PyTorch's names of the state kept per parameter (exp_avg, exp_avg_sq; momentum_buffer), in order.
   const std::vector<std::string>& stateNames() const { return stateNames_; }
