@@ -79,18 +79,14 @@ void checkResumeFile(const Options& o, const std::string& path, int world) {
 }
 
 void Trainer::saveState(const std::string& path, int64_t step) {
+  const std::vector<std::pair<std::string, Tensor>> full = optimizer_->checkpointState();  // ZeRO-1: a collective
   if (session_.rank() != 0) return;
-  // Under ZeRO-1 each rank holds a shard of the optimizer state: the file then holds the parameters only.
-  const bool withState = opts_.zero == 0;
   std::vector<std::pair<std::string, SafeTensor>> state;
-  for (const auto& [name, tensor] : withState ? optimizer_->state() : decltype(optimizer_->state()){}) {
-    state.emplace_back(nn::kOptimizerPrefix + name, nn::toSafeTensor(tensor));
-  }
+  for (const auto& [name, tensor] : full) state.emplace_back(nn::kOptimizerPrefix + name, nn::toSafeTensor(tensor));
   const nlohmann::json meta = {{"format", kStateFormat},
                                {"step", step},
                                {"micro_batches", step * opts_.gradAccum},
                                {"optimizer_steps", optimizer_->stepCount()},
-                               {"optimizer_state", withState},
                                {"model", modelDescription(opts_)},
                                {"dtype", opts_.dtype},
                                {"optimizer", optimizerName(opts_)},
@@ -103,18 +99,12 @@ void Trainer::saveState(const std::string& path, int64_t step) {
 int64_t Trainer::resume(const std::string& path) {
   const SafeTensorFile file = readSafetensors(path);
   const nlohmann::json meta = readState(file, path);
-  MINIDP_CHECK(opts_.zero == 0 && meta.value("optimizer_state", true),
-               "--resume " << path
-                           << ": resuming a ZeRO-1 run (--zero 1) is not supported yet: its optimizer state is "
-                              "sharded over the ranks and not in the file");
   try {
     nn::loadParameters(*model_, file);
-    for (auto& [name, tensor] : optimizer_->state()) {
+    optimizer_->restoreState([&file](const std::string& name) {
       const std::string key = nn::kOptimizerPrefix + name;
-      Tensor saved = nn::fromSafeTensor(file.at(key), key);
-      MINIDP_CHECK(saved.shape() == tensor.shape(), "optimizer tensor '" << key << "' has another shape");
-      tensor.copyFrom(saved.toDType(tensor.dtype()).to(tensor.device()));
-    }
+      return nn::fromSafeTensor(file.at(key), key);
+    });
   } catch (const Error& e) {
     throw Error("--resume " + path + ": " + e.what());
   }

@@ -281,9 +281,6 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
   const std::string optName = o.optimizer.empty() ? entry.defaultOptimizer : o.optimizer;
   const double lr = o.lr > 0 ? o.lr : entry.defaultLr;
   if (o.zero == 1) {
-    MINIDP_CHECK(o.clipGradNorm == 0,
-                 "--clip-grad-norm with --zero 1 is not supported yet (each rank holds only "
-                 "its shard of the gradients)");
     const auto gather = o.zeroGather == "overlap" ? distributed::ZeroGather::Overlap : distributed::ZeroGather::End;
     auto sharded = std::make_unique<distributed::ShardedOptimizer>(*ddp_, optName, lr, o.weightDecay, gather);
     if (session.rank() == 0) {
@@ -291,6 +288,7 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
       std::printf("ZeRO-1: optimizer state %.2f MB per rank (%.2f MB unsharded)\n",
                   sharded->stateElements() * bytes / 1e6, sharded->unshardedStateElements() * bytes / 1e6);
     }
+    sharded_ = sharded.get();
     optimizer_ = std::move(sharded);
   } else {
     optimizer_ = optim::makeOptimizer(optName, model_->namedParameters(), lr, o.weightDecay);
@@ -336,7 +334,7 @@ Tensor Trainer::step() {
   timer_.phase(runtime::Phase::Optimizer);
   // Clipping reads the averaged gradients in the buckets: the same bits, so the same norm, on every rank.
   normMeasured_ = opts_.clipGradNorm > 0;
-  if (normMeasured_) clipper_->compute(bucketBuffers());
+  if (normMeasured_) computeGradNorm();
   lr_ = schedule_.at(optimizer_->stepCount());
   optimizer_->setLr(lr_);
   optimizer_->step();
@@ -389,8 +387,16 @@ std::vector<Tensor> Trainer::bucketBuffers() const {
   return out;
 }
 
+void Trainer::computeGradNorm() {
+  if (sharded_) {
+    sharded_->computeGradNorm(*clipper_);  // ZeRO-1: each rank holds only its shards of the gradients
+  } else {
+    clipper_->compute(bucketBuffers());
+  }
+}
+
 double Trainer::gradNorm() {
-  if (!normMeasured_) clipper_->compute(bucketBuffers());  // the buckets still hold the last step's gradients
+  if (!normMeasured_) computeGradNorm();  // the buckets still hold the last step's gradients
   normMeasured_ = true;
   return clipper_->norm();
 }

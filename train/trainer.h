@@ -154,7 +154,8 @@ class Trainer {
   runtime::StepTimer& timer() { return timer_; }
   /// The bucket cap in use (bytes): --bucket-mb, or what --bucket-mb auto chose after the first step.
   size_t bucketCapBytes() const { return bucketCapBytes_; }
-  /// Rank 0 writes parameters, optimizer state, `step` and the sampler position to `path` (train_state.cpp).
+  /// Rank 0 writes parameters, optimizer state, `step` and the sampler position to `path` (train_state.cpp);
+  /// every rank calls it (ZeRO-1 gathers the state shards).
   void saveState(const std::string& path, int64_t step);
   /// Restores what saveState wrote (on every rank); returns the step it was saved after.
   int64_t resume(const std::string& path);
@@ -162,6 +163,8 @@ class Trainer {
  private:
   /// The reducer's bucket buffers: after finalize, the rank-averaged gradients.
   std::vector<Tensor> bucketBuffers() const;
+  /// Enqueues clipper_'s norm of the averaged gradients (ZeRO-1: from every rank's shards; a collective).
+  void computeGradNorm();
   /// Adds the buckets' all-reduce spans to the open step's record (read once the step completed).
   void timeBuckets();
   /// --bucket-mb auto, after the first (detailed) step: model the caps, re-plan with rank 0's choice.
@@ -177,6 +180,7 @@ class Trainer {
   std::unique_ptr<models::Model> model_;
   std::unique_ptr<distributed::DistributedDataParallel> ddp_;
   std::unique_ptr<optim::Optimizer> optimizer_;
+  distributed::ShardedOptimizer* sharded_ = nullptr;  // optimizer_ under --zero 1
   LrSchedule schedule_;
   std::unique_ptr<optim::GradClipper> clipper_;  // the gradient norm (and clip coefficient)
   bool normMeasured_ = false;                    // clipper_ holds the norm of the last step

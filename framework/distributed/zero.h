@@ -3,6 +3,9 @@
 // every bucket; ShardedOptimizer moves the parameters into flat buffers laid out like the gradient
 // buckets (same offsets, same padding), updates only this rank's shard of each with an ordinary optimizer
 // over shard views, and all-gathers the updated shards, so every rank ends the step with the same bits.
+// Checkpoints hold plain DDP's full state tensors under the same names: the shards are all-gathered for
+// rank 0 to write, and a restore keeps each rank's shard of them, so a state moves between ZeRO-1 and
+// plain DDP and between rank counts.
 #pragma once
 
 #include <memory>
@@ -10,6 +13,7 @@
 #include <vector>
 
 #include "framework/distributed/ddp.h"
+#include "framework/optim/grad_clip.h"
 #include "framework/optim/optimizer.h"
 
 namespace minidp::distributed {
@@ -36,9 +40,15 @@ class ShardedOptimizer : public optim::Optimizer {
   /// Elements of optimizer state this rank holds, and what one unsharded optimizer would hold.
   int64_t stateElements() const { return stateElements_; }
   int64_t unshardedStateElements() const { return unshardedStateElements_; }
-  /// For grad-norm clipping: the squared L2 norm of the whole averaged gradient, from each rank's
-  /// partial sum over its shards and one all-reduce of that scalar. Call after finalize, before step.
-  double gradSquaredNorm();
+  /// Enqueues `clipper`'s norm (and clip coefficient) of the whole averaged gradient: each rank's partial
+  /// sums over its gradient shards, all-gathered and added in rank order, the same bits on every rank.
+  /// A collective; call after finalize, before step.
+  void computeGradNorm(optim::GradClipper& clipper);
+  /// The full state of every parameter, as plain DDP's optimizer names it, on rank 0 (host tensors; other
+  /// ranks get none): each bucket's state shards all-gathered in turn. A collective.
+  std::vector<std::pair<std::string, Tensor>> checkpointState() override;
+  /// Keeps this rank's shard of the full state tensors `saved` returns (no communication).
+  void restoreState(const SavedState& saved) override;
 
  protected:
   /// Holds no parameters of its own: the per-bucket optimizers launch the updates.
@@ -47,6 +57,8 @@ class ShardedOptimizer : public optim::Optimizer {
  private:
   Communicator& comm_;
   ZeroGather gather_;
+  BucketPlan plan_;
+  std::vector<Shape> shapes_;                             // per parameter, registration order
   std::vector<Tensor> flat_;                              // per bucket: the parameters, padded
   std::vector<Variable> shards_;                          // per bucket: this rank's shard, grad = gradient shard
   std::vector<std::unique_ptr<optim::Optimizer>> inner_;  // per bucket: the optimizer of its shard

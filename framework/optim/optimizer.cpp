@@ -63,6 +63,19 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {
   return out;
 }
 
+Tensor Optimizer::savedTensor(const SavedState& saved, const std::string& name, const Shape& shape) {
+  Tensor t = saved(name);
+  MINIDP_CHECK(t.shape() == shape, "optimizer state '" << name << "' has shape " << shapeString(t.shape())
+                                                       << ", the optimizer expects " << shapeString(shape));
+  return t;
+}
+
+void Optimizer::restoreState(const SavedState& saved) {
+  for (auto& [name, tensor] : state()) {
+    tensor.copyFrom(savedTensor(saved, name, tensor.shape()).toDType(tensor.dtype()).to(tensor.device()));
+  }
+}
+
 void Optimizer::setStepCount(int64_t steps) {
   MINIDP_CHECK(steps >= 0, "optimizer: step count " << steps << " is negative");
   stepCount_ = steps;

@@ -3,6 +3,7 @@
 // device-side gradient scale (the clip coefficient), so a step needs no host-device traffic.
 #pragma once
 
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -50,8 +51,17 @@ class Optimizer {
   void setGradScale(Tensor scale);
 
   /// The live state tensors, "<param name>.<state>" with PyTorch's state names (exp_avg, exp_avg_sq,
-  /// momentum_buffer) in parameter order: copy into them to restore a checkpoint.
+  /// momentum_buffer) in parameter order (restoreState copies a checkpoint into them).
   std::vector<std::pair<std::string, Tensor>> state() const;
+  /// PyTorch's names of the state kept per parameter (exp_avg, exp_avg_sq; momentum_buffer), in order.
+  const std::vector<std::string>& stateNames() const { return stateNames_; }
+  /// The full state for a checkpoint, named as state(). Virtual for ZeRO-1, whose ShardedOptimizer gathers
+  /// its shards to rank 0 (a collective: every rank calls it); here the live state().
+  virtual std::vector<std::pair<std::string, Tensor>> checkpointState() { return state(); }
+  /// The tensor a checkpoint holds under a state name (any dtype and device; throws when absent).
+  using SavedState = std::function<Tensor(const std::string& name)>;
+  /// Copies the full state tensors `saved` returns into the state (ShardedOptimizer: into this rank's shard).
+  virtual void restoreState(const SavedState& saved);
   /// Steps taken so far (AdamW's t; SGD's momentum buffer starts at step 0).
   int64_t stepCount() const { return stepCount_; }
   void setStepCount(int64_t steps);
@@ -76,6 +86,8 @@ class Optimizer {
   /// Where launch() passes the kernels their scalars from: null while they are kernel arguments.
   const void* deviceScalars() const { return scalarsOnDevice_ ? scalars_.raw() : nullptr; }
   const Tensor& gradScale() const { return gradScale_; }
+  /// `saved(name)` checked against `shape`, naming the tensor when it differs.
+  static Tensor savedTensor(const SavedState& saved, const std::string& name, const Shape& shape);
   /// The parameters' dtype (F32 when there are none).
   DType dtype() const { return slots_.empty() ? DType::F32 : slots_[0].param.dtype(); }
   double lr_;
