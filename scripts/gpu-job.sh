@@ -56,7 +56,7 @@ step_kernels() {
 # The GPT-2-small step (issue 9): minidp bf16 / fp32 beside PyTorch eager bf16 and torch.compile.
 step_fast_step() {
   [ -f "$out/tokens/train.bin" ] || python3 scripts/make-random-tokens.py "$out/tokens"
-  for run in "8" "16" "8 --cuda-graph"; do
+  for run in "8" "16" "8 --cuda-graph" "16 --cuda-graph"; do
     set -- $run
     local name="mdp_gpt2_bf16_b$1${2:+_graph}"
     build/bin/minidp-bench "${gpt2[@]}" --batch-size "$@" --dtype bf16 --steps 15 --warmup 5 --bucket-mb-list 25 \
