@@ -593,8 +593,9 @@ void backward(const typename Math::Elem* dout, const typename Math::Elem* qkv, c
               cudaStream_t stream) {
   constexpr int kRowDotBlock = 256, kRowsPerBlock = kRowDotBlock / 32 * (32 / (D * sizeof(typename Math::Elem) / 16));
   const int64_t rows = B * seqLen * H;
+  // 16-byte aligned tensors (the allocator's blocks) make every row of D elements 16-byte aligned too.
   MINIDP_CHECK(reinterpret_cast<uintptr_t>(dout) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0,
-               "flash attention: dout and out must be 16-byte aligned");  // then every row of D elements is
+               "flash attention: dout and out must be 16-byte aligned");
   rowDotKernel<typename Math::Elem, D><<<ceilDiv(rows, kRowsPerBlock), kRowDotBlock, 0, stream>>>(
       dout, out, rowDot, rows, int(seqLen), int(H));
   CUDA_CHECK_LAUNCH();
