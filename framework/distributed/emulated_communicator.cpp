@@ -50,7 +50,7 @@ std::shared_ptr<Work> EmulatedCommunicator::allReduceAverage(Tensor buffer, cons
 }
 
 std::shared_ptr<Work> EmulatedCommunicator::reduceGradients(Tensor buffer, Tensor wire, Reduction reduction,
-                                                            const std::string& tag) {
+                                                            const std::string& tag, const AfterReduce& after) {
   MINIDP_CHECK(buffer.defined() && supports(buffer.device()), "emulated " << (cuda_ ? "cuda" : "cpu")
                                                                           << " link cannot reduce a "
                                                                           << deviceName(buffer.device()) << " tensor");
@@ -69,14 +69,16 @@ std::shared_ptr<Work> EmulatedCommunicator::reduceGradients(Tensor buffer, Tenso
       if (bf16) kernels::cuda::castToBf16(buffer.data<float>(), wire.data<minidp::bf16>(), n, s);
       kernels::cuda::emulatedLink(onWire.raw(), static_cast<int64_t>(bytes), seconds, ctas, s);
       if (bf16) kernels::cuda::castFromBf16(wire.data<minidp::bf16>(), buffer.data<float>(), n, s);
+      if (after) after(s);
     });
 #endif
   }
   return thread_->post(
-      [buffer, wire, onWire, bf16, n, bytes, seconds, ctas] {
+      [buffer, wire, onWire, bf16, n, bytes, seconds, ctas, after] {
         if (bf16) kernels::cpu::castToBf16(buffer.data<float>(), wire.data<minidp::bf16>(), n);
         kernels::cpu::emulatedLink(onWire.raw(), static_cast<int64_t>(bytes), seconds, ctas);
         if (bf16) kernels::cpu::castFromBf16(wire.data<minidp::bf16>(), buffer.data<float>(), n);
+        if (after) after(nullptr);
       },
       tag, bytes);
 }
