@@ -141,7 +141,10 @@ void Reducer::addRowIds(const Tensor& ids) {
   const int64_t gathered = ids.numel() * comm_->worldSize();
   if (k == rowIds_.size()) rowIds_.push_back(Tensor());
   if (rowIds_[k].numel() != gathered) rowIds_[k] = Tensor::empty({gathered}, DType::I32, device);
-  rowIdWorks_.push_back(comm_->allGatherInto(ids, rowIds_[k], "row ids " + std::to_string(k)));
+  // A copy (on the compute stream): the batch's own memory is refilled with the next batch, unordered with
+  // the comm stream (thread) that reads it; the work holds the copy until the all-gather completed.
+  const Tensor flat = Tensor::alias(ids.clone(), 0, {ids.numel()});
+  rowIdWorks_.push_back(comm_->allGatherInto(flat, rowIds_[k], "row ids " + std::to_string(k)));
 }
 
 void Reducer::markReady(size_t index) {
