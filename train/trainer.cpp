@@ -298,6 +298,10 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
   }
   bucketCapBytes_ = ddpOptions.bucketCapBytes;
   ddp_ = std::make_unique<distributed::DistributedDataParallel>(model_->namedParameters(), session.comm, ddpOptions);
+  if (o.sparseEmbeddingGrad && rank == 0) {
+    std::printf("sparse embedding gradient: %s all-reduced by rows (a bucket of its own)\n",
+                entry.rowSparseParameter.c_str());
+  }
   const std::string optName = o.optimizer.empty() ? entry.defaultOptimizer : o.optimizer;
   const double lr = o.lr > 0 ? o.lr : entry.defaultLr;
   if (o.zero == 1) {
