@@ -115,8 +115,8 @@ class Communicator {
   /// until the work completed. The result has the same bits on every rank. `after`, when set, runs after
   /// the collective, inside the work (AfterReduce). The base class does the fp32 all-reduce with
   /// allReduceAverage and refuses the rest.
-  virtual std::shared_ptr<Work> reduceGradients(Tensor buffer, Tensor wire, Reduction reduction,
-                                                const std::string& tag, const AfterReduce& after = {});
+  virtual std::shared_ptr<Work> reduceGradients(Tensor buffer, Tensor wire, Reduction reduction, const std::string& tag,
+                                                const AfterReduce& after = {});
   /// Starts the in-place all-gather of equal shards: every rank's shard r (elements [r * n / world,
   /// (r + 1) * n / world)) becomes rank r's. n must be a multiple of the world size. ZeRO-1's parameter
   /// gather; the base class refuses it.

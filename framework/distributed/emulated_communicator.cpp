@@ -55,6 +55,7 @@ std::shared_ptr<Work> EmulatedCommunicator::reduceGradients(Tensor buffer, Tenso
                                                                           << " link cannot reduce a "
                                                                           << deviceName(buffer.device()) << " tensor");
   MINIDP_CHECK(reduction == Reduction::AllReduce, "the emulated link models all-reduce only (no ZeRO-1)");
+  MINIDP_CHECK(!after, "the emulated link runs nothing after a reduction (no --sparse-embedding-grad)");
   checkGradientBucket(buffer, wire, reduction, world_);
   // bf16 on the wire: the link carries the bf16 copy; identical ranks average to it, cast back.
   const bool bf16 = wire.defined();
@@ -69,16 +70,14 @@ std::shared_ptr<Work> EmulatedCommunicator::reduceGradients(Tensor buffer, Tenso
       if (bf16) kernels::cuda::castToBf16(buffer.data<float>(), wire.data<minidp::bf16>(), n, s);
       kernels::cuda::emulatedLink(onWire.raw(), static_cast<int64_t>(bytes), seconds, ctas, s);
       if (bf16) kernels::cuda::castFromBf16(wire.data<minidp::bf16>(), buffer.data<float>(), n, s);
-      if (after) after(s);
     });
 #endif
   }
   return thread_->post(
-      [buffer, wire, onWire, bf16, n, bytes, seconds, ctas, after] {
+      [buffer, wire, onWire, bf16, n, bytes, seconds, ctas] {
         if (bf16) kernels::cpu::castToBf16(buffer.data<float>(), wire.data<minidp::bf16>(), n);
         kernels::cpu::emulatedLink(onWire.raw(), static_cast<int64_t>(bytes), seconds, ctas);
         if (bf16) kernels::cpu::castFromBf16(wire.data<minidp::bf16>(), buffer.data<float>(), n);
-        if (after) after(nullptr);
       },
       tag, bytes);
 }

@@ -41,8 +41,8 @@ Reducer::Reducer(nn::NamedParameters params, BucketPlan plan, std::shared_ptr<Co
     const auto& [name, p] = params_[reduction_.rowSparse];
     MINIDP_CHECK(reduction_.reduction == Reduction::AllReduce,
                  "row-sparse parameter '" << name << "': its rows are all-reduced, not reduce-scattered (ZeRO-1)");
-    MINIDP_CHECK(p.shape().size() == 2, "row-sparse parameter '" << name << "' must be 2-D (rows, columns), is "
-                                                                 << shapeString(p.shape()));
+    MINIDP_CHECK(p.shape().size() == 2,
+                 "row-sparse parameter '" << name << "' must be 2-D (rows, columns), is " << shapeString(p.shape()));
   }
   installBuckets(false);
   marked_.assign(params_.size(), false);
@@ -229,8 +229,9 @@ std::shared_ptr<Work> Reducer::reduceRows(size_t b, const Tensor& wire, const st
   copyRows(grad, ids, C, packed_, false, nullptr);
   timings_[b].bytes = packed_.nbytes();
   Tensor packed = packed_;
-  return comm_->reduceGradients(packed_, wire.defined() ? packedWire_ : Tensor(), reduction_.reduction, tag,
-                                [grad, ids, C, packed](cudaStream_t stream) { copyRows(grad, ids, C, packed, true, stream); });
+  return comm_->reduceGradients(
+      packed_, wire.defined() ? packedWire_ : Tensor(), reduction_.reduction, tag,
+      [grad, ids, C, packed](cudaStream_t stream) { copyRows(grad, ids, C, packed, true, stream); });
 }
 
 void Reducer::finalize(const std::function<void()>& beforeWaits) {

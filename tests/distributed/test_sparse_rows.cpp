@@ -91,8 +91,7 @@ class SparseRows : public ::testing::TestWithParam<Device> {
     r.wteBytes = ddp.reducer().lastStepTimings()[wte].bytes;
     r.wteDenseBytes = static_cast<size_t>(run.vocab * 8) * sizeof(float);
     if (run.sparse) {
-      EXPECT_EQ(ddp.plan().buckets[wte].params.size(), 1u) << "wte.weight shares its bucket\n"
-                                                           << ddp.plan().describe();
+      EXPECT_EQ(ddp.plan().buckets[wte].params.size(), 1u) << "wte.weight shares its bucket\n" << ddp.plan().describe();
     }
     return r;
   }
@@ -204,8 +203,7 @@ TEST(SparseRowKernels, CudaEqualsTheCpuTwin) {
       kernels::cpu::gatherRows<double>(grad.data<double>(), ids.data<int32_t>(), n, kC, packed.data<double>());
       kernels::cpu::scatterRows<double>(packed.data<double>(), ids.data<int32_t>(), n, kC, back.data<double>());
       kernels::cuda::gatherRows<double>(dGrad.data<double>(), dIds.data<int32_t>(), n, kC, dPacked.data<double>(), s);
-      kernels::cuda::scatterRows<double>(dPacked.data<double>(), dIds.data<int32_t>(), n, kC, dBack.data<double>(),
-                                         s);
+      kernels::cuda::scatterRows<double>(dPacked.data<double>(), dIds.data<int32_t>(), n, kC, dBack.data<double>(), s);
     }
     const Tensor gotPacked = dPacked.to(Device::CPU), gotBack = dBack.to(Device::CPU);
     EXPECT_EQ(std::memcmp(gotPacked.raw(), packed.raw(), packed.nbytes()), 0) << dtypeName(dtype) << " gather";
