@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "framework/distributed/ddp.h"
+#include "framework/ops/dispatch.h"
 #include "framework/ops/ops.h"
 #include "framework/optim/optimizer.h"
 #include "framework/runtime/device.h"
@@ -110,7 +111,10 @@ class SparseRows : public ::testing::TestWithParam<Device> {
     EXPECT_TRUE(bytes == testing::parameterBytes(*off.model)) << "overlap on and off differ";
     const std::vector<std::string> all = comm_->allGather(bytes);
     for (int r = 1; r < world_; ++r) EXPECT_TRUE(all[r] == all[0]) << "rank " << r << " differs from rank 0";
-    testing::expectParametersNear(*on.model, *dense.model, testing::ParameterField::Data, 1e-5);
+    // NCCL over 3+ ranks may sum an element in another order in the packed buffer than in the dense one:
+    // one fp32 rounding apart, or one bf16 rounding with bf16 on the wire (2 ranks: a + b = b + a).
+    const bool bf16Order = run.wire == GradComm::Bf16 && GetParam() == Device::CUDA && world_ > 2;
+    testing::expectParametersNear(*on.model, *dense.model, testing::ParameterField::Data, bf16Order ? 5e-2 : 1e-5);
     if (GetParam() == Device::CPU) {
       EXPECT_TRUE(bytes == testing::parameterBytes(*dense.model)) << "the CPU's sparse run differs from dense";
     }
@@ -194,17 +198,12 @@ TEST(SparseRowKernels, CudaEqualsTheCpuTwin) {
     const Tensor dGrad = grad.to(Device::CUDA), dIds = ids.to(Device::CUDA);
     Tensor dPacked = Tensor::zeros({n, kC}, dtype, Device::CUDA), dBack = Tensor::zeros({kV, kC}, dtype, Device::CUDA);
     cudaStream_t s = runtime::computeStream();
-    if (dtype == DType::F32) {
-      kernels::cpu::gatherRows<float>(grad.data<float>(), ids.data<int32_t>(), n, kC, packed.data<float>());
-      kernels::cpu::scatterRows<float>(packed.data<float>(), ids.data<int32_t>(), n, kC, back.data<float>());
-      kernels::cuda::gatherRows<float>(dGrad.data<float>(), dIds.data<int32_t>(), n, kC, dPacked.data<float>(), s);
-      kernels::cuda::scatterRows<float>(dPacked.data<float>(), dIds.data<int32_t>(), n, kC, dBack.data<float>(), s);
-    } else {
-      kernels::cpu::gatherRows<double>(grad.data<double>(), ids.data<int32_t>(), n, kC, packed.data<double>());
-      kernels::cpu::scatterRows<double>(packed.data<double>(), ids.data<int32_t>(), n, kC, back.data<double>());
-      kernels::cuda::gatherRows<double>(dGrad.data<double>(), dIds.data<int32_t>(), n, kC, dPacked.data<double>(), s);
-      kernels::cuda::scatterRows<double>(dPacked.data<double>(), dIds.data<int32_t>(), n, kC, dBack.data<double>(), s);
-    }
+    MINIDP_DISPATCH_FLOAT(dtype, T, {
+      kernels::cpu::gatherRows<T>(grad.data<T>(), ids.data<int32_t>(), n, kC, packed.data<T>());
+      kernels::cpu::scatterRows<T>(packed.data<T>(), ids.data<int32_t>(), n, kC, back.data<T>());
+      kernels::cuda::gatherRows<T>(dGrad.data<T>(), dIds.data<int32_t>(), n, kC, dPacked.data<T>(), s);
+      kernels::cuda::scatterRows<T>(dPacked.data<T>(), dIds.data<int32_t>(), n, kC, dBack.data<T>(), s);
+    });
     const Tensor gotPacked = dPacked.to(Device::CPU), gotBack = dBack.to(Device::CPU);
     EXPECT_EQ(std::memcmp(gotPacked.raw(), packed.raw(), packed.nbytes()), 0) << dtypeName(dtype) << " gather";
     EXPECT_EQ(std::memcmp(gotBack.raw(), back.raw(), back.nbytes()), 0) << dtypeName(dtype) << " scatter";
