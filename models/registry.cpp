@@ -38,6 +38,7 @@ ModelEntry gptEntry() {
   e.defaultSteps = 2000;
   e.defaultOptimizer = "adamw";
   e.defaultLr = 1e-3;
+  e.rowSparseParameter = "wte.weight";
   e.make = [](const ModelArgs& a) {
     GptConfig c;
     c.vocab = a.classes;

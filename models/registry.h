@@ -41,6 +41,9 @@ struct ModelEntry {
   int64_t defaultSteps = 1000;           // when --steps is 0
   std::string defaultOptimizer = "sgd";  // when --optimizer is not given: sgd or adamw
   double defaultLr = 0.05;               // when --lr is 0
+  /// A (V, C) parameter indexed by the input tokens, whose gradient is zero outside the batch's rows
+  /// (--sparse-embedding-grad reduces only those rows); empty: none.
+  std::string rowSparseParameter;
   /// Builds the model on the CPU in float32 (the trainer moves and converts it).
   std::function<std::unique_ptr<Model>(const ModelArgs&)> make;
 };

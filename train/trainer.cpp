@@ -132,9 +132,28 @@ void addOptions(CLI::App& app, Options& o) {
   app.add_flag("--cuda-graph", o.cudaGraph,
                "Capture the whole step (forward, backward with its all-reduces, "
                "optimizer) in a CUDA graph after warm-up steps and replay it");
+  app.add_flag("--sparse-embedding-grad", o.sparseEmbeddingGrad,
+               "All-reduce only the rows of the token embedding's gradient that the step's tokens touch "
+               "(gpt: wte.weight; as nn.Embedding(sparse=True) under DDP)");
 }
 
+namespace {
+
+/// --sparse-embedding-grad's refusals, as one line; empty when there is none.
+std::string sparseUsageProblem(const Options& o) {
+  if (!o.sparseEmbeddingGrad) return {};
+  if (models::findModel(o.model).rowSparseParameter.empty())
+    return "--sparse-embedding-grad: model " + o.model + " has no parameter indexed by its input tokens";
+  if (o.zero != 0) return "--sparse-embedding-grad with --zero 1 is not supported (rows are all-reduced, not sharded)";
+  if (o.cudaGraph) return "--sparse-embedding-grad with --cuda-graph is not supported (the row ids are not captured)";
+  if (o.comm.backend == "emulated") return "--sparse-embedding-grad needs an all-gather: not with --comm emulated";
+  return {};
+}
+
+}  // namespace
+
 std::string usageProblem(const Options& o) {
+  if (const std::string sparse = sparseUsageProblem(o); !sparse.empty()) return sparse;
   if (!o.cudaGraph) return {};
   if (o.device != "cuda") return "--cuda-graph needs --device cuda";
   if (o.gradAccum != 1) return "--cuda-graph captures one micro-batch per step: not with --grad-accum > 1";
@@ -269,6 +288,7 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
   // re-planned after the first step from the link measured here and that step's backward).
   ddpOptions.gradComm = o.gradComm == "bf16" ? distributed::GradComm::Bf16 : distributed::GradComm::Fp32;
   ddpOptions.zeroStage = o.zero;
+  if (o.sparseEmbeddingGrad) ddpOptions.rowSparseParameter = entry.rowSparseParameter;
   autoCapPending_ = o.ddp.bucketCapBytes == 0;
   if (autoCapPending_) {
     MINIDP_CHECK(o.zero == 0 && !o.ddp.rebuildBuckets,
@@ -278,6 +298,10 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
   }
   bucketCapBytes_ = ddpOptions.bucketCapBytes;
   ddp_ = std::make_unique<distributed::DistributedDataParallel>(model_->namedParameters(), session.comm, ddpOptions);
+  if (o.sparseEmbeddingGrad && rank == 0) {
+    std::printf("sparse embedding gradient: %s all-reduced by rows (a bucket of its own)\n",
+                entry.rowSparseParameter.c_str());
+  }
   const std::string optName = o.optimizer.empty() ? entry.defaultOptimizer : o.optimizer;
   const double lr = o.lr > 0 ? o.lr : entry.defaultLr;
   if (o.zero == 1) {
@@ -316,6 +340,7 @@ Tensor Trainer::step() {
     if (micro > 0) timer_.phase(runtime::Phase::Forward);
     Batch batch = batches_->next();
     ddp_->setRequireSync(micro + 1 == opts_.gradAccum);
+    if (opts_.sparseEmbeddingGrad) ddp_->addRowIds(batch.inputs);
     Variable loss = model_->loss(batch.inputs, batch.targets);
     // Micro-batch means, averaged over the step: the gradient equals one batch of gradAccum x batchSize.
     Variable scaled = opts_.gradAccum > 1 ? ops::scale(loss, 1.0 / static_cast<double>(opts_.gradAccum)) : loss;

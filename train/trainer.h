@@ -80,6 +80,8 @@ struct Options {
   bool verbose = false;      // errors keep their source locations
   // CUDA graphs: after kGraphWarmupSteps eager steps, one step captured and replayed (train/graph_step.cpp).
   bool cudaGraph = false;
+  // --sparse-embedding-grad: the model's row-sparse parameter (models::ModelEntry) all-reduced by rows.
+  bool sparseEmbeddingGrad = false;
 };
 
 /// Eager steps before --cuda-graph captures one: cuBLAS handles and workspaces, the optimizer's state and

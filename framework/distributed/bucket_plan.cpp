@@ -43,6 +43,7 @@ BucketPlan planBucketsInOrder(const std::vector<ParamInfo>& params, const std::v
     const ParamInfo& p = params[*k];
     MINIDP_CHECK(p.dtype != DType::I32, "parameter '" << p.name << "' is int32; gradients are float");
     MINIDP_CHECK(p.numel > 0, "parameter '" << p.name << "' has no elements");
+    if (p.solo) continue;
     const size_t bytes = static_cast<size_t>(p.numel) * dtypeSize(p.dtype);
     size_t& taken = lastBytes[p.dtype];
     bool& full = lastFull[p.dtype];
@@ -72,6 +73,15 @@ BucketPlan planBucketsInOrder(const std::vector<ParamInfo>& params, const std::v
     auto it = open.find(p.dtype);
     if (it == open.end()) it = open.emplace(p.dtype, Open{Bucket{p.dtype, 0, {}}, firstCapBytes}).first;
     const size_t bytes = static_cast<size_t>(p.numel) * dtypeSize(p.dtype);
+    if (p.solo) {
+      const bool last = it->second.last;
+      if (!it->second.bucket.params.empty()) close(p.dtype);
+      plan.slots[i] = ParamSlot{0, 0, p.numel};
+      it->second.bucket = Bucket{p.dtype, p.numel, {i}};
+      close(p.dtype);
+      it->second.last = last;  // the last bucket's remaining parameters still form one
+      continue;
+    }
     if (inLast[i] && !it->second.last) {
       if (!it->second.bucket.params.empty()) close(p.dtype);
       it->second.last = true;

@@ -18,7 +18,10 @@
 // next; reaching the dtype's last-bucket parameters closes it too. A parameter larger than the cap gets a
 // bucket of its own. Buckets are numbered in the order the walk closes them, i.e. the order they are
 // expected to become complete (the last buckets of several dtypes: the one whose final parameter comes
-// earliest in the walk comes first). Inside a bucket, parameters are laid out in walk order.
+// earliest in the walk comes first). Inside a bucket, parameters are laid out in walk order. A `solo`
+// parameter (a row-sparse gradient, reduced by rows: reducer.h) gets a bucket of its own where the walk
+// reaches it: it closes its dtype's open bucket (splitting the last bucket if it lies among its
+// parameters) and is closed at once; it never joins the last bucket.
 // Caps are in bytes; the flags give them in MiB (2^20 bytes, as PyTorch's bucket_cap_mb), converted once
 // by mibToBytes where they are parsed.
 #pragma once
@@ -36,6 +39,8 @@ struct ParamInfo {
   std::string name;
   int64_t numel = 0;
   DType dtype = DType::F32;
+  /// Gets a bucket of its own (--sparse-embedding-grad's row-sparse parameter).
+  bool solo = false;
 };
 
 /// Where a parameter's gradient lives: elements [offset, offset + numel) of bucket `bucket`.

@@ -43,14 +43,26 @@ void roundTripBf16(Tensor& buffer, Tensor& wire) {
 }
 
 std::shared_ptr<Work> Communicator::reduceGradients(Tensor buffer, Tensor wire, Reduction reduction,
-                                                    const std::string& tag) {
-  MINIDP_CHECK(!wire.defined() && reduction == Reduction::AllReduce,
-               "communicator " << name() << " does not reduce-scatter or send bf16");
+                                                    const std::string& tag, const AfterReduce& after) {
+  MINIDP_CHECK(!wire.defined() && reduction == Reduction::AllReduce && !after,
+               "communicator " << name() << " does not reduce-scatter, send bf16 or run code after a reduction");
   return allReduceAverage(std::move(buffer), tag);
 }
 
 std::shared_ptr<Work> Communicator::allGatherShards(Tensor, const std::string&) {
   throwError("communicator " + name() + " does not all-gather shards (ZeRO-1)", __FILE__, __LINE__);
+}
+
+std::shared_ptr<Work> Communicator::allGatherInto(Tensor, Tensor, const std::string&) {
+  throwError("communicator " + name() + " does not all-gather tensors (--sparse-embedding-grad's row ids)", __FILE__,
+             __LINE__);
+}
+
+void checkAllGather(const Tensor& input, const Tensor& output, int world) {
+  MINIDP_CHECK(input.defined() && output.defined() && input.dtype() == output.dtype() &&
+                   input.device() == output.device() && output.numel() == input.numel() * world,
+               "all-gather of " << input.numel() << " elements over " << world << " ranks into " << output.numel()
+                                << ": the output must hold world x input elements of its dtype on its device");
 }
 
 bool Communicator::allAgree(bool ok) {
@@ -74,11 +86,17 @@ class SingleCommunicator : public Communicator {
     return std::make_shared<CompletedWork>(tag, buffer.nbytes());
   }
   /// The average over one rank is the bucket; bf16 on the wire still rounds it, as N ranks would.
-  std::shared_ptr<Work> reduceGradients(Tensor buffer, Tensor wire, Reduction reduction,
-                                        const std::string& tag) override {
+  std::shared_ptr<Work> reduceGradients(Tensor buffer, Tensor wire, Reduction reduction, const std::string& tag,
+                                        const AfterReduce& after) override {
     checkGradientBucket(buffer, wire, reduction, 1);
     if (wire.defined()) roundTripBf16(buffer, wire);
+    if (after) after(buffer.isCuda() ? runtime::computeStream() : nullptr);
     return std::make_shared<CompletedWork>(tag, buffer.nbytes());
+  }
+  std::shared_ptr<Work> allGatherInto(Tensor input, Tensor output, const std::string& tag) override {
+    checkAllGather(input, output, 1);
+    output.copyFrom(input);
+    return std::make_shared<CompletedWork>(tag, input.nbytes());
   }
   std::shared_ptr<Work> allGatherShards(Tensor buffer, const std::string& tag) override {
     return std::make_shared<CompletedWork>(tag, buffer.nbytes());

@@ -79,10 +79,16 @@ enum class Reduction {
   ReduceScatter,
 };
 
+/// Runs after a gradient collective and before its work completes: on the comm stream it gets (CUDA), or
+/// on the comm thread with a null stream (CPU). The row-sparse bucket scatters its averaged rows with it.
+using AfterReduce = std::function<void(cudaStream_t)>;
+
 /// `numel` rounded up to a multiple of `world`: a bucket whose shards are equal and contiguous.
 int64_t paddedNumel(int64_t numel, int world);
 /// For backends: checks reduceGradients' arguments, naming what is wrong.
 void checkGradientBucket(const Tensor& buffer, const Tensor& wire, Reduction reduction, int world);
+/// For backends: checks allGatherInto's arguments.
+void checkAllGather(const Tensor& input, const Tensor& output, int world);
 /// bucket -> bf16 `wire` -> bucket (CUDA: on the compute stream): a world of one's bf16 "average".
 void roundTripBf16(Tensor& buffer, Tensor& wire);
 
@@ -106,14 +112,19 @@ class Communicator {
   /// the bucket travels as it is. `wire` a BF16 tensor of the bucket's numel (the bucket then fp32): the
   /// bucket is cast into it, averaged in bf16 (each rank's values pre-multiplied by 1/N, then summed,
   /// one rounding per operation, as NCCL's ncclAvg on bf16) and cast back; the caller keeps `wire` alive
-  /// until the work completed. The result has the same bits on every rank. The base class does the
-  /// fp32 all-reduce with allReduceAverage and refuses the rest.
-  virtual std::shared_ptr<Work> reduceGradients(Tensor buffer, Tensor wire, Reduction reduction,
-                                                const std::string& tag);
+  /// until the work completed. The result has the same bits on every rank. `after`, when set, runs after
+  /// the collective, inside the work (AfterReduce). The base class does the fp32 all-reduce with
+  /// allReduceAverage and refuses the rest.
+  virtual std::shared_ptr<Work> reduceGradients(Tensor buffer, Tensor wire, Reduction reduction, const std::string& tag,
+                                                const AfterReduce& after = {});
   /// Starts the in-place all-gather of equal shards: every rank's shard r (elements [r * n / world,
   /// (r + 1) * n / world)) becomes rank r's. n must be a multiple of the world size. ZeRO-1's parameter
   /// gather; the base class refuses it.
   virtual std::shared_ptr<Work> allGatherShards(Tensor buffer, const std::string& tag);
+  /// Starts the all-gather of `input` (any dtype, e.g. int32 row ids) into `output`, world x its numel
+  /// elements of its dtype on its device: rank r's input lands at [r * n, (r + 1) * n). CUDA: on the comm
+  /// stream after the compute stream's work so far. The base class refuses it.
+  virtual std::shared_ptr<Work> allGatherInto(Tensor input, Tensor output, const std::string& tag);
   /// Copies rank `root`'s tensor into every rank's tensor; blocking (setup only).
   virtual void broadcast(Tensor& tensor, int root) = 0;
   /// Every rank's `bytes`, indexed by rank; blocking (setup and checks only).

@@ -54,7 +54,8 @@ std::string optionsSignature(const DdpOptions& opts) {
   std::ostringstream os;
   os << "overlap " << overlapName(opts.overlap) << " bucket-bytes " << opts.bucketCapBytes << " first-bucket-bytes "
      << opts.firstBucketCapBytes << " rebuild-buckets " << opts.rebuildBuckets << " grad-comm "
-     << static_cast<int>(opts.gradComm) << " zero " << opts.zeroStage << "\n";
+     << static_cast<int>(opts.gradComm) << " zero " << opts.zeroStage << " row-sparse '" << opts.rowSparseParameter
+     << "'\n";
   return os.str();
 }
 
@@ -78,7 +79,13 @@ DistributedDataParallel::DistributedDataParallel(nn::NamedParameters params, std
   MINIDP_CHECK(opts.zeroStage == 0 || opts.zeroStage == 1, "ZeRO stage " << opts.zeroStage << " (0 or 1)");
   MINIDP_CHECK(opts.zeroStage == 0 || !opts.rebuildBuckets,
                "ZeRO-1 shards the first plan's buckets: it cannot be combined with rebuilding the buckets");
-  for (const auto& [name, p] : params_) infos_.push_back(ParamInfo{name, p.data().numel(), p.dtype()});
+  int rowSparse = -1;
+  for (const auto& [name, p] : params_) {
+    if (name == opts.rowSparseParameter) rowSparse = static_cast<int>(infos_.size());
+    infos_.push_back(ParamInfo{name, p.data().numel(), p.dtype(), name == opts.rowSparseParameter});
+  }
+  MINIDP_CHECK(opts.rowSparseParameter.empty() || rowSparse >= 0,
+               "row-sparse parameter '" << opts.rowSparseParameter << "' is not among the parameters");
   BucketPlan plan = planBuckets(infos_, opts.bucketCapBytes, opts.firstBucketCapBytes);
   // The options and the plan travel with the parameters: ranks that would launch different buckets stop
   // here with an error instead of hanging (or mixing gradients) in the first all-reduce.
@@ -91,7 +98,8 @@ DistributedDataParallel::DistributedDataParallel(nn::NamedParameters params, std
     MINIDP_CHECK(p.requiresGrad(), "parameter '" << name << "' does not require grad");
     comm_->broadcast(p.data(), 0);
   }
-  const BucketReduction reduction{opts.gradComm, opts.zeroStage == 1 ? Reduction::ReduceScatter : Reduction::AllReduce};
+  const BucketReduction reduction{opts.gradComm, opts.zeroStage == 1 ? Reduction::ReduceScatter : Reduction::AllReduce,
+                                  rowSparse};
   reducer_ = std::make_unique<Reducer>(params_, std::move(plan), comm_, opts.overlap, reduction);
   for (size_t i = 0; i < params_.size(); ++i) {
     Reducer* reducer = reducer_.get();

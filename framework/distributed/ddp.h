@@ -27,6 +27,9 @@ struct DdpOptions {
   GradComm gradComm = GradComm::Fp32;
   /// ZeRO stage: 0 all-reduces the buckets; 1 reduce-scatters them (ShardedOptimizer updates the shards).
   int zeroStage = 0;
+  /// A parameter indexed by the input tokens (models::ModelEntry::rowSparseParameter), reduced by rows: it
+  /// gets a bucket of its own and only the rows of the step's ids travel (reducer.h); empty: none.
+  std::string rowSparseParameter;
 };
 
 /// One step: prepareStep(); setRequireSync(...) and backward per micro-batch; finalize(); optimizer.
@@ -44,6 +47,8 @@ class DistributedDataParallel {
 
   /// Zeroes the gradient buckets; call before the first backward of a step.
   void prepareStep() { reducer_->prepareStep(); }
+  /// With a row-sparse parameter: this micro-batch's input ids, every micro-batch (Reducer::addRowIds).
+  void addRowIds(const Tensor& ids) { reducer_->addRowIds(ids); }
   /// false for micro-batches that only accumulate locally; true before the last one.
   void setRequireSync(bool sync) { reducer_->setRequireSync(sync); }
   /// Waits for the averaged gradients (see Reducer::finalize, also for `beforeWaits`). With

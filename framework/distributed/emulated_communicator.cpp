@@ -50,11 +50,12 @@ std::shared_ptr<Work> EmulatedCommunicator::allReduceAverage(Tensor buffer, cons
 }
 
 std::shared_ptr<Work> EmulatedCommunicator::reduceGradients(Tensor buffer, Tensor wire, Reduction reduction,
-                                                            const std::string& tag) {
+                                                            const std::string& tag, const AfterReduce& after) {
   MINIDP_CHECK(buffer.defined() && supports(buffer.device()), "emulated " << (cuda_ ? "cuda" : "cpu")
                                                                           << " link cannot reduce a "
                                                                           << deviceName(buffer.device()) << " tensor");
   MINIDP_CHECK(reduction == Reduction::AllReduce, "the emulated link models all-reduce only (no ZeRO-1)");
+  MINIDP_CHECK(!after, "the emulated link runs nothing after a reduction (no --sparse-embedding-grad)");
   checkGradientBucket(buffer, wire, reduction, world_);
   // bf16 on the wire: the link carries the bf16 copy; identical ranks average to it, cast back.
   const bool bf16 = wire.defined();

@@ -29,9 +29,9 @@ class EmulatedCommunicator : public Communicator {
   std::string describe() const override;
   bool supports(Device device) const override { return (device == Device::CUDA) == cuda_; }
   std::shared_ptr<Work> allReduceAverage(Tensor buffer, const std::string& tag) override;
-  /// All-reduce only; bf16 on the wire sends (and times) the bf16 copy.
-  std::shared_ptr<Work> reduceGradients(Tensor buffer, Tensor wire, Reduction reduction,
-                                        const std::string& tag) override;
+  /// All-reduce only, nothing `after` it; bf16 on the wire sends (and times) the bf16 copy.
+  std::shared_ptr<Work> reduceGradients(Tensor buffer, Tensor wire, Reduction reduction, const std::string& tag,
+                                        const AfterReduce& after = {}) override;
   /// Identical ranks: nothing to copy.
   void broadcast(Tensor& tensor, int root) override;
   /// N copies of `bytes`.

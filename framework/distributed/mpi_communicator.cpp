@@ -66,7 +66,7 @@ std::shared_ptr<Work> MpiCommunicator::allReduceAverage(Tensor buffer, const std
 }
 
 std::shared_ptr<Work> MpiCommunicator::reduceGradients(Tensor buffer, Tensor wire, Reduction reduction,
-                                                       const std::string& tag) {
+                                                       const std::string& tag, const AfterReduce& after) {
   checkCpu("reduceGradients", buffer);
   checkGradientBucket(buffer, wire, reduction, worldSize());
   const size_t bytes = wire.defined() ? wire.nbytes() : buffer.nbytes();
@@ -74,7 +74,7 @@ std::shared_ptr<Work> MpiCommunicator::reduceGradients(Tensor buffer, Tensor wir
   const int rank = env_.rank(), world = env_.worldSize();
   MPI_Op bf16Sum = bf16Sum_;
   std::shared_ptr<Work> work = env_.post(
-      [buffer, wire, reduction, comm, rank, world, bf16Sum] {
+      [buffer, wire, reduction, comm, rank, world, bf16Sum, after] {
         const bool compressed = wire.defined();
         void* data = compressed ? wire.raw() : buffer.raw();
         const int count = static_cast<int>(buffer.numel());
@@ -109,6 +109,7 @@ std::shared_ptr<Work> MpiCommunicator::reduceGradients(Tensor buffer, Tensor wir
                                 type, 0, comm));
         }
         if (compressed) kernels::cpu::castFromBf16(wire.data<bf16>() + first, buffer.data<float>() + first, n);
+        if (after) after(nullptr);
       },
       tag, bytes);
   watchdog_.watch(work);
@@ -127,6 +128,21 @@ std::shared_ptr<Work> MpiCommunicator::allGatherShards(Tensor buffer, const std:
             MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buffer.raw(), shard, mpiType(buffer.dtype()), comm));
       },
       tag, buffer.nbytes());
+  watchdog_.watch(work);
+  return work;
+}
+
+std::shared_ptr<Work> MpiCommunicator::allGatherInto(Tensor input, Tensor output, const std::string& tag) {
+  checkCpu("allGatherInto", output);
+  checkAllGather(input, output, worldSize());
+  MPI_Comm comm = env_.comm();
+  std::shared_ptr<Work> work = env_.post(
+      [input, output, comm] {
+        const MPI_Datatype type = mpiType(input.dtype());
+        const int n = static_cast<int>(input.numel());
+        MPI_CHECK(MPI_Allgather(input.raw(), n, type, output.raw(), n, type, comm));
+      },
+      tag, output.nbytes());
   watchdog_.watch(work);
   return work;
 }

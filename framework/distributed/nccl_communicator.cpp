@@ -112,7 +112,7 @@ std::shared_ptr<Work> NcclCommunicator::allReduceAverage(Tensor buffer, const st
 }
 
 std::shared_ptr<Work> NcclCommunicator::reduceGradients(Tensor buffer, Tensor wire, Reduction reduction,
-                                                        const std::string& tag) {
+                                                        const std::string& tag, const AfterReduce& after) {
   checkCuda("reduceGradients", buffer);
   checkGradientBucket(buffer, wire, reduction, world_);
   return stream_->launch(
@@ -135,6 +135,7 @@ std::shared_ptr<Work> NcclCommunicator::reduceGradients(Tensor buffer, Tensor wi
         if (bf16) {
           kernels::cuda::castFromBf16(wire.data<minidp::bf16>() + first, buffer.data<float>() + first, count, s);
         }
+        if (after) after(s);
       },
       watch());
 }
@@ -149,6 +150,17 @@ std::shared_ptr<Work> NcclCommunicator::allGatherShards(Tensor buffer, const std
         char* data = static_cast<char*>(buffer.raw());
         NCCL_CHECK(ncclAllGather(data + rank_ * count * dtypeSize(buffer.dtype()), data, count,
                                  ncclType(buffer.dtype()), comm_, s));
+      },
+      watch());
+}
+
+std::shared_ptr<Work> NcclCommunicator::allGatherInto(Tensor input, Tensor output, const std::string& tag) {
+  checkCuda("allGatherInto", output);
+  checkAllGather(input, output, world_);
+  return stream_->launch(
+      tag, input,
+      [&](cudaStream_t s) {
+        NCCL_CHECK(ncclAllGather(input.raw(), output.raw(), input.numel(), ncclType(input.dtype()), comm_, s));
       },
       watch());
 }

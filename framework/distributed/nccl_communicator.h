@@ -36,9 +36,11 @@ class NcclCommunicator : public Communicator {
   /// ready event on the compute stream -> comm stream waits -> ncclAllReduce(ncclAvg) -> done event.
   std::shared_ptr<Work> allReduceAverage(Tensor buffer, const std::string& tag) override;
   /// ready event -> comm stream waits -> [cast to bf16] -> ncclAllReduce / ncclReduceScatter (ncclAvg, in
-  /// place) -> [cast back] -> done event.
-  std::shared_ptr<Work> reduceGradients(Tensor buffer, Tensor wire, Reduction reduction,
-                                        const std::string& tag) override;
+  /// place) -> [cast back] -> [after] -> done event.
+  std::shared_ptr<Work> reduceGradients(Tensor buffer, Tensor wire, Reduction reduction, const std::string& tag,
+                                        const AfterReduce& after = {}) override;
+  /// ncclAllGather on the comm stream (the work holds `input`; the caller keeps `output` alive).
+  std::shared_ptr<Work> allGatherInto(Tensor input, Tensor output, const std::string& tag) override;
   /// ncclAllGather in place on the comm stream.
   std::shared_ptr<Work> allGatherShards(Tensor buffer, const std::string& tag) override;
   void broadcast(Tensor& tensor, int root) override;

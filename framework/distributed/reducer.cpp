@@ -2,7 +2,9 @@
 
 #include <cstdio>
 
+#include "framework/ops/dispatch.h"
 #include "framework/runtime/nvtx.h"
+#include "kernels/rows.h"
 
 namespace minidp::distributed {
 
@@ -33,6 +35,15 @@ Reducer::Reducer(nn::NamedParameters params, BucketPlan plan, std::shared_ptr<Co
   const Device device = params_.front().second.device();
   MINIDP_CHECK(comm_->supports(device),
                "communicator " << comm_->name() << " cannot reduce " << deviceName(device) << " gradients");
+  if (reduction_.rowSparse >= 0) {
+    MINIDP_CHECK(static_cast<size_t>(reduction_.rowSparse) < params_.size(),
+                 "row-sparse parameter #" << reduction_.rowSparse << " of " << params_.size());
+    const auto& [name, p] = params_[reduction_.rowSparse];
+    MINIDP_CHECK(reduction_.reduction == Reduction::AllReduce,
+                 "row-sparse parameter '" << name << "': its rows are all-reduced, not reduce-scattered (ZeRO-1)");
+    MINIDP_CHECK(p.shape().size() == 2,
+                 "row-sparse parameter '" << name << "' must be 2-D (rows, columns), is " << shapeString(p.shape()));
+  }
   installBuckets(false);
   marked_.assign(params_.size(), false);
   readyOrder_.reserve(params_.size());
@@ -62,6 +73,11 @@ void Reducer::installBuckets(bool keepGradients) {
     if (keepGradients) view.copyFrom(param.grad());
     param.setGrad(std::move(view));
   }
+  if (rowBucket() >= 0) {
+    MINIDP_CHECK(plan_.buckets[rowBucket()].params.size() == 1,
+                 "row-sparse parameter '" << params_[reduction_.rowSparse].first
+                                          << "' must have a bucket of its own (ParamInfo::solo)");
+  }
   buffers_ = std::move(buffers);
   wires_ = std::move(wires);
   pending_.assign(plan_.buckets.size(), 0);
@@ -83,13 +99,15 @@ void Reducer::rebuild(BucketPlan plan) {
 Reducer::~Reducer() {
   // CPU: a queued all-reduce holds its buffer itself, and waiting would block the host.
   if (!buffers_.front().isCuda()) return;
-  for (BucketTiming& t : timings_) {
-    if (!t.work) continue;
+  std::vector<std::shared_ptr<Work>> works = rowIdWorks_;
+  for (BucketTiming& t : timings_) works.push_back(t.work);
+  for (const std::shared_ptr<Work>& work : works) {
+    if (!work) continue;
     try {
-      t.work->wait();  // cudaStreamWaitEvent: no host synchronisation
+      work->wait();  // cudaStreamWaitEvent: no host synchronisation
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "minidp: reducer: ordering the release of '%s' after its all-reduce failed: %s\n",
-                   t.work->tag().c_str(), e.what());
+      std::fprintf(stderr, "minidp: reducer: ordering the release of '%s' after its collective failed: %s\n",
+                   work->tag().c_str(), e.what());
     }
   }
 }
@@ -100,6 +118,7 @@ void Reducer::prepareStep() {
   for (Tensor& buffer : buffers_) buffer.zero();
   marked_.assign(params_.size(), false);
   readyOrder_.clear();
+  rowIdWorks_.clear();
   for (size_t b = 0; b < plan_.buckets.size(); ++b) pending_[b] = plan_.buckets[b].params.size();
   nextLaunch_ = 0;
   timings_.assign(plan_.buckets.size(), BucketTiming{});
@@ -108,6 +127,24 @@ void Reducer::prepareStep() {
     timings_[b].bytes = plan_.buckets[b].bytes();
   }
   stepOpen_ = true;
+}
+
+void Reducer::addRowIds(const Tensor& ids) {
+  MINIDP_CHECK(reduction_.rowSparse >= 0, "addRowIds: no parameter is reduced by rows");
+  MINIDP_CHECK(stepOpen_ && nextLaunch_ == 0,
+               "addRowIds outside a step or after a bucket was launched: call it after prepareStep(), before the "
+               "micro-batch's backward");
+  const Device device = buffers_.front().device();
+  MINIDP_CHECK(ids.defined() && ids.dtype() == DType::I32 && ids.device() == device,
+               "row ids must be an int32 tensor on " << deviceName(device));
+  const size_t k = rowIdWorks_.size();
+  const int64_t gathered = ids.numel() * comm_->worldSize();
+  if (k == rowIds_.size()) rowIds_.push_back(Tensor());
+  if (rowIds_[k].numel() != gathered) rowIds_[k] = Tensor::empty({gathered}, DType::I32, device);
+  // A copy (on the compute stream): the batch's own memory is refilled with the next batch, unordered with
+  // the comm stream (thread) that reads it; the work holds the copy until the all-gather completed.
+  const Tensor flat = Tensor::alias(ids.clone(), 0, {ids.numel()});
+  rowIdWorks_.push_back(comm_->allGatherInto(flat, rowIds_[k], "row ids " + std::to_string(k)));
 }
 
 void Reducer::markReady(size_t index) {
@@ -139,8 +176,62 @@ void Reducer::launch(size_t b) {
   const std::string tag = "bucket " + std::to_string(b);
   runtime::NvtxRange range(tag.c_str());
   timings_[b].launchMs = hostNowMs();
-  timings_[b].work =
-      comm_->reduceGradients(buffers_[b], wires_.empty() ? Tensor() : wires_[b], reduction_.reduction, tag);
+  const Tensor wire = wires_.empty() ? Tensor() : wires_[b];
+  timings_[b].work = static_cast<int>(b) == rowBucket()
+                         ? reduceRows(b, wire, tag)
+                         : comm_->reduceGradients(buffers_[b], wire, reduction_.reduction, tag);
+}
+
+namespace {
+
+/// The rows `ids` (concatenated) of `grad` (V, C) into `packed` (n, C), on the compute stream; or, with
+/// `scatter`, `packed` back into those rows, on `stream` (CPU: null).
+void copyRows(const Tensor& grad, const std::vector<Tensor>& ids, int64_t C, const Tensor& packed, bool scatter,
+              cudaStream_t stream) {
+  int64_t row = 0;
+  for (const Tensor& chunk : ids) {
+    const int64_t n = chunk.numel();
+    MINIDP_DISPATCH_FLOAT(grad.dtype(), T, {
+      T* rows = packed.data<T>() + row * C;
+      const int32_t* id = chunk.data<int32_t>();
+      if (!grad.isCuda()) {
+        scatter ? kernels::cpu::scatterRows<T>(rows, id, n, C, grad.data<T>())
+                : kernels::cpu::gatherRows<T>(grad.data<T>(), id, n, C, rows);
+      } else if (scatter) {
+        MINIDP_ON_CUDA(kernels::cuda::scatterRows<T>(rows, id, n, C, grad.data<T>(), stream));
+      } else {
+        MINIDP_ON_CUDA(kernels::cuda::gatherRows<T>(grad.data<T>(), id, n, C, rows, runtime::computeStream()));
+      }
+    });
+    row += n;
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<Work> Reducer::reduceRows(size_t b, const Tensor& wire, const std::string& tag) {
+  const auto& [name, param] = params_[reduction_.rowSparse];
+  MINIDP_CHECK(!rowIdWorks_.empty(), "no row ids for the row-sparse parameter '"
+                                         << name << "' in this step: call addRowIds every micro-batch");
+  const int64_t V = param.shape()[0], C = param.shape()[1];
+  int64_t n = 0;
+  for (size_t k = 0; k < rowIdWorks_.size(); ++k) {
+    rowIdWorks_[k]->wait();  // CUDA: the compute stream (the gather below) waits for the ids
+    n += rowIds_[k].numel();
+  }
+  Tensor grad = buffers_[b];
+  if (n >= V) return comm_->reduceGradients(grad, wire, reduction_.reduction, tag);  // not smaller: dense
+  if (!packed_.defined() || packed_.numel() != n * C) {
+    packed_ = Tensor::empty({n * C}, grad.dtype(), grad.device());
+    if (wire.defined()) packedWire_ = Tensor::empty({n * C}, DType::BF16, grad.device());
+  }
+  const std::vector<Tensor> ids(rowIds_.begin(), rowIds_.begin() + static_cast<std::ptrdiff_t>(rowIdWorks_.size()));
+  copyRows(grad, ids, C, packed_, false, nullptr);
+  timings_[b].bytes = packed_.nbytes();
+  Tensor packed = packed_;
+  return comm_->reduceGradients(
+      packed_, wire.defined() ? packedWire_ : Tensor(), reduction_.reduction, tag,
+      [grad, ids, C, packed](cudaStream_t stream) { copyRows(grad, ids, C, packed, true, stream); });
 }
 
 void Reducer::finalize(const std::function<void()>& beforeWaits) {

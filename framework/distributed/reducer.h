@@ -10,6 +10,15 @@
 // backward of the last micro-batch (hooks call markReady); finalize(). With K micro-batches each
 // computing a mean loss, the caller scales the loss by 1/K; the reducer only averages over ranks.
 //
+// Row-sparse parameter (BucketReduction::rowSparse, --sparse-embedding-grad): a (V, C) parameter indexed by
+// the input tokens, so only the rows of the step's tokens have a non-zero gradient on any rank. It has a
+// bucket of its own. Every micro-batch, addRowIds all-gathers this rank's token ids (world x B x T int32,
+// on the comm thread / stream). When its bucket is launched, the rows of all gathered ids are packed into
+// (n, C) (on the compute stream), averaged over the ranks like any bucket (bf16 on the wire included), and
+// written back (on the comm stream / thread, inside the collective's work, so the usual wait covers it). A
+// row listed twice is packed twice, averaged alike and written twice with the same values. When n >= V the
+// packed rows would not be smaller than the gradient: that step reduces the bucket densely.
+//
 // Between two steps, rebuild() can replace the plan (DDP does it once, after the first step, from the
 // ready order the reducer observed): the gradients move to new buckets with their values.
 #pragma once
@@ -41,6 +50,8 @@ struct BucketTiming {
 struct BucketReduction {
   GradComm wire = GradComm::Fp32;
   Reduction reduction = Reduction::AllReduce;
+  /// Registration index of the row-sparse parameter (reduced by rows, see above); -1: none.
+  int rowSparse = -1;
 };
 
 /// When the buckets are all-reduced: each as soon as it is complete, during backward (--overlap on), or
@@ -72,6 +83,10 @@ class Reducer {
   /// false: markReady does nothing (micro-batches accumulate locally); true: the next backward syncs.
   void setRequireSync(bool sync) { requireSync_ = sync; }
   bool requireSync() const { return requireSync_; }
+  /// Row-sparse parameter only: the row ids (int32, any shape, on the parameters' device) one micro-batch of
+  /// this step indexes it with; starts their all-gather. Call it every micro-batch, before the row-sparse
+  /// bucket is launched, with the same number of ids on every rank.
+  void addRowIds(const Tensor& ids);
   /// Parameter `index` (registration order) has its final gradient enqueued. Launches every bucket that
   /// is complete and whose predecessors are launched. Throws if it was already marked in this step.
   void markReady(size_t index);
@@ -101,6 +116,11 @@ class Reducer {
   void installBuckets(bool keepGradients);
   void launchCompleted();
   void launch(size_t b);
+  /// The row-sparse bucket's reduction: packs the gathered rows, averages them, scatters them back (or
+  /// reduces the whole bucket when the rows would not be fewer than the parameter's).
+  std::shared_ptr<Work> reduceRows(size_t b, const Tensor& wire, const std::string& tag);
+  /// The row-sparse parameter's bucket; -1 when there is none.
+  int rowBucket() const { return reduction_.rowSparse < 0 ? -1 : plan_.slots[reduction_.rowSparse].bucket; }
   nn::NamedParameters params_;
   BucketPlan plan_;
   std::shared_ptr<Communicator> comm_;
@@ -115,6 +135,11 @@ class Reducer {
   std::vector<size_t> pending_;  // per bucket: gradients not yet ready in this step
   size_t nextLaunch_ = 0;        // buckets [0, nextLaunch_) are launched
   std::vector<BucketTiming> timings_;
+  // Row-sparse parameter: per micro-batch of the step, the all-gathered ids (world x ids, int32; reused
+  // across steps) and their all-gather; the packed rows (n x C) and their bf16 copy for the wire.
+  std::vector<Tensor> rowIds_;
+  std::vector<std::shared_ptr<Work>> rowIdWorks_;
+  Tensor packed_, packedWire_;
 };
 
 }  // namespace minidp::distributed

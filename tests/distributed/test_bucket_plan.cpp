@@ -57,6 +57,30 @@ TEST(BucketPlan, LastBucketHoldsTheFirstRegisteredUnderTheSmallCap) {
   EXPECT_EQ(large.buckets[1].params, (std::vector<int>{0}));
 }
 
+TEST(BucketPlan, SoloParameterGetsABucketOfItsOwnWhereTheWalkReachesIt) {
+  // Five parameters of 40 bytes, first cap 100, cap 1000. p0 (GPT's wte, walked last) would join the last
+  // bucket; solo, it comes after it, alone.
+  std::vector<ParamInfo> params = f32Params({10, 10, 10, 10, 10});
+  params[0].solo = true;
+  const BucketPlan plan = planBuckets(params, 1000, 100);
+  ASSERT_EQ(plan.buckets.size(), 3u) << plan.describe();
+  EXPECT_EQ(plan.buckets[0].params, (std::vector<int>{4, 3}));
+  EXPECT_EQ(plan.buckets[1].params, (std::vector<int>{2, 1}));
+  EXPECT_EQ(plan.buckets[2].params, (std::vector<int>{0}));
+  EXPECT_EQ(plan.slots[0].offset, 0);
+  // In the middle of the walk, it closes the open bucket; the walk goes on in a new one.
+  params[0].solo = false;
+  params[3].solo = true;
+  const BucketPlan middle = planBuckets(params, 1000, 100);
+  ASSERT_EQ(middle.buckets.size(), 4u) << middle.describe();
+  EXPECT_EQ(middle.buckets[0].params, (std::vector<int>{4}));
+  EXPECT_EQ(middle.buckets[1].params, (std::vector<int>{3}));
+  EXPECT_EQ(middle.buckets[2].params, (std::vector<int>{2}));
+  EXPECT_EQ(middle.buckets[3].params, (std::vector<int>{1, 0}));
+  EXPECT_EQ(middle.slots[3].bucket, 1);
+  EXPECT_EQ(middle.slots[2].offset, 0);
+}
+
 TEST(BucketPlan, OversizedParameterGetsABucketOfItsOwn) {
   // 200, 1200, 200, 200 bytes; first cap 400, cap 800.
   const BucketPlan plan = planBuckets(f32Params({50, 300, 50, 50}), 800, 400);

@@ -116,6 +116,14 @@ def cases(p):
                                                           "--heads", "128", "--steps", "2"], 1, "x 2 ranks"),
         ("context longer than the training text", t + ["--model", "gpt", "--context", "10000000", "--steps", "2"], 1,
          "--context"),
+        # --sparse-embedding-grad's refusals: a model without token-indexed rows, and what it does not combine with.
+        ("sparse embedding grad on the mlp", t + QUICK + ["--sparse-embedding-grad"], 2, "--sparse-embedding-grad"),
+        ("sparse embedding grad with zero 1", t + GPT + QUICK + ["--sparse-embedding-grad", "--zero", "1"], 2,
+         "--zero 1"),
+        ("sparse embedding grad with cuda graph", t + GPT + QUICK + ["--sparse-embedding-grad", "--cuda-graph",
+                                                                     "--device", "cuda"], 2, "--cuda-graph"),
+        ("sparse embedding grad on the emulated link", t + GPT + QUICK + ["--sparse-embedding-grad", "--comm",
+                                                                          "emulated"], 2, "--comm emulated"),
         ("diverging loss", t + ["--steps", "60", "--hidden", "16", "--lr", "1e6", "--weight-decay", "1e6",
                                 "--check-finite", "--log-every", "1000"], 1, "the loss is"),
     ]
