@@ -10,6 +10,7 @@
 #   1. nvidia-smi topo -m; on nvlink the data-parallel tests on the GPUs (test_ddp under mpirun -np N);
 #   2. raw all-reduce bandwidth at the bucket sizes (minidp-bench-allreduce: ncclAllReduce per size);
 #   3. minidp-bench overlap off/on, bucket caps swept beside --bucket-mb auto, fp32 and --grad-comm bf16
+#      (bf16 also with --sparse-embedding-grad)
 #      (the fp32 sweep traced, one step of it drawn with plot_bench.py);
 #   4. ZeRO-1 (--zero 1), parameters gathered at the end of the step and bucket by bucket;
 #   5. PyTorch DDP (torch_bench.py) at the same shape, precision, batch and caps, fp32 and bf16_compress_hook;
@@ -61,6 +62,7 @@ nvidia-smi topo -m | tee "$out/topo.txt"
 if [ "$link" = nvlink ]; then
   stamp "test_ddp on the GPUs"
   "${mpi[@]}" "$build/tests/test_ddp" 2>&1 | tee "$out/test_ddp_np$n.log" | tail -3
+  "${mpi[@]}" "$build/tests/test_sparse_rows" 2>&1 | tee "$out/test_sparse_rows_np$n.log" | tail -3
 fi
 stamp "raw all-reduce"
 "${mpi[@]}" "$build/bin/minidp-bench-allreduce" --device cuda --sizes-mb 1 5 25 100 200 --json "$out/allreduce.json" \
@@ -71,6 +73,9 @@ stamp "minidp fp32 sweep"
 stamp "minidp bf16 sweep"
 "${mpi[@]}" "$build/bin/minidp-bench" "${gpt[@]}" "${bench[@]}" --bucket-mb-list "auto,$caps" --grad-comm bf16 \
   --json "$out/bench_bf16.json" | tee "$out/bench_bf16.txt"
+stamp "minidp bf16 sweep, row-sparse embedding gradient"
+"${mpi[@]}" "$build/bin/minidp-bench" "${gpt[@]}" "${bench[@]}" --bucket-mb-list "auto,$caps" --grad-comm bf16 \
+  --sparse-embedding-grad --json "$out/bench_bf16_sparse.json" | tee "$out/bench_bf16_sparse.txt"
 for gather in end overlap; do
   stamp "minidp ZeRO-1, gather $gather"
   "${mpi[@]}" "$build/bin/minidp-bench" "${gpt[@]}" "${bench[@]}" --bucket-mb-list "${caps##*,}" --zero 1 \
