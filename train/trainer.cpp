@@ -133,8 +133,8 @@ void addOptions(CLI::App& app, Options& o) {
                "Capture the whole step (forward, backward with its all-reduces, "
                "optimizer) in a CUDA graph after warm-up steps and replay it");
   app.add_flag("--sparse-embedding-grad", o.sparseEmbeddingGrad,
-               "All-reduce only the rows of the token embedding's gradient that the step's tokens touch "
-               "(gpt: wte.weight; as nn.Embedding(sparse=True) under DDP)");
+               "Send only the rows of the token embedding's gradient that this rank's tokens touch, "
+               "all-gathered (gpt: wte.weight; as nn.Embedding(sparse=True) under DDP)");
 }
 
 namespace {
@@ -299,7 +299,7 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
   bucketCapBytes_ = ddpOptions.bucketCapBytes;
   ddp_ = std::make_unique<distributed::DistributedDataParallel>(model_->namedParameters(), session.comm, ddpOptions);
   if (o.sparseEmbeddingGrad && rank == 0) {
-    std::printf("sparse embedding gradient: %s all-reduced by rows (a bucket of its own)\n",
+    std::printf("sparse embedding gradient: %s's rows all-gathered (a bucket of its own)\n",
                 entry.rowSparseParameter.c_str());
   }
   const std::string optName = o.optimizer.empty() ? entry.defaultOptimizer : o.optimizer;

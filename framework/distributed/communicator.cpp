@@ -53,8 +53,8 @@ std::shared_ptr<Work> Communicator::allGatherShards(Tensor, const std::string&) 
   throwError("communicator " + name() + " does not all-gather shards (ZeRO-1)", __FILE__, __LINE__);
 }
 
-std::shared_ptr<Work> Communicator::allGatherInto(Tensor, Tensor, const std::string&) {
-  throwError("communicator " + name() + " does not all-gather tensors (--sparse-embedding-grad's row ids)", __FILE__,
+std::shared_ptr<Work> Communicator::allGatherInto(Tensor, Tensor, const std::string&, const AfterReduce&) {
+  throwError("communicator " + name() + " does not all-gather tensors (--sparse-embedding-grad's rows)", __FILE__,
              __LINE__);
 }
 
@@ -93,9 +93,11 @@ class SingleCommunicator : public Communicator {
     if (after) after(buffer.isCuda() ? runtime::computeStream() : nullptr);
     return std::make_shared<CompletedWork>(tag, buffer.nbytes());
   }
-  std::shared_ptr<Work> allGatherInto(Tensor input, Tensor output, const std::string& tag) override {
+  std::shared_ptr<Work> allGatherInto(Tensor input, Tensor output, const std::string& tag,
+                                      const AfterReduce& after) override {
     checkAllGather(input, output, 1);
     output.copyFrom(input);
+    if (after) after(output.isCuda() ? runtime::computeStream() : nullptr);
     return std::make_shared<CompletedWork>(tag, input.nbytes());
   }
   std::shared_ptr<Work> allGatherShards(Tensor buffer, const std::string& tag) override {

@@ -80,7 +80,7 @@ enum class Reduction {
 };
 
 /// Runs after a gradient collective and before its work completes: on the comm stream it gets (CUDA), or
-/// on the comm thread with a null stream (CPU). The row-sparse bucket scatters its averaged rows with it.
+/// on the comm thread with a null stream (CPU). The row-sparse bucket adds the gathered rows with it.
 using AfterReduce = std::function<void(cudaStream_t)>;
 
 /// `numel` rounded up to a multiple of `world`: a bucket whose shards are equal and contiguous.
@@ -123,8 +123,10 @@ class Communicator {
   virtual std::shared_ptr<Work> allGatherShards(Tensor buffer, const std::string& tag);
   /// Starts the all-gather of `input` (any dtype, e.g. int32 row ids) into `output`, world x its numel
   /// elements of its dtype on its device: rank r's input lands at [r * n, (r + 1) * n). CUDA: on the comm
-  /// stream after the compute stream's work so far. The base class refuses it.
-  virtual std::shared_ptr<Work> allGatherInto(Tensor input, Tensor output, const std::string& tag);
+  /// stream after the compute stream's work so far. `after`, when set, runs after the all-gather, inside the
+  /// work (AfterReduce). The base class refuses it.
+  virtual std::shared_ptr<Work> allGatherInto(Tensor input, Tensor output, const std::string& tag,
+                                              const AfterReduce& after = {});
   /// Copies rank `root`'s tensor into every rank's tensor; blocking (setup only).
   virtual void broadcast(Tensor& tensor, int root) = 0;
   /// Every rank's `bytes`, indexed by rank; blocking (setup and checks only).

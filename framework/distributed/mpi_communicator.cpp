@@ -132,15 +132,17 @@ std::shared_ptr<Work> MpiCommunicator::allGatherShards(Tensor buffer, const std:
   return work;
 }
 
-std::shared_ptr<Work> MpiCommunicator::allGatherInto(Tensor input, Tensor output, const std::string& tag) {
+std::shared_ptr<Work> MpiCommunicator::allGatherInto(Tensor input, Tensor output, const std::string& tag,
+                                                     const AfterReduce& after) {
   checkCpu("allGatherInto", output);
   checkAllGather(input, output, worldSize());
   MPI_Comm comm = env_.comm();
   std::shared_ptr<Work> work = env_.post(
-      [input, output, comm] {
+      [input, output, comm, after] {
         const MPI_Datatype type = mpiType(input.dtype());
         const int n = static_cast<int>(input.numel());
         MPI_CHECK(MPI_Allgather(input.raw(), n, type, output.raw(), n, type, comm));
+        if (after) after(nullptr);
       },
       tag, output.nbytes());
   watchdog_.watch(work);

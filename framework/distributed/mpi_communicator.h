@@ -31,7 +31,8 @@ class MpiCommunicator : public Communicator {
   std::shared_ptr<Work> reduceGradients(Tensor buffer, Tensor wire, Reduction reduction, const std::string& tag,
                                         const AfterReduce& after = {}) override;
   /// MPI_Allgather on the comm thread.
-  std::shared_ptr<Work> allGatherInto(Tensor input, Tensor output, const std::string& tag) override;
+  std::shared_ptr<Work> allGatherInto(Tensor input, Tensor output, const std::string& tag,
+                                      const AfterReduce& after = {}) override;
   /// MPI_Allgather in place.
   std::shared_ptr<Work> allGatherShards(Tensor buffer, const std::string& tag) override;
   void broadcast(Tensor& tensor, int root) override;

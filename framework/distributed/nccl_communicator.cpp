@@ -154,13 +154,15 @@ std::shared_ptr<Work> NcclCommunicator::allGatherShards(Tensor buffer, const std
       watch());
 }
 
-std::shared_ptr<Work> NcclCommunicator::allGatherInto(Tensor input, Tensor output, const std::string& tag) {
+std::shared_ptr<Work> NcclCommunicator::allGatherInto(Tensor input, Tensor output, const std::string& tag,
+                                                      const AfterReduce& after) {
   checkCuda("allGatherInto", output);
   checkAllGather(input, output, world_);
   return stream_->launch(
       tag, input,
       [&](cudaStream_t s) {
         NCCL_CHECK(ncclAllGather(input.raw(), output.raw(), input.numel(), ncclType(input.dtype()), comm_, s));
+        if (after) after(s);
       },
       watch());
 }

@@ -40,7 +40,8 @@ class NcclCommunicator : public Communicator {
   std::shared_ptr<Work> reduceGradients(Tensor buffer, Tensor wire, Reduction reduction, const std::string& tag,
                                         const AfterReduce& after = {}) override;
   /// ncclAllGather on the comm stream (the work holds `input`; the caller keeps `output` alive).
-  std::shared_ptr<Work> allGatherInto(Tensor input, Tensor output, const std::string& tag) override;
+  std::shared_ptr<Work> allGatherInto(Tensor input, Tensor output, const std::string& tag,
+                                      const AfterReduce& after = {}) override;
   /// ncclAllGather in place on the comm stream.
   std::shared_ptr<Work> allGatherShards(Tensor buffer, const std::string& tag) override;
   void broadcast(Tensor& tensor, int root) override;

@@ -1,9 +1,11 @@
 #include "framework/distributed/reducer.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "framework/ops/dispatch.h"
 #include "framework/runtime/nvtx.h"
+#include "kernels/elementwise.h"
 #include "kernels/rows.h"
 
 namespace minidp::distributed {
@@ -99,7 +101,7 @@ void Reducer::rebuild(BucketPlan plan) {
 Reducer::~Reducer() {
   // CPU: a queued all-reduce holds its buffer itself, and waiting would block the host.
   if (!buffers_.front().isCuda()) return;
-  std::vector<std::shared_ptr<Work>> works = rowIdWorks_;
+  std::vector<std::shared_ptr<Work>> works;
   for (BucketTiming& t : timings_) works.push_back(t.work);
   for (const std::shared_ptr<Work>& work : works) {
     if (!work) continue;
@@ -118,7 +120,7 @@ void Reducer::prepareStep() {
   for (Tensor& buffer : buffers_) buffer.zero();
   marked_.assign(params_.size(), false);
   readyOrder_.clear();
-  rowIdWorks_.clear();
+  rowIds_.clear();
   for (size_t b = 0; b < plan_.buckets.size(); ++b) pending_[b] = plan_.buckets[b].params.size();
   nextLaunch_ = 0;
   timings_.assign(plan_.buckets.size(), BucketTiming{});
@@ -137,14 +139,9 @@ void Reducer::addRowIds(const Tensor& ids) {
   const Device device = buffers_.front().device();
   MINIDP_CHECK(ids.defined() && ids.dtype() == DType::I32 && ids.device() == device,
                "row ids must be an int32 tensor on " << deviceName(device));
-  const size_t k = rowIdWorks_.size();
-  const int64_t gathered = ids.numel() * comm_->worldSize();
-  if (k == rowIds_.size()) rowIds_.push_back(Tensor());
-  if (rowIds_[k].numel() != gathered) rowIds_[k] = Tensor::empty({gathered}, DType::I32, device);
-  // A copy (on the compute stream): the batch's own memory is refilled with the next batch, unordered with
-  // the comm stream (thread) that reads it; the work holds the copy until the all-gather completed.
-  const Tensor flat = Tensor::alias(ids.clone(), 0, {ids.numel()});
-  rowIdWorks_.push_back(comm_->allGatherInto(flat, rowIds_[k], "row ids " + std::to_string(k)));
+  // A copy (on the compute stream, like the row listing that reads it): the batch's own memory is refilled
+  // with the next batch before this step's bucket is launched.
+  rowIds_.push_back(Tensor::alias(ids.clone(), 0, {ids.numel()}));
 }
 
 void Reducer::markReady(size_t index) {
@@ -184,54 +181,78 @@ void Reducer::launch(size_t b) {
 
 namespace {
 
-/// The rows `ids` (concatenated) of `grad` (V, C) into `packed` (n, C), on the compute stream; or, with
-/// `scatter`, `packed` back into those rows, on `stream` (CPU: null).
-void copyRows(const Tensor& grad, const std::vector<Tensor>& ids, int64_t C, const Tensor& packed, bool scatter,
-              cudaStream_t stream) {
-  int64_t row = 0;
-  for (const Tensor& chunk : ids) {
-    const int64_t n = chunk.numel();
-    MINIDP_DISPATCH_FLOAT(grad.dtype(), T, {
-      T* rows = packed.data<T>() + row * C;
-      const int32_t* id = chunk.data<int32_t>();
-      if (!grad.isCuda()) {
-        scatter ? kernels::cpu::scatterRows<T>(rows, id, n, C, grad.data<T>())
-                : kernels::cpu::gatherRows<T>(grad.data<T>(), id, n, C, rows);
-      } else if (scatter) {
-        MINIDP_ON_CUDA(kernels::cuda::scatterRows<T>(rows, id, n, C, grad.data<T>(), stream));
-      } else {
-        MINIDP_ON_CUDA(kernels::cuda::gatherRows<T>(grad.data<T>(), id, n, C, rows, runtime::computeStream()));
-      }
-    });
-    row += n;
+/// The row-sparse bucket's last step, on the comm stream (CPU: thread) after the all-gather: `grad` = the
+/// average over the ranks of their gathered rows (world x K rows of C, listed by `ids`; -1: padding), each
+/// rank's rows added in rank order into zeros, then scaled by 1 / world: the same bits on every rank.
+template <typename T, typename W>
+void addGatheredRows(const Tensor& grad, const Tensor& ids, const Tensor& rows, int64_t K, int64_t C, int world,
+                     cudaStream_t stream) {
+  T* g = grad.data<T>();
+  const int64_t n = grad.numel();
+  const T inverse = T(1) / T(world);
+  const auto ranksIds = [&](int r) { return ids.data<int32_t>() + r * K; };
+  const auto ranksRows = [&](int r) { return rows.data<W>() + r * K * C; };
+  if (!grad.isCuda()) {
+    kernels::cpu::fill<T>(g, T(0), n);
+    for (int r = 0; r < world; ++r) kernels::cpu::scatterAddRows<W, T>(ranksRows(r), ranksIds(r), K, C, g);
+    kernels::cpu::scale<T>(g, inverse, g, n);
+    return;
   }
+  MINIDP_ON_CUDA({
+    kernels::cuda::fill<T>(g, T(0), n, stream);
+    for (int r = 0; r < world; ++r) kernels::cuda::scatterAddRows<W, T>(ranksRows(r), ranksIds(r), K, C, g, stream);
+    kernels::cuda::scale<T>(g, inverse, g, n, stream);
+  });
 }
 
 }  // namespace
 
 std::shared_ptr<Work> Reducer::reduceRows(size_t b, const Tensor& wire, const std::string& tag) {
   const auto& [name, param] = params_[reduction_.rowSparse];
-  MINIDP_CHECK(!rowIdWorks_.empty(), "no row ids for the row-sparse parameter '"
-                                         << name << "' in this step: call addRowIds every micro-batch");
+  MINIDP_CHECK(!rowIds_.empty(), "no row ids for the row-sparse parameter '"
+                                     << name << "' in this step: call addRowIds every micro-batch");
+  const int world = comm_->worldSize();
   const int64_t V = param.shape()[0], C = param.shape()[1];
-  int64_t n = 0;
-  for (size_t k = 0; k < rowIdWorks_.size(); ++k) {
-    rowIdWorks_[k]->wait();  // CUDA: the compute stream (the gather below) waits for the ids
-    n += rowIds_[k].numel();
-  }
+  // K, the rows each rank sends: its ids in the step (the same count on every rank), at most V.
+  int64_t K = 0;
+  for (const Tensor& ids : rowIds_) K += ids.numel();
+  K = std::min(K, V);
   Tensor grad = buffers_[b];
-  if (n >= V) return comm_->reduceGradients(grad, wire, reduction_.reduction, tag);  // not smaller: dense
-  if (!packed_.defined() || packed_.numel() != n * C) {
-    packed_ = Tensor::empty({n * C}, grad.dtype(), grad.device());
-    if (wire.defined()) packedWire_ = Tensor::empty({n * C}, DType::BF16, grad.device());
+  // Each rank receives (world - 1) x K rows; a ring all-reduce moves 2 (world - 1) / world x V rows.
+  if (K * world >= 2 * V) return comm_->reduceGradients(grad, wire, reduction_.reduction, tag);
+  const Device device = grad.device();
+  const DType wireType = wire.defined() ? DType::BF16 : grad.dtype();
+  if (!rowList_.defined() || rowList_.numel() != K || rowMarks_.numel() != V || packed_.dtype() != wireType) {
+    rowMarks_ = Tensor::empty({V}, DType::I32, device);
+    rowList_ = Tensor::empty({K}, DType::I32, device);
+    packed_ = Tensor::empty({K * C}, wireType, device);
+    gatheredIds_ = Tensor::empty({world * K}, DType::I32, device);
+    gatheredRows_ = Tensor::empty({world * K * C}, wireType, device);
   }
-  const std::vector<Tensor> ids(rowIds_.begin(), rowIds_.begin() + static_cast<std::ptrdiff_t>(rowIdWorks_.size()));
-  copyRows(grad, ids, C, packed_, false, nullptr);
+  // On the compute stream (CPU: here): this rank's distinct rows, increasing, padded with -1 to K; packed.
+  rowMarks_.zero();
+  for (const Tensor& ids : rowIds_) {
+    MINIDP_LAUNCH(rowMarks_, markRows, ids.data<int32_t>(), ids.numel(), V, rowMarks_.data<int32_t>());
+  }
+  MINIDP_LAUNCH(rowList_, listMarkedRows, rowMarks_.data<int32_t>(), V, rowList_.data<int32_t>(), K);
+  const int32_t* list = rowList_.data<int32_t>();
+  if (wire.defined()) {
+    MINIDP_LAUNCH(packed_, gatherRows, grad.data<float>(), list, K, C, packed_.data<bf16>());
+  } else {
+    MINIDP_DISPATCH_FLOAT(grad.dtype(), T,
+                          { MINIDP_LAUNCH(packed_, gatherRows, grad.data<T>(), list, K, C, packed_.data<T>()); });
+  }
   timings_[b].bytes = packed_.nbytes();
-  Tensor packed = packed_;
-  return comm_->reduceGradients(
-      packed_, wire.defined() ? packedWire_ : Tensor(), reduction_.reduction, tag,
-      [grad, ids, C, packed](cudaStream_t stream) { copyRows(grad, ids, C, packed, true, stream); });
+  // Two all-gathers in comm order: the ids, then the rows, after which every rank adds all of them.
+  comm_->allGatherInto(rowList_, gatheredIds_, tag + " ids");
+  const Tensor ids = gatheredIds_, rows = gatheredRows_;
+  return comm_->allGatherInto(packed_, gatheredRows_, tag, [grad, ids, rows, K, C, world](cudaStream_t stream) {
+    if (rows.dtype() == DType::BF16) {
+      addGatheredRows<float, bf16>(grad, ids, rows, K, C, world, stream);
+    } else {
+      MINIDP_DISPATCH_FLOAT(grad.dtype(), T, { addGatheredRows<T, T>(grad, ids, rows, K, C, world, stream); });
+    }
+  });
 }
 
 void Reducer::finalize(const std::function<void()>& beforeWaits) {

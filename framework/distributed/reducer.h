@@ -12,12 +12,14 @@
 //
 // Row-sparse parameter (BucketReduction::rowSparse, --sparse-embedding-grad): a (V, C) parameter indexed by
 // the input tokens, so only the rows of the step's tokens have a non-zero gradient on any rank. It has a
-// bucket of its own. Every micro-batch, addRowIds all-gathers this rank's token ids (world x B x T int32,
-// on the comm thread / stream). When its bucket is launched, the rows of all gathered ids are packed into
-// (n, C) (on the compute stream), averaged over the ranks like any bucket (bf16 on the wire included), and
-// written back (on the comm stream / thread, inside the collective's work, so the usual wait covers it). A
-// row listed twice is packed twice, averaged alike and written twice with the same values. When n >= V the
-// packed rows would not be smaller than the gradient: that step reduces the bucket densely.
+// bucket of its own. Every micro-batch, addRowIds keeps a copy of this rank's token ids. When its bucket is
+// launched, this rank lists its distinct rows (increasing; padded with -1 to K, its number of ids in the
+// step, which every rank shares) and packs them into (K, C) in the wire's type (fp32, or bf16 with bf16 on
+// the wire), on the compute stream. The lists and the packed rows are all-gathered; then, on the comm stream
+// (thread), inside the collective's work so that the usual wait covers it, every rank adds all ranks' rows
+// into the zeroed gradient in rank order and scales it by 1 / world: the same bits on every rank, with
+// overlap on or off. Each rank receives (world - 1) x K rows, where a ring all-reduce of the whole
+// gradient moves 2 (world - 1) / world x V: when K x world >= 2 V that step reduces the bucket densely.
 //
 // Between two steps, rebuild() can replace the plan (DDP does it once, after the first step, from the
 // ready order the reducer observed): the gradients move to new buckets with their values.
@@ -116,8 +118,8 @@ class Reducer {
   void installBuckets(bool keepGradients);
   void launchCompleted();
   void launch(size_t b);
-  /// The row-sparse bucket's reduction: packs the gathered rows, averages them, scatters them back (or
-  /// reduces the whole bucket when the rows would not be fewer than the parameter's).
+  /// The row-sparse bucket's reduction: lists and packs this rank's rows, all-gathers every rank's, adds
+  /// them (or reduces the whole bucket when that moves fewer bytes).
   std::shared_ptr<Work> reduceRows(size_t b, const Tensor& wire, const std::string& tag);
   /// The row-sparse parameter's bucket; -1 when there is none.
   int rowBucket() const { return reduction_.rowSparse < 0 ? -1 : plan_.slots[reduction_.rowSparse].bucket; }
@@ -135,11 +137,10 @@ class Reducer {
   std::vector<size_t> pending_;  // per bucket: gradients not yet ready in this step
   size_t nextLaunch_ = 0;        // buckets [0, nextLaunch_) are launched
   std::vector<BucketTiming> timings_;
-  // Row-sparse parameter: per micro-batch of the step, the all-gathered ids (world x ids, int32; reused
-  // across steps) and their all-gather; the packed rows (n x C) and their bf16 copy for the wire.
+  // Row-sparse parameter: this step's ids, a copy per micro-batch; the row marks (V), this rank's row list
+  // (K) and packed rows (K x C, in the wire's type), and every rank's list and rows, all-gathered.
   std::vector<Tensor> rowIds_;
-  std::vector<std::shared_ptr<Work>> rowIdWorks_;
-  Tensor packed_, packedWire_;
+  Tensor rowMarks_, rowList_, packed_, gatheredIds_, gatheredRows_;
 };
 
 }  // namespace minidp::distributed
