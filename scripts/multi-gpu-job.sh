@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # The multi-GPU job (issues 6, 10): every figure docs/benchmarks.md needs from one host with N GPUs over one
-# link setting, in one run (about 8 minutes on 2 H200s). Usage: scripts/multi-gpu-job.sh OUTDIR [nvlink|socket]
+# link setting, in one run (about 7 minutes on 2 H200s over NVLink, 10 over the socket link).
+# Usage: [SECTIONS="..."] [STEPS=N] scripts/multi-gpu-job.sh OUTDIR [nvlink|socket]
+#   SECTIONS (default: all of them, in this order): tests allreduce fp32 bf16 sparse zero torch weak summary;
+#   a subset runs those only (the device's 10-minute calls: the socket link in two calls into one OUTDIR).
+#   STEPS: timed steps per minidp run (default 10 on nvlink, 20 on the slower, noisier socket link).
 #   nvlink: NCCL's defaults (NVLink / P2P between the GPUs of the host);
 #   socket: NCCL's socket transport over loopback (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket
 #           NCCL_SOCKET_IFNAME=lo): the path of two hosts without RDMA, about 2.6 GB/s.
 # NCCL_NVLS_ENABLE=0 always. BUILD (default: build) is the build folder, PYTHON (default: python3) runs torch.
 # The shape is GPT-2 small as issue 10 measured it: 12 layers, 12 heads, width 768, context 1024, vocab 50257
 # (163 M parameters, untied head), fp32, batch 8 per GPU, random llm.c tokens.
-#   1. nvidia-smi topo -m; on nvlink the data-parallel tests on the GPUs (test_ddp under mpirun -np N);
+#   1. nvidia-smi topo -m; on nvlink the data-parallel tests on the GPUs (test_ddp, test_sparse_rows and
+#      test_grad_clip under mpirun -np N, tests/train/resume.py with its CUDA cases, and compute-sanitizer
+#      memcheck of test_sparse_rows on one GPU);
 #   2. raw all-reduce bandwidth at the bucket sizes (minidp-bench-allreduce: ncclAllReduce per size);
 #   3. minidp-bench overlap off/on, bucket caps swept beside --bucket-mb auto, fp32 and --grad-comm bf16
 #      (bf16 also with --sparse-embedding-grad)
@@ -24,9 +30,9 @@ python=${PYTHON:-python3}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 case "$link" in
-  nvlink) caps=5,25,100 ;;
+  nvlink) caps=5,25,100 steps=${STEPS:-10} ;;
   socket) export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo
-          caps=25,100,200 ;;
+          caps=5,25,100 steps=${STEPS:-20} ;;
   *) echo "link must be nvlink or socket, not '$link'" >&2; exit 2 ;;
 esac
 n=$(nvidia-smi -L | grep -c '^GPU')
@@ -36,12 +42,14 @@ for v in NCCL_NVLS_ENABLE NCCL_P2P_DISABLE NCCL_SHM_DISABLE NCCL_NET NCCL_SOCKET
 done
 mpi=(mpirun -np "$n" --oversubscribe --bind-to none "${forward[@]}")
 stamp() { echo "== $(date -u +%H:%M:%S) $*"; }
+sections=" ${SECTIONS:-tests allreduce fp32 bf16 sparse zero torch weak summary} "
+want() { [[ "$sections" == *" $1 "* ]]; }
 
 # Random tokens in llm.c's format (header: magic, version, count; uint16 tokens), the largest id present so
 # that the vocabulary is 50257.
 tokens="$out/tokens"
 mkdir -p "$tokens"
-"$python" - "$tokens" <<'PY'
+[ -f "$tokens/train.bin" ] || "$python" - "$tokens" <<'PY'
 import random, struct, sys
 rng = random.Random(0)
 for name, count in (("train.bin", 1 << 21), ("val.bin", 1 << 16)):
@@ -53,44 +61,80 @@ for name, count in (("train.bin", 1 << 21), ("val.bin", 1 << 16)):
 PY
 gpt=(--model gpt --layers 12 --heads 12 --embd 768 --context 1024 --batch-size 8 --data llmc
      --llmc-train "$tokens/train.bin" --llmc-val "$tokens/val.bin" --device cuda)
-bench=(--steps 10 --warmup 3 --repeats 1)
-torch=(--model gpt --layers 12 --heads 12 --embd 768 --context 1024 --vocab 50257 --batch-size 8 --steps 10
+bench=(--steps "$steps" --warmup 3 --repeats 1)
+torch=(--model gpt --layers 12 --heads 12 --embd 768 --context 1024 --vocab 50257 --batch-size 8 --steps "$steps"
        --warmup 3 --device cuda)
 
-stamp "link $link, $n GPU(s)"
-nvidia-smi topo -m | tee "$out/topo.txt"
-if [ "$link" = nvlink ]; then
-  stamp "test_ddp on the GPUs"
-  "${mpi[@]}" "$build/tests/test_ddp" 2>&1 | tee "$out/test_ddp_np$n.log" | tail -3
-  "${mpi[@]}" "$build/tests/test_sparse_rows" 2>&1 | tee "$out/test_sparse_rows_np$n.log" | tail -3
+stamp "link $link, $n GPU(s), sections:$sections"
+nvidia-smi topo -m > "$out/topo.txt"
+if [ "$link" = nvlink ] && want tests; then
+  stamp "data-parallel tests on the GPUs"
+  # A failing test is reported and the job goes on to the benchmarks.
+  for t in test_ddp test_sparse_rows test_grad_clip; do
+    "${mpi[@]}" "$build/tests/$t" > "$out/${t}_np$n.log" 2>&1 || echo "FAILED: $t under mpirun -np $n"
+    tail -n 3 "$out/${t}_np$n.log"
+  done
+  "$python" tests/train/resume.py "$(command -v mpiexec)" "$build/bin/minidp-train" > "$out/resume.log" 2>&1 ||
+    echo "FAILED: tests/train/resume.py"
+  grep -i "cuda" "$out/resume.log" | tail -n 5 || true
+  status=0
+  compute-sanitizer --tool memcheck --error-exitcode 1 "$build/tests/test_sparse_rows" \
+    > "$out/test_sparse_rows_memcheck.log" 2>&1 || status=$?
+  summary=$(grep 'ERROR SUMMARY' "$out/test_sparse_rows_memcheck.log" || true)
+  echo "compute-sanitizer memcheck test_sparse_rows: exit $status; $summary"
 fi
-stamp "raw all-reduce"
-"${mpi[@]}" "$build/bin/minidp-bench-allreduce" --device cuda --sizes-mb 1 5 25 100 200 --json "$out/allreduce.json" \
-  | tee "$out/allreduce.txt"
-stamp "minidp fp32 sweep"
-"${mpi[@]}" "$build/bin/minidp-bench" "${gpt[@]}" "${bench[@]}" --bucket-mb-list "auto,$caps" \
-  --json "$out/bench_fp32.json" --trace "$out/trace_fp32.json" --trace-steps 1 | tee "$out/bench_fp32.txt"
-stamp "minidp bf16 sweep"
-"${mpi[@]}" "$build/bin/minidp-bench" "${gpt[@]}" "${bench[@]}" --bucket-mb-list "auto,$caps" --grad-comm bf16 \
-  --json "$out/bench_bf16.json" | tee "$out/bench_bf16.txt"
-stamp "minidp bf16 sweep, row-sparse embedding gradient"
-"${mpi[@]}" "$build/bin/minidp-bench" "${gpt[@]}" "${bench[@]}" --bucket-mb-list "auto,$caps" --grad-comm bf16 \
-  --sparse-embedding-grad --json "$out/bench_bf16_sparse.json" | tee "$out/bench_bf16_sparse.txt"
-for gather in end overlap; do
-  stamp "minidp ZeRO-1, gather $gather"
-  "${mpi[@]}" "$build/bin/minidp-bench" "${gpt[@]}" "${bench[@]}" --bucket-mb-list "${caps##*,}" --zero 1 \
-    --zero-gather "$gather" --json "$out/bench_zero_$gather.json" | tee "$out/bench_zero_$gather.txt"
-done
-for precision in fp32 bf16; do
-  stamp "PyTorch DDP $precision"
-  "${mpi[@]}" "$python" train/torch_bench.py "${torch[@]}" --bucket-mb ${caps//,/ } --grad-comm "$precision" \
-    --json "$out/torch_$precision.json" | tee "$out/torch_$precision.txt"
-done
-stamp "weak scaling: one GPU"
-"$build/bin/minidp-bench" "${gpt[@]}" "${bench[@]}" --bucket-mb-list 25 --json "$out/weak_np1.json" \
-  | tee "$out/weak_np1.txt"
-stamp "trace picture"
-"$python" train/plot_bench.py --trace "$out/trace_fp32.json" --match "bucket auto MB, overlap on" \
-  -o "$out/timeline_$link.png" || true
-stamp "done"
-"$python" train/dp_summary.py "$out" --link "$link" | tee "$out/summary.md"
+if want allreduce; then
+  stamp "raw all-reduce"
+  "${mpi[@]}" "$build/bin/minidp-bench-allreduce" --device cuda --sizes-mb 1 5 25 100 200 --json "$out/allreduce.json" \
+    | tee "$out/allreduce.txt"
+fi
+if want fp32; then
+  stamp "minidp fp32 sweep"
+  "${mpi[@]}" "$build/bin/minidp-bench" "${gpt[@]}" "${bench[@]}" --bucket-mb-list "auto,$caps" \
+    --json "$out/bench_fp32.json" --trace "$out/trace_fp32.json" --trace-steps 1 > "$out/bench_fp32.txt" ||
+    echo "FAILED: bench_fp32"
+  tail -n 12 "$out/bench_fp32.txt"
+fi
+if want bf16; then
+  stamp "minidp bf16 sweep"
+  "${mpi[@]}" "$build/bin/minidp-bench" "${gpt[@]}" "${bench[@]}" --bucket-mb-list "auto,$caps" --grad-comm bf16 \
+    --json "$out/bench_bf16.json" > "$out/bench_bf16.txt" || echo "FAILED: bench_bf16"
+  tail -n 12 "$out/bench_bf16.txt"
+fi
+if want sparse; then
+  stamp "minidp bf16 sweep, row-sparse embedding gradient (traced)"
+  "${mpi[@]}" "$build/bin/minidp-bench" "${gpt[@]}" "${bench[@]}" --bucket-mb-list "auto,$caps" --grad-comm bf16 \
+    --sparse-embedding-grad --json "$out/bench_bf16_sparse.json" --trace "$out/trace_bf16_sparse.json" --trace-steps 1 \
+    > "$out/bench_bf16_sparse.txt" || echo "FAILED: bench_bf16_sparse"
+  tail -n 12 "$out/bench_bf16_sparse.txt"
+fi
+if want zero; then
+  for gather in end overlap; do
+    stamp "minidp ZeRO-1, gather $gather"
+    "${mpi[@]}" "$build/bin/minidp-bench" "${gpt[@]}" "${bench[@]}" --bucket-mb-list "${caps##*,}" --zero 1 \
+      --zero-gather "$gather" --json "$out/bench_zero_$gather.json" > "$out/bench_zero_$gather.txt" ||
+      echo "FAILED: bench_zero_$gather"
+    tail -n 4 "$out/bench_zero_$gather.txt"
+  done
+fi
+if want torch; then
+  for precision in fp32 bf16; do
+    stamp "PyTorch DDP $precision"
+    "${mpi[@]}" "$python" train/torch_bench.py "${torch[@]}" --bucket-mb ${caps//,/ } --grad-comm "$precision" \
+      --json "$out/torch_$precision.json" | tee "$out/torch_$precision.txt" || echo "FAILED: torch_$precision"
+  done
+fi
+if want weak; then
+  stamp "weak scaling: one GPU"
+  "$build/bin/minidp-bench" "${gpt[@]}" "${bench[@]}" --bucket-mb-list 25 --json "$out/weak_np1.json" \
+    | tee "$out/weak_np1.txt" || echo "FAILED: weak_np1"
+fi
+if want summary; then
+  stamp "trace pictures"
+  [ -f "$out/trace_fp32.json" ] && { "$python" train/plot_bench.py --trace "$out/trace_fp32.json" \
+    --match "bucket auto MB, overlap on" -o "$out/timeline_$link.png" || true; }
+  [ -f "$out/trace_bf16_sparse.json" ] && { "$python" train/plot_bench.py --trace "$out/trace_bf16_sparse.json" \
+    --match "bucket 25 MB, overlap on" -o "$out/timeline_${link}_bf16_sparse.png" || true; }
+  stamp "done"
+  "$python" train/dp_summary.py "$out" --link "$link" | tee "$out/summary.md"
+fi
