@@ -78,7 +78,9 @@ if [ "$link" = nvlink ] && want tests; then
     echo "FAILED: tests/train/resume.py"
   grep -i "cuda" "$out/resume.log" | tail -n 5 || true
   status=0
-  compute-sanitizer --tool memcheck --error-exitcode 1 "$build/tests/test_sparse_rows" \
+  # API errors are not reported: NCCL's communicator set-up probes kernels with cudaFuncGetAttributes and
+  # gets cudaErrorNoKernelImageForDevice (4 such reports, all inside ncclCommInitRankConfig, on 2026-11-30).
+  compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 "$build/tests/test_sparse_rows" \
     > "$out/test_sparse_rows_memcheck.log" 2>&1 || status=$?
   summary=$(grep 'ERROR SUMMARY' "$out/test_sparse_rows_memcheck.log" || true)
   echo "compute-sanitizer memcheck test_sparse_rows: exit $status; $summary"
