@@ -96,8 +96,8 @@ def main():
             print(f"| {r['mb']:g} | {r['time_us']:.1f} | {r['algbw_gbps']:.2f} | {r['busbw_gbps']:.2f} |")
 
     print()
-    for wire in ("fp32", "bf16"):
-        mine = [r for r in rows if r[0] == "minidp" and r[1] == wire and r[2] == "0"]
+    for label, wire in (("minidp", "fp32"), ("minidp", "bf16"), ("minidp, sparse wte", "bf16")):
+        mine = [r for r in rows if r[0] == label and r[1] == wire and r[2] == "0"]
         theirs = {r[3]: r[5]["step_ms_median"] for r in rows if r[0] == "PyTorch DDP" and r[1] == wire}
         if not mine or not theirs:
             continue
@@ -105,7 +105,8 @@ def main():
         cap = str(best[5].get("bucket_mb_used", best[3]))
         cap = f"{float(cap):g}"
         versus = theirs.get(cap)
-        line = (f"- {wire} on the wire: minidp's best cap {best[3]} MB: {best[5]['step_ms_median']:.1f} ms, "
+        what = f"{wire} on the wire" + (", row-sparse wte gradient" if "sparse" in label else "")
+        line = (f"- {what}: minidp's best cap {best[3]} MB: {best[5]['step_ms_median']:.1f} ms, "
                 f"H {fmt(best[5].get('H'), 2)}")
         if versus is not None:
             line += f"; PyTorch DDP at {cap} MB: {versus:.1f} ms ({versus / best[5]['step_ms_median']:.2f}x minidp)"
