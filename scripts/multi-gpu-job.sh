@@ -5,6 +5,8 @@
 #   SECTIONS (default: all of them, in this order): tests allreduce fp32 bf16 sparse zero torch weak summary;
 #   a subset runs those only (the device's 10-minute calls: the socket link in two calls into one OUTDIR).
 #   STEPS: timed steps per minidp run (default 10 on nvlink, 20 on the slower, noisier socket link).
+#   DTYPE: compute precision, fp32 (default) or bf16 (minidp --dtype bf16; PyTorch autocast bf16 with
+#   F.scaled_dot_product_attention, its fastest eager form).
 #   nvlink: NCCL's defaults (NVLink / P2P between the GPUs of the host);
 #   socket: NCCL's socket transport over loopback (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket
 #           NCCL_SOCKET_IFNAME=lo): the path of two hosts without RDMA, about 2.6 GB/s.
@@ -62,6 +64,12 @@ PY
 gpt=(--model gpt --layers 12 --heads 12 --embd 768 --context 1024 --batch-size 8 --data llmc
      --llmc-train "$tokens/train.bin" --llmc-val "$tokens/val.bin" --device cuda)
 bench=(--steps "$steps" --warmup 3 --repeats 1)
+dtype=${DTYPE:-fp32}
+case "$dtype" in
+  fp32) torch_dtype=() ;;
+  bf16) gpt+=(--dtype bf16); torch_dtype=(--dtype bf16 --attention sdpa) ;;
+  *) echo "DTYPE must be fp32 or bf16, not '$dtype'" >&2; exit 2 ;;
+esac
 torch=(--model gpt --layers 12 --heads 12 --embd 768 --context 1024 --vocab 50257 --batch-size 8 --steps "$steps"
        --warmup 3 --device cuda)
 
@@ -122,7 +130,8 @@ fi
 if want torch; then
   for precision in fp32 bf16; do
     stamp "PyTorch DDP $precision"
-    "${mpi[@]}" "$python" train/torch_bench.py "${torch[@]}" --bucket-mb ${caps//,/ } --grad-comm "$precision" \
+    "${mpi[@]}" "$python" train/torch_bench.py "${torch[@]}" "${torch_dtype[@]}" --bucket-mb ${caps//,/ } \
+      --grad-comm "$precision" \
       --json "$out/torch_$precision.json" | tee "$out/torch_$precision.txt" || echo "FAILED: torch_$precision"
   done
 fi
