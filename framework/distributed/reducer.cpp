@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 
 #include "framework/ops/dispatch.h"
 #include "framework/runtime/nvtx.h"
@@ -101,7 +102,7 @@ void Reducer::rebuild(BucketPlan plan) {
 Reducer::~Reducer() {
   // CPU: a queued all-reduce holds its buffer itself, and waiting would block the host.
   if (!buffers_.front().isCuda()) return;
-  std::vector<std::shared_ptr<Work>> works;
+  std::vector<std::shared_ptr<Work>> works = {rowIdsWork_};
   for (BucketTiming& t : timings_) works.push_back(t.work);
   for (const std::shared_ptr<Work>& work : works) {
     if (!work) continue;
@@ -218,15 +219,25 @@ std::shared_ptr<Work> Reducer::reduceRows(size_t b, const Tensor& wire, const st
   for (const Tensor& ids : rowIds_) K += ids.numel();
   K = std::min(K, V);
   Tensor grad = buffers_[b];
-  // Each rank receives (world - 1) x K rows; a ring all-reduce moves 2 (world - 1) / world x V rows.
-  if (K * world >= 2 * V) return comm_->reduceGradients(grad, wire, reduction_.reduction, tag);
+  // Each rank receives (world - 1) x K rows; a ring all-reduce moves 2 (world - 1) / world x V rows. Alone,
+  // there is nothing to send: the dense path (a bf16 round trip at most) is the cheaper one.
+  if (world == 1 || K * world >= 2 * V) return comm_->reduceGradients(grad, wire, reduction_.reduction, tag);
   const Device device = grad.device();
   const DType wireType = wire.defined() ? DType::BF16 : grad.dtype();
   if (!rowList_.defined() || rowList_.numel() != K || rowMarks_.numel() != V || packed_.dtype() != wireType) {
+    // The gathers' sizes, and the branch above, need the same K on every rank: checked whenever K changes
+    // (a blocking exchange, once in a run with fixed batches).
+    const std::vector<std::string> all = comm_->allGather(std::to_string(K));
+    for (int r = 0; r < world; ++r) {
+      MINIDP_CHECK(all[r] == all[0], "row-sparse parameter '" << name << "': rank " << r << " has " << all[r]
+                                                              << " row ids in this step, rank 0 " << all[0]
+                                                              << "; every rank must pass as many");
+    }
     rowMarks_ = Tensor::empty({V}, DType::I32, device);
     rowList_ = Tensor::empty({K}, DType::I32, device);
     packed_ = Tensor::empty({K * C}, wireType, device);
-    gatheredIds_ = Tensor::empty({world * K}, DType::I32, device);
+    // -1 (padding) until the first gather fills it: nothing is added for an id that never arrived.
+    gatheredIds_ = Tensor::fromVector(std::vector<int32_t>(world * K, -1), {world * K}).to(device);
     gatheredRows_ = Tensor::empty({world * K * C}, wireType, device);
   }
   // On the compute stream (CPU: here): this rank's distinct rows, increasing, padded with -1 to K; packed.
@@ -242,9 +253,10 @@ std::shared_ptr<Work> Reducer::reduceRows(size_t b, const Tensor& wire, const st
     MINIDP_DISPATCH_FLOAT(grad.dtype(), T,
                           { MINIDP_LAUNCH(packed_, gatherRows, grad.data<T>(), list, K, C, packed_.data<T>()); });
   }
-  timings_[b].bytes = packed_.nbytes();
-  // Two all-gathers in comm order: the ids, then the rows, after which every rank adds all of them.
-  comm_->allGatherInto(rowList_, gatheredIds_, tag + " ids");
+  timings_[b].bytes = static_cast<size_t>(K * C) * dtypeSize(grad.dtype());  // as a bucket's: its dtype
+  // Two all-gathers in comm order: the ids, then the rows, after which every rank adds all of them. The ids'
+  // work is waited on in finalize too, so that its failure is reported.
+  rowIdsWork_ = comm_->allGatherInto(rowList_, gatheredIds_, tag + " ids");
   const Tensor ids = gatheredIds_, rows = gatheredRows_;
   return comm_->allGatherInto(packed_, gatheredRows_, tag, [grad, ids, rows, K, C, world](cudaStream_t stream) {
     if (rows.dtype() == DType::BF16) {
@@ -266,6 +278,7 @@ void Reducer::finalize(const std::function<void()>& beforeWaits) {
   launchCompleted();
   if (beforeWaits) beforeWaits();
   for (BucketTiming& t : timings_) t.work->wait();
+  if (rowIdsWork_) std::exchange(rowIdsWork_, nullptr)->wait();
   stepOpen_ = false;
 }
 

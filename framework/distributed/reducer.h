@@ -19,7 +19,8 @@
 // (thread), inside the collective's work so that the usual wait covers it, every rank adds all ranks' rows
 // into the zeroed gradient in rank order and scales it by 1 / world: the same bits on every rank, with
 // overlap on or off. Each rank receives (world - 1) x K rows, where a ring all-reduce of the whole
-// gradient moves 2 (world - 1) / world x V: when K x world >= 2 V that step reduces the bucket densely.
+// gradient moves 2 (world - 1) / world x V: when K x world >= 2 V (or alone) that step reduces the bucket
+// densely. Every rank must pass as many ids per step (checked whenever K changes).
 //
 // Between two steps, rebuild() can replace the plan (DDP does it once, after the first step, from the
 // ready order the reducer observed): the gradients move to new buckets with their values.
@@ -141,6 +142,7 @@ class Reducer {
   // (K) and packed rows (K x C, in the wire's type), and every rank's list and rows, all-gathered.
   std::vector<Tensor> rowIds_;
   Tensor rowMarks_, rowList_, packed_, gatheredIds_, gatheredRows_;
+  std::shared_ptr<Work> rowIdsWork_;  // the ids' all-gather of this step, until finalize waited on it
 };
 
 }  // namespace minidp::distributed

@@ -128,11 +128,15 @@ class SparseRows : public ::testing::TestWithParam<Device> {
   int world_ = 1, rank_ = 0;
 };
 
+// What wte's bucket sends: alone, the whole gradient (the dense path: nothing to gather); with others, this
+// rank's `ids` rows (distinct or padding) of 8 floats each.
+size_t expectedBytes(int world, int64_t ids, size_t dense) {
+  return world == 1 ? dense : static_cast<size_t>(ids * 8) * sizeof(float);
+}
+
 TEST_P(SparseRows, SgdEqualsDenseAndSendsOnlyTheRows) {
   const auto [sent, dense] = expectSparseEqualsDense(Setting{});
-  // This rank's rows x context ids (distinct or padding) of 8 floats each.
-  EXPECT_EQ(sent, static_cast<size_t>(kRowsPerRank * kContext * 8) * sizeof(float));
-  EXPECT_LT(sent, dense);
+  EXPECT_EQ(sent, expectedBytes(world_, kRowsPerRank * kContext, dense));
 }
 
 TEST_P(SparseRows, AdamWWithBf16OnTheWireEqualsDense) {
@@ -140,7 +144,7 @@ TEST_P(SparseRows, AdamWWithBf16OnTheWireEqualsDense) {
   run.optimizer = "adamw";
   run.wire = GradComm::Bf16;
   const auto [sent, dense] = expectSparseEqualsDense(run);
-  EXPECT_LT(sent, dense);
+  EXPECT_EQ(sent, expectedBytes(world_, kRowsPerRank * kContext, dense));
 }
 
 TEST_P(SparseRows, GradientAccumulationGathersEveryMicroBatchsIds) {
@@ -148,21 +152,50 @@ TEST_P(SparseRows, GradientAccumulationGathersEveryMicroBatchsIds) {
   run.optimizer = "adamw";
   run.accum = 2;
   const auto [sent, dense] = expectSparseEqualsDense(run);
-  EXPECT_EQ(sent, static_cast<size_t>(2 * kRowsPerRank * kContext * 8) * sizeof(float));
+  EXPECT_EQ(sent, expectedBytes(world_, 2 * kRowsPerRank * kContext, dense));
 }
 
 TEST_P(SparseRows, RebuiltBucketsKeepWteAlone) {
   Setting run;
   run.rebuild = true;
   const auto [sent, dense] = expectSparseEqualsDense(run);
-  EXPECT_LT(sent, dense);
+  EXPECT_EQ(sent, expectedBytes(world_, kRowsPerRank * kContext, dense));
+}
+
+TEST_P(SparseRows, VocabularyOfSeveralScanChunks) {
+  Setting run;
+  run.vocab = 3000;  // the CUDA listing scans 1024 rows at a time: three chunks
+  run.optimizer = "adamw";
+  const auto [sent, dense] = expectSparseEqualsDense(run);
+  EXPECT_EQ(sent, expectedBytes(world_, kRowsPerRank * kContext, dense));
 }
 
 TEST_P(SparseRows, TinyVocabularyFallsBackToTheDenseAllReduce) {
   Setting run;
   run.vocab = 8;  // 12 ids per rank: 8 rows, which world >= 2 ranks would gather at 8 x world >= 2 x 8
   const auto [sent, dense] = expectSparseEqualsDense(run);
-  EXPECT_EQ(sent, dense) << "the fallback was not taken (or, alone, the rows were not all 8)";
+  EXPECT_EQ(sent, dense) << "the fallback was not taken";
+}
+
+TEST_P(SparseRows, RanksWithDifferentIdCountsAreRefused) {
+  if (world_ == 1) GTEST_SKIP() << "needs 2 or more ranks (mpirun -np 2)";
+  models::GPT model(models::GptConfig{256, kContext, 2, 2, 8}, 11);
+  model.to(GetParam(), DType::F32);
+  DdpOptions opts{Overlap::DuringBackward, 1200, 300};
+  opts.rowSparseParameter = "wte.weight";
+  DistributedDataParallel ddp(model.namedParameters(), comm_, opts);
+  // Rank 0 one window of ids, the others two: the gathers would not match.
+  const int64_t rows = rank_ == 0 ? 1 : 2;
+  const Tensor inputs = testing::randomIndices({rows, kContext}, 256, 7).to(GetParam());
+  ddp.prepareStep();
+  ddp.addRowIds(inputs);
+  try {
+    model.loss(inputs, inputs).backward();
+    ddp.finalize();
+    ADD_FAILURE() << "different id counts were not refused";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("every rank must pass as many"), std::string::npos) << e.what();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, SparseRows, ::testing::Values(Device::CPU, Device::CUDA),
@@ -263,6 +296,25 @@ TEST(SparseRowKernels, CpuListsDistinctRowsPacksAndAddsThem) {
       EXPECT_EQ(r.addedBf16.data<float>()[v * kC + c], listed ? b + bf16ToFloat(floatToBf16(x)) : b) << "row " << v;
     }
   }
+}
+
+TEST(SparseRowKernels, ListingSpansSeveralScanChunks) {
+  // Rows at the CUDA scan's 1024-row chunk edges, repeated, over V = 2500; capacity 10 (7 distinct).
+  const std::vector<int32_t> ids = {2499, 0, 1023, 1024, 2047, 2048, 5, 1024, 2499, 0};
+  constexpr int64_t V = 2500, capacity = 10;
+  const std::vector<int32_t> want = {0, 5, 1023, 1024, 2047, 2048, 2499, -1, -1, -1};
+  std::vector<int32_t> marks(V, 0), list(capacity, 7);
+  kernels::cpu::markRows(ids.data(), static_cast<int64_t>(ids.size()), V, marks.data());
+  kernels::cpu::listMarkedRows(marks.data(), V, list.data(), capacity);
+  EXPECT_EQ(list, want);
+  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device (the CPU twin passed)";
+#if MINIDP_WITH_CUDA
+  const Tensor dIds = Tensor::fromVector(ids, {static_cast<int64_t>(ids.size())}).to(Device::CUDA);
+  Tensor dMarks = Tensor::zeros({V}, DType::I32, Device::CUDA), dList = Tensor::zeros({capacity}, DType::I32, Device::CUDA);
+  kernels::cuda::markRows(dIds.data<int32_t>(), dIds.numel(), V, dMarks.data<int32_t>(), runtime::computeStream());
+  kernels::cuda::listMarkedRows(dMarks.data<int32_t>(), V, dList.data<int32_t>(), capacity, runtime::computeStream());
+  EXPECT_EQ(dList.to(Device::CPU).toVector<int32_t>(), want);
+#endif
 }
 
 TEST(SparseRowKernels, CudaEqualsTheCpuTwins) {
