@@ -378,7 +378,19 @@ void Trainer::chooseBucketCap() {
   const distributed::BackwardProfile profile = distributed::profileFromStep(timer_.peek(true).back(), names);
   std::string report;
   const double wire = opts_.gradComm == "bf16" ? 0.5 : 1.0;
-  bucketCapBytes_ = distributed::chooseBucketCap(*session_.comm, ddp_->parameterInfos(), profile, link_,
+  std::vector<distributed::ParamInfo> infos = ddp_->parameterInfos();
+  const distributed::Reducer& reducer = ddp_->reducer();
+  if (const int row = reducer.rowSparseBucket(); row >= 0) {
+    // The row gather of the first step: each rank's rows (bytes in the gradient's dtype) all-gathered, the
+    // (world - 1) x rows that an all-reduce of world / 2 x rows moves, plus the ids' gather's latency.
+    const distributed::BucketTiming& t = reducer.lastStepTimings()[row];
+    const int index = reducer.plan().buckets[row].params.front();
+    if (t.bytes < reducer.plan().buckets[row].bytes()) {
+      const double alphaBytes = link_.msPerByte > 0 ? link_.alphaMs / link_.msPerByte / wire : 0;
+      infos[index].modelledBytes = static_cast<double>(t.bytes) * session_.comm->worldSize() / 2 + alphaBytes;
+    }
+  }
+  bucketCapBytes_ = distributed::chooseBucketCap(*session_.comm, infos, profile, link_,
                                                  opts_.ddp.firstBucketCapBytes, wire, report);
   ddp_->replan(bucketCapBytes_, std::min(opts_.ddp.firstBucketCapBytes, bucketCapBytes_));
   autoCapPending_ = false;

@@ -37,11 +37,16 @@ LinkCost measureLinkCost(Communicator& comm, Device device, size_t smallBytes, s
   std::vector<std::pair<double, double>> samples;
   for (size_t bytes : {smallBytes, largeBytes}) {
     Tensor buffer = Tensor::zeros({static_cast<int64_t>(bytes / sizeof(float))}, DType::F32, device);
+    // CUDA: wait() orders the compute stream; synchronising brackets the collective on the host. CPU: wait()
+    // blocks until the comm thread is done (and there may be no GPU to synchronise with).
+    const auto synchronize = [device] {
+      if (device == Device::CUDA) runtime::synchronize();
+    };
     for (int i = -1; i < repeats; ++i) {
-      runtime::synchronize();
+      synchronize();
       const double start = hostNowMs();
       comm.allReduceAverage(buffer, "link probe")->wait();
-      runtime::synchronize();
+      synchronize();
       if (i >= 0) samples.emplace_back(static_cast<double>(buffer.nbytes()), hostNowMs() - start);
     }
   }
@@ -67,14 +72,20 @@ BackwardProfile profileFromStep(const runtime::StepRecord& step, const std::vect
 }
 
 double modelledExposedMs(const BucketPlan& plan, const BackwardProfile& profile, const LinkCost& link,
-                         double wireBytesPerByte) {
+                         double wireBytesPerByte, const std::vector<ParamInfo>& params) {
   MINIDP_CHECK(profile.readyMs.size() == plan.slots.size(),
                "backward profile of " << profile.readyMs.size() << " parameters, plan of " << plan.slots.size());
+  MINIDP_CHECK(params.empty() || params.size() == plan.slots.size(),
+               params.size() << " parameter infos for a plan of " << plan.slots.size());
   double end = 0;
   for (const Bucket& bucket : plan.buckets) {
     double ready = 0;
     for (int p : bucket.params) ready = std::max(ready, profile.readyMs[p]);
-    end = std::max(end, ready) + link.ms(static_cast<double>(bucket.bytes()) * wireBytesPerByte);
+    double bytes = static_cast<double>(bucket.bytes());
+    if (!params.empty() && bucket.params.size() == 1 && params[bucket.params[0]].modelledBytes > 0) {
+      bytes = params[bucket.params[0]].modelledBytes;
+    }
+    end = std::max(end, ready) + link.ms(bytes * wireBytesPerByte);
   }
   return std::max(0.0, end - profile.endMs);
 }
@@ -87,7 +98,7 @@ std::vector<CapChoice> modelCaps(const std::vector<ParamInfo>& params, const Bac
   best = 0;
   for (size_t cap : candidates) {
     const BucketPlan plan = planBuckets(params, cap, std::min(firstCapBytes, cap));
-    out.push_back({cap, modelledExposedMs(plan, profile, link, wireBytesPerByte)});
+    out.push_back({cap, modelledExposedMs(plan, profile, link, wireBytesPerByte, params)});
     const CapChoice& b = out[best];
     if (out.back().exposedMs < b.exposedMs || (out.back().exposedMs == b.exposedMs && cap > b.capBytes)) {
       best = out.size() - 1;

@@ -45,9 +45,10 @@ struct BackwardProfile {
 BackwardProfile profileFromStep(const runtime::StepRecord& step, const std::vector<std::string>& names);
 
 /// The modelled exposed communication of `plan`: `wireBytesPerByte` scales the buckets' bytes (0.5 for
-/// bf16 on the wire).
+/// bf16 on the wire). `params` (optional, registration order): a bucket holding one parameter with
+/// ParamInfo::modelledBytes set costs that many bytes instead of its size.
 double modelledExposedMs(const BucketPlan& plan, const BackwardProfile& profile, const LinkCost& link,
-                         double wireBytesPerByte = 1);
+                         double wireBytesPerByte = 1, const std::vector<ParamInfo>& params = {});
 
 /// A cap and its modelled exposed time.
 struct CapChoice {

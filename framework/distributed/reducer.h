@@ -110,6 +110,8 @@ class Reducer {
   /// The flat buffer of bucket `b`: plan().buckets[b].numel elements, padded to a multiple of the world
   /// size under reduce-scatter (the padding is zero before and after the reduction).
   const Tensor& bucketBuffer(size_t b) const { return buffers_.at(b); }
+  /// The row-sparse parameter's bucket; -1 when there is none.
+  int rowSparseBucket() const { return rowBucket(); }
   /// Timings of the buckets in the last step, indexed by bucket.
   const std::vector<BucketTiming>& lastStepTimings() const { return timings_; }
 

@@ -45,6 +45,25 @@ TEST(BucketModel, ExposedTimeOfAPlanWorkedByHand) {
   EXPECT_NEAR(modelledExposedMs(plan, profile, link, 0.5), 1.1, 1e-9);
 }
 
+TEST(BucketModel, ARowSparseBucketCostsItsModelledBytes) {
+  // Four 1 MB parameters ready in reverse at 1..4 ms, backward ends at 4; buckets {3, 2, 1} and {0} (the
+  // row-sparse one); 0.1 ms + 1 ms per MB. Bucket 0 ends at 3 + 3.1 = 6.1; bucket 1 then costs 1.1 ms
+  // (its size) or, modelled as a quarter MB (its rows), 0.35 ms.
+  BucketPlan plan;
+  plan.buckets = {{DType::F32, 3 * 262144, {3, 2, 1}}, {DType::F32, 262144, {0}}};
+  plan.slots.resize(4);
+  const BackwardProfile profile{{4, 3, 2, 1}, 4};
+  const LinkCost link{0.1, 1.0 / kMb};
+  std::vector<ParamInfo> params(4, ParamInfo{"p", 262144, DType::F32});
+  EXPECT_NEAR(modelledExposedMs(plan, profile, link, 1, params), 3.2, 1e-9);
+  params[0].solo = true;
+  params[0].modelledBytes = 0.25 * kMb;
+  EXPECT_NEAR(modelledExposedMs(plan, profile, link, 1, params), 2.45, 1e-9);
+  // A modelled size counts only for a bucket of its own: here parameter 3 shares bucket 0.
+  params[3].modelledBytes = 0.25 * kMb;
+  EXPECT_NEAR(modelledExposedMs(plan, profile, link, 1, params), 2.45, 1e-9);
+}
+
 TEST(BucketModel, SmallCapsOnAFastLinkLargeCapsOnASlowOne) {
   // Eight 1 MB parameters, ready one per ms in reverse registration order; backward ends at 8 ms.
   std::vector<ParamInfo> params;

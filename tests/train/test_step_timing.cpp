@@ -214,6 +214,29 @@ TEST(StepTimingEmulated, OverlapHidesPartOfTheCommunication) {
   EXPECT_LT(exposed[1], exposed[0]);
 }
 
+// --bucket-mb auto on the CPU ranks (a CUDA build without a GPU used to fail here, synchronising a GPU it
+// did not have while timing the link): the first step's profile picks a cap that every rank takes alike,
+// also with --sparse-embedding-grad (whose bucket the model costs at its rows).
+TEST(StepTiming, AutoBucketCapOnTheCpuRanks) {
+  std::string reason;
+  train::Session session;
+  session.comm = testing::sharedCommunicator(Device::CPU, &reason);
+  if (!session.comm) GTEST_SKIP() << reason;
+  if (session.world() < 2) GTEST_SKIP() << "needs mpirun with 2 or more ranks";
+  for (bool sparse : {false, true}) {
+    train::Options o = tinyGpt(true);
+    o.ddp.bucketCapBytes = 0;
+    o.sparseEmbeddingGrad = sparse;
+    train::Trainer trainer(o, session);
+    trainer.step();
+    trainer.step();
+    const size_t cap = trainer.bucketCapBytes();
+    EXPECT_GE(cap, distributed::mibToBytes(1)) << "sparse " << sparse;
+    const std::string mine = std::to_string(cap) + " " + std::to_string(trainer.ddp().plan().buckets.size());
+    for (const std::string& theirs : session.comm->allGather(mine)) EXPECT_EQ(theirs, mine) << "sparse " << sparse;
+  }
+}
+
 TEST(StepTiming, LayerOfGroupsByModulePrefix) {
   EXPECT_EQ(runtime::layerOf("h.3.attn.c_attn.weight"), "h.3");
   EXPECT_EQ(runtime::layerOf("layers.1.bias"), "layers.1");
