@@ -20,7 +20,8 @@
 #   3. minidp-bench overlap off/on, bucket caps swept beside --bucket-mb auto, fp32 and --grad-comm bf16
 #      (bf16 also with --sparse-embedding-grad)
 #      (the fp32 sweep traced, one step of it drawn with plot_bench.py);
-#   4. ZeRO-1 (--zero 1), parameters gathered at the end of the step and bucket by bucket;
+#   4. ZeRO-1 (--zero 1), parameters gathered at the end of the step, bucket by bucket, and bucket by bucket
+#      waited on in the next forward (--zero-gather end|overlap|forward);
 #   5. PyTorch DDP (torch_bench.py) at the same shape, precision, batch and caps, fp32 and bf16_compress_hook;
 #   6. weak scaling: the same per-GPU batch on one GPU;
 #   7. the side-by-side table (train/dp_summary.py), printed last.
@@ -119,7 +120,7 @@ if want sparse; then
   tail -n 12 "$out/bench_bf16_sparse.txt"
 fi
 if want zero; then
-  for gather in end overlap; do
+  for gather in end overlap forward; do
     stamp "minidp ZeRO-1, gather $gather"
     "${mpi[@]}" "$build/bin/minidp-bench" "${gpt[@]}" "${bench[@]}" --bucket-mb-list "${caps##*,}" --zero 1 \
       --zero-gather "$gather" --json "$out/bench_zero_$gather.json" > "$out/bench_zero_$gather.txt" ||

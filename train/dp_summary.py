@@ -3,7 +3,8 @@
     python3 train/dp_summary.py OUTDIR --link socket
 
 Reads OUTDIR's minidp-bench JSONs (bench_fp32, bench_bf16, bench_bf16_sparse, bench_zero_end,
-bench_zero_overlap, weak_np1), torch_bench.py's (torch_fp32, torch_bf16) and minidp-bench-allreduce's (allreduce); files that are missing are
+bench_zero_overlap, bench_zero_forward, weak_np1),
+torch_bench.py's (torch_fp32, torch_bf16) and minidp-bench-allreduce's (allreduce); files that are missing are
 skipped. One row per framework, gradient precision, ZeRO stage and bucket cap: step time with overlap off and
 on, minidp's comm, backward and exposed time, E, H = (T_off - T_on) / min(T_comm, T_backward), and the speed-up.
 Then the comparisons issue 10 asks for: minidp's best cap against PyTorch DDP at the same precision and cap,
@@ -65,7 +66,7 @@ def main():
     rows = []
     for name, label in (("bench_fp32", "minidp"), ("bench_bf16", "minidp"),
                         ("bench_bf16_sparse", "minidp, sparse wte"), ("bench_zero_end", "minidp"),
-                        ("bench_zero_overlap", "minidp")):
+                        ("bench_zero_overlap", "minidp"), ("bench_zero_forward", "minidp")):
         rows += minidp_rows(load(args.outdir, name), label)
     for name in ("torch_fp32", "torch_bf16"):
         rows += torch_rows(load(args.outdir, name))

@@ -123,9 +123,10 @@ void addOptions(CLI::App& app, Options& o) {
       ->check(CLI::IsMember({0, 1}))
       ->capture_default_str();
   app.add_option("--zero-gather", o.zeroGather,
-                 "ZeRO-1 parameter all-gather: end (after every shard's update) or "
-                 "overlap (bucket by bucket, as each shard is updated)")
-      ->check(CLI::IsMember({"end", "overlap"}))
+                 "ZeRO-1 parameter all-gather: end (after every shard's update), "
+                 "overlap (bucket by bucket, as each shard is updated) or forward (as overlap, in the "
+                 "forward's order; each parameter waits for its gather where the next forward reads it)")
+      ->check(CLI::IsMember({"end", "overlap", "forward"}))
       ->capture_default_str();
   addSessionOptions(app, o);
   addLoopOptions(app, o);
@@ -305,7 +306,9 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
   const std::string optName = o.optimizer.empty() ? entry.defaultOptimizer : o.optimizer;
   const double lr = o.lr > 0 ? o.lr : entry.defaultLr;
   if (o.zero == 1) {
-    const auto gather = o.zeroGather == "overlap" ? distributed::ZeroGather::Overlap : distributed::ZeroGather::End;
+    const auto gather = o.zeroGather == "overlap"   ? distributed::ZeroGather::Overlap
+                        : o.zeroGather == "forward" ? distributed::ZeroGather::Forward
+                                                    : distributed::ZeroGather::End;
     auto sharded = std::make_unique<distributed::ShardedOptimizer>(*ddp_, optName, lr, o.weightDecay, gather);
     if (session.rank() == 0) {
       const double bytes = static_cast<double>(dtypeSize(session.dtype));

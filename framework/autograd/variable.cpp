@@ -1,6 +1,7 @@
 #include "framework/autograd/variable.h"
 
 #include <unordered_map>
+#include <utility>
 
 #include "framework/ops/tensor_math.h"
 
@@ -59,6 +60,13 @@ Tensor leafGradTarget(size_t index) {
   if (!input.defined() || !input.requiresGrad() || !input.isLeaf() || !input.grad().defined()) return Tensor();
   (*gTakenGrads)[index] = true;
   return input.grad();
+}
+
+void Variable::setBeforeUse(std::function<void()> hook) { impl_->beforeUse = std::move(hook); }
+
+void Variable::runBeforeUse() const {
+  const std::function<void()> hook = std::exchange(impl_->beforeUse, nullptr);  // once, even if it throws
+  hook();
 }
 
 void Variable::setGrad(Tensor grad) {

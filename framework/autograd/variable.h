@@ -29,8 +29,19 @@ class Variable {
   static Variable fromOp(Tensor data, std::vector<Variable> inputs, BackwardFn backward);
 
   bool defined() const { return impl_ != nullptr; }
-  const Tensor& data() const { return impl_->data; }
-  Tensor& data() { return impl_->data; }
+  /// The value. A pending before-use hook (setBeforeUse) runs first, once.
+  const Tensor& data() const {
+    if (impl_->beforeUse) runBeforeUse();
+    return impl_->data;
+  }
+  Tensor& data() {
+    if (impl_->beforeUse) runBeforeUse();
+    return impl_->data;
+  }
+  /// Runs `hook` once, at the next data() access, before it returns: ZeRO-1's gather of this parameter
+  /// (--zero-gather forward), so that the next forward waits for a parameter only where it first reads it.
+  /// Replaces a pending hook. Shape, dtype and device do not run it (they do not read the values).
+  void setBeforeUse(std::function<void()> hook);
   const Shape& shape() const { return impl_->data.shape(); }
   DType dtype() const { return impl_->data.dtype(); }
   Device device() const { return impl_->data.device(); }
@@ -66,7 +77,9 @@ class Variable {
     BackwardFn backward;
     bool released = false;  // its backward ran and its graph was freed
     std::vector<GradReadyHook> hooks;
+    std::function<void()> beforeUse;
   };
+  void runBeforeUse() const;
   friend class BackwardEngine;
   std::shared_ptr<Impl> impl_;
 };

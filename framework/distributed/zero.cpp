@@ -1,6 +1,7 @@
 #include "framework/distributed/zero.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "framework/runtime/nvtx.h"
 
@@ -26,6 +27,7 @@ ShardedOptimizer::ShardedOptimizer(DistributedDataParallel& ddp, const std::stri
   }
   for (size_t i = 0; i < params.size(); ++i) {
     Variable p = params[i].second;  // shares the parameter: its data moves into the flat buffer
+    params_.push_back(p);
     shapes_.push_back(p.shape());
     const ParamSlot& slot = plan_.slots[i];
     Tensor view = Tensor::alias(flat_[slot.bucket], slot.offset, p.shape());
@@ -45,25 +47,39 @@ ShardedOptimizer::ShardedOptimizer(DistributedDataParallel& ddp, const std::stri
 }
 
 void ShardedOptimizer::step() {
-  std::vector<std::shared_ptr<Work>> gathers;
+  const size_t n = inner_.size();
+  pending_.resize(n);
+  std::vector<std::shared_ptr<Work>> gathers(n);
   const auto gatherBucket = [&](size_t b) {
     const std::string tag = "gather " + std::to_string(b);
     runtime::NvtxRange range(tag.c_str());
-    gathers.push_back(comm_.allGatherShards(flat_[b], tag));
+    gathers[b] = comm_.allGatherShards(flat_[b], tag);
   };
   const int64_t done = stepCount();
   setStepCount(done + 1);
-  for (size_t b = 0; b < inner_.size(); ++b) {
+  const bool forward = gather_ == ZeroGather::Forward;
+  for (size_t k = 0; k < n; ++k) {
+    const size_t b = forward ? n - 1 - k : k;
+    // The last step's gather of this bucket reads the shard that the update writes (normally the forward
+    // waited on it already).
+    if (pending_[b]) std::exchange(pending_[b], nullptr)->wait();
     inner_[b]->setLr(lr_);  // the schedule's rate, set on this optimizer
     inner_[b]->setStepCount(done);  // its step() counts this one (a resumed run restored only this count)
     inner_[b]->setGradScale(gradScale());
     inner_[b]->step();
-    if (gather_ == ZeroGather::Overlap) gatherBucket(b);
+    if (gather_ != ZeroGather::End) gatherBucket(b);
   }
   if (gather_ == ZeroGather::End) {
-    for (size_t b = 0; b < flat_.size(); ++b) gatherBucket(b);
+    for (size_t b = 0; b < n; ++b) gatherBucket(b);
   }
-  for (const std::shared_ptr<Work>& work : gathers) work->wait();
+  if (!forward) {
+    for (const std::shared_ptr<Work>& work : gathers) work->wait();
+    return;
+  }
+  for (size_t b = 0; b < n; ++b) {
+    pending_[b] = gathers[b];
+    for (int p : plan_.buckets[b].params) params_[p].setBeforeUse([work = gathers[b]] { work->wait(); });
+  }
 }
 
 void ShardedOptimizer::computeGradNorm(optim::GradClipper& clipper) {

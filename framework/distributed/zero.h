@@ -23,8 +23,12 @@ enum class ZeroGather {
   /// After every shard is updated: the gathers start at the end of the step.
   End,
   /// Bucket by bucket, each gather launched as soon as its shard is updated, so it runs while the next
-  /// shards are updated (an event per bucket; the next forward waits on all of them).
+  /// shards are updated (an event per bucket; step() waits on all of them).
   Overlap,
+  /// As Overlap, in the forward's order (the last bucket, with the first-registered parameters, first),
+  /// and step() returns at once: each parameter waits for its bucket's gather where the next forward
+  /// (or anything else) first reads it (Variable::setBeforeUse), so the gathers run beside that forward.
+  Forward,
 };
 
 /// The optimizer of a ZeRO-1 step, over the buckets of `ddp` (whose reducer must reduce-scatter).
@@ -35,7 +39,8 @@ class ShardedOptimizer : public optim::Optimizer {
   ShardedOptimizer(DistributedDataParallel& ddp, const std::string& name, double lr, double weightDecay,
                    ZeroGather gather);
   /// Updates this rank's shards from the averaged gradient shards, then all-gathers the parameters; the
-  /// compute stream (CPU: the host) waits for every gather before returning.
+  /// compute stream (CPU: the host) waits for every gather before returning (ZeroGather::Forward: at the
+  /// parameters' next use).
   void step() override;
   /// Elements of optimizer state this rank holds, and what one unsharded optimizer would hold.
   int64_t stateElements() const { return stateElements_; }
@@ -57,6 +62,8 @@ class ShardedOptimizer : public optim::Optimizer {
  private:
   Communicator& comm_;
   ZeroGather gather_;
+  std::vector<Variable> params_;                  // registration order (ZeroGather::Forward's hooks)
+  std::vector<std::shared_ptr<Work>> pending_;    // per bucket: its last gather, until a step waited on it
   BucketPlan plan_;
   std::vector<Shape> shapes_;                             // per parameter, registration order
   std::vector<Tensor> flat_;                              // per bucket: the parameters, padded

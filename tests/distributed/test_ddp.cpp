@@ -339,8 +339,11 @@ TEST_P(DdpWire, ZeroOneMatchesDdpAfterFiftySteps) {
   auto zeroEnd = train({Overlap::DuringBackward, distributed::GradComm::Fp32, 1, distributed::ZeroGather::End});
   auto zeroOverlap = train({Overlap::DuringBackward, distributed::GradComm::Fp32, 1, distributed::ZeroGather::Overlap});
   auto zeroOff = train({Overlap::AfterBackward, distributed::GradComm::Fp32, 1, distributed::ZeroGather::End});
+  // The gathers in the forward's order, each waited on where the next forward reads its parameters.
+  auto zeroForward = train({Overlap::DuringBackward, distributed::GradComm::Fp32, 1, distributed::ZeroGather::Forward});
   const std::string bytes = testing::parameterBytes(*zeroEnd);
   EXPECT_TRUE(bytes == testing::parameterBytes(*zeroOverlap)) << "gather at the end and overlapped differ";
+  EXPECT_TRUE(bytes == testing::parameterBytes(*zeroForward)) << "gather at the end and in the forward differ";
   EXPECT_TRUE(bytes == testing::parameterBytes(*zeroOff)) << "overlap on and off differ under ZeRO-1";
   expectRanksIdentical(*zeroEnd, "ZeRO-1");
   // Sharding changes who computes an element's update, not the update: DDP's numbers up to rounding

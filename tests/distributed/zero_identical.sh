@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ZeRO-1 end to end on the CPU: minidp-train under mpirun -np N with --zero 1 (parameters gathered at the end
-# of the step, or bucket by bucket with overlap off) writes plain DDP's checkpoint, byte for byte, optimizer
+# of the step, bucket by bucket with overlap off, or in the forward's order and waited on where the next
+# forward (validation, the checkpoint) reads them) writes plain DDP's checkpoint, byte for byte, optimizer
 # state included (gathered from the ranks' shards): the MPI reduce-scatter sums to rank 0 exactly as the
 # all-reduce does, and AdamW is element-wise, so sharding moves the work, not the bits. With
 # --clip-grad-norm the norm is summed in another order (shard by shard), so the checkpoints are near, not
@@ -19,11 +20,13 @@ run() {  # NAME FLAG...
 run ddp
 run end --zero 1
 run overlap --zero 1 --zero-gather overlap --overlap off
+run forward --zero 1 --zero-gather forward --eval-every 5
 run ddp_clip --clip-grad-norm 0.5
 run zero_clip --zero 1 --clip-grad-norm 0.5
 grep -q "ZeRO-1: optimizer state" "$dir/end.log" || { echo "no ZeRO-1 line:"; cat "$dir/end.log"; exit 1; }
 cmp "$dir/ddp.safetensors" "$dir/end.safetensors"
 cmp "$dir/ddp.safetensors" "$dir/overlap.safetensors"
+cmp "$dir/ddp.safetensors" "$dir/forward.safetensors"
 echo "identical: $(sha256sum < "$dir/ddp.safetensors")"
 python3 "$(dirname "$0")/checkpoints_near.py" "$dir/zero_clip.safetensors" "$dir/ddp_clip.safetensors" 1e-5
 echo "clipped against unclipped (must differ):"
