@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ZeRO-1 end to end on the CPU: minidp-train under mpirun -np N with --zero 1 (parameters gathered at the end
 # of the step, bucket by bucket with overlap off, or in the forward's order and waited on where the next
-# forward (validation, the checkpoint) reads them) writes plain DDP's checkpoint, byte for byte, optimizer
+# forward reads them, or validation every 5 steps, the first reader after those steps) writes plain DDP's
+# checkpoint, byte for byte, optimizer
 # state included (gathered from the ranks' shards): the MPI reduce-scatter sums to rank 0 exactly as the
 # all-reduce does, and AdamW is element-wise, so sharding moves the work, not the bits. With
 # --clip-grad-norm the norm is summed in another order (shard by shard), so the checkpoints are near, not
