@@ -3,9 +3,9 @@
 # of the step, bucket by bucket with overlap off, or in the forward's order and waited on where the next
 # forward reads them, or validation every 5 steps, the first reader after those steps) writes plain DDP's
 # checkpoint, byte for byte, optimizer state included (gathered from the ranks' shards): the MPI
-# reduce-scatter sums to rank 0 exactly as the all-reduce does, and AdamW is element-wise, so sharding moves the work, not the bits. With
-# --clip-grad-norm the norm is summed in another order (shard by shard), so the checkpoints are near, not
-# necessarily equal. Usage: zero_identical.sh MPIEXEC MINIDP_TRAIN NP
+# reduce-scatter sums to rank 0 exactly as the all-reduce does, and AdamW is element-wise, so sharding moves
+# the work, not the bits. With --clip-grad-norm the norm is summed in another order (shard by shard), so the
+# checkpoints are near, not necessarily equal. Usage: zero_identical.sh MPIEXEC MINIDP_TRAIN NP
 set -euo pipefail
 mpiexec=$1 train=$2 np=$3
 dir=$(mktemp -d)
