@@ -383,7 +383,7 @@ void Trainer::chooseBucketCap() {
   const double wire = opts_.gradComm == "bf16" ? 0.5 : 1.0;
   std::vector<distributed::ParamInfo> infos = ddp_->parameterInfos();
   const distributed::Reducer& reducer = ddp_->reducer();
-  if (const int row = reducer.rowSparseBucket(); row >= 0) {
+  if (const int row = reducer.rowBucket(); row >= 0) {
     // The row gather of the first step: each rank's rows (bytes in the gradient's dtype) all-gathered, the
     // (world - 1) x rows that an all-reduce of world / 2 x rows moves, plus the ids' gather's latency.
     const distributed::BucketTiming& t = reducer.lastStepTimings()[row];

@@ -111,7 +111,7 @@ class Reducer {
   /// size under reduce-scatter (the padding is zero before and after the reduction).
   const Tensor& bucketBuffer(size_t b) const { return buffers_.at(b); }
   /// The row-sparse parameter's bucket; -1 when there is none.
-  int rowSparseBucket() const { return rowBucket(); }
+  int rowBucket() const { return reduction_.rowSparse < 0 ? -1 : plan_.slots[reduction_.rowSparse].bucket; }
   /// Timings of the buckets in the last step, indexed by bucket.
   const std::vector<BucketTiming>& lastStepTimings() const { return timings_; }
 
@@ -124,8 +124,6 @@ class Reducer {
   /// The row-sparse bucket's reduction: lists and packs this rank's rows, all-gathers every rank's, adds
   /// them (or reduces the whole bucket when that moves fewer bytes).
   std::shared_ptr<Work> reduceRows(size_t b, const Tensor& wire, const std::string& tag);
-  /// The row-sparse parameter's bucket; -1 when there is none.
-  int rowBucket() const { return reduction_.rowSparse < 0 ? -1 : plan_.slots[reduction_.rowSparse].bucket; }
   nn::NamedParameters params_;
   BucketPlan plan_;
   std::shared_ptr<Communicator> comm_;

@@ -1,6 +1,8 @@
 // The process-wide MPI environment and communicators of the distributed test binaries (mpi_main.cpp).
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <memory>
 #include <string>
 
@@ -14,5 +16,20 @@ distributed::MpiEnvironment* mpiEnvironment();
 /// The communicator the tests of this process share for `device`: mpi (CPU under mpirun), single (CPU
 /// alone), nccl (CUDA). Null with `skipReason` set when this process cannot have one.
 std::shared_ptr<distributed::Communicator> sharedCommunicator(Device device, std::string* skipReason);
+
+/// A test per device on the shared communicator of that device; skipped, with the reason, where this
+/// process has none.
+class CommunicatorTest : public ::testing::TestWithParam<Device> {
+ protected:
+  void SetUp() override {
+    std::string reason;
+    comm_ = sharedCommunicator(GetParam(), &reason);
+    if (!comm_) GTEST_SKIP() << reason;
+    world_ = comm_->worldSize();
+    rank_ = comm_->rank();
+  }
+  std::shared_ptr<distributed::Communicator> comm_;
+  int world_ = 1, rank_ = 0;
+};
 
 }  // namespace minidp::testing

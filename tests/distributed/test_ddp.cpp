@@ -494,15 +494,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, DdpWire,
                          setupName);
 
 // The collectives ZeRO-1 and bf16 on the wire add, on the CPU (mpi / single) and CUDA (nccl).
-class WireCollectives : public ::testing::TestWithParam<Device> {
- protected:
-  void SetUp() override {
-    std::string reason;
-    comm_ = testing::sharedCommunicator(GetParam(), &reason);
-    if (!comm_) GTEST_SKIP() << reason;
-  }
-  std::shared_ptr<Communicator> comm_;
-};
+using WireCollectives = testing::CommunicatorTest;
 
 // What NCCL's ncclAvg on bf16 computes: each rank's values rounded to bf16, pre-multiplied by bf16(1/N)
 // (rounded), summed with one rounding per add; identical on every rank; the reduce-scatter's shard is the

@@ -48,15 +48,8 @@ struct Result {
   size_t wteBytes = 0, wteDenseBytes = 0;
 };
 
-class SparseRows : public ::testing::TestWithParam<Device> {
+class SparseRows : public testing::CommunicatorTest {
  protected:
-  void SetUp() override {
-    std::string reason;
-    comm_ = testing::sharedCommunicator(GetParam(), &reason);
-    if (!comm_) GTEST_SKIP() << reason;
-    world_ = comm_->worldSize();
-    rank_ = comm_->rank();
-  }
 
   /// kSteps steps of a tiny GPT (different initial weights per rank: DDP broadcasts rank 0's), each of
   /// `accum` micro-batches of kRowsPerRank windows per rank.
@@ -123,9 +116,6 @@ class SparseRows : public ::testing::TestWithParam<Device> {
     EXPECT_EQ(dense.wteBytes, dense.wteDenseBytes) << "dense DDP's wte bucket holds more than wte";
     return {on.wteBytes, on.wteDenseBytes};
   }
-
-  std::shared_ptr<distributed::Communicator> comm_;
-  int world_ = 1, rank_ = 0;
 };
 
 // What wte's bucket sends: alone, the whole gradient (the dense path: nothing to gather); with others, this
