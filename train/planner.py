@@ -846,29 +846,36 @@ def main(argv=None):
 
 
 def draw(rows, scenarios, methods, profile, path):
+    """Per link, tokens/s against GPUs (top) and the same per GPU against one GPU's (bottom)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(scenarios), figsize=(5 * len(scenarios), 4.5), sharey=True, squeeze=False)
-    for ax, (title, _) in zip(axes[0], scenarios):
+    one = profile.batch * profile.context / profile.step_ms * 1e3  # one GPU's tokens/s
+    fig, axes = plt.subplots(2, len(scenarios), figsize=(4.2 * len(scenarios), 7.2), sharey="row", squeeze=False)
+    for col, (title, _) in enumerate(scenarios):
         mine = [r for r in rows if r["scenario"] == title]
         gpus = sorted({r["gpus"] for r in mine})
-        ideal = [g * profile.batch * profile.context / profile.step_ms * 1e3 for g in gpus]
-        ax.plot(gpus, ideal, "k:", label="linear (one GPU x N)")
+        top, bottom = axes[0][col], axes[1][col]
+        top.plot(gpus, [g * one for g in gpus], "k:", label="linear (one GPU x N)")
+        bottom.axhline(1.0, color="k", ls=":")
         for m in methods:
             pts = [(r["gpus"], r["tokens_per_s"]) for r in mine if r["method"] == m.label()]
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", ms=3, label=m.label())
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("GPUs")
-        ax.grid(True, which="both", alpha=0.3)
+            top.plot([p[0] for p in pts], [p[1] for p in pts], "o-", ms=3, label=m.label())
+            bottom.plot([p[0] for p in pts], [p[1] / (p[0] * one) for p in pts], "o-", ms=3, label=m.label())
+        for ax in (top, bottom):
+            ax.set_xscale("log", base=2)
+            ax.grid(True, which="both", alpha=0.3)
+        top.set_yscale("log")
+        top.set_title(title, fontsize=10)
+        bottom.set_xlabel("GPUs")
+        bottom.set_ylim(0, 1.05)
     axes[0][0].set_ylabel("tokens/s (modelled, best bucket cap)")
+    axes[1][0].set_ylabel("tokens/s per GPU / one GPU's")
     axes[0][0].legend(fontsize=8)
-    fig.suptitle(f"minidp planner: GPT {profile.layers} x {profile.embd}, {profile.dtype} compute, batch "
-                 f"{profile.batch} x {profile.context} per GPU", fontsize=11)
+    fig.suptitle(f"minidp planner (modelled, not measured): GPT {profile.layers} x {profile.embd}, {profile.dtype} "
+                 f"compute, batch {profile.batch} x {profile.context} tokens per GPU, overlap on", fontsize=11)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     print(f"picture written to {path}")
 
 
