@@ -13,6 +13,12 @@ mkdir -p /usr/share/datasets /usr/share/games
 [ -e /usr/share/datasets/fashion-mnist ] || ln -s "$deps/usr/share/datasets/fashion-mnist" /usr/share/datasets/
 [ -e /usr/share/games/fortunes ] || ln -s "$deps/usr/share/games/fortunes" /usr/share/games/
 gpus=$(nvidia-smi -L | grep -c '^GPU')
+# The build's Python interpreter (scripts/python.sh: MINIDP_PYTHON, else the one build/ was configured with),
+# looked up when a step first needs it, after step_build.
+py() {
+  [ -n "${MINIDP_PYTHON:-}" ] || MINIDP_PYTHON=$(scripts/python.sh build) || return 1
+  "$MINIDP_PYTHON" "$@"
+}
 
 step_build() {
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMINIDP_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
@@ -50,12 +56,12 @@ gpt2=(--model gpt --layers 12 --heads 12 --embd 768 --context 1024 --data llmc -
       --llmc-val "$out/tokens/val.bin" --device cuda --optimizer adamw)
 step_kernels() {
   build/bin/minidp-bench-attention 2>&1 | tee "$out/bench_attention.txt"
-  python3 train/torch_attention_bench.py 2>&1 | tee "$out/torch_attention.txt"
+  py train/torch_attention_bench.py 2>&1 | tee "$out/torch_attention.txt"
   build/bin/minidp-bench-kernels 2>&1 | tee "$out/bench_kernels.txt"
 }
-# The GPT-2-small step (issue 9): minidp bf16 / fp32 beside PyTorch eager bf16 and torch.compile.
+# The GPT-2-small step: minidp bf16 / fp32 beside PyTorch eager bf16 and torch.compile.
 step_fast_step() {
-  [ -f "$out/tokens/train.bin" ] || python3 scripts/make-random-tokens.py "$out/tokens"
+  [ -f "$out/tokens/train.bin" ] || py scripts/make-random-tokens.py "$out/tokens"
   for run in "8" "16" "8 --cuda-graph" "16 --cuda-graph"; do
     set -- $run
     local name="mdp_gpt2_bf16_b$1${2:+_graph}"
@@ -63,14 +69,14 @@ step_fast_step() {
       --json "$out/$name.json" >"$out/$name.txt" 2>&1; echo "$name"; tail -3 "$out/$name.txt"
   done
   for b in 8 16; do
-    python3 train/torch_bench.py --model gpt --layers 12 --heads 12 --embd 768 --context 1024 --vocab 50257 \
+    py train/torch_bench.py --model gpt --layers 12 --heads 12 --embd 768 --context 1024 --vocab 50257 \
       --dtype bf16 --compile ${COMPILE:-off on} --attention sdpa --batch-size $b --steps 15 --warmup 5 --device cuda \
       --json "$out/torch_gpt2_b$b.json" 2>&1 | tee "$out/torch_gpt2_b$b.txt" | tail -4
   done
 }
 # minidp alone at the GPT-2-small shape, batch 8 and 16 (a quick check between full fast-step jobs).
 step_bench_mdp() {
-  [ -f "$out/tokens/train.bin" ] || python3 scripts/make-random-tokens.py "$out/tokens"
+  [ -f "$out/tokens/train.bin" ] || py scripts/make-random-tokens.py "$out/tokens"
   for b in 8 16; do
     build/bin/minidp-bench "${gpt2[@]}" --batch-size $b --dtype bf16 --steps 15 --warmup 5 --bucket-mb-list 25 \
       --json "$out/mdp_gpt2_bf16_b$b.json" >"$out/mdp_gpt2_bf16_b$b.txt" 2>&1; echo "b$b"; tail -2 "$out/mdp_gpt2_bf16_b$b.txt"
@@ -80,14 +86,14 @@ step_bench_mdp() {
 step_bisect() { scripts/bf16-bisect.sh "$out/bisect"; }
 # Where the GPU time of GPT-2-small bf16 steps goes: ncu kernel durations of steps after the warm-up.
 step_profile() {
-  [ -f "$out/tokens/train.bin" ] || python3 scripts/make-random-tokens.py "$out/tokens"
+  [ -f "$out/tokens/train.bin" ] || py scripts/make-random-tokens.py "$out/tokens"
   ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip ${NCU_SKIP:-3000} \
     --launch-count ${NCU_COUNT:-1500} build/bin/minidp-train "${gpt2[@]}" --batch-size 8 --dtype bf16 --steps 8 \
     --log-every 8 --eval-batches 1 >"$out/ncu.csv" 2>"$out/ncu.err"
-  python3 scripts/ncu-summary.py "$out/ncu.csv" 40
+  py scripts/ncu-summary.py "$out/ncu.csv" 40
 }
 # The fortunes GPT (10.8 M) trained 3000 steps: fp32 constant lr (the reference run), fp32 with warm-up,
-# cosine decay and clipping (issue 13), and bf16 compute (issue 9); run together on one GPU (loss, not speed).
+# cosine decay and clipping, and bf16 compute; run together on one GPU (loss, not speed).
 fortunes=(--model gpt --data fortunes --device cuda --layers 6 --heads 6 --embd 384 --context 256 --batch-size 32
           --steps 3000 --log-every 250 --eval-every 250)
 step_fortunes() {
@@ -117,7 +123,7 @@ step_fortunes_wait() {
     [ -f "$log" ] && echo "$(basename "$log" .log): $(grep -m1 'RACECHECK SUMMARY' "$log" || echo 'no summary (timed out?)'); $(grep -cE '^\[  (PASSED|OK) ' "$log") passed lines"
   done
   [ -f "$out/cosine.jsonl" ] &&
-    { python3 train/plot_metrics.py "$out/cosine.jsonl" "$out/bf16.jsonl" -o "$out/loop_h200_fortunes.png" \
+    { py train/plot_metrics.py "$out/cosine.jsonl" "$out/bf16.jsonl" -o "$out/loop_h200_fortunes.png" \
       --title "fortunes GPT 10.8M, H200" >/dev/null 2>&1 || echo "plot failed"; }
 }
 step_mlp_graph() {
@@ -126,7 +132,7 @@ step_mlp_graph() {
       --json "$out/mlp${g}.json" >"$out/mlp${g}.txt" 2>&1; tail -2 "$out/mlp${g}.txt"
   done
 }
-# Issue 10's two-link job on a machine with several GPUs (scripts/multi-gpu-job.sh).
+# The two-link job on a machine with several GPUs (scripts/multi-gpu-job.sh): NVLink, and NCCL's socket transport.
 step_multi_nvlink() { scripts/multi-gpu-job.sh "$out/nvlink" nvlink 2>&1 | tail -30; }
 step_multi_socket() { scripts/multi-gpu-job.sh "$out/socket" socket 2>&1 | tail -30; }
 for s in "$@"; do

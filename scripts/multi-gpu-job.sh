@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The multi-GPU job (issues 6, 10): every figure docs/benchmarks.md needs from one host with N GPUs over one
+# The multi-GPU job: every figure docs/benchmarks.md needs from one host with N GPUs over one
 # link setting, in one run (about 7 minutes on 2 H200s over NVLink, 10 over the socket link).
 # Usage: [SECTIONS="..."] [STEPS=N] scripts/multi-gpu-job.sh OUTDIR [nvlink|socket]
 #   SECTIONS (default: all of them, in this order): tests allreduce fp32 bf16 sparse zero torch weak summary;
@@ -10,8 +10,9 @@
 #   nvlink: NCCL's defaults (NVLink / P2P between the GPUs of the host);
 #   socket: NCCL's socket transport over loopback (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket
 #           NCCL_SOCKET_IFNAME=lo): the path of two hosts without RDMA, about 2.6 GB/s.
-# NCCL_NVLS_ENABLE=0 always. BUILD (default: build) is the build folder, PYTHON (default: python3) runs torch.
-# The shape is GPT-2 small as issue 10 measured it: 12 layers, 12 heads, width 768, context 1024, vocab 50257
+# NCCL_NVLS_ENABLE=0 always. BUILD (default: build) is the build folder; its Python interpreter runs torch
+# (scripts/python.sh: MINIDP_PYTHON, else the one BUILD was configured with).
+# The shape is GPT-2 small: 12 layers, 12 heads, width 768, context 1024, vocab 50257
 # (163 M parameters, untied head), fp32, batch 8 per GPU, random llm.c tokens.
 #   1. nvidia-smi topo -m; on nvlink the data-parallel tests on the GPUs (test_ddp, test_sparse_rows and
 #      test_grad_clip under mpirun -np N, tests/train/resume.py with its CUDA cases, and compute-sanitizer
@@ -29,7 +30,7 @@ set -euo pipefail
 out=${1:?usage: multi-gpu-job.sh OUTDIR [nvlink|socket]}
 link=${2:-nvlink}
 build=${BUILD:-build}
-python=${PYTHON:-python3}
+python=$(scripts/python.sh "$build")
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 case "$link" in

@@ -5,9 +5,11 @@
 # otherwise within TOL (default 1e-5; 5e-3 with --grad-comm bf16): the rows are added in rank order, in
 # fp32, where the dense all-reduce sums in its own order (and in bf16 with bf16 on the wire).
 # N x 2 micro-batches x 2 x 16 ids are below the vocabulary: the sparse path, not the fallback.
-# Usage: sparse_identical.sh MPIEXEC MINIDP_TRAIN N [FLAG...]
+# Usage: MINIDP_PYTHON=... sparse_identical.sh MPIEXEC MINIDP_TRAIN N [FLAG...] (ctest sets MINIDP_PYTHON, the
+# build's interpreter; scripts/python.sh prints it)
 set -euo pipefail
 mpiexec=$1 train=$2 ranks=$3
+python=${MINIDP_PYTHON:?MINIDP_PYTHON must name the Python interpreter with numpy (scripts/python.sh prints it)}
 shift 3
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -28,7 +30,7 @@ if [ "$ranks" = 2 ] && [ "$tol" = 1e-5 ]; then
   echo "identical to dense DDP: $(sha256sum < "$dir/on.safetensors")"
   exit 0
 fi
-python3 - "$dir/on.safetensors" "$dir/dense.safetensors" "$tol" <<'PY'
+"$python" - "$dir/on.safetensors" "$dir/dense.safetensors" "$tol" <<'PY'
 import json, struct, sys
 import numpy as np
 

@@ -5,9 +5,11 @@
 # checkpoint, byte for byte, optimizer state included (gathered from the ranks' shards): the MPI
 # reduce-scatter sums to rank 0 exactly as the all-reduce does, and AdamW is element-wise, so sharding moves
 # the work, not the bits. With --clip-grad-norm the norm is summed in another order (shard by shard), so the
-# checkpoints are near, not necessarily equal. Usage: zero_identical.sh MPIEXEC MINIDP_TRAIN NP
+# checkpoints are near, not necessarily equal. Usage: MINIDP_PYTHON=... zero_identical.sh MPIEXEC MINIDP_TRAIN NP
+# (ctest sets MINIDP_PYTHON, the build's interpreter; scripts/python.sh prints it)
 set -euo pipefail
 mpiexec=$1 train=$2 np=$3
+python=${MINIDP_PYTHON:?MINIDP_PYTHON must name the Python interpreter with numpy (scripts/python.sh prints it)}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 args=(--model gpt --device cpu --steps 20 --log-every 10 --batch-size 8 --data fortunes --layers 2 --heads 2
@@ -28,9 +30,9 @@ cmp "$dir/ddp.safetensors" "$dir/end.safetensors"
 cmp "$dir/ddp.safetensors" "$dir/overlap.safetensors"
 cmp "$dir/ddp.safetensors" "$dir/forward.safetensors"
 echo "identical: $(sha256sum < "$dir/ddp.safetensors")"
-python3 "$(dirname "$0")/checkpoints_near.py" "$dir/zero_clip.safetensors" "$dir/ddp_clip.safetensors" 1e-5
+"$python" "$(dirname "$0")/checkpoints_near.py" "$dir/zero_clip.safetensors" "$dir/ddp_clip.safetensors" 1e-5
 echo "clipped against unclipped (must differ):"
-if python3 "$(dirname "$0")/checkpoints_near.py" "$dir/ddp_clip.safetensors" "$dir/ddp.safetensors" 1e-2; then
+if "$python" "$(dirname "$0")/checkpoints_near.py" "$dir/ddp_clip.safetensors" "$dir/ddp.safetensors" 1e-2; then
   echo "--clip-grad-norm 0.5 changed nothing"
   exit 1
 fi

@@ -1,0 +1,75 @@
+# The one Python interpreter that every test and script runs (the PyTorch references, the checkpoint
+# comparisons): MINIDP_PYTHON, chosen once here and checked for the modules the tests import. Given as
+# -DMINIDP_PYTHON=... or the environment variable MINIDP_PYTHON; otherwise the first python3 on PATH when it has
+# the modules, else /usr/bin/python3 (which scripts/install-deps.sh provisions from Debian's packages). The
+# tests get it in their environment (MINIDP_PYTHON, in MINIDP_TEST_ENV) or as their command; the scripts read
+# it from the build folder's cache (scripts/python.sh).
+set(MINIDP_PYTHON_MODULES numpy torch safetensors)
+
+# Sets ${out} to the first module of MINIDP_PYTHON_MODULES that ${python} cannot import ("" when it imports
+# them all, "<not runnable>" when it does not run), and ${out}_EXECUTABLE to its sys.executable.
+function(minidp_python_probe python out)
+  set(script "import importlib, sys\nprint(sys.executable)\nfor m in sys.argv[1:]:\n")
+  string(APPEND script "    try:\n        importlib.import_module(m)\n    except Exception:\n")
+  string(APPEND script "        print(m)\n        break\n")
+  execute_process(COMMAND ${python} -c "${script}" ${MINIDP_PYTHON_MODULES}
+                  RESULT_VARIABLE status OUTPUT_VARIABLE lines ERROR_QUIET OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(NOT status EQUAL 0 OR lines STREQUAL "")
+    set(${out} "<not runnable>" PARENT_SCOPE)
+    set(${out}_EXECUTABLE "" PARENT_SCOPE)
+    return()
+  endif()
+  string(REPLACE "\n" ";" lines "${lines}")
+  list(GET lines 0 executable)
+  list(LENGTH lines count)
+  set(missing "")
+  if(count GREATER 1)
+    list(GET lines 1 missing)
+  endif()
+  set(${out} "${missing}" PARENT_SCOPE)
+  set(${out}_EXECUTABLE "${executable}" PARENT_SCOPE)
+endfunction()
+
+if(NOT MINIDP_PYTHON AND DEFINED ENV{MINIDP_PYTHON} AND NOT "$ENV{MINIDP_PYTHON}" STREQUAL "")
+  set(MINIDP_PYTHON "$ENV{MINIDP_PYTHON}" CACHE FILEPATH "Python interpreter of the tests and scripts" FORCE)
+endif()
+if(MINIDP_PYTHON)
+  set(candidates "${MINIDP_PYTHON}")
+else()
+  find_program(path_python3 NAMES python3 NO_CACHE)
+  set(candidates ${path_python3} /usr/bin/python3)
+  list(REMOVE_DUPLICATES candidates)
+endif()
+set(chosen "")
+foreach(candidate ${candidates})
+  minidp_python_probe("${candidate}" missing)
+  if(missing STREQUAL "")
+    # sys.executable: a pyenv shim resolves to its interpreter, a virtual environment stays itself.
+    set(chosen "${missing_EXECUTABLE}")
+    break()
+  endif()
+endforeach()
+if(chosen STREQUAL "")
+  # Named: the interpreter given, or by default /usr/bin/python3, the one scripts/install-deps.sh provisions
+  # (the last candidate, and the last probed). The leading space keeps CMake from wrapping the line.
+  list(GET candidates -1 named)
+  if(missing STREQUAL "<not runnable>")
+    set(problem "does not run")
+  else()
+    set(problem "cannot import ${missing}")
+  endif()
+  if(MINIDP_PYTHON)
+    set(hint "install ${missing} there, or choose another interpreter with -DMINIDP_PYTHON=PATH")
+    if(missing STREQUAL "<not runnable>")
+      set(hint "choose another interpreter with -DMINIDP_PYTHON=PATH")
+    endif()
+  else()
+    set(hint "run scripts/install-deps.sh, or choose an interpreter with -DMINIDP_PYTHON=PATH")
+    if(NOT path_python3 STREQUAL "" AND NOT path_python3 STREQUAL named)
+      string(APPEND problem " (nor has the first python3 on PATH, ${path_python3}, all of numpy, torch, safetensors)")
+    endif()
+  endif()
+  message(FATAL_ERROR " minidp: the Python interpreter ${named} ${problem}: ${hint}")
+endif()
+set(MINIDP_PYTHON "${chosen}" CACHE FILEPATH "Python interpreter of the tests and scripts" FORCE)
+message(STATUS "minidp: Python ${MINIDP_PYTHON} (${MINIDP_PYTHON_MODULES})")
