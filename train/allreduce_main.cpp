@@ -1,6 +1,6 @@
 // minidp-bench-allreduce: the raw all-reduce bandwidth of the communicator at the bucket sizes training
 // uses, so the benchmark can say what share of the link a bucket all-reduce reaches. A loop of
-// Communicator::allReduceAverage per size after warm-up; algorithm bandwidth = bytes / time, bus bandwidth =
+// Communicator::allReduce per size after warm-up; algorithm bandwidth = bytes / time, bus bandwidth =
 // algbw * 2 (N - 1) / N (nccl-tests' convention: what each link carries in a ring).
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -47,11 +47,11 @@ int main(int argc, char** argv) {
         // Every rank's collectives have finished: the compute stream waited on them (CUDA).
         runtime::synchronize();
       };
-      for (int i = 0; i < warmup; ++i) session.comm->allReduceAverage(buffer, "warmup")->wait();
+      for (int i = 0; i < warmup; ++i) session.comm->allReduce(buffer, distributed::ReduceOp::Avg, "warmup")->wait();
       sync();
       session.comm->allAgree(true);  // start the timed loop together
       const auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < iters; ++i) session.comm->allReduceAverage(buffer, "bench")->wait();
+      for (int i = 0; i < iters; ++i) session.comm->allReduce(buffer, distributed::ReduceOp::Avg, "bench")->wait();
       sync();
       const double us =
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / iters;

@@ -296,7 +296,7 @@ int main(int argc, char** argv) {
                              {"seed", opts.seed},
                              {"date", utcNow()},
                              {"emulated", emulated},
-                             {"grad_comm", opts.gradComm},
+                             {"comm_hook", opts.ddp.commHook.name},
                              {"zero", opts.zero},
                              {"zero_gather", opts.zeroGather},
                              {"cuda_graph", opts.cudaGraph}};
@@ -331,7 +331,7 @@ int main(int argc, char** argv) {
             "x %lld repeat(s), gradients on the wire %s, ZeRO %d%s\ncommunicator %s\n",
             emulated ? "EMULATED " : "", opts.model.c_str(), session.world(), deviceDescription(session).c_str(),
             opts.dtype.c_str(), static_cast<long long>(opts.batchSize), static_cast<long long>(bench.warmup),
-            static_cast<long long>(opts.steps), static_cast<long long>(bench.repeats), opts.gradComm.c_str(), opts.zero,
+            static_cast<long long>(opts.steps), static_cast<long long>(bench.repeats), opts.ddp.commHook.name.c_str(), opts.zero,
             opts.zero ? (" (gather " + opts.zeroGather + ")").c_str() : "", communicators.back().c_str());
         if (emulated) {
           std::printf("EMULATED: one process modelling %d ranks; comm times are the model's, not a real network's\n",

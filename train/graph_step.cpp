@@ -20,7 +20,7 @@ Tensor Trainer::graphStep() {
       Variable loss = model_->loss(graphInputs_.inputs, graphInputs_.targets);
       loss.backward();
       ddp_->finalize();
-      if (opts_.clipGradNorm > 0) clipper_->compute(bucketBuffers());
+      if (opts_.clipGradNorm > 0) ddp_->computeGradNorm(*clipper_);
       optimizer_->step();
       graphLoss_ = loss.data();
     });

@@ -80,9 +80,11 @@ void checkResumeFile(const Options& o, const std::string& path, int world) {
 
 void Trainer::saveState(const std::string& path, int64_t step) {
   const std::vector<std::pair<std::string, Tensor>> full = optimizer_->checkpointState();  // ZeRO-1: a collective
+  const distributed::HookState hook = ddp_->hookState();  // per-rank state is gathered: a collective
   if (session_.rank() != 0) return;
   std::vector<std::pair<std::string, SafeTensor>> state;
   for (const auto& [name, tensor] : full) state.emplace_back(nn::kOptimizerPrefix + name, nn::toSafeTensor(tensor));
+  for (const auto& [name, tensor] : hook) state.emplace_back(nn::kCommHookPrefix + name, nn::toSafeTensor(tensor));
   const nlohmann::json meta = {{"format", kStateFormat},
                                {"step", step},
                                {"micro_batches", step * opts_.gradAccum},
@@ -104,6 +106,13 @@ int64_t Trainer::resume(const std::string& path) {
     optimizer_->restoreState([&file](const std::string& name) {
       const std::string key = nn::kOptimizerPrefix + name;
       return nn::fromSafeTensor(file.at(key), key);
+    });
+    ddp_->restoreHookState([&file](const std::string& name) {
+      const std::string key = nn::kCommHookPrefix + name;
+      for (const auto& [stored, tensor] : file.tensors) {
+        if (stored == key) return nn::fromSafeTensor(tensor, key);
+      }
+      return Tensor();
     });
   } catch (const Error& e) {
     throw Error("--resume " + path + ": " + e.what());

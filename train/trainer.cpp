@@ -9,7 +9,7 @@
 #include "framework/distributed/launcher.h"
 #include "framework/nn/checkpoint.h"
 #include "framework/ops/ops.h"
-#include "framework/ops/tensor_math.h"
+#include "framework/tensor/tensor_math.h"
 #include "framework/runtime/device.h"
 #include "models/registry.h"
 #include "train/run_checks.h"
@@ -112,10 +112,15 @@ void addOptions(CLI::App& app, Options& o) {
   app.add_option("--trace-steps", o.traceSteps, "Steps in the trace")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--grad-comm", o.gradComm,
-                 "Gradient precision on the wire: fp32, or bf16 (cast, averaged, cast "
-                 "back into the fp32 bucket)")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
+  app.add_option("--comm-hook", o.ddp.commHook.name, distributed::commHookHelp())
+      ->check(CLI::IsMember(distributed::commHookNames()))
+      ->capture_default_str();
+  app.add_option("--powersgd-rank", o.ddp.commHook.powersgdRank, "--comm-hook powersgd: rank of the approximation")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  app.add_option("--powersgd-start-iter", o.ddp.commHook.powersgdStartIter,
+                 "--comm-hook powersgd: steps averaged uncompressed before compression starts")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 40))
       ->capture_default_str();
   app.add_option("--zero", o.zero,
                  "ZeRO stage: 0 all-reduces gradients; 1 reduce-scatters them and shards the "
@@ -147,7 +152,18 @@ std::string sparseUsageProblem(const Options& o) {
     return "--sparse-embedding-grad: model " + o.model + " has no parameter indexed by its input tokens";
   if (o.zero != 0) return "--sparse-embedding-grad with --zero 1 is not supported (rows are all-reduced, not sharded)";
   if (o.cudaGraph) return "--sparse-embedding-grad with --cuda-graph is not supported (the row ids are not captured)";
-  if (o.comm.backend == "emulated") return "--sparse-embedding-grad needs an all-gather: not with --comm emulated";
+  return {};
+}
+
+/// --comm-hook's refusals, as one line; empty when there is none.
+std::string hookUsageProblem(const Options& o) {
+  if (o.ddp.commHook.name != "powersgd") return {};
+  if (o.zero != 0) return "--comm-hook powersgd with --zero 1 is not supported (its factors are all-reduced, not sharded)";
+  if (o.cudaGraph) {
+    return "--comm-hook powersgd with --cuda-graph is not supported (its step counter chooses the collectives on the "
+           "host)";
+  }
+  if (o.dtype == "fp64") return "--comm-hook powersgd needs fp32 gradients: not with --dtype fp64";
   return {};
 }
 
@@ -155,6 +171,7 @@ std::string sparseUsageProblem(const Options& o) {
 
 std::string usageProblem(const Options& o) {
   if (const std::string sparse = sparseUsageProblem(o); !sparse.empty()) return sparse;
+  if (const std::string hook = hookUsageProblem(o); !hook.empty()) return hook;
   if (!o.cudaGraph) return {};
   if (o.device != "cuda") return "--cuda-graph needs --device cuda";
   if (o.gradAccum != 1) return "--cuda-graph captures one micro-batch per step: not with --grad-accum > 1";
@@ -247,6 +264,20 @@ namespace {
 
 std::string defaultDir(const std::string& data) { return data == "fashion-mnist" ? kFashionMnistDir : kFortunesDir; }
 
+/// The step timer as an observer of the reducer: grad-ready marks (detailed steps), and the finalize phase
+/// from the moment the waits begin. A captured step (CUDA graph) runs with the timer closed: no marks.
+class StepTimerObserver : public distributed::ReducerObserver {
+ public:
+  explicit StepTimerObserver(runtime::StepTimer& timer) : timer_(timer) {}
+  void gradReady(size_t index) override { timer_.markGradReady(index); }
+  void waitsBegin() override {
+    if (timer_.isOpen()) timer_.phase(runtime::Phase::Finalize);
+  }
+
+ private:
+  runtime::StepTimer& timer_;
+};
+
 }  // namespace
 
 Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(session), timer_(session.device) {
@@ -275,21 +306,14 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
   if (!o.load.empty()) nn::loadCheckpoint(*model_, o.load);
   model_->to(session.device, session.dtype);
   std::vector<std::string> names;
-  nn::NamedParameters params = model_->namedParameters();
-  // Before DDP's hooks, so the grad-ready mark precedes the bucket launch it may trigger.
-  for (size_t i = 0; i < params.size(); ++i) {
-    names.push_back(params[i].first);
-    params[i].second.addGradReadyHook([this, i](Variable&) {
-      if (ddp_->reducer().requireSync()) timer_.markGradReady(i);
-    });
-  }
+  for (const auto& [name, p] : model_->namedParameters()) names.push_back(name);
   timer_.setParameterNames(std::move(names));
   distributed::DdpOptions ddpOptions = o.ddp;
-  // Issue 10: bf16 on the wire, ZeRO-1's sharded optimizer, --bucket-mb auto (a start plan of 25 MB,
-  // re-planned after the first step from the link measured here and that step's backward).
-  ddpOptions.gradComm = o.gradComm == "bf16" ? distributed::GradComm::Bf16 : distributed::GradComm::Fp32;
   ddpOptions.zeroStage = o.zero;
+  ddpOptions.commHook.seed = o.seed;
   if (o.sparseEmbeddingGrad) ddpOptions.rowSparseParameter = entry.rowSparseParameter;
+  // --bucket-mb auto: a start plan of 25 MB, re-planned after the first step from the link measured here
+  // and that step's backward.
   autoCapPending_ = o.ddp.bucketCapBytes == 0;
   if (autoCapPending_) {
     MINIDP_CHECK(o.zero == 0 && !o.ddp.rebuildBuckets,
@@ -299,6 +323,7 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
   }
   bucketCapBytes_ = ddpOptions.bucketCapBytes;
   ddp_ = std::make_unique<distributed::DistributedDataParallel>(model_->namedParameters(), session.comm, ddpOptions);
+  ddp_->reducer().subscribe(std::make_shared<StepTimerObserver>(timer_));
   if (o.sparseEmbeddingGrad && rank == 0) {
     std::printf("sparse embedding gradient: %s's rows all-gathered (a bucket of its own)\n",
                 entry.rowSparseParameter.c_str());
@@ -315,7 +340,6 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
       std::printf("ZeRO-1: optimizer state %.2f MB per rank (%.2f MB unsharded)\n",
                   sharded->stateElements() * bytes / 1e6, sharded->unshardedStateElements() * bytes / 1e6);
     }
-    sharded_ = sharded.get();
     optimizer_ = std::move(sharded);
   } else {
     optimizer_ = optim::makeOptimizer(optName, model_->namedParameters(), lr, o.weightDecay);
@@ -353,9 +377,9 @@ Tensor Trainer::step() {
     timer_.phase(runtime::Phase::Prefetch);
     batches_->prefetch();  // the host gathers the next batch while the device runs this one
   }
-  // The finalize phase is the compute stream's wait on the buckets, nothing else: exposed communication
-  // (and, in the first step with --rebuild-buckets, the rebuild).
-  ddp_->finalize([this] { timer_.phase(runtime::Phase::Finalize); });
+  // The finalize phase (opened by StepTimerObserver::waitsBegin) is the compute stream's wait on the buckets,
+  // nothing else: exposed communication (and, in the first step with --rebuild-buckets, the rebuild).
+  ddp_->finalize();
   if (ddp_->rebuiltLastStep() && session_.rank() == 0) {
     std::printf("bucket plan rebuilt from the observed ready order:\n%s", ddp_->plan().describe().c_str());
   }
@@ -380,10 +404,10 @@ void Trainer::chooseBucketCap() {
   for (const distributed::ParamInfo& p : ddp_->parameterInfos()) names.push_back(p.name);
   const distributed::BackwardProfile profile = distributed::profileFromStep(timer_.peek(true).back(), names);
   std::string report;
-  const double wire = opts_.gradComm == "bf16" ? 0.5 : 1.0;
+  const double wire = opts_.ddp.commHook.name == "bf16" ? 0.5 : 1.0;
   std::vector<distributed::ParamInfo> infos = ddp_->parameterInfos();
   const distributed::Reducer& reducer = ddp_->reducer();
-  if (const int row = reducer.rowBucket(); row >= 0) {
+  if (const int row = ddp_->rowBucket(); row >= 0) {
     // The row gather of the first step: each rank's rows (bytes in the gradient's dtype) all-gathered, the
     // (world - 1) x rows that an all-reduce of world / 2 x rows moves, plus the ids' gather's latency.
     const distributed::BucketTiming& t = reducer.lastStepTimings()[row];
@@ -417,23 +441,11 @@ void Trainer::timeBuckets() {
 
 double Trainer::globalLoss(const Tensor& loss) {
   Tensor mean = loss.clone();
-  session_.comm->allReduceAverage(mean, "loss")->wait();
+  session_.comm->allReduce(mean, distributed::ReduceOp::Avg, "loss")->wait();
   return mean.dtype() == DType::F32 ? mean.toVector<float>()[0] : mean.toVector<double>()[0];
 }
 
-std::vector<Tensor> Trainer::bucketBuffers() const {
-  std::vector<Tensor> out;
-  for (size_t b = 0; b < ddp_->plan().buckets.size(); ++b) out.push_back(ddp_->reducer().bucketBuffer(b));
-  return out;
-}
-
-void Trainer::computeGradNorm() {
-  if (sharded_) {
-    sharded_->computeGradNorm(*clipper_);  // ZeRO-1: each rank holds only its shards of the gradients
-  } else {
-    clipper_->compute(bucketBuffers());
-  }
-}
+void Trainer::computeGradNorm() { ddp_->computeGradNorm(*clipper_); }
 
 double Trainer::gradNorm() {
   if (!normMeasured_) computeGradNorm();  // the buckets still hold the last step's gradients
@@ -480,7 +492,7 @@ Evaluation Trainer::evaluate() {
     sums[2] = static_cast<double>(opts_.evalBatches);
   }
   Tensor total = Tensor::fromVector(sums, {3}, session_.device);
-  session_.comm->allReduceAverage(total, "validation")->wait();
+  session_.comm->allReduce(total, distributed::ReduceOp::Avg, "validation")->wait();
   const std::vector<double> mean = total.toVector<double>();
   const double count = std::max(mean[2], 1e-300);
   return {mean[0] / count, images ? mean[1] / count : NAN};

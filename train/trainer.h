@@ -48,8 +48,8 @@ struct Options {
   std::vector<int64_t> hidden = {256, 256};
   models::GptConfig gpt;
   // --overlap, --bucket-mb, --first-bucket-mb (MiB on the command line, bytes here), --rebuild-buckets.
-  // ddp.bucketCapBytes 0: --bucket-mb auto, chosen by the cost model after the first step. gradComm and
-  // zeroStage are set by the Trainer from --grad-comm and --zero.
+  // ddp.bucketCapBytes 0: --bucket-mb auto, chosen by the cost model after the first step. ddp.commHook:
+  // --comm-hook and its flags. zeroStage is set by the Trainer from --zero.
   distributed::DdpOptions ddp;
   int64_t gradAccum = 1;
   std::string save, load;
@@ -69,8 +69,7 @@ struct Options {
   double peakTflops = 790;  // MFU's reference: the H200's measured bf16 GEMM ceiling
   double temperature = 1;   // sampling; 0: greedy
   int64_t topK = 0;         // sampling; 0: the whole vocabulary
-  // Data-parallel communication: gradients on the wire, ZeRO-1 sharding and its parameter gather.
-  std::string gradComm = "fp32";
+  // ZeRO-1 sharding and its parameter gather.
   int zero = 0;
   std::string zeroGather = "end";
   // Robustness (train/run_checks.h, train/train_state.h).
@@ -163,8 +162,6 @@ class Trainer {
   int64_t resume(const std::string& path);
 
  private:
-  /// The reducer's bucket buffers: after finalize, the rank-averaged gradients.
-  std::vector<Tensor> bucketBuffers() const;
   /// Enqueues clipper_'s norm of the averaged gradients (ZeRO-1: from every rank's shards; a collective).
   void computeGradNorm();
   /// Adds the buckets' all-reduce spans to the open step's record (read once the step completed).
@@ -176,13 +173,12 @@ class Trainer {
   Tensor graphStep();
   const Options& opts_;
   Session& session_;
-  runtime::StepTimer timer_;  // before the model: the parameters' hooks point at it
+  runtime::StepTimer timer_;  // before DDP: its reducer's observer points at it
   ImageDataset trainImages_, testImages_;
   TokenCorpus corpus_;
   std::unique_ptr<models::Model> model_;
   std::unique_ptr<distributed::DistributedDataParallel> ddp_;
   std::unique_ptr<optim::Optimizer> optimizer_;
-  distributed::ShardedOptimizer* sharded_ = nullptr;  // optimizer_ under --zero 1
   LrSchedule schedule_;
   std::unique_ptr<optim::GradClipper> clipper_;  // the gradient norm (and clip coefficient)
   bool normMeasured_ = false;                    // clipper_ holds the norm of the last step

@@ -1,6 +1,6 @@
 #include "squared_relu.h"
 
-#include "framework/ops/dispatch.h"
+#include "framework/tensor/dispatch.h"
 #include "framework/ops/op_kernels.h"
 
 namespace custom {

@@ -1,9 +1,10 @@
 #include "framework/autograd/variable.h"
 
+#include <algorithm>
 #include <unordered_map>
 #include <utility>
 
-#include "framework/ops/tensor_math.h"
+#include "framework/tensor/tensor_math.h"
 
 namespace minidp {
 
@@ -80,8 +81,18 @@ void Variable::zeroGrad() {
   if (impl_->grad.defined()) impl_->grad.zero();
 }
 
-void Variable::addGradReadyHook(GradReadyHook hook) { impl_->hooks.push_back(std::move(hook)); }
-void Variable::clearGradReadyHooks() { impl_->hooks.clear(); }
+Variable::HookHandle Variable::addGradReadyHook(GradReadyHook hook) {
+  const HookHandle handle = impl_->nextHook++;
+  impl_->hooks.emplace_back(handle, std::move(hook));
+  return handle;
+}
+
+void Variable::removeGradReadyHook(HookHandle handle) {
+  auto& hooks = impl_->hooks;
+  const auto it = std::find_if(hooks.begin(), hooks.end(), [handle](const auto& h) { return h.first == handle; });
+  MINIDP_CHECK(it != hooks.end(), "removeGradReadyHook: no hook with handle " << handle);
+  hooks.erase(it);
+}
 
 /// The backward pass: an iterative topological sort, then nodes in reverse order; each node's
 /// pending-consumer count decides when a leaf's gradient is final and its hooks fire.
@@ -95,7 +106,7 @@ class BackwardEngine {
                  "the graph it ran through (run the forward again)");
     if (root.isLeaf()) {
       accumulateLeaf(*root.impl_, seed);
-      for (auto& hook : root.impl_->hooks) hook(root);
+      for (auto& hook : root.impl_->hooks) hook.second(root);
       return;
     }
     // Iterative DFS post-order: a node is emitted after all of its inputs. `order` owns the nodes, since
@@ -160,7 +171,7 @@ class BackwardEngine {
           }
         }
         if (--pending[in] == 0 && input.isLeaf()) {
-          for (auto& hook : in->hooks) hook(input);
+          for (auto& hook : in->hooks) hook.second(input);
         }
       }
       // Free the graph as we go: captured activations are released after their last use.

@@ -4,6 +4,7 @@
 // zeroing is explicit (`zeroGrad`, or the reducer zeroing its buckets at the start of a step).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -56,8 +57,12 @@ class Variable {
   /// Zeroes the gradient in place if there is one.
   void zeroGrad();
 
-  void addGradReadyHook(GradReadyHook hook);
-  void clearGradReadyHooks();
+  /// Identifies one installed grad-ready hook (PyTorch's RemovableHandle): removing it removes only it.
+  using HookHandle = uint64_t;
+  /// Installs `hook` after the ones already installed; they fire in installation order.
+  HookHandle addGradReadyHook(GradReadyHook hook);
+  /// Removes the hook `handle` names; an unknown (or already removed) handle is an error.
+  void removeGradReadyHook(HookHandle handle);
   /// Whether a grad-ready hook is installed (under DDP: the gradient is a view of a bucket).
   bool hasGradReadyHooks() const { return !impl_->hooks.empty(); }
 
@@ -76,7 +81,8 @@ class Variable {
     std::vector<Variable> inputs;
     BackwardFn backward;
     bool released = false;  // its backward ran and its graph was freed
-    std::vector<GradReadyHook> hooks;
+    std::vector<std::pair<HookHandle, GradReadyHook>> hooks;
+    HookHandle nextHook = 0;
     std::function<void()> beforeUse;
   };
   void runBeforeUse() const;

@@ -45,7 +45,7 @@ LinkCost measureLinkCost(Communicator& comm, Device device, size_t smallBytes, s
     for (int i = -1; i < repeats; ++i) {
       synchronize();
       const double start = hostNowMs();
-      comm.allReduceAverage(buffer, "link probe")->wait();
+      comm.allReduce(buffer, ReduceOp::Avg, "link probe")->wait();
       synchronize();
       if (i >= 0) samples.emplace_back(static_cast<double>(buffer.nbytes()), hostNowMs() - start);
     }

@@ -1,5 +1,6 @@
-// Communicator: the collectives a data-parallel step needs (average in place, broadcast, all-gather),
-// on one of four backends: single (world 1), MPI (CPU tensors), NCCL (CUDA tensors), emulated link.
+// Communicator: the collectives a data-parallel step needs (all-reduce, reduce-scatter, all-gather,
+// broadcast), on one of four backends (backends/): single (world 1), MPI (CPU tensors), NCCL (CUDA tensors),
+// and an emulated link.
 #pragma once
 
 #include <functional>
@@ -66,34 +67,39 @@ class CompletedWork : public Work {
   double launchedMs_;
 };
 
-/// How gradients travel (--grad-comm): as they are (fp32), or rounded to bf16 for the collective and widened
-/// back into the fp32 bucket (PyTorch's bf16_compress_hook).
-enum class GradComm { Fp32, Bf16 };
+/// Several works issued in order on one communicator, as one: a comm hook's collectives and the local work
+/// between them. wait() waits for each in turn (so an earlier one's error is reported); timings run from the
+/// first one's start to the last one's end.
+class WorkChain : public Work {
+ public:
+  /// `bytes`: what the chain stands for in timings (a bucket's gradient bytes, say).
+  WorkChain(std::string tag, size_t bytes, std::vector<std::shared_ptr<Work>> works);
+  void wait() override;
+  bool completed() const override;
+  double runningSinceMs() const override;
+  WorkTiming timing(cudaEvent_t reference = nullptr) const override;
 
-/// What a gradient bucket's collective leaves in the bucket.
-enum class Reduction {
-  /// Every element holds the average over the ranks (DDP).
-  AllReduce,
-  /// Only this rank's shard, elements [rank * n / world, (rank + 1) * n / world), holds the average; the
-  /// rest of the bucket is unspecified (ZeRO-1). n must be a multiple of the world size.
-  ReduceScatter,
+ private:
+  std::vector<std::shared_ptr<Work>> works_;
 };
 
-/// Runs after a gradient collective and before its work completes: on the comm stream it gets (CUDA), or
-/// on the comm thread with a null stream (CPU). The row-sparse bucket adds the gathered rows with it.
-using AfterReduce = std::function<void(cudaStream_t)>;
+/// How a collective combines the ranks' values: their sum, or their average (the sum times 1/N, or NCCL's
+/// ncclAvg). bf16 averages pre-multiply each rank's values by bf16(1/N), then sum with one rounding per add,
+/// as ncclAvg on ncclBfloat16 does.
+enum class ReduceOp { Sum, Avg };
 
-/// `numel` rounded up to a multiple of `world`: a bucket whose shards are equal and contiguous.
+/// `numel` rounded up to a multiple of `world`: a buffer whose shards are equal and contiguous.
 int64_t paddedNumel(int64_t numel, int world);
-/// For backends: checks reduceGradients' arguments, naming what is wrong.
-void checkGradientBucket(const Tensor& buffer, const Tensor& wire, Reduction reduction, int world);
-/// For backends: checks allGatherInto's arguments.
+/// For backends: checks a reduction's buffer (a float tensor; reduce-scatter: numel a multiple of `world`).
+void checkReduction(const Tensor& buffer, bool scatter, int world);
+/// For backends: checks allGather's arguments.
 void checkAllGather(const Tensor& input, const Tensor& output, int world);
-/// bucket -> bf16 `wire` -> bucket (CUDA: on the compute stream): a world of one's bf16 "average".
-void roundTripBf16(Tensor& buffer, Tensor& wire);
 
-/// The process group of a data-parallel job. Collectives are issued in call order; every rank must
-/// issue the same collectives in the same order.
+/// The process group of a data-parallel job: plain collectives, no gradient policy (what travels for a
+/// gradient bucket is a comm hook's business, comm_hook.h). Collectives and enqueued tasks run in call
+/// order on the communicator's comm stream (CUDA, after the compute stream's work so far) or comm thread
+/// (CPU); every rank must issue the same collectives in the same order. Every collective is watched by the
+/// watchdog.
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -105,28 +111,24 @@ class Communicator {
   virtual std::string describe() const = 0;
   /// Whether the backend reduces tensors on `device`.
   virtual bool supports(Device device) const = 0;
-  /// Starts averaging the float tensor `buffer` in place over all ranks; the result has the same bits
-  /// on every rank. `tag` names the collective in timings and watchdog messages.
-  virtual std::shared_ptr<Work> allReduceAverage(Tensor buffer, const std::string& tag) = 0;
-  /// Starts averaging the gradient bucket `buffer` over the ranks, as `reduction` says. `wire` undefined:
-  /// the bucket travels as it is. `wire` a BF16 tensor of the bucket's numel (the bucket then fp32): the
-  /// bucket is cast into it, averaged in bf16 (each rank's values pre-multiplied by 1/N, then summed,
-  /// one rounding per operation, as NCCL's ncclAvg on bf16) and cast back; the caller keeps `wire` alive
-  /// until the work completed. The result has the same bits on every rank. `after`, when set, runs after
-  /// the collective, inside the work (AfterReduce). The base class does the fp32 all-reduce with
-  /// allReduceAverage and refuses the rest.
-  virtual std::shared_ptr<Work> reduceGradients(Tensor buffer, Tensor wire, Reduction reduction, const std::string& tag,
-                                                const AfterReduce& after = {});
+  /// Starts reducing `buffer` (F32, F64 or BF16) in place over all ranks: every rank ends with the same bits.
+  /// `tag` names the collective in timings and watchdog messages.
+  virtual std::shared_ptr<Work> allReduce(Tensor buffer, ReduceOp op, const std::string& tag) = 0;
+  /// Starts the in-place reduce-scatter of `buffer` (numel a multiple of the world size): this rank's shard,
+  /// elements [rank * n / world, (rank + 1) * n / world), ends with the reduction; the rest is unspecified.
+  virtual std::shared_ptr<Work> reduceScatter(Tensor buffer, ReduceOp op, const std::string& tag) = 0;
+  /// Starts the all-gather of `input` (any dtype) into `output`, world x its numel elements of its dtype on
+  /// its device: rank r's input lands at [r * n, (r + 1) * n).
+  virtual std::shared_ptr<Work> allGather(Tensor input, Tensor output, const std::string& tag) = 0;
   /// Starts the in-place all-gather of equal shards: every rank's shard r (elements [r * n / world,
-  /// (r + 1) * n / world)) becomes rank r's. n must be a multiple of the world size. ZeRO-1's parameter
-  /// gather; the base class refuses it.
-  virtual std::shared_ptr<Work> allGatherShards(Tensor buffer, const std::string& tag);
-  /// Starts the all-gather of `input` (any dtype, e.g. int32 row ids) into `output`, world x its numel
-  /// elements of its dtype on its device: rank r's input lands at [r * n, (r + 1) * n). CUDA: on the comm
-  /// stream after the compute stream's work so far. `after`, when set, runs after the all-gather, inside the
-  /// work (AfterReduce). The base class refuses it.
-  virtual std::shared_ptr<Work> allGatherInto(Tensor input, Tensor output, const std::string& tag,
-                                              const AfterReduce& after = {});
+  /// (r + 1) * n / world)) becomes rank r's. n must be a multiple of the world size.
+  virtual std::shared_ptr<Work> allGatherShards(Tensor buffer, const std::string& tag) = 0;
+  /// Runs `task` in order with the collectives: CUDA calls it now with the comm stream, on which it enqueues
+  /// its kernels (after the compute stream's work so far); the CPU runs it later on the comm thread with a
+  /// null stream. `keep` stays alive until the task ran. The local work between a comm hook's collectives
+  /// (casts, PowerSGD's products) goes here, so that it overlaps backward as the collectives do.
+  virtual std::shared_ptr<Work> enqueue(const std::string& tag, Tensor keep,
+                                        const std::function<void(cudaStream_t)>& task) = 0;
   /// Copies rank `root`'s tensor into every rank's tensor; blocking (setup only).
   virtual void broadcast(Tensor& tensor, int root) = 0;
   /// Every rank's `bytes`, indexed by rank; blocking (setup and checks only).

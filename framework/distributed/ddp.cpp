@@ -53,9 +53,10 @@ std::vector<std::string> part(const std::vector<std::string>& signatures, int in
 std::string optionsSignature(const DdpOptions& opts) {
   std::ostringstream os;
   os << "overlap " << overlapName(opts.overlap) << " bucket-bytes " << opts.bucketCapBytes << " first-bucket-bytes "
-     << opts.firstBucketCapBytes << " rebuild-buckets " << opts.rebuildBuckets << " grad-comm "
-     << static_cast<int>(opts.gradComm) << " zero " << opts.zeroStage << " row-sparse '" << opts.rowSparseParameter
-     << "'\n";
+     << opts.firstBucketCapBytes << " rebuild-buckets " << opts.rebuildBuckets << " comm-hook " << opts.commHook.name
+     << " powersgd-rank " << opts.commHook.powersgdRank << " powersgd-start-iter " << opts.commHook.powersgdStartIter
+     << " powersgd-min-compression " << opts.commHook.powersgdMinCompression << " hook-seed " << opts.commHook.seed
+     << " zero " << opts.zeroStage << " row-sparse '" << opts.rowSparseParameter << "'\n";
   return os.str();
 }
 
@@ -98,22 +99,49 @@ DistributedDataParallel::DistributedDataParallel(nn::NamedParameters params, std
     MINIDP_CHECK(p.requiresGrad(), "parameter '" << name << "' does not require grad");
     comm_->broadcast(p.data(), 0);
   }
-  const BucketReduction reduction{opts.gradComm, opts.zeroStage == 1 ? Reduction::ReduceScatter : Reduction::AllReduce,
-                                  rowSparse};
-  reducer_ = std::make_unique<Reducer>(params_, std::move(plan), comm_, opts.overlap, reduction);
+  std::unique_ptr<CommHook> hook = makeCommHook(opts.commHook);
+  if (rowSparse >= 0) {
+    auto rows = std::make_unique<RowSparseHook>(std::move(hook), rowSparse);
+    rows_ = rows.get();
+    hook = std::move(rows);
+  }
+  const Reduction reduction = opts.zeroStage == 1 ? Reduction::ReduceScatter : Reduction::AllReduce;
+  reducer_ = std::make_unique<Reducer>(params_, std::move(plan), comm_, opts.overlap, reduction, std::move(hook));
   for (size_t i = 0; i < params_.size(); ++i) {
     Reducer* reducer = reducer_.get();
-    params_[i].second.addGradReadyHook([reducer, i](Variable&) { reducer->markReady(i); });
+    gradHooks_.push_back(params_[i].second.addGradReadyHook([reducer, i](Variable&) { reducer->markReady(i); }));
   }
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
-  for (auto& [name, p] : params_) p.clearGradReadyHooks();
+  for (size_t i = 0; i < params_.size(); ++i) params_[i].second.removeGradReadyHook(gradHooks_[i]);
 }
 
-void DistributedDataParallel::finalize(const std::function<void()>& beforeWaits) {
+void DistributedDataParallel::addRowIds(const Tensor& ids) {
+  MINIDP_CHECK(rows_, "addRowIds: no parameter is reduced by rows (DdpOptions::rowSparseParameter)");
+  rows_->addRowIds(ids);
+}
+
+void DistributedDataParallel::computeGradNorm(optim::GradClipper& clipper) {
+  std::vector<Tensor> grads;
+  const int rank = comm_->rank(), world = comm_->worldSize();
+  const bool sharded = reducer_->reduction() == Reduction::ReduceScatter;
+  for (size_t b = 0; b < reducer_->plan().buckets.size(); ++b) {
+    const Tensor& buffer = reducer_->bucketBuffer(b);
+    const int64_t shard = buffer.numel() / world;
+    grads.push_back(sharded ? Tensor::alias(buffer, rank * shard, {shard}) : buffer);
+  }
+  if (!sharded) {
+    clipper.compute(grads);
+    return;
+  }
+  clipper.compute(grads, rank, world,
+                  [this](const Tensor& table) { comm_->allGatherShards(table, "grad norm")->wait(); });
+}
+
+void DistributedDataParallel::finalize() {
   rebuiltLastStep_ = false;
-  reducer_->finalize(beforeWaits);
+  reducer_->finalize();
   if (!rebuildPending_) return;
   // Ranks may observe different ready orders; every rank plans with rank 0's, so the plans stay identical.
   std::ostringstream mine;

@@ -9,7 +9,9 @@
 
 #include "framework/distributed/bucket_plan.h"
 #include "framework/distributed/communicator.h"
+#include "framework/distributed/hooks/row_sparse.h"
 #include "framework/distributed/reducer.h"
+#include "framework/optim/grad_clip.h"
 #include "framework/nn/module.h"
 
 namespace minidp::distributed {
@@ -23,12 +25,12 @@ struct DdpOptions {
   size_t firstBucketCapBytes = size_t(1) << 20;
   /// After the first step, re-plan the buckets in rank 0's observed ready order (once; same bits).
   bool rebuildBuckets = false;
-  /// The precision buckets travel in (bf16: PyTorch's bf16_compress_hook).
-  GradComm gradComm = GradComm::Fp32;
+  /// What a bucket becomes on the wire (comm_hook.h): allreduce, bf16, powersgd or a registered hook.
+  CommHookOptions commHook;
   /// ZeRO stage: 0 all-reduces the buckets; 1 reduce-scatters them (ShardedOptimizer updates the shards).
   int zeroStage = 0;
   /// A parameter indexed by the input tokens (models::ModelEntry::rowSparseParameter), reduced by rows: it
-  /// gets a bucket of its own and only the rows of the step's ids travel (reducer.h); empty: none.
+  /// gets a bucket of its own and only the rows of the step's ids travel (hooks/row_sparse.h); empty: none.
   std::string rowSparseParameter;
 };
 
@@ -40,21 +42,32 @@ class DistributedDataParallel {
   /// options and so the same bucket plan, else every rank throws an error naming the first difference.
   /// Then rank 0's values are broadcast.
   DistributedDataParallel(nn::NamedParameters params, std::shared_ptr<Communicator> comm, DdpOptions opts = {});
-  /// Removes the grad-ready hooks from the parameters (all of their hooks: DDP owns them while alive).
+  /// Removes the grad-ready hooks it installed (by their handles; other hooks stay).
   ~DistributedDataParallel();
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
 
   /// Zeroes the gradient buckets; call before the first backward of a step.
   void prepareStep() { reducer_->prepareStep(); }
-  /// With a row-sparse parameter: this micro-batch's input ids, every micro-batch (Reducer::addRowIds).
-  void addRowIds(const Tensor& ids) { reducer_->addRowIds(ids); }
+  /// With a row-sparse parameter: this micro-batch's input ids, every micro-batch (RowSparseHook::addRowIds).
+  void addRowIds(const Tensor& ids);
   /// false for micro-batches that only accumulate locally; true before the last one.
   void setRequireSync(bool sync) { reducer_->setRequireSync(sync); }
-  /// Waits for the averaged gradients (see Reducer::finalize, also for `beforeWaits`). With
-  /// rebuildBuckets, the first call then rebuilds the buckets (a collective: every rank gets rank 0's
-  /// ready order, so the plans stay identical); the averaged gradients keep their values.
-  void finalize(const std::function<void()>& beforeWaits = nullptr);
+  /// Waits for the averaged gradients (see Reducer::finalize). With rebuildBuckets, the first call then
+  /// rebuilds the buckets (a collective: every rank gets rank 0's ready order, so the plans stay
+  /// identical); the averaged gradients keep their values.
+  void finalize();
+  /// After finalize: enqueues `clipper`'s global norm (and clip coefficient) of the averaged gradients, the
+  /// same bits on every rank. ZeRO-1: each rank's partial sums over its gradient shards, all-gathered and
+  /// added in rank order (a collective).
+  void computeGradNorm(optim::GradClipper& clipper);
+  /// The comm hook's checkpoint state (a collective; rank 0 gets it) and its restore (every rank).
+  HookState hookState() { return reducer_->hook().checkpointState(*comm_); }
+  void restoreHookState(const std::function<Tensor(const std::string&)>& find) {
+    reducer_->hook().restoreState(find, *comm_);
+  }
+  /// The row-sparse parameter's bucket; -1 when there is none.
+  int rowBucket() const { return rows_ ? static_cast<int>(rows_->bucket()) : -1; }
   /// Between steps: re-plans the buckets in registration order under new caps (bytes); the gradients keep
   /// their values (--bucket-mb auto). Not with ZeRO-1, whose optimizer holds views of the buckets.
   void replan(size_t capBytes, size_t firstCapBytes);
@@ -75,6 +88,8 @@ class DistributedDataParallel {
   DdpOptions opts_;
   std::vector<ParamInfo> infos_;
   std::unique_ptr<Reducer> reducer_;
+  RowSparseHook* rows_ = nullptr;                  // the reducer's hook, with a row-sparse parameter
+  std::vector<Variable::HookHandle> gradHooks_;  // per parameter: its grad-ready hook that feeds the reducer
   bool rebuildPending_;
   bool rebuiltLastStep_ = false;
 };

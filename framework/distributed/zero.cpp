@@ -18,7 +18,7 @@ ShardedOptimizer::ShardedOptimizer(DistributedDataParallel& ddp, const std::stri
                                    ZeroGather gather)
     : Optimizer({}, lr), comm_(ddp.communicator()), gather_(gather), plan_(ddp.reducer().plan()) {
   const Reducer& reducer = ddp.reducer();
-  MINIDP_CHECK(reducer.reduction().reduction == Reduction::ReduceScatter,
+  MINIDP_CHECK(reducer.reduction() == Reduction::ReduceScatter,
                "ShardedOptimizer needs a reducer that reduce-scatters (DdpOptions::zeroStage = 1)");
   const nn::NamedParameters& params = ddp.parameters();
   const Device device = params.front().second.device();
@@ -80,13 +80,6 @@ void ShardedOptimizer::step() {
     pending_[b] = gathers[b];
     for (int p : plan_.buckets[b].params) params_[p].setBeforeUse([work = gathers[b]] { work->wait(); });
   }
-}
-
-void ShardedOptimizer::computeGradNorm(optim::GradClipper& clipper) {
-  std::vector<Tensor> grads;
-  for (const Variable& shard : shards_) grads.push_back(shard.grad());
-  clipper.compute(grads, comm_.rank(), comm_.worldSize(),
-                  [this](const Tensor& table) { comm_.allGatherShards(table, "grad norm")->wait(); });
 }
 
 std::vector<std::pair<std::string, Tensor>> ShardedOptimizer::checkpointState() {

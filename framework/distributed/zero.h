@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "framework/distributed/ddp.h"
-#include "framework/optim/grad_clip.h"
 #include "framework/optim/optimizer.h"
 
 namespace minidp::distributed {
@@ -45,10 +44,6 @@ class ShardedOptimizer : public optim::Optimizer {
   /// Elements of optimizer state this rank holds, and what one unsharded optimizer would hold.
   int64_t stateElements() const { return stateElements_; }
   int64_t unshardedStateElements() const { return unshardedStateElements_; }
-  /// Enqueues `clipper`'s norm (and clip coefficient) of the whole averaged gradient: each rank's partial
-  /// sums over its gradient shards, all-gathered and added in rank order, the same bits on every rank.
-  /// A collective; call after finalize, before step.
-  void computeGradNorm(optim::GradClipper& clipper);
   /// The full state of every parameter, as plain DDP's optimizer names it, on rank 0 (host tensors; other
   /// ranks get none): each bucket's state shards all-gathered in turn. A collective.
   std::vector<std::pair<std::string, Tensor>> checkpointState() override;

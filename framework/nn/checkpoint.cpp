@@ -51,6 +51,7 @@ void loadParameters(Module& module, const SafeTensorFile& file, const std::strin
   if (!prefix.empty()) return;
   for (const auto& [name, tensor] : file.tensors) {
     if (name.compare(0, std::strlen(kOptimizerPrefix), kOptimizerPrefix) == 0) continue;
+    if (name.compare(0, std::strlen(kCommHookPrefix), kCommHookPrefix) == 0) continue;
     MINIDP_CHECK(expected.count(name), "the file holds tensor '" << name << "', which the model does not have");
   }
 }

@@ -17,6 +17,8 @@ Tensor fromSafeTensor(const SafeTensor& st, const std::string& name);
 /// Where a training state keeps the optimizer's tensors ("optimizer.<name>.exp_avg"): beside the
 /// parameters, which keep their PyTorch names, so torch and --load still read the weights alone.
 inline constexpr const char* kOptimizerPrefix = "optimizer.";
+/// Where it keeps the comm hook's state ("comm_hook.powersgd.q.<name>"), likewise.
+inline constexpr const char* kCommHookPrefix = "comm_hook.";
 
 /// Writes every parameter in its dtype (float32, or float64 for fp64 runs) in registration order, then
 /// `extra` tensors; nothing half-written on failure.
@@ -25,7 +27,7 @@ void saveCheckpoint(const Module& module, const std::string& path,
                     const std::vector<std::pair<std::string, SafeTensor>>& extra = {});
 /// Loads the tensors named `prefix + name` into the parameters (converted to each parameter's dtype and
 /// device). A missing name or a wrong shape is an error naming the tensor; with an empty prefix an extra
-/// name in the file is an error too, except optimizer state (kOptimizerPrefix); with a prefix, names
+/// name in the file is an error too, except optimizer and comm hook state (kOptimizerPrefix, kCommHookPrefix); with a prefix, names
 /// outside it are other content and ignored.
 void loadParameters(Module& module, const SafeTensorFile& file, const std::string& prefix = "");
 /// loadParameters of a whole file.

@@ -1,9 +1,9 @@
 // Composable ops: each forward is one kernel of kernels/composite.h; each backward reuses the same kernels.
 #include "framework/ops/composite.h"
 
-#include "framework/ops/dispatch.h"
+#include "framework/tensor/dispatch.h"
 #include "framework/ops/ops.h"
-#include "framework/ops/tensor_math.h"
+#include "framework/tensor/tensor_math.h"
 #include "kernels/bias.h"
 #include "kernels/composite.h"
 #include "kernels/embedding.h"

@@ -1,61 +1,10 @@
 // Elementwise ops: tensor math (no autograd) and the differentiable wrappers; bf16 on CUDA (float math).
 #include "kernels/elementwise.h"
-#include "framework/ops/dispatch.h"
+#include "framework/tensor/dispatch.h"
 #include "framework/ops/ops.h"
-#include "framework/ops/tensor_math.h"
+#include "framework/tensor/tensor_math.h"
 
 namespace minidp::ops {
-
-void checkSame(const char* op, const Tensor& a, const Tensor& b) {
-  MINIDP_CHECK(a.device() == b.device() && a.dtype() == b.dtype(),
-               op << ": operands on " << deviceName(a.device()) << "/" << dtypeName(a.dtype()) << " and "
-                  << deviceName(b.device()) << "/" << dtypeName(b.dtype()));
-}
-
-namespace {
-
-void checkSameShape(const char* op, const Tensor& a, const Tensor& b) {
-  checkSame(op, a, b);
-  MINIDP_CHECK(a.shape() == b.shape(),
-               op << ": shapes " << shapeString(a.shape()) << " and " << shapeString(b.shape()));
-}
-
-}  // namespace
-
-Tensor add(const Tensor& a, const Tensor& b) {
-  checkSameShape("add", a, b);
-  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
-  MINIDP_LAUNCH_ACTIVATION(a, T, add, a.data<T>(), b.data<T>(), out.data<T>(), a.numel());
-  return out;
-}
-
-void addInPlace(Tensor& dst, const Tensor& src) {
-  checkSameShape("addInPlace", dst, src);
-  MINIDP_LAUNCH_ACTIVATION(dst, T, addInPlace, dst.data<T>(), src.data<T>(), dst.numel());
-}
-
-Tensor mul(const Tensor& a, const Tensor& b) {
-  checkSameShape("mul", a, b);
-  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
-  MINIDP_LAUNCH_ACTIVATION(a, T, mul, a.data<T>(), b.data<T>(), out.data<T>(), a.numel());
-  return out;
-}
-
-Tensor scale(const Tensor& x, double s) {
-  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  MINIDP_LAUNCH_ACTIVATION(x, T, scale, x.data<T>(), static_cast<AccumOf<T>>(s), out.data<T>(), x.numel());
-  return out;
-}
-
-void scaleInPlace(Tensor& x, double s) {
-  MINIDP_LAUNCH_ACTIVATION(x, T, scale, x.data<T>(), static_cast<AccumOf<T>>(s), x.data<T>(), x.numel());
-}
-
-Tensor full(const Shape& shape, double value, DType dtype, Device device) {
-  Tensor out = Tensor::empty(shape, dtype, device);
-  MINIDP_LAUNCH_FLOAT(out, T, fill, out.data<T>(), static_cast<T>(value), out.numel());
-  return out;
-}
 
 Variable add(const Variable& a, const Variable& b) {
   return Variable::fromOp(add(a.data(), b.data()), {a, b}, [](const Tensor& g) { return std::vector<Tensor>{g, g}; });

@@ -3,10 +3,10 @@
 #include <tuple>
 #include <type_traits>
 
-#include "framework/ops/dispatch.h"
+#include "framework/tensor/dispatch.h"
 #include "framework/ops/gemm.h"
 #include "framework/ops/ops.h"
-#include "framework/ops/tensor_math.h"
+#include "framework/tensor/tensor_math.h"
 #include "kernels/bias.h"
 #include "kernels/elementwise.h"
 #include "kernels/transpose.h"
@@ -174,14 +174,6 @@ Variable geluMlp(const Variable& xv, const Variable& fcWeight, const Variable& f
     }
     return std::vector<Tensor>{dx, dw2, db2, dw1, db1};
   });
-}
-
-void setFp32Gemm(Fp32Gemm mode) {
-#if MINIDP_WITH_CUDA
-  kernels::cuda::setTf32(mode == Fp32Gemm::Tf32);
-#else
-  (void)mode;
-#endif
 }
 
 Variable matmul(const Variable& av, const Variable& bv) {

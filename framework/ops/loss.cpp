@@ -1,9 +1,9 @@
 // Losses: softmax cross-entropy, and the classifier fused with it. On CUDA an out-of-range target cannot
 // throw without a host sync; it makes the loss NaN (kernels/softmax_xent.h). The CPU path throws.
-#include "framework/ops/dispatch.h"
+#include "framework/tensor/dispatch.h"
 #include "framework/ops/gemm.h"
 #include "framework/ops/ops.h"
-#include "framework/ops/tensor_math.h"
+#include "framework/tensor/tensor_math.h"
 #include "kernels/softmax_xent.h"
 
 namespace minidp::ops {

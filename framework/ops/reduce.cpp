@@ -1,16 +1,10 @@
 // Whole-tensor reductions and shape changes.
 #include "kernels/reduce.h"
-#include "framework/ops/dispatch.h"
+#include "framework/tensor/dispatch.h"
 #include "framework/ops/ops.h"
-#include "framework/ops/tensor_math.h"
+#include "framework/tensor/tensor_math.h"
 
 namespace minidp::ops {
-
-Tensor sumAll(const Tensor& x) {
-  Tensor out = Tensor::empty({1}, x.dtype(), x.device());
-  MINIDP_LAUNCH_FLOAT(x, T, sumAll, x.data<T>(), out.data<T>(), x.numel());
-  return out;
-}
 
 namespace {
 // sum(x) * s, with backward g * s broadcast to x's shape.

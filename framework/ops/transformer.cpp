@@ -3,7 +3,7 @@
 #include <cmath>
 #include <optional>
 
-#include "framework/ops/dispatch.h"
+#include "framework/tensor/dispatch.h"
 #include "framework/ops/ops.h"
 #include "kernels/attention.h"
 #include "kernels/embedding.h"

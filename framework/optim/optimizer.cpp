@@ -1,6 +1,6 @@
 #include "framework/optim/optimizer.h"
 
-#include "framework/ops/dispatch.h"
+#include "framework/tensor/dispatch.h"
 #include "kernels/optimizer.h"
 
 namespace minidp::optim {

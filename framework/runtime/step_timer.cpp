@@ -1,5 +1,7 @@
 #include "framework/runtime/step_timer.h"
 
+#include "base/check.h"
+
 #include <algorithm>
 #include <cctype>
 #include <chrono>

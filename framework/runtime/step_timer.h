@@ -20,10 +20,10 @@
 #include <string>
 #include <vector>
 
+#include "base/device.h"
 #include "base/stream.h"
 #include "framework/runtime/clock.h"
 #include "framework/runtime/nvtx.h"
-#include "framework/tensor/tensor.h"
 
 namespace minidp::runtime {
 
@@ -95,6 +95,8 @@ class StepTimer {
   /// Opens a step and its first phase at the step's start mark (the reference of every span). Also
   /// resolves, without blocking, the earlier steps whose work has completed.
   void beginStep(Phase firstPhase);
+  /// Whether a step is open (between beginStep and endStep).
+  bool isOpen() const { return open_; }
   /// Closes the running phase at a new mark and opens `next` there (with an NVTX range).
   void phase(Phase next);
   /// Parameter `index`'s gradient is enqueued (its grad-ready hook fired). Detailed steps only.

@@ -34,7 +34,6 @@ const char* dtypeName(DType dtype) {
   return "?";
 }
 
-const char* deviceName(Device device) { return device == Device::CPU ? "cpu" : "cuda"; }
 
 std::string shapeString(const Shape& shape) {
   std::ostringstream os;
@@ -177,7 +176,7 @@ Tensor Tensor::clone() const {
   return t;
 }
 
-void Tensor::copyFrom(const Tensor& src) {
+void Tensor::copyFrom(const Tensor& src, cudaStream_t onStream) {
   MINIDP_CHECK(src.shape_ == shape_ && src.dtype_ == dtype_, "copy of " << dtypeName(src.dtype_)
                                                                         << shapeString(src.shape_) << " into "
                                                                         << dtypeName(dtype_) << shapeString(shape_));
@@ -186,23 +185,27 @@ void Tensor::copyFrom(const Tensor& src) {
     return;
   }
 #if MINIDP_WITH_CUDA
-  cudaStream_t stream = runtime::computeStream();
+  cudaStream_t stream = onStream ? onStream : runtime::computeStream();
   if (device_ == Device::CPU) {
     CUDA_CHECK(cudaMemcpyAsync(raw(), src.raw(), nbytes(), cudaMemcpyDeviceToHost, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
   } else {
     CUDA_CHECK(cudaMemcpyAsync(raw(), src.raw(), nbytes(), cudaMemcpyDefault, stream));
   }
+#else
+  (void)onStream;
 #endif
 }
 
-void Tensor::zero() {
+void Tensor::zero(cudaStream_t stream) {
   if (device_ == Device::CPU) {
     std::memset(raw(), 0, nbytes());
     return;
   }
 #if MINIDP_WITH_CUDA
-  CUDA_CHECK(cudaMemsetAsync(raw(), 0, nbytes(), runtime::computeStream()));
+  CUDA_CHECK(cudaMemsetAsync(raw(), 0, nbytes(), stream ? stream : runtime::computeStream()));
+#else
+  (void)stream;
 #endif
 }
 

@@ -8,21 +8,19 @@
 
 #include "base/bf16.h"
 #include "base/check.h"
+#include "base/device.h"
+#include "base/stream.h"
 
 namespace minidp {
 
 /// Element types. I32 carries token ids and class labels; BF16 is a CUDA compute copy (mixed precision).
 enum class DType : uint8_t { F32, F64, I32, BF16 };
-/// Where a tensor's memory lives.
-enum class Device : uint8_t { CPU, CUDA };
 using Shape = std::vector<int64_t>;
 
 /// Bytes per element of `dtype`.
 size_t dtypeSize(DType dtype);
 /// Short name as safetensors spells it: "F32", "F64", "I32", "BF16".
 const char* dtypeName(DType dtype);
-/// "cpu" or "cuda".
-const char* deviceName(Device device);
 /// "[2, 3, 4]".
 std::string shapeString(const Shape& shape);
 /// Product of the extents.
@@ -112,10 +110,11 @@ class Tensor {
   Tensor toDType(DType dtype) const;
   /// A copy with its own storage.
   Tensor clone() const;
-  /// Copies `src` (same shape and dtype, any device) into this tensor.
-  void copyFrom(const Tensor& src);
-  /// Sets every element to 0 (on the compute stream for CUDA tensors).
-  void zero();
+  /// Copies `src` (same shape and dtype, any device) into this tensor; a copy between CUDA tensors is
+  /// enqueued on `stream` (null: the compute stream).
+  void copyFrom(const Tensor& src, cudaStream_t stream = nullptr);
+  /// Sets every element to 0 (CUDA: on `stream`, null: the compute stream).
+  void zero(cudaStream_t stream = nullptr);
   /// Host copy of the values (synchronises with the compute stream for CUDA tensors).
   template <typename T>
   std::vector<T> toVector() const {

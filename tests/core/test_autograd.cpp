@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "framework/ops/ops.h"
-#include "framework/ops/tensor_math.h"
+#include "framework/tensor/tensor_math.h"
 #include "tests/support/gradcheck.h"
 
 namespace minidp {

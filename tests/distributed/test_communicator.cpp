@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "framework/distributed/comm_thread.h"
-#include "framework/distributed/emulated_communicator.h"
+#include "framework/distributed/backends/emulated_communicator.h"
 #include "framework/distributed/watchdog.h"
 #include "tests/support/gradcheck.h"
 
@@ -48,7 +48,7 @@ TEST(SingleCommunicator, IsTheDefaultWithoutMpirunAndTheIdentity) {
   EXPECT_EQ(comm->worldSize(), 1);
   Tensor x = testing::randomTensor({33}, 4);
   Tensor before = x.clone();
-  comm->allReduceAverage(x, "bucket 0")->wait();
+  comm->allReduce(x, distributed::ReduceOp::Avg, "bucket 0")->wait();
   EXPECT_EQ(std::memcmp(x.raw(), before.raw(), x.nbytes()), 0);
   EXPECT_TRUE(comm->allAgree(true));
   EXPECT_FALSE(comm->allAgree(false));
@@ -93,7 +93,7 @@ TEST(EmulatedCommunicator, CpuLinkKeepsBitsTakesTheModelledTimeAndDoesNotBlockTh
   const double modelledMs = comm.modelledSeconds(x.nbytes()) * 1e3;
   EXPECT_NEAR(modelledMs, 1.0 + 1.5 * 8.388608, 1e-9);
   const auto start = std::chrono::steady_clock::now();
-  auto work = comm.allReduceAverage(x, "bucket 0");
+  auto work = comm.allReduce(x, distributed::ReduceOp::Avg, "bucket 0");
   const double launchMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   EXPECT_LT(launchMs, modelledMs / 2) << "allReduceAverage must return before the link is done";
   work->wait();
@@ -101,7 +101,7 @@ TEST(EmulatedCommunicator, CpuLinkKeepsBitsTakesTheModelledTimeAndDoesNotBlockTh
   EXPECT_GE(t.finishedMs - t.startedMs, modelledMs);
   EXPECT_LE(t.finishedMs - t.startedMs, modelledMs + 40.0);
   EXPECT_EQ(std::memcmp(x.raw(), before.raw(), x.nbytes()), 0);
-  EXPECT_THROW(comm.allReduceAverage(Tensor(), "bucket 1"), Error);
+  EXPECT_THROW(comm.allReduce(Tensor(), distributed::ReduceOp::Avg, "bucket 1"), Error);
 }
 
 /// A collective that never finishes.

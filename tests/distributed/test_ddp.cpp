@@ -10,10 +10,10 @@
 #include <cstring>
 
 #include "framework/distributed/ddp.h"
-#include "framework/distributed/emulated_communicator.h"
+#include "framework/distributed/backends/emulated_communicator.h"
 #include "framework/distributed/zero.h"
 #include "framework/ops/ops.h"
-#include "framework/ops/tensor_math.h"
+#include "framework/tensor/tensor_math.h"
 #include "framework/optim/grad_clip.h"
 #include "framework/runtime/device.h"
 #include "models/gpt.h"
@@ -280,7 +280,7 @@ TEST_P(Ddp, DifferentModelsFailOnEveryRankWithAMessage) {
 // ZeRO-1 and bf16 on the wire, 50 optimizer steps of each configuration from the same start.
 struct WireRun {
   Overlap overlap = Overlap::DuringBackward;
-  distributed::GradComm wire = distributed::GradComm::Fp32;
+  std::string hook = "allreduce";  // --comm-hook
   int zero = 0;
   distributed::ZeroGather gather = distributed::ZeroGather::End;
   std::string optimizer = "adamw";
@@ -296,15 +296,12 @@ class DdpWire : public Ddp {
     auto m = model(11 + rank_);
     DdpOptions opts = kSmallBuckets;
     opts.overlap = run.overlap;
-    opts.gradComm = run.wire;
+    opts.commHook.name = run.hook;
     opts.zeroStage = run.zero;
     DistributedDataParallel ddp(m->namedParameters(), comm_, opts);
     std::unique_ptr<optim::Optimizer> optimizer;
-    distributed::ShardedOptimizer* sharded = nullptr;
     if (run.zero == 1) {
-      auto z = std::make_unique<distributed::ShardedOptimizer>(ddp, run.optimizer, 1e-2, 0.01, run.gather);
-      sharded = z.get();
-      optimizer = std::move(z);
+      optimizer = std::make_unique<distributed::ShardedOptimizer>(ddp, run.optimizer, 1e-2, 0.01, run.gather);
     } else {
       optimizer = optim::makeOptimizer(run.optimizer, m->namedParameters(), 1e-2, 0.01);
     }
@@ -315,13 +312,7 @@ class DdpWire : public Ddp {
       ddp.prepareStep();
       m->loss(mine.inputs, mine.targets).backward();
       ddp.finalize();
-      if (sharded && run.clipGradNorm > 0) {
-        sharded->computeGradNorm(clipper);
-      } else if (run.clipGradNorm > 0) {
-        std::vector<Tensor> buckets;
-        for (size_t b = 0; b < ddp.plan().buckets.size(); ++b) buckets.push_back(ddp.reducer().bucketBuffer(b));
-        clipper.compute(buckets);
-      }
+      if (run.clipGradNorm > 0) ddp.computeGradNorm(clipper);
       optimizer->step();
     }
     if (keep) *keep = std::move(optimizer);
@@ -336,11 +327,11 @@ class DdpWire : public Ddp {
 
 TEST_P(DdpWire, ZeroOneMatchesDdpAfterFiftySteps) {
   auto ddp = train({});
-  auto zeroEnd = train({Overlap::DuringBackward, distributed::GradComm::Fp32, 1, distributed::ZeroGather::End});
-  auto zeroOverlap = train({Overlap::DuringBackward, distributed::GradComm::Fp32, 1, distributed::ZeroGather::Overlap});
-  auto zeroOff = train({Overlap::AfterBackward, distributed::GradComm::Fp32, 1, distributed::ZeroGather::End});
+  auto zeroEnd = train({Overlap::DuringBackward, "allreduce", 1, distributed::ZeroGather::End});
+  auto zeroOverlap = train({Overlap::DuringBackward, "allreduce", 1, distributed::ZeroGather::Overlap});
+  auto zeroOff = train({Overlap::AfterBackward, "allreduce", 1, distributed::ZeroGather::End});
   // The gathers in the forward's order, each waited on where the next forward reads its parameters.
-  auto zeroForward = train({Overlap::DuringBackward, distributed::GradComm::Fp32, 1, distributed::ZeroGather::Forward});
+  auto zeroForward = train({Overlap::DuringBackward, "allreduce", 1, distributed::ZeroGather::Forward});
   const std::string bytes = testing::parameterBytes(*zeroEnd);
   EXPECT_TRUE(bytes == testing::parameterBytes(*zeroOverlap)) << "gather at the end and overlapped differ";
   EXPECT_TRUE(bytes == testing::parameterBytes(*zeroForward)) << "gather at the end and in the forward differ";
@@ -378,7 +369,7 @@ TEST_P(DdpWire, ZeroGradNormIsTheWholeGradientsNorm) {
   m->loss(mine.inputs, mine.targets).backward();
   ddp.finalize();
   optim::GradClipper clipper(0, GetParam().dtype, device());
-  optimizer.computeGradNorm(clipper);
+  ddp.computeGradNorm(clipper);
   const double norm = clipper.norm();
   EXPECT_GT(want, 0);
   EXPECT_NEAR(norm * norm, want, 1e-5 * want);
@@ -467,13 +458,13 @@ TEST_P(DdpWire, Bf16OnTheWireIsIdenticalOnRanksAndOverlapAndNearFp32) {
   if (GetParam().dtype != DType::F32) GTEST_SKIP() << "bf16 on the wire compresses fp32 gradients";
   // SGD: AdamW's normalised steps turn any difference in a near-zero gradient into a full step of
   // lr, so its runs part by far more than the gradients do (tens of percent after 50 steps).
-  const auto sgd = [](Overlap overlap, distributed::GradComm wire, int zero) {
+  const auto sgd = [](Overlap overlap, std::string wire, int zero) {
     return WireRun{overlap, wire, zero, distributed::ZeroGather::Overlap, "sgd"};
   };
-  auto fp32 = train(sgd(Overlap::DuringBackward, distributed::GradComm::Fp32, 0));
-  auto on = train(sgd(Overlap::DuringBackward, distributed::GradComm::Bf16, 0));
-  auto off = train(sgd(Overlap::AfterBackward, distributed::GradComm::Bf16, 0));
-  auto zero = train(sgd(Overlap::DuringBackward, distributed::GradComm::Bf16, 1));
+  auto fp32 = train(sgd(Overlap::DuringBackward, "allreduce", 0));
+  auto on = train(sgd(Overlap::DuringBackward, "bf16", 0));
+  auto off = train(sgd(Overlap::AfterBackward, "bf16", 0));
+  auto zero = train(sgd(Overlap::DuringBackward, "bf16", 1));
   EXPECT_TRUE(testing::parameterBytes(*on) == testing::parameterBytes(*off))
       << "overlap on and off differ with bf16 on the wire";
   expectRanksIdentical(*on, "bf16");
@@ -503,9 +494,15 @@ TEST_P(WireCollectives, Bf16AverageIsNcclsPreMultipliedSum) {
   const int world = comm_->worldSize(), rank = comm_->rank();
   const int64_t n = distributed::paddedNumel(999, world);
   const auto values = [&](int r) { return testing::randomTensor({n}, 50 + r, -1, 1, DType::F32); };
+  // Through the bf16 hook, on one bucket of n elements.
+  const auto reduceBf16 = [&](Tensor buffer, distributed::Reduction reduction) {
+    const distributed::GradBucket bucket{0, buffer, {}, reduction};
+    std::unique_ptr<distributed::CommHook> hook = distributed::makeCommHook({"bf16"});
+    hook->setup({bucket}, *comm_);
+    hook->reduce(bucket, *comm_)->wait();
+  };
   Tensor buffer = values(rank).to(GetParam());
-  Tensor wire = Tensor::empty({n}, DType::BF16, GetParam());
-  comm_->reduceGradients(buffer, wire, distributed::Reduction::AllReduce, "bucket 0")->wait();
+  reduceBf16(buffer, distributed::Reduction::AllReduce);
   const std::vector<float> got = buffer.toVector<float>();
   const std::vector<std::string> all =
       comm_->allGather(std::string(reinterpret_cast<const char*>(got.data()), got.size() * sizeof(float)));
@@ -530,7 +527,7 @@ TEST_P(WireCollectives, Bf16AverageIsNcclsPreMultipliedSum) {
   }
 
   Tensor scattered = values(rank).to(GetParam());
-  comm_->reduceGradients(scattered, wire, distributed::Reduction::ReduceScatter, "bucket 1")->wait();
+  reduceBf16(scattered, distributed::Reduction::ReduceScatter);
   const int64_t shard = n / world;
   const std::vector<float> mine = scattered.toVector<float>();
   for (int64_t i = rank * shard; i < (rank + 1) * shard; ++i) {
@@ -544,7 +541,7 @@ TEST_P(WireCollectives, Fp32ReduceScatterAndAllGatherShards) {
   // Rank r holds (r + 1) * x: the average is (N + 1) / 2 * x.
   Tensor x = testing::randomTensor({n}, 61, -1, 1, DType::F32);
   Tensor buffer = ops::scale(x, rank + 1.0).to(GetParam());
-  comm_->reduceGradients(buffer, Tensor(), distributed::Reduction::ReduceScatter, "bucket 0")->wait();
+  comm_->reduceScatter(buffer, distributed::ReduceOp::Avg, "bucket 0")->wait();
   const std::vector<float> got = buffer.toVector<float>(), want = ops::scale(x, (world + 1) / 2.0).toVector<float>();
   for (int64_t i = rank * shard; i < (rank + 1) * shard; ++i) ASSERT_NEAR(got[i], want[i], 1e-6) << "element " << i;
 
@@ -640,7 +637,7 @@ TEST(CudaCommunicators, EmulatedLinkTakesTheModelledTimeOnTheCommStream) {
   Tensor host = testing::randomTensor({1 << 20}, 17, -1, 1, DType::F32);
   Tensor buffer = host.to(Device::CUDA);
   const double modelledMs = comm.modelledSeconds(buffer.nbytes()) * 1e3;
-  auto work = comm.allReduceAverage(buffer, "bucket 0");
+  auto work = comm.allReduce(buffer, distributed::ReduceOp::Avg, "bucket 0");
   work->wait();
   runtime::synchronize();
   const distributed::WorkTiming t = work->timing();
@@ -660,7 +657,7 @@ TEST(CudaCommunicators, CommStreamHoldsTheBufferUntilTheCollectiveCompletes) {
   distributed::EmulatedCommunicator comm(8, 0.1, 100, true, 8, true);  // 4 MB: about 70 ms on the link
   Tensor buffer = Tensor::zeros({1 << 20}, DType::F32, Device::CUDA);
   const void* block = buffer.raw();
-  comm.allReduceAverage(buffer, "bucket 0");
+  comm.allReduce(buffer, distributed::ReduceOp::Avg, "bucket 0");
   buffer = Tensor();
   Tensor next = Tensor::zeros({1 << 20}, DType::F32, Device::CUDA);
   EXPECT_NE(next.raw(), block) << "the block was reused while the comm stream still used it";
@@ -676,7 +673,7 @@ TEST(CudaCommunicators, NcclAverageAndBroadcast) {
     // Rank r holds (r + 1) * x: the average is (N + 1) / 2 * x.
     Tensor x = testing::randomTensor({1000}, 23, -1, 1, dtype);
     Tensor buffer = ops::scale(x, comm->rank() + 1.0).to(Device::CUDA);
-    auto work = comm->allReduceAverage(buffer, "bucket 0");
+    auto work = comm->allReduce(buffer, distributed::ReduceOp::Avg, "bucket 0");
     work->wait();
     EXPECT_LE(testing::relativeError(buffer, ops::scale(x, (comm->worldSize() + 1) / 2.0)), 1e-6);
     const std::vector<std::string> all =

@@ -23,9 +23,24 @@ class RecordingCommunicator : public Communicator {
   std::string name() const override { return "recording"; }
   std::string describe() const override { return "recording"; }
   bool supports(Device) const override { return true; }
-  std::shared_ptr<Work> allReduceAverage(Tensor buffer, const std::string& tag) override {
+  std::shared_ptr<Work> allReduce(Tensor buffer, ReduceOp, const std::string& tag) override {
     launched.push_back(tag);
     return std::make_shared<CompletedWork>(tag, buffer.nbytes());
+  }
+  std::shared_ptr<Work> reduceScatter(Tensor buffer, ReduceOp op, const std::string& tag) override {
+    return allReduce(buffer, op, tag);
+  }
+  std::shared_ptr<Work> allGather(Tensor input, Tensor, const std::string& tag) override {
+    launched.push_back(tag);
+    return std::make_shared<CompletedWork>(tag, input.nbytes());
+  }
+  std::shared_ptr<Work> allGatherShards(Tensor buffer, const std::string& tag) override {
+    launched.push_back(tag);
+    return std::make_shared<CompletedWork>(tag, buffer.nbytes());
+  }
+  std::shared_ptr<Work> enqueue(const std::string& tag, Tensor, const std::function<void(cudaStream_t)>& task) override {
+    task(nullptr);
+    return std::make_shared<CompletedWork>(tag, 0);
   }
   void broadcast(Tensor&, int) override {}
   std::vector<std::string> allGather(const std::string& bytes) override {

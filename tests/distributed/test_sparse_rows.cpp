@@ -11,7 +11,7 @@
 #include <cstring>
 
 #include "framework/distributed/ddp.h"
-#include "framework/ops/dispatch.h"
+#include "framework/tensor/dispatch.h"
 #include "framework/ops/ops.h"
 #include "framework/optim/optimizer.h"
 #include "framework/runtime/device.h"
@@ -26,7 +26,6 @@ namespace {
 
 using distributed::DdpOptions;
 using distributed::DistributedDataParallel;
-using distributed::GradComm;
 using distributed::Overlap;
 
 constexpr int64_t kContext = 6, kRowsPerRank = 2, kSteps = 4;
@@ -35,7 +34,7 @@ constexpr int64_t kContext = 6, kRowsPerRank = 2, kSteps = 4;
 struct Setting {
   bool sparse = true;
   Overlap overlap = Overlap::DuringBackward;
-  GradComm wire = GradComm::Fp32;
+  std::string hook = "allreduce";  // --comm-hook of the other buckets (bf16: the rows travel in bf16)
   int64_t accum = 1;
   std::string optimizer = "sgd";
   int64_t vocab = 256;  // above world x accum x rows x context / 2: the sparse path; 8: the dense fallback
@@ -58,7 +57,7 @@ class SparseRows : public testing::CommunicatorTest {
     r.model = std::make_unique<models::GPT>(models::GptConfig{run.vocab, kContext, 2, 2, 8}, 11 + rank_);
     r.model->to(GetParam(), DType::F32);
     DdpOptions opts{run.overlap, 1200, 300};  // caps in bytes: several buckets
-    opts.gradComm = run.wire;
+    opts.commHook.name = run.hook;
     opts.rebuildBuckets = run.rebuild;
     if (run.sparse) opts.rowSparseParameter = "wte.weight";
     DistributedDataParallel ddp(r.model->namedParameters(), comm_, opts);
@@ -108,7 +107,7 @@ class SparseRows : public testing::CommunicatorTest {
     for (int r = 1; r < world_; ++r) EXPECT_TRUE(all[r] == all[0]) << "rank " << r << " differs from rank 0";
     // The rows are added in rank order, in fp32 also with bf16 on the wire: an element's sum may round
     // differently from the dense all-reduce's (in bf16 there, once more). 2 ranks in fp32: a + b = b + a.
-    const bool bf16 = run.wire == GradComm::Bf16;
+    const bool bf16 = run.hook == "bf16";
     testing::expectParametersNear(*on.model, *dense.model, testing::ParameterField::Data, bf16 ? 5e-2 : 1e-5);
     if (GetParam() == Device::CPU && !bf16 && world_ <= 2) {
       EXPECT_TRUE(bytes == testing::parameterBytes(*dense.model)) << "the CPU's sparse run differs from dense";
@@ -132,7 +131,7 @@ TEST_P(SparseRows, SgdEqualsDenseAndSendsOnlyTheRows) {
 TEST_P(SparseRows, AdamWWithBf16OnTheWireEqualsDense) {
   Setting run;
   run.optimizer = "adamw";
-  run.wire = GradComm::Bf16;
+  run.hook = "bf16";
   const auto [sent, dense] = expectSparseEqualsDense(run);
   EXPECT_EQ(sent, expectedBytes(world_, kRowsPerRank * kContext, dense));
 }

@@ -18,7 +18,7 @@ int main() {
   auto comm = distributed::makeCommunicator(opts, &env);
   if (comm->rank() == 0) {
     Tensor buffer = Tensor::zeros({8}, DType::F32, Device::CPU);
-    comm->allReduceAverage(buffer, "bucket 0")->wait();
+    comm->allReduce(buffer, distributed::ReduceOp::Avg, "bucket 0")->wait();
     std::printf("rank 0: the all-reduce completed, which it cannot\n");
   } else {
     std::this_thread::sleep_for(std::chrono::minutes(2));

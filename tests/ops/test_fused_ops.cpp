@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/ops/dispatch.h"
+#include "framework/tensor/dispatch.h"
 #include "framework/ops/ops.h"
 #include "framework/runtime/device.h"
 #include "kernels/bias.h"

@@ -7,7 +7,7 @@
 #include <functional>
 #include <vector>
 
-#include "framework/ops/dispatch.h"
+#include "framework/tensor/dispatch.h"
 #include "framework/ops/ops.h"
 #include "framework/runtime/device.h"
 #include "kernels/matmul.h"

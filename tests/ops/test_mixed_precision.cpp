@@ -10,9 +10,9 @@
 
 #include "framework/distributed/ddp.h"
 #include "framework/nn/linear.h"
-#include "framework/ops/dispatch.h"
+#include "framework/tensor/dispatch.h"
 #include "framework/ops/ops.h"
-#include "framework/ops/tensor_math.h"
+#include "framework/tensor/tensor_math.h"
 #include "framework/runtime/device.h"
 #include "kernels/gelu_math.h"
 #include "kernels/matmul.h"

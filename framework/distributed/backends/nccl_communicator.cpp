@@ -1,4 +1,4 @@
-#include "framework/distributed/nccl_communicator.h"
+#include "framework/distributed/backends/nccl_communicator.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -8,7 +8,6 @@
 #include "framework/distributed/launcher.h"
 #include "framework/distributed/mpi_environment.h"
 #include "framework/runtime/device.h"
-#include "kernels/bf16_cast.h"
 
 namespace minidp::distributed {
 
@@ -107,42 +106,39 @@ std::string NcclCommunicator::describe() const {
   return os.str();
 }
 
-std::shared_ptr<Work> NcclCommunicator::allReduceAverage(Tensor buffer, const std::string& tag) {
-  return reduceGradients(std::move(buffer), Tensor(), Reduction::AllReduce, tag);
+std::shared_ptr<Work> NcclCommunicator::allReduce(Tensor buffer, ReduceOp op, const std::string& tag) {
+  return reduce(std::move(buffer), op, false, tag);
 }
 
-std::shared_ptr<Work> NcclCommunicator::reduceGradients(Tensor buffer, Tensor wire, Reduction reduction,
-                                                        const std::string& tag, const AfterReduce& after) {
-  checkCuda("reduceGradients", buffer);
-  checkGradientBucket(buffer, wire, reduction, world_);
+std::shared_ptr<Work> NcclCommunicator::reduceScatter(Tensor buffer, ReduceOp op, const std::string& tag) {
+  return reduce(std::move(buffer), op, true, tag);
+}
+
+std::shared_ptr<Work> NcclCommunicator::reduce(Tensor buffer, ReduceOp op, bool scatter, const std::string& tag) {
+  checkCuda("reduction", buffer);
+  checkReduction(buffer, scatter, world_);
   return stream_->launch(
       tag, buffer,
       [&](cudaStream_t s) {
-        const bool bf16 = wire.defined();
-        const size_t n = buffer.numel(), elementBytes = bf16 ? sizeof(minidp::bf16) : dtypeSize(buffer.dtype());
-        // The casts run on the comm stream, between the collective's start and done events.
-        if (bf16) kernels::cuda::castToBf16(buffer.data<float>(), wire.data<minidp::bf16>(), n, s);
-        char* data = static_cast<char*>(bf16 ? wire.raw() : buffer.raw());
-        const ncclDataType_t type = bf16 ? ncclBfloat16 : ncclType(buffer.dtype());
-        size_t first = 0, count = n;
-        if (reduction == Reduction::AllReduce) {
-          NCCL_CHECK(ncclAllReduce(data, data, n, type, ncclAvg, comm_, s));
-        } else {
-          count = n / world_;
-          first = rank_ * count;  // in place: the receive buffer is this rank's shard of the send buffer
-          NCCL_CHECK(ncclReduceScatter(data, data + first * elementBytes, count, type, ncclAvg, comm_, s));
+        const size_t n = buffer.numel();
+        char* data = static_cast<char*>(buffer.raw());
+        const ncclDataType_t type = ncclType(buffer.dtype());
+        const ncclRedOp_t ncclOp = op == ReduceOp::Avg ? ncclAvg : ncclSum;
+        if (!scatter) {
+          NCCL_CHECK(ncclAllReduce(data, data, n, type, ncclOp, comm_, s));
+          return;
         }
-        if (bf16) {
-          kernels::cuda::castFromBf16(wire.data<minidp::bf16>() + first, buffer.data<float>() + first, count, s);
-        }
-        if (after) after(s);
+        const size_t count = n / world_;
+        // In place: the receive buffer is this rank's shard of the send buffer.
+        NCCL_CHECK(ncclReduceScatter(data, data + rank_ * count * dtypeSize(buffer.dtype()), count, type, ncclOp,
+                                     comm_, s));
       },
       watch());
 }
 
 std::shared_ptr<Work> NcclCommunicator::allGatherShards(Tensor buffer, const std::string& tag) {
   checkCuda("allGatherShards", buffer);
-  checkGradientBucket(buffer, Tensor(), Reduction::ReduceScatter, world_);
+  checkReduction(buffer, true, world_);
   return stream_->launch(
       tag, buffer,
       [&](cudaStream_t s) {
@@ -154,17 +150,20 @@ std::shared_ptr<Work> NcclCommunicator::allGatherShards(Tensor buffer, const std
       watch());
 }
 
-std::shared_ptr<Work> NcclCommunicator::allGatherInto(Tensor input, Tensor output, const std::string& tag,
-                                                      const AfterReduce& after) {
-  checkCuda("allGatherInto", output);
+std::shared_ptr<Work> NcclCommunicator::allGather(Tensor input, Tensor output, const std::string& tag) {
+  checkCuda("allGather", output);
   checkAllGather(input, output, world_);
   return stream_->launch(
       tag, input,
       [&](cudaStream_t s) {
         NCCL_CHECK(ncclAllGather(input.raw(), output.raw(), input.numel(), ncclType(input.dtype()), comm_, s));
-        if (after) after(s);
       },
       watch());
+}
+
+std::shared_ptr<Work> NcclCommunicator::enqueue(const std::string& tag, Tensor keep,
+                                                const std::function<void(cudaStream_t)>& task) {
+  return stream_->launch(tag, std::move(keep), task);
 }
 
 void NcclCommunicator::watchReplay(const std::string& tag) {

@@ -1,11 +1,11 @@
-#include "framework/distributed/mpi_communicator.h"
+#include "framework/distributed/backends/mpi_communicator.h"
 
 #include <climits>
 #include <cstdio>
 #include <sstream>
 
 #include "framework/distributed/comm_thread.h"
-#include "framework/ops/dispatch.h"
+#include "framework/tensor/dispatch.h"
 #include "kernels/bf16_cast.h"
 #include "kernels/elementwise.h"
 
@@ -61,64 +61,61 @@ std::string MpiCommunicator::describe() const {
   return os.str();
 }
 
-std::shared_ptr<Work> MpiCommunicator::allReduceAverage(Tensor buffer, const std::string& tag) {
-  return reduceGradients(std::move(buffer), Tensor(), Reduction::AllReduce, tag);
+std::shared_ptr<Work> MpiCommunicator::allReduce(Tensor buffer, ReduceOp op, const std::string& tag) {
+  return reduce(std::move(buffer), op, false, tag);
 }
 
-std::shared_ptr<Work> MpiCommunicator::reduceGradients(Tensor buffer, Tensor wire, Reduction reduction,
-                                                       const std::string& tag, const AfterReduce& after) {
-  checkCpu("reduceGradients", buffer);
-  checkGradientBucket(buffer, wire, reduction, worldSize());
-  const size_t bytes = wire.defined() ? wire.nbytes() : buffer.nbytes();
+std::shared_ptr<Work> MpiCommunicator::reduceScatter(Tensor buffer, ReduceOp op, const std::string& tag) {
+  return reduce(std::move(buffer), op, true, tag);
+}
+
+std::shared_ptr<Work> MpiCommunicator::reduce(Tensor buffer, ReduceOp op, bool scatter, const std::string& tag) {
+  checkCpu("reduction", buffer);
+  checkReduction(buffer, scatter, worldSize());
   MPI_Comm comm = env_.comm();
   const int rank = env_.rank(), world = env_.worldSize();
   MPI_Op bf16Sum = bf16Sum_;
   std::shared_ptr<Work> work = env_.post(
-      [buffer, wire, reduction, comm, rank, world, bf16Sum, after] {
-        const bool compressed = wire.defined();
-        void* data = compressed ? wire.raw() : buffer.raw();
+      [buffer, op, scatter, comm, rank, world, bf16Sum] {
+        const bool bf16 = buffer.dtype() == DType::BF16;
+        void* data = buffer.raw();
         const int count = static_cast<int>(buffer.numel());
-        const MPI_Datatype type = compressed ? MPI_UINT16_T : mpiType(buffer.dtype());
-        if (compressed) {
-          // ncclAvg on bf16: every rank's input is rounded to bf16 and pre-multiplied by bf16(1/N).
-          kernels::cpu::castToBf16(buffer.data<float>(), wire.data<bf16>(), count);
-          kernels::cpu::scaleBf16(wire.data<bf16>(), bf16ToFloat(floatToBf16(1.0f / static_cast<float>(world))), count);
+        const MPI_Datatype type = mpiType(buffer.dtype());
+        // ncclAvg on bf16: every rank's input is pre-multiplied by bf16(1/N), then summed.
+        if (bf16 && op == ReduceOp::Avg) {
+          kernels::cpu::scaleBf16(buffer.data<minidp::bf16>(), bf16ToFloat(floatToBf16(1.0f / static_cast<float>(world))),
+                                  count);
         }
-        const MPI_Op op = compressed ? bf16Sum : MPI_SUM;
+        const MPI_Op mpiOp = bf16 ? bf16Sum : MPI_SUM;
         if (rank == 0) {
-          MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, data, count, type, op, 0, comm));
-          // fp32: the one place the sum becomes an average (bf16 was scaled before the sum).
-          if (!compressed) {
+          MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, data, count, type, mpiOp, 0, comm));
+          // fp32 / fp64: the one place a sum becomes an average (bf16 was scaled before the sum).
+          if (!bf16 && op == ReduceOp::Avg) {
             MINIDP_DISPATCH_FLOAT(
                 buffer.dtype(), T,
                 kernels::cpu::scale<T>(static_cast<T*>(data), T(1) / T(world), static_cast<T*>(data), count));
           }
         } else {
-          MPI_CHECK(MPI_Reduce(data, nullptr, count, type, op, 0, comm));
+          MPI_CHECK(MPI_Reduce(data, nullptr, count, type, mpiOp, 0, comm));
         }
-        // Rank 0's bits go to every rank: the whole bucket, or each rank its shard.
-        int64_t first = 0, n = count;
-        if (reduction == Reduction::AllReduce) {
+        // Rank 0's bits go to every rank: the whole buffer, or each rank its shard.
+        if (!scatter) {
           MPI_CHECK(MPI_Bcast(data, count, type, 0, comm));
-        } else {
-          n = count / world;
-          first = rank * n;
-          const size_t elementBytes = compressed ? sizeof(bf16) : dtypeSize(buffer.dtype());
-          void* mine = static_cast<char*>(data) + first * elementBytes;
-          MPI_CHECK(MPI_Scatter(data, static_cast<int>(n), type, rank == 0 ? MPI_IN_PLACE : mine, static_cast<int>(n),
-                                type, 0, comm));
+          return;
         }
-        if (compressed) kernels::cpu::castFromBf16(wire.data<bf16>() + first, buffer.data<float>() + first, n);
-        if (after) after(nullptr);
+        const int n = count / world;
+        void* mine = static_cast<char*>(data) + static_cast<size_t>(rank) * n * dtypeSize(buffer.dtype());
+        MPI_CHECK(MPI_Scatter(data, n, type, rank == 0 ? MPI_IN_PLACE : mine, n, type, 0, comm));
       },
-      tag, bytes);
+      tag, buffer.nbytes());
   watchdog_.watch(work);
   return work;
 }
 
 std::shared_ptr<Work> MpiCommunicator::allGatherShards(Tensor buffer, const std::string& tag) {
   checkCpu("allGatherShards", buffer);
-  checkGradientBucket(buffer, Tensor(), Reduction::ReduceScatter, worldSize());
+  MINIDP_CHECK(buffer.numel() % worldSize() == 0,
+               "all-gather of shards of " << buffer.numel() << " elements over " << worldSize() << " ranks");
   MPI_Comm comm = env_.comm();
   const int world = env_.worldSize();
   std::shared_ptr<Work> work = env_.post(
@@ -132,21 +129,24 @@ std::shared_ptr<Work> MpiCommunicator::allGatherShards(Tensor buffer, const std:
   return work;
 }
 
-std::shared_ptr<Work> MpiCommunicator::allGatherInto(Tensor input, Tensor output, const std::string& tag,
-                                                     const AfterReduce& after) {
-  checkCpu("allGatherInto", output);
+std::shared_ptr<Work> MpiCommunicator::allGather(Tensor input, Tensor output, const std::string& tag) {
+  checkCpu("allGather", output);
   checkAllGather(input, output, worldSize());
   MPI_Comm comm = env_.comm();
   std::shared_ptr<Work> work = env_.post(
-      [input, output, comm, after] {
+      [input, output, comm] {
         const MPI_Datatype type = mpiType(input.dtype());
         const int n = static_cast<int>(input.numel());
         MPI_CHECK(MPI_Allgather(input.raw(), n, type, output.raw(), n, type, comm));
-        if (after) after(nullptr);
       },
       tag, output.nbytes());
   watchdog_.watch(work);
   return work;
+}
+
+std::shared_ptr<Work> MpiCommunicator::enqueue(const std::string& tag, Tensor keep,
+                                               const std::function<void(cudaStream_t)>& task) {
+  return env_.post([keep, task] { task(nullptr); }, tag, 0);
 }
 
 void MpiCommunicator::broadcast(Tensor& tensor, int root) {

@@ -65,6 +65,16 @@ void checkSame(const char* op, const Tensor& a, const Tensor& b);
     }                                                                                                   \
   } while (0)
 
+/// MINIDP_LAUNCH on an explicit stream: a comm hook's work on the comm stream (the CPU twin ignores it).
+#define MINIDP_LAUNCH_ON(stream, tensor, kernel, ...)                          \
+  do {                                                                         \
+    if ((tensor).isCuda()) {                                                   \
+      MINIDP_ON_CUDA(::minidp::kernels::cuda::kernel(__VA_ARGS__, (stream)));  \
+    } else {                                                                   \
+      ::minidp::kernels::cpu::kernel(__VA_ARGS__);                             \
+    }                                                                          \
+  } while (0)
+
 /// MINIDP_LAUNCH for an activation kernel<T> that may be bf16: bf16 kernels exist on CUDA only (the CPU
 /// keeps its fp32/fp64 twins), so a bf16 CPU tensor is an error naming the op.
 #define MINIDP_LAUNCH_ACTIVATION_T(tensor, T, kernel, ...)                                                \

@@ -33,17 +33,18 @@ class NcclCommunicator : public Communicator {
   std::string name() const override { return "nccl"; }
   std::string describe() const override;
   bool supports(Device device) const override { return device == Device::CUDA; }
-  /// ready event on the compute stream -> comm stream waits -> ncclAllReduce(ncclAvg) -> done event.
-  std::shared_ptr<Work> allReduceAverage(Tensor buffer, const std::string& tag) override;
-  /// ready event -> comm stream waits -> [cast to bf16] -> ncclAllReduce / ncclReduceScatter (ncclAvg, in
-  /// place) -> [cast back] -> [after] -> done event.
-  std::shared_ptr<Work> reduceGradients(Tensor buffer, Tensor wire, Reduction reduction, const std::string& tag,
-                                        const AfterReduce& after = {}) override;
+  /// ready event on the compute stream -> comm stream waits -> ncclAllReduce (ncclSum / ncclAvg, in place)
+  /// -> done event.
+  std::shared_ptr<Work> allReduce(Tensor buffer, ReduceOp op, const std::string& tag) override;
+  /// The same with ncclReduceScatter into this rank's shard of the buffer.
+  std::shared_ptr<Work> reduceScatter(Tensor buffer, ReduceOp op, const std::string& tag) override;
   /// ncclAllGather on the comm stream (the work holds `input`; the caller keeps `output` alive).
-  std::shared_ptr<Work> allGatherInto(Tensor input, Tensor output, const std::string& tag,
-                                      const AfterReduce& after = {}) override;
+  std::shared_ptr<Work> allGather(Tensor input, Tensor output, const std::string& tag) override;
   /// ncclAllGather in place on the comm stream.
   std::shared_ptr<Work> allGatherShards(Tensor buffer, const std::string& tag) override;
+  /// ready event -> comm stream waits -> `task`'s kernels -> done event.
+  std::shared_ptr<Work> enqueue(const std::string& tag, Tensor keep,
+                                const std::function<void(cudaStream_t)>& task) override;
   void broadcast(Tensor& tensor, int root) override;
   std::vector<std::string> allGather(const std::string& bytes) override;
   /// ncclCommAbort (never while the watchdog queries the communicator), then MPI_Abort under mpirun.
@@ -57,6 +58,8 @@ class NcclCommunicator : public Communicator {
  private:
   /// The watchdog's health check: the line to print for NCCL's asynchronous error, empty while none.
   std::string asyncError() const;
+  /// ncclAllReduce or ncclReduceScatter of `buffer`, in place.
+  std::shared_ptr<Work> reduce(Tensor buffer, ReduceOp op, bool scatter, const std::string& tag);
   /// Hands a work to the watchdog (CommStream::launch calls it before enqueueing the collective).
   std::function<void(const std::shared_ptr<Work>&)> watch();
   MpiEnvironment* env_;

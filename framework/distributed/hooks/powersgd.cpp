@@ -1,0 +1,248 @@
+// PowerSGD (Vogels et al. 2019), as PyTorch's powerSGD_hook defines it (torch/distributed/algorithms/
+// ddp_comm_hooks/powerSGD_hook.py; tests/reference/make_powersgd_fixtures.py states it step by step). Each
+// gradient viewed as a matrix M (n = its first extent, m = the rest) of rank r' = min(n, m, r) is compressed
+// when (n + m) r' x min_rate < n m; the others (all 1-D ones) travel uncompressed. For the first start_iter
+// steps every bucket is averaged as it is. Then, per bucket and step, on the comm stream (thread):
+//   1. error feedback: bucket += e; keep a copy of it;
+//   2. the uncompressed gradients packed into U, all-reduced (average);
+//   3. per matrix: Q orthogonalised (Gram-Schmidt), P = M Q; every P all-reduced (sum);
+//   4. P orthogonalised, Q = M^T P; every Q all-reduced (average), kept as next step's warm start;
+//   5. M = P Q^T and U written back into the bucket; e = copy - bucket (over the whole bucket).
+// Every rank ends with the same bits: P, Q and U are reduced, and the decompression is the same everywhere.
+// The state (e per rank, Q, the step) is the hook's and goes into checkpoints, keyed by parameter name.
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "framework/distributed/comm_hook.h"
+#include "framework/tensor/dispatch.h"
+#include "kernels/elementwise.h"
+#include "kernels/low_rank.h"
+#include "kernels/matmul.h"
+
+namespace minidp::distributed {
+
+namespace {
+
+constexpr const char* kStep = "powersgd.step";
+std::string qName(const std::string& param) { return "powersgd.q." + param; }
+std::string errorName(const std::string& param) { return "powersgd.error." + param; }
+
+/// One gradient of a bucket as PowerSGD treats it.
+struct Matrix {
+  BucketEntry entry;
+  int64_t n = 0, m = 0, r = 0;  // (n, m) view, rank r'; r = 0: uncompressed
+  int64_t p = 0, q = 0, u = 0;  // offsets into the bucket's P, Q (compressed) or U (uncompressed)
+};
+
+/// A bucket's plan and its buffers (allocated once per plan).
+struct BucketState {
+  std::vector<Matrix> matrices;
+  Tensor p, q, u;   // packed factors and uncompressed gradients
+  Tensor copy;      // the bucket after error feedback
+  Tensor error;     // e, the error feedback (zero until the first compressed step)
+};
+
+/// N(0, 1) draws from a generator seeded by (seed, name): the same matrix on every rank.
+std::vector<float> normalDraws(uint64_t seed, const std::string& name, int64_t count) {
+  std::seed_seq sequence(name.begin(), name.end());
+  std::vector<uint64_t> mixed(1);
+  sequence.generate(mixed.begin(), mixed.end());
+  std::mt19937_64 rng(seed ^ mixed[0]);
+  std::vector<float> out(count);
+  for (int64_t k = 0; k < count; ++k) {
+    // Box-Muller from 53-bit uniforms: the same draws on every platform (std::normal_distribution is not).
+    const double u1 = (static_cast<double>(rng() >> 11) + 1) * 0x1.0p-53;
+    const double u2 = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+    out[k] = static_cast<float>(std::sqrt(-2 * std::log(u1)) * std::cos(2 * M_PI * u2));
+  }
+  return out;
+}
+
+class PowerSgdHook : public CommHook {
+ public:
+  explicit PowerSgdHook(const CommHookOptions& opts) : opts_(opts) {
+    MINIDP_CHECK(opts.powersgdRank >= 1, "--powersgd-rank " << opts.powersgdRank << ": at least 1");
+    MINIDP_CHECK(opts.powersgdStartIter >= 0, "--powersgd-start-iter " << opts.powersgdStartIter << ": at least 0");
+    MINIDP_CHECK(opts.powersgdMinCompression >= 0 && std::isfinite(opts.powersgdMinCompression),
+                 "PowerSGD minimum compression rate " << opts.powersgdMinCompression);
+  }
+  std::string name() const override { return "powersgd"; }
+
+  void setup(const std::vector<GradBucket>& buckets, Communicator&) override {
+    // The state moves to the new plan by parameter name: e and Q keep their values across a re-plan.
+    std::map<std::string, Tensor> errors, qs;
+    for (const BucketState& b : buckets_) {
+      for (const Matrix& mx : b.matrices) {
+        errors[mx.entry.name] = Tensor::alias(b.error, mx.entry.offset, mx.entry.shape).clone();
+        if (mx.r > 0) qs[mx.entry.name] = Tensor::alias(b.q, mx.q, {mx.m, mx.r}).clone();
+      }
+    }
+    buckets_.clear();
+    for (const GradBucket& g : buckets) {
+      MINIDP_CHECK(g.reduction == Reduction::AllReduce,
+                   "--comm-hook powersgd all-reduces its factors: it cannot be combined with --zero 1");
+      MINIDP_CHECK(g.buffer.dtype() == DType::F32,
+                   "--comm-hook powersgd needs fp32 gradients, bucket " << g.index << " holds "
+                                                                        << dtypeName(g.buffer.dtype()));
+      BucketState b;
+      int64_t p = 0, q = 0, u = 0;
+      for (const BucketEntry& e : g.entries) {
+        Matrix mx{e};
+        mx.n = e.shape.empty() ? 1 : e.shape[0];
+        mx.m = mx.n == 0 ? 0 : e.numel() / mx.n;
+        const int64_t r = std::min<int64_t>({mx.n, mx.m, opts_.powersgdRank});
+        const bool compress = static_cast<double>((mx.n + mx.m) * r) * opts_.powersgdMinCompression <
+                              static_cast<double>(mx.n * mx.m);
+        if (compress) {
+          mx.r = r;
+          mx.p = p;
+          mx.q = q;
+          p += mx.n * r;
+          q += mx.m * r;
+        } else {
+          mx.u = u;
+          u += e.numel();
+        }
+        b.matrices.push_back(mx);
+      }
+      const Device device = g.buffer.device();
+      b.p = Tensor::empty({p}, DType::F32, device);
+      b.q = Tensor::zeros({q}, DType::F32, device);
+      b.u = Tensor::empty({u}, DType::F32, device);
+      b.copy = Tensor::empty({g.buffer.numel()}, DType::F32, device);
+      b.error = Tensor::zeros({g.buffer.numel()}, DType::F32, device);
+      for (Matrix& mx : b.matrices) {
+        if (auto it = errors.find(mx.entry.name); it != errors.end()) {
+          Tensor::alias(b.error, mx.entry.offset, mx.entry.shape).copyFrom(it->second);
+        }
+        if (mx.r == 0) continue;
+        Tensor q = Tensor::alias(b.q, mx.q, {mx.m, mx.r});
+        if (auto it = qs.find(mx.entry.name); it != qs.end() && it->second.shape() == q.shape()) {
+          q.copyFrom(it->second);
+        } else {
+          q.copyFrom(Tensor::fromVector(normalDraws(opts_.seed, mx.entry.name, mx.m * mx.r), q.shape()).to(device));
+        }
+      }
+      buckets_.push_back(std::move(b));
+    }
+  }
+
+  std::shared_ptr<Work> reduce(const GradBucket& bucket, Communicator& comm) override {
+    const std::string tag = "bucket " + std::to_string(bucket.index);
+    if (step_ < opts_.powersgdStartIter) return comm.allReduce(bucket.buffer, ReduceOp::Avg, tag);
+    const BucketState& b = buckets_.at(bucket.index);
+    Tensor grad = bucket.buffer, p = b.p, q = b.q, u = b.u, copy = b.copy, error = b.error;
+    const std::vector<Matrix> matrices = b.matrices;
+    const bool anyCompressed = p.numel() > 0;
+    std::vector<std::shared_ptr<Work>> works;
+    works.push_back(comm.enqueue(tag + " compress", grad, [=](cudaStream_t s) mutable {
+      MINIDP_LAUNCH_ON(s, grad, addInPlace<float>, grad.data<float>(), error.data<float>(), grad.numel());
+      copy.copyFrom(grad, s);
+      for (const Matrix& mx : matrices) {
+        if (mx.r == 0) {
+          Tensor::alias(u, mx.u, {mx.entry.numel()}).copyFrom(Tensor::alias(grad, mx.entry.offset, {mx.entry.numel()}), s);
+          continue;
+        }
+        float* qm = q.data<float>() + mx.q;
+        MINIDP_LAUNCH_ON(s, grad, orthogonalizeColumns, qm, mx.m, mx.r);
+        // P (n, r) = M (n, m) @ Q (m, r)
+        MINIDP_LAUNCH_ON(s, grad, gemm<float>, false, false, mx.n, mx.r, mx.m, 1.0f,
+                         grad.data<float>() + mx.entry.offset, 0, qm, 0, 0.0f, p.data<float>() + mx.p, 0, 1);
+      }
+    }));
+    if (u.numel() > 0) works.push_back(comm.allReduce(u, ReduceOp::Avg, tag + " uncompressed"));
+    if (anyCompressed) {
+      works.push_back(comm.allReduce(p, ReduceOp::Sum, tag + " P"));
+      works.push_back(comm.enqueue(tag + " Q", grad, [=](cudaStream_t s) mutable {
+        for (const Matrix& mx : matrices) {
+          if (mx.r == 0) continue;
+          float* pm = p.data<float>() + mx.p;
+          MINIDP_LAUNCH_ON(s, grad, orthogonalizeColumns, pm, mx.n, mx.r);
+          // Q (m, r) = M^T (m, n) @ P (n, r)
+          MINIDP_LAUNCH_ON(s, grad, gemm<float>, true, false, mx.m, mx.r, mx.n, 1.0f,
+                           grad.data<float>() + mx.entry.offset, 0, pm, 0, 0.0f, q.data<float>() + mx.q, 0, 1);
+        }
+      }));
+      works.push_back(comm.allReduce(q, ReduceOp::Avg, tag + " Q"));
+    }
+    works.push_back(comm.enqueue(tag + " decompress", grad, [=](cudaStream_t s) mutable {
+      for (const Matrix& mx : matrices) {
+        if (mx.r == 0) {
+          Tensor::alias(grad, mx.entry.offset, {mx.entry.numel()}).copyFrom(Tensor::alias(u, mx.u, {mx.entry.numel()}), s);
+          continue;
+        }
+        // M (n, m) = P (n, r) @ Q^T (r, m)
+        MINIDP_LAUNCH_ON(s, grad, gemm<float>, false, true, mx.n, mx.m, mx.r, 1.0f, p.data<float>() + mx.p, 0,
+                         q.data<float>() + mx.q, 0, 0.0f, grad.data<float>() + mx.entry.offset, 0, 1);
+      }
+      MINIDP_LAUNCH_ON(s, grad, subtract, copy.data<float>(), grad.data<float>(), error.data<float>(), grad.numel());
+    }));
+    return std::make_shared<WorkChain>(tag, grad.nbytes(), std::move(works));
+  }
+
+  void endStep() override { ++step_; }
+
+  HookState checkpointState(Communicator& comm) override {
+    const int world = comm.worldSize();
+    HookState out;
+    out.emplace_back(kStep, Tensor::fromVector(std::vector<double>{static_cast<double>(step_)}, {1}));
+    for (size_t k = 0; k < buckets_.size(); ++k) {
+      const BucketState& b = buckets_[k];
+      // Every rank's error feedback, for rank 0 to write: (world, bucket) in rank order.
+      Tensor errors = Tensor::empty({world * b.error.numel()}, DType::F32, b.error.device());
+      comm.allGather(b.error, errors, "gather powersgd error " + std::to_string(k))->wait();
+      const Tensor host = errors.to(Device::CPU);
+      for (const Matrix& mx : b.matrices) {
+        Tensor e = Tensor::empty({world, mx.entry.numel()}, DType::F32, Device::CPU);
+        for (int r = 0; r < world; ++r) {
+          Tensor::alias(e, r * mx.entry.numel(), {mx.entry.numel()})
+              .copyFrom(Tensor::alias(host, r * b.error.numel() + mx.entry.offset, {mx.entry.numel()}));
+        }
+        out.emplace_back(errorName(mx.entry.name), e);
+        if (mx.r > 0) out.emplace_back(qName(mx.entry.name), Tensor::alias(b.q, mx.q, {mx.m, mx.r}).to(Device::CPU));
+      }
+    }
+    return out;
+  }
+
+  void restoreState(const std::function<Tensor(const std::string&)>& find, Communicator& comm) override {
+    const Tensor step = find(kStep);
+    if (step.defined()) step_ = static_cast<int64_t>(step.toDType(DType::F64).toVector<double>()[0]);
+    const int world = comm.worldSize(), rank = comm.rank();
+    for (BucketState& b : buckets_) {
+      for (const Matrix& mx : b.matrices) {
+        const Tensor e = find(errorName(mx.entry.name));
+        if (e.defined()) {
+          MINIDP_CHECK(e.numel() == world * mx.entry.numel(),
+                       "PowerSGD error feedback of '" << mx.entry.name << "' was saved for "
+                                                      << e.numel() / std::max<int64_t>(mx.entry.numel(), 1)
+                                                      << " ranks, this run has " << world);
+          Tensor::alias(b.error, mx.entry.offset, {mx.entry.numel()})
+              .copyFrom(Tensor::alias(e.toDType(DType::F32), rank * mx.entry.numel(), {mx.entry.numel()})
+                            .to(b.error.device()));
+        }
+        if (mx.r == 0) continue;
+        const Tensor q = find(qName(mx.entry.name));
+        if (!q.defined()) continue;
+        MINIDP_CHECK(q.numel() == mx.m * mx.r, "PowerSGD Q of '" << mx.entry.name << "' holds " << q.numel()
+                                                                 << " values, expected " << mx.m * mx.r
+                                                                 << " (another --powersgd-rank?)");
+        Tensor::alias(b.q, mx.q, {mx.m * mx.r}).copyFrom(q.toDType(DType::F32).view({mx.m * mx.r}).to(b.q.device()));
+      }
+    }
+  }
+
+ private:
+  CommHookOptions opts_;
+  int64_t step_ = 0;
+  std::vector<BucketState> buckets_;
+};
+
+}  // namespace
+
+std::unique_ptr<CommHook> makePowerSgdHook(const CommHookOptions& opts) {
+  return std::make_unique<PowerSgdHook>(opts);
+}
+
+}  // namespace minidp::distributed

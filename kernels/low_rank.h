@@ -1,0 +1,27 @@
+// PowerSGD's local arithmetic (the comm hook framework/distributed/hooks/powersgd.cpp): Gram-Schmidt
+// orthogonalisation of the columns of a low-rank factor, and the error-feedback difference.
+#pragma once
+
+#include <cstdint>
+
+#include "base/stream.h"
+
+namespace minidp::kernels {
+
+namespace cpu {
+/// Orthonormalises the `cols` columns of the row-major (rows, cols) matrix `m` in place, as PyTorch's
+/// _orthogonalize_gram_schmidt with epsilon 0: for each column i in turn, col_i /= ||col_i||, then every
+/// later column j -= <col_i, col_j> col_i. Sums accumulate in double, in row order.
+void orthogonalizeColumns(float* m, int64_t rows, int64_t cols);
+/// out = a - b, element by element.
+void subtract(const float* a, const float* b, float* out, int64_t n);
+}  // namespace cpu
+
+namespace cuda {
+/// As the CPU twin: one block, the same column order; sums in double in a fixed order (the same bits on
+/// every rank for the same input).
+void orthogonalizeColumns(float* m, int64_t rows, int64_t cols, cudaStream_t stream);
+void subtract(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream);
+}  // namespace cuda
+
+}  // namespace minidp::kernels
