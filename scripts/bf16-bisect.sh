@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Diagnosis of the bf16 fortunes gap (issue 9): fp32 and bf16 side by side for 500 steps at the fortunes
-# GPT shape and at shapes that each change one dimension, all at once on one GPU. Prints the training
+# Diagnosis of a bf16 / fp32 gap on the fortunes GPT: fp32 and bf16 side by side for 500 steps at its
+# shape and at shapes that each change one dimension, all at once on one GPU. Prints the training
 # loss at steps 250 and 500 of each pair. Usage: scripts/bf16-bisect.sh OUTDIR (after a build).
 set -uo pipefail
 out=${1:?usage: bf16-bisect.sh OUTDIR}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Bucket all-reduces inside training against the raw ncclAllReduce at the same sizes (issue 10).
+"""Bucket all-reduces inside training against the raw ncclAllReduce at the same sizes.
 
 Reads a minidp-bench trace (--trace, one traced step per run) and, where given, minidp-bench-allreduce's JSON.
 For each run (overlap off and on per bucket cap), rank 0's buckets: size on the wire (bf16 on the wire halves

@@ -7,8 +7,7 @@ bench_zero_overlap, bench_zero_forward, weak_np1),
 torch_bench.py's (torch_fp32, torch_bf16) and minidp-bench-allreduce's (allreduce); files that are missing are
 skipped. One row per framework, gradient precision, ZeRO stage and bucket cap: step time with overlap off and
 on, minidp's comm, backward and exposed time, E, H = (T_off - T_on) / min(T_comm, T_backward), and the speed-up.
-Then the comparisons issue 10 asks for: minidp's best cap against PyTorch DDP at the same precision and cap,
-and weak scaling.
+Then the comparisons: minidp's best cap against PyTorch DDP at the same precision and cap, and weak scaling.
 """
 import argparse
 import json
