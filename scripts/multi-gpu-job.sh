@@ -18,7 +18,7 @@
 #      test_grad_clip under mpirun -np N, tests/train/resume.py with its CUDA cases, and compute-sanitizer
 #      memcheck of test_sparse_rows on one GPU);
 #   2. raw all-reduce bandwidth at the bucket sizes (minidp-bench-allreduce: ncclAllReduce per size);
-#   3. minidp-bench overlap off/on, bucket caps swept beside --bucket-mb auto, fp32 and --grad-comm bf16
+#   3. minidp-bench overlap off/on, bucket caps swept beside --bucket-mb auto, fp32 and --comm-hook bf16
 #      (bf16 also with --sparse-embedding-grad)
 #      (the fp32 sweep traced, one step of it drawn with plot_bench.py);
 #   4. ZeRO-1 (--zero 1), parameters gathered at the end of the step, bucket by bucket, and bucket by bucket
@@ -109,13 +109,13 @@ if want fp32; then
 fi
 if want bf16; then
   stamp "minidp bf16 sweep"
-  "${mpi[@]}" "$build/bin/minidp-bench" "${gpt[@]}" "${bench[@]}" --bucket-mb-list "auto,$caps" --grad-comm bf16 \
+  "${mpi[@]}" "$build/bin/minidp-bench" "${gpt[@]}" "${bench[@]}" --bucket-mb-list "auto,$caps" --comm-hook bf16 \
     --json "$out/bench_bf16.json" > "$out/bench_bf16.txt" || echo "FAILED: bench_bf16"
   tail -n 12 "$out/bench_bf16.txt"
 fi
 if want sparse; then
   stamp "minidp bf16 sweep, row-sparse embedding gradient (traced)"
-  "${mpi[@]}" "$build/bin/minidp-bench" "${gpt[@]}" "${bench[@]}" --bucket-mb-list "auto,$caps" --grad-comm bf16 \
+  "${mpi[@]}" "$build/bin/minidp-bench" "${gpt[@]}" "${bench[@]}" --bucket-mb-list "auto,$caps" --comm-hook bf16 \
     --sparse-embedding-grad --json "$out/bench_bf16_sparse.json" --trace "$out/trace_bf16_sparse.json" --trace-steps 1 \
     > "$out/bench_bf16_sparse.txt" || echo "FAILED: bench_bf16_sparse"
   tail -n 12 "$out/bench_bf16_sparse.txt"

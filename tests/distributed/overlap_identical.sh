@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The data-parallel engine's promise end to end: minidp-train under mpirun -np 2 with overlap on and with
 # overlap off writes byte-identical checkpoints. Usage: overlap_identical.sh MPIEXEC MINIDP_TRAIN MODEL [FLAG...]
-# (extra flags go to both runs, e.g. --grad-comm bf16 or --zero 1)
+# (extra flags go to both runs, e.g. --comm-hook bf16 or --zero 1)
 set -euo pipefail
 mpiexec=$1 train=$2 model=$3
 shift 3

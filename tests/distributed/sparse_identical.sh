@@ -2,7 +2,7 @@
 # --sparse-embedding-grad end to end: minidp-train's GPT under mpirun -np N with wte.weight's rows
 # all-gathered. Overlap on and off write byte-identical checkpoints; against dense DDP the checkpoint is
 # byte-identical with 2 ranks and fp32 on the wire (a + b = b + a, and both halve the sum exactly), and
-# otherwise within TOL (default 1e-5; 5e-3 with --grad-comm bf16): the rows are added in rank order, in
+# otherwise within TOL (default 1e-5; 5e-3 with --comm-hook bf16): the rows are added in rank order, in
 # fp32, where the dense all-reduce sums in its own order (and in bf16 with bf16 on the wire).
 # N x 2 micro-batches x 2 x 16 ids are below the vocabulary: the sparse path, not the fallback.
 # Usage: MINIDP_PYTHON=... sparse_identical.sh MPIEXEC MINIDP_TRAIN N [FLAG...] (ctest sets MINIDP_PYTHON, the

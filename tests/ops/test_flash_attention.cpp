@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/ops/dispatch.h"
+#include "framework/tensor/dispatch.h"
 #include "framework/ops/ops.h"
 #include "kernels/flash_attention.h"
 #include "tests/support/device_compare.h"

@@ -203,6 +203,7 @@ class PowerSgdHook : public CommHook {
         if (mx.r > 0) out.emplace_back(qName(mx.entry.name), Tensor::alias(b.q, mx.q, {mx.m, mx.r}).to(Device::CPU));
       }
     }
+    if (comm.rank() != 0) out.clear();  // rank 0 writes the checkpoint
     return out;
   }
 

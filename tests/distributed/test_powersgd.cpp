@@ -1,0 +1,247 @@
+// The PowerSGD comm hook (hooks/powersgd.cpp): against PyTorch 1.13's powerSGD_hook on 2 ranks (fixtures
+// from tests/reference/make_powersgd_fixtures.py: the same initial weights, batches and initial Q matrices,
+// 5 SGD steps, rank 2, start_iter 2); on any rank count identical on every rank, overlap on == off to the
+// byte, and a restored hook state continuing exactly; the Gram-Schmidt kernel against float64.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <sstream>
+
+#include "framework/distributed/ddp.h"
+#include "framework/nn/checkpoint.h"
+#include "framework/ops/ops.h"
+#include "framework/optim/grad_clip.h"
+#include "framework/optim/optimizer.h"
+#include "framework/runtime/device.h"
+#include "kernels/low_rank.h"
+#include "models/gpt.h"
+#include "models/mlp.h"
+#include "tests/distributed/dist_test_env.h"
+#include "tests/support/gradcheck.h"
+#include "tests/support/parameters.h"
+
+namespace minidp {
+namespace {
+
+using distributed::DdpOptions;
+using distributed::DistributedDataParallel;
+using distributed::Overlap;
+
+std::string fixturePath(const std::string& name) {
+  const char* root = std::getenv("MINIDP_SOURCE_DIR");
+  return std::string(root ? root : ".") + "/tests/fixtures/" + name;
+}
+
+std::vector<int64_t> parseList(const std::string& s) {
+  std::vector<int64_t> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoll(item));
+  return out;
+}
+
+std::unique_ptr<models::Model> buildModel(const SafeTensorFile& f) {
+  const auto& meta = f.metadata;
+  if (meta.at("model") == "mlp") return std::make_unique<models::MLP>(parseList(meta.at("dims")), 0);
+  models::GptConfig c;
+  c.vocab = std::stoll(meta.at("vocab_size"));
+  c.context = std::stoll(meta.at("block_size"));
+  c.layers = std::stoll(meta.at("n_layer"));
+  c.heads = std::stoll(meta.at("n_head"));
+  c.embd = std::stoll(meta.at("n_embd"));
+  return std::make_unique<models::GPT>(c, 0);
+}
+
+/// Rows [rank * B, (rank + 1) * B) of step `step` of a fixture's (steps, world * B, ...) tensor.
+Tensor rowsOf(const Tensor& all, int64_t step, int rank, int64_t B, Device device) {
+  Shape shape(all.shape().begin() + 1, all.shape().end());
+  const int64_t perRow = shapeNumel(shape) / shape[0];
+  shape[0] = B;
+  const int64_t offset = step * all.numel() / all.shape()[0] + rank * B * perRow;
+  return Tensor::alias(all, offset, shape).clone().to(device);
+}
+
+class PowerSgd : public testing::CommunicatorTest {};
+
+TEST_P(PowerSgd, MatchesPyTorchsPowerSgdHook) {
+  for (const std::string fixture : {"powersgd_mlp.safetensors", "powersgd_gpt.safetensors"}) {
+    SCOPED_TRACE(fixture);
+    const SafeTensorFile f = readSafetensors(fixturePath(fixture));
+    const auto& meta = f.metadata;
+    if (world_ != std::stoi(meta.at("world"))) GTEST_SKIP() << "the fixture was made on " << meta.at("world") << " ranks";
+    auto model = buildModel(f);
+    nn::loadParameters(*model, f, "param.");
+    model->to(GetParam(), DType::F32);
+    DdpOptions opts;
+    opts.bucketCapBytes = opts.firstBucketCapBytes = size_t(256) << 20;  // one bucket, as the fixture's DDP
+    opts.commHook = {"powersgd", std::stoi(meta.at("rank")), std::stoll(meta.at("start_iter")),
+                     std::stod(meta.at("min_compression_rate"))};
+    DistributedDataParallel ddp(model->namedParameters(), comm_, opts);
+    // The fixture's initial Q matrices, in place of the hook's own draws.
+    ddp.restoreHookState([&f](const std::string& name) {
+      const std::string prefix = "powersgd.q.";
+      if (name.compare(0, prefix.size(), prefix) != 0) return Tensor();
+      return nn::fromSafeTensor(f.at("q." + name.substr(prefix.size())), name);
+    });
+    optim::Sgd sgd(model->namedParameters(), std::stod(meta.at("lr")));  // no momentum, as the fixture's
+    const Tensor inputs = nn::fromSafeTensor(f.at("inputs"), "inputs");
+    const Tensor targets = nn::fromSafeTensor(f.at("targets"), "targets");
+    const int64_t B = std::stoll(meta.at("B"));
+    for (int64_t step = 0; step < std::stoll(meta.at("steps")); ++step) {
+      ddp.prepareStep();
+      model->loss(rowsOf(inputs, step, rank_, B, GetParam()), rowsOf(targets, step, rank_, B, GetParam())).backward();
+      ddp.finalize();
+      sgd.step();
+    }
+    // Within 1e-5 of each tensor's largest magnitude; the compressed steps change the weights by ~1e-2.
+    double worst = 0;
+    for (const auto& [name, p] : model->namedParameters()) {
+      const std::vector<double> got = p.data().toDType(DType::F64).toVector<double>();
+      const std::vector<double> want = nn::fromSafeTensor(f.at("final." + name), name).toDType(DType::F64).toVector<double>();
+      ASSERT_EQ(got.size(), want.size()) << name;
+      double scale = 0, error = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        scale = std::max(scale, std::abs(want[i]));
+        error = std::max(error, std::abs(got[i] - want[i]));
+      }
+      EXPECT_LE(error, 1e-5 * scale) << name << ": max error " << error << " of " << scale;
+      worst = std::max(worst, error / scale);
+    }
+    if (rank_ == 0) std::printf("%s: largest error %.2e of a tensor's largest magnitude\n", fixture.c_str(), worst);
+  }
+}
+
+/// Training runs of a tiny GPT with PowerSGD over several buckets.
+struct Setting {
+  Overlap overlap = Overlap::DuringBackward;
+  int64_t accum = 2;
+  double clip = 0.5;
+};
+
+class PowerSgdRuns : public testing::CommunicatorTest {
+ protected:
+  static constexpr int64_t kRows = 2, kContext = 6;
+
+  DdpOptions options(Overlap overlap) const {
+    DdpOptions opts{overlap, 1200, 300};  // caps in bytes: several buckets
+    opts.commHook = {"powersgd", 2, 2, 1.0};
+    return opts;
+  }
+
+  std::unique_ptr<models::GPT> model() const {
+    auto m = std::make_unique<models::GPT>(models::GptConfig{32, kContext, 2, 2, 16}, 11 + rank_);
+    m->to(GetParam(), DType::F32);
+    return m;
+  }
+
+  /// Steps [first, last) of `run` on `m` under `ddp` (AdamW, clipping, gradient accumulation).
+  void steps(models::GPT& m, DistributedDataParallel& ddp, optim::Optimizer& adamw, optim::GradClipper& clipper,
+             const Setting& run, int64_t first, int64_t last) const {
+    for (int64_t step = first; step < last; ++step) {
+      ddp.prepareStep();
+      for (int64_t micro = 0; micro < run.accum; ++micro) {
+        const uint64_t seed = 500 + 2 * (step * run.accum + micro);
+        const auto mine = [&](const Tensor& t) {
+          return Tensor::alias(t, rank_ * kRows * kContext, {kRows, kContext}).clone().to(GetParam());
+        };
+        const Tensor inputs = testing::randomIndices({world_ * kRows, kContext}, 32, seed);
+        const Tensor targets = testing::randomIndices({world_ * kRows, kContext}, 32, seed + 1);
+        ddp.setRequireSync(micro + 1 == run.accum);
+        Variable loss = m.loss(mine(inputs), mine(targets));
+        ops::scale(loss, 1.0 / static_cast<double>(run.accum)).backward();
+      }
+      ddp.finalize();
+      ddp.computeGradNorm(clipper);
+      adamw.step();
+    }
+  }
+
+  /// `total` steps; with `split` > 0, the first `split` steps, then a new DDP (a fresh hook: new Q draws,
+  /// zero error feedback, step 0) over the same model and optimizer, its hook state restored from what the
+  /// old one saved (rank 0's checkpoint tensors, broadcast as a file read by every rank would give them),
+  /// and the rest.
+  std::string train(const Setting& run, int64_t total, int64_t split = 0) const {
+    auto m = model();
+    auto ddp = std::make_unique<DistributedDataParallel>(m->namedParameters(), comm_, options(run.overlap));
+    auto adamw = optim::makeOptimizer("adamw", m->namedParameters(), 1e-2, 0.01);
+    optim::GradClipper clipper(run.clip, DType::F32, GetParam());
+    adamw->setGradScale(clipper.scale());
+    steps(*m, *ddp, *adamw, clipper, run, 0, split > 0 ? split : total);
+    if (split == 0) return testing::parameterBytes(*m);
+    std::map<std::string, Tensor> saved;
+    for (const auto& [name, t] : ddp->hookState()) saved[name] = t.to(Device::CPU);
+    EXPECT_EQ(saved.empty(), rank_ != 0) << "rank 0 (alone) writes the hook's state";
+    ddp.reset();
+    ddp = std::make_unique<DistributedDataParallel>(m->namedParameters(), comm_, options(run.overlap));
+    ddp->restoreHookState([&](const std::string& name) {
+      const std::vector<std::string> numel =
+          comm_->allGather(saved.count(name) ? std::to_string(saved.at(name).numel()) : "");
+      if (numel[0].empty()) return Tensor();
+      // float64 on the wire: every saved dtype (F32 values, the F64 step) passes through it exactly.
+      Tensor flat = saved.count(name) ? Tensor::alias(saved.at(name), 0, {saved.at(name).numel()}).toDType(DType::F64)
+                                      : Tensor::zeros({std::stoll(numel[0])}, DType::F64, Device::CPU);
+      flat = flat.to(GetParam());
+      comm_->broadcast(flat, 0);
+      return flat.to(Device::CPU);
+    });
+    steps(*m, *ddp, *adamw, clipper, run, split, total);
+    return testing::parameterBytes(*m);
+  }
+};
+
+TEST_P(PowerSgdRuns, IdenticalOnEveryRankAndOverlapOnEqualsOff) {
+  const std::string on = train(Setting{Overlap::DuringBackward}, 8);
+  const std::string off = train(Setting{Overlap::AfterBackward}, 8);
+  EXPECT_TRUE(on == off) << "overlap on and off differ";
+  const std::vector<std::string> all = comm_->allGather(on);
+  for (int r = 1; r < world_; ++r) EXPECT_TRUE(all[r] == all[0]) << "rank " << r << " differs from rank 0";
+}
+
+TEST_P(PowerSgdRuns, RestoredHookStateContinuesExactly) {
+  const std::string straight = train(Setting{}, 8);
+  const std::string resumed = train(Setting{}, 8, 5);
+  EXPECT_TRUE(straight == resumed) << "5 steps + restore + 3 steps differ from 8 steps";
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, PowerSgd, ::testing::Values(Device::CPU, Device::CUDA),
+                         [](const auto& info) { return std::string(deviceName(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Devices, PowerSgdRuns, ::testing::Values(Device::CPU, Device::CUDA),
+                         [](const auto& info) { return std::string(deviceName(info.param)); });
+
+/// Modified Gram-Schmidt in float64, as PyTorch's _orthogonalize_gram_schmidt.
+std::vector<double> gramSchmidt(std::vector<double> m, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < cols; ++i) {
+    double norm = 0;
+    for (int64_t r = 0; r < rows; ++r) norm += m[r * cols + i] * m[r * cols + i];
+    norm = std::sqrt(norm);
+    for (int64_t r = 0; r < rows; ++r) m[r * cols + i] /= norm;
+    for (int64_t j = i + 1; j < cols; ++j) {
+      double dot = 0;
+      for (int64_t r = 0; r < rows; ++r) dot += m[r * cols + i] * m[r * cols + j];
+      for (int64_t r = 0; r < rows; ++r) m[r * cols + j] -= dot * m[r * cols + i];
+    }
+  }
+  return m;
+}
+
+TEST(LowRank, OrthogonalizeColumnsMatchesFloat64GramSchmidtOnCpuAndCuda) {
+  for (const auto [rows, cols] : {std::pair<int64_t, int64_t>{7, 1}, {50, 4}, {3000, 3}}) {
+    const Tensor m = testing::randomTensor({rows, cols}, 77 + rows, -1, 1, DType::F32);
+    const std::vector<float> x = m.toVector<float>();
+    const std::vector<double> want = gramSchmidt(std::vector<double>(x.begin(), x.end()), rows, cols);
+    std::vector<float> cpu = x;
+    kernels::cpu::orthogonalizeColumns(cpu.data(), rows, cols);
+    for (size_t k = 0; k < want.size(); ++k) ASSERT_NEAR(cpu[k], want[k], 1e-5) << rows << "x" << cols << " #" << k;
+#if MINIDP_WITH_CUDA
+    if (!runtime::cudaAvailable()) continue;
+    Tensor device = m.to(Device::CUDA);
+    kernels::cuda::orthogonalizeColumns(device.data<float>(), rows, cols, runtime::computeStream());
+    const std::vector<float> gpu = device.toVector<float>();
+    for (size_t k = 0; k < want.size(); ++k) ASSERT_NEAR(gpu[k], want[k], 1e-5) << "cuda " << rows << "x" << cols;
+#endif
+  }
+}
+
+}  // namespace
+}  // namespace minidp
