@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every test: install what is missing, build, run the whole ctest suite (CUDA tests skip without a GPU;
 # distributed tests run under mpirun -np 2 and -np 3). Then, as a user would: install minidp into a
-# temporary prefix, build examples/custom_layer against that installation alone, and run its tests (the
-# RMSNorm layer with minidp::testing, and a 2-rank training run whose loss must fall). Last, the CPU suite
+# temporary prefix, build examples/custom_layer and examples/custom_hook against that installation alone, and
+# run their tests (the RMSNorm layer with minidp::testing, a 2-rank training run whose loss must fall, and a
+# 2-rank run with the example's top-k comm hook, overlap on and off byte-identical). Last, the CPU suite
 # again, built with AddressSanitizer and UndefinedBehaviorSanitizer in build-asan/ (MINIDP_SANITIZE=0 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,10 +15,12 @@ scripts/build.sh
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 cmake --install build --prefix "$scratch/prefix" >/dev/null
-cmake -S examples/custom_layer -B "$scratch/example" -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_PREFIX_PATH="$scratch/prefix" >/dev/null
-cmake --build "$scratch/example" -j"$(nproc)"
-(cd "$scratch/example" && ctest --output-on-failure)
+for example in custom_layer custom_hook; do
+  cmake -S examples/$example -B "$scratch/$example" -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_PREFIX_PATH="$scratch/prefix" >/dev/null
+  cmake --build "$scratch/$example" -j"$(nproc)"
+  (cd "$scratch/$example" && ctest --output-on-failure)
+done
 
 if [ "${MINIDP_SANITIZE:-1}" = 1 ]; then
   flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"

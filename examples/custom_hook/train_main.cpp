@@ -1,0 +1,9 @@
+// custom-hook-train: minidp-train with --comm-hook topk registered; every minidp-train flag works.
+//   mpirun -np 2 custom-hook-train --model mlp --comm-hook topk --steps 300
+#include "top_k_hook.h"
+#include "train/training_loop.h"
+
+int main(int argc, char** argv) {
+  custom::registerTopKHook(0.05);
+  return minidp::train::runTraining(argc, argv, "custom-hook-train");
+}
