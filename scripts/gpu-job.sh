@@ -126,6 +126,37 @@ step_fortunes_wait() {
     { py train/plot_metrics.py "$out/cosine.jsonl" "$out/bf16.jsonl" -o "$out/loop_h200_fortunes.png" \
       --title "fortunes GPT 10.8M, H200" >/dev/null 2>&1 || echo "plot failed"; }
 }
+# Comm hooks on the emulated 2-rank link at 3 GB/s (100 us), GPT-2 small, bf16 compute, batch 8: the one-GPU step
+# of the same job first, then each hook with overlap off and on per bucket cap (compute_ms on - off: the compute
+# slowdown beside the link).
+step_hooks_emulated() {
+  [ -f "$out/tokens/train.bin" ] || py scripts/make-random-tokens.py "$out/tokens"
+  local emu=(--comm emulated --emulated-world 2 --emulated-gbps 3 --emulated-latency-us 100)
+  build/bin/minidp-bench "${gpt2[@]}" --batch-size 8 --dtype bf16 --steps 15 --warmup 5 --bucket-mb-list 25 \
+    --json "$out/hooks_one_gpu.json" >"$out/hooks_one_gpu.txt" 2>&1; echo one-gpu; tail -2 "$out/hooks_one_gpu.txt"
+  for run in "bf16" "bf16 --sparse-embedding-grad" "powersgd --powersgd-rank 4" "powersgd --powersgd-rank 1" \
+             "powersgd --powersgd-rank 4 --sparse-embedding-grad"; do
+    set -- $run
+    local name="hooks_emu3_$(echo "$run" | tr -d '-' | tr ' ' '_')"
+    build/bin/minidp-bench "${gpt2[@]}" "${emu[@]}" --batch-size 8 --dtype bf16 --steps 15 --warmup 5 \
+      --bucket-mb-list ${HOOK_CAPS:-5,25,100} --comm-hook "$@" --powersgd-start-iter 2 --json "$out/$name.json" \
+      >"$out/$name.txt" 2>&1; echo "$name"; tail -$((2 * $(echo ${HOOK_CAPS:-5,25,100} | tr ',' '\n' | wc -l) + 1)) "$out/$name.txt"
+  done
+}
+# The fortunes GPT (10.8 M) with PowerSGD rank 4 against dense all-reduce, equal steps, warm-up + cosine + clip,
+# on the emulated 2-rank link (identical ranks: the compression of the whole batch's gradient); run together
+# (loss, not speed); both curves in one picture.
+step_powersgd_fortunes() {
+  local loop=(--lr-schedule cosine --warmup-steps 100 --clip-grad-norm 1 --comm emulated --emulated-world 2)
+  build/bin/minidp-train "${fortunes[@]}" "${loop[@]}" --metrics "$out/psgd_dense.jsonl" >"$out/psgd_dense.log" 2>&1 &
+  build/bin/minidp-train "${fortunes[@]}" "${loop[@]}" --comm-hook powersgd --powersgd-rank ${PSGD_RANK:-4} \
+    --powersgd-start-iter 100 --metrics "$out/psgd_r${PSGD_RANK:-4}.jsonl" >"$out/psgd_r${PSGD_RANK:-4}.log" 2>&1 &
+  wait
+  grep -H "validation loss" "$out"/psgd_*.log
+  py train/plot_metrics.py "$out/psgd_dense.jsonl" "$out/psgd_r${PSGD_RANK:-4}.jsonl" -o "$out/powersgd_fortunes.png" \
+    --title "fortunes GPT 10.8M: dense all-reduce and PowerSGD rank ${PSGD_RANK:-4}, H200" >/dev/null 2>&1 ||
+    echo "plot failed"
+}
 step_mlp_graph() {
   for g in "" --cuda-graph; do
     build/bin/minidp-bench --model mlp --device cuda --steps 200 --warmup 20 --bucket-mb-list 25 $g \
