@@ -12,13 +12,20 @@
 //   backward   rowDot D = rowsum(dout * out); then one kernel per key tile (dK, dV, looping over the
 //              query tiles at or after it) and one per query tile (dQ, looping over key tiles up to it),
 //              both recomputing P from the logsumexp. Every output element has one writer: no atomics.
+//              Where a thread would hold too many accumulators (bf16 at d = 256), each CTA owns a slice
+//              of the d output columns (kSplit slices, blockIdx.y = head * kSplit + slice) and recomputes
+//              the scores over the whole d.
 // The looped-over tiles are copied with 16-byte cp.async.cg into two shared-memory buffers: tile j + 1
-// is in flight while tile j is computed (commit / wait_group 1). Rows past the sequence end are
-// zero-filled by the copy; padding query rows get logsumexp +inf, so their probabilities are exactly 0.
+// is in flight while tile j is computed (commit / wait_group 1). Rows past the sequence end are never
+// read: their shared rows are zeroed by plain stores, and padding query rows get logsumexp +inf, so
+// their probabilities are exactly 0.
+// fp32 at a head dim whose six tiles do not fit in a CTA's shared memory (256) takes row kernels
+// instead: a warp per query or key row, the rows it meets read from global memory (L2), no tiles.
 #include <cuda_bf16.h>
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "base/cuda_check.h"
 #include "kernels/flash_attention.h"
@@ -31,10 +38,10 @@ constexpr int kTile = 64;  // query rows and key rows per tile
 
 // ---- cp.async ----
 
-// 16 bytes global -> shared, bypassing L1; with `valid` false the 16 bytes are zero-filled instead.
-__device__ void cpAsync16(void* dst, const void* src, bool valid) {
+// 16 bytes global -> shared, bypassing L1.
+__device__ void cpAsync16(void* dst, const void* src) {
   const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src), "r"(valid ? 16 : 0));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr), "l"(src));
 }
 __device__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>
@@ -43,14 +50,20 @@ __device__ void cpAsyncWait() {
 }
 
 // Starts copying rows [0, kTile) of a matrix whose rows are `stride` elements apart (the first D used)
-// into shared rows of `ld` elements; rows at or past `validRows` are zero-filled.
+// into shared rows of `ld` elements. Rows at or past `validRows` lie past the sequence end: no copy is
+// issued for them (no instruction names their global address) and their shared chunks are zeroed by
+// plain stores, visible with the copies after the caller's wait and barrier.
 template <typename E, int D, int kThreads>
 __device__ void loadTileAsync(E* dst, int ld, const E* src, int64_t stride, int validRows) {
   constexpr int kPerChunk = 16 / sizeof(E), kChunks = D / kPerChunk;
+  static_assert(D % kPerChunk == 0, "tile rows are copied in 16-byte chunks");
   for (int c = threadIdx.x; c < kTile * kChunks; c += kThreads) {
     const int r = c / kChunks, col = c % kChunks * kPerChunk;
-    const bool valid = r < validRows;
-    cpAsync16(dst + r * ld + col, valid ? src + r * stride + col : src, valid);
+    if (r < validRows) {
+      cpAsync16(dst + r * ld + col, src + r * stride + col);
+    } else {
+      *reinterpret_cast<uint4*>(dst + r * ld + col) = make_uint4(0u, 0u, 0u, 0u);
+    }
   }
 }
 
@@ -391,13 +404,21 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
 
 // ---- backward ----
 
+// Lanes that share one row of rowDotKernel: the 16-byte chunks of a row, rounded up to a power of two
+// (at most the warp); a lane takes chunks lane, lane + kLanes, ...
+__host__ __device__ constexpr int rowDotLanes(int chunks) {
+  int lanes = 1;
+  while (lanes < chunks && lanes < 32) lanes *= 2;
+  return lanes;
+}
+
 // rowDot[b, h, t] = sum_c dout[b, t, h d + c] * out[b, t, h d + c], in fp32. A row of D elements is read
-// as 16-byte vectors by D / kVec consecutive lanes (a warp covers several rows), then summed by a butterfly
+// as 16-byte vectors by kLanes consecutive lanes (a warp covers several rows), then summed by a butterfly
 // over those lanes: a fixed order.
 template <typename E, int D>
 __global__ void rowDotKernel(const E* dout, const E* out, float* rowDot, int64_t rows, int seqLen, int H) {
-  constexpr int kVec = 16 / sizeof(E), kLanes = D / kVec, kRowsPerWarp = 32 / kLanes;
-  static_assert(D % kVec == 0 && 32 % kLanes == 0, "rowDot: D must be a multiple of the vector width");
+  constexpr int kVec = 16 / sizeof(E), kChunks = D / kVec, kLanes = rowDotLanes(kChunks), kRowsPerWarp = 32 / kLanes;
+  static_assert(D % kVec == 0, "rowDot: D must be a multiple of the vector width");
   struct alignas(16) Vec {
     E v[kVec];
   };
@@ -406,10 +427,12 @@ __global__ void rowDotKernel(const E* dout, const E* out, float* rowDot, int64_t
   const int64_t row = warp * kRowsPerWarp + lane / kLanes;  // (b, t, h) order
   float sum = 0.0f;
   if (row < rows) {
-    const Vec a = reinterpret_cast<const Vec*>(dout + row * D)[lane % kLanes];
-    const Vec o = reinterpret_cast<const Vec*>(out + row * D)[lane % kLanes];
+    for (int c = lane % kLanes; c < kChunks; c += kLanes) {
+      const Vec a = reinterpret_cast<const Vec*>(dout + row * D)[c];
+      const Vec o = reinterpret_cast<const Vec*>(out + row * D)[c];
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) sum += toFloat(a.v[j]) * toFloat(o.v[j]);
+      for (int j = 0; j < kVec; ++j) sum += toFloat(a.v[j]) * toFloat(o.v[j]);
+    }
   }
   sum = rowSum<kLanes>(sum);  // every lane takes part: the shuffles need the whole warp
   if (row >= rows || lane % kLanes != 0) return;
@@ -417,24 +440,25 @@ __global__ void rowDotKernel(const E* dout, const E* out, float* rowDot, int64_t
   rowDot[(b * H + h) * seqLen + t] = sum;
 }
 
-// Stores a (kTile, D) accumulator tile times `scale` into rows [row0, seqLen) of dst (rows `stride` apart).
-template <class Math, int D>
-__device__ void storeTile(const Math& math, const float (&acc)[Math::kOutPer16 * D / 16], float scale,
+// Stores a (kTile, Dc) accumulator tile times `scale` into rows [row0, seqLen) of dst (rows `stride` apart).
+template <class Math, int Dc>
+__device__ void storeTile(const Math& math, const float (&acc)[Math::kOutPer16 * Dc / 16], float scale,
                           typename Math::Elem* dst, int64_t stride, int row0, int seqLen) {
 #pragma unroll
-  for (int e = 0; e < Math::kOutPer16 * D / 16; ++e) {
-    const int row = row0 + math.slotRow(Math::template outSlot<D>(e));
-    if (row < seqLen) dst[row * stride + math.template outCol<D>(e)] = fromFloat<typename Math::Elem>(acc[e] * scale);
+  for (int e = 0; e < Math::kOutPer16 * Dc / 16; ++e) {
+    const int row = row0 + math.slotRow(Math::template outSlot<Dc>(e));
+    if (row < seqLen) dst[row * stride + math.template outCol<Dc>(e)] = fromFloat<typename Math::Elem>(acc[e] * scale);
   }
 }
 
-// dQ of one query tile: dS = P * (dout @ v^T - D), dq = scale * dS @ k over key tiles 0..i.
-template <class Math, int D>
+// dQ of one query tile: dS = P * (dout @ v^T - D), dq = scale * dS @ k over key tiles 0..i; the CTA
+// writes columns [slice Dc, slice Dc + Dc) of dq, Dc = D / kSplit.
+template <class Math, int D, int kSplit>
 __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
     flashBackwardQueryKernel(const typename Math::Elem* dout, const typename Math::Elem* qkv, const float* lse,
                              const float* rowDot, typename Math::Elem* dqkv, int seqLen, int H, float scale) {
   using E = typename Math::Elem;
-  constexpr int kLd = D + Math::kPad, kTileElems = kTile * kLd;
+  constexpr int kLd = D + Math::kPad, kTileElems = kTile * kLd, Dc = D / kSplit;
   extern __shared__ __align__(16) unsigned char smem[];
   E* sQ = reinterpret_cast<E*>(smem);
   E* sDout = sQ + kTileElems;
@@ -442,7 +466,7 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
   E* sV = sK + 2 * kTileElems;  // two buffers
   float* scratch = reinterpret_cast<float*>(sV + 2 * kTileElems);
   const int qTile = gridDim.x - 1 - blockIdx.x;
-  const int h = blockIdx.y, b = blockIdx.z, C = H * D, q0 = qTile * kTile;
+  const int h = blockIdx.y / kSplit, col0 = blockIdx.y % kSplit * Dc, b = blockIdx.z, C = H * D, q0 = qTile * kTile;
   const int64_t stride = 3 * int64_t(C);
   const E* q = qkv + int64_t(b) * seqLen * stride + h * D;
   const E* dy = dout + int64_t(b) * seqLen * C + h * D;  // (T, d) rows C apart
@@ -462,9 +486,9 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
     rowLse[r] = row < seqLen ? lse[i] * Math::kExpScale : INFINITY;
     rowD[r] = row < seqLen ? rowDot[i] : 0.0f;
   }
-  float s[Math::kScores], dp[Math::kScores], dq[Math::kOutPer16 * D / 16];
+  float s[Math::kScores], dp[Math::kScores], dq[Math::kOutPer16 * Dc / 16];
 #pragma unroll
-  for (int e = 0; e < Math::kOutPer16 * D / 16; ++e) dq[e] = 0.0f;
+  for (int e = 0; e < Math::kOutPer16 * Dc / 16; ++e) dq[e] = 0.0f;
   for (int kt = 0; kt <= qTile; ++kt) {
     kv.advance(kt, qTile);
     math.template scores<D>(s, sQ, kv.key(kt), kLd, scratch);
@@ -476,20 +500,21 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
       const float p = masked ? 0.0f : Math::exp(s[e] * sc - rowLse[slot]);
       s[e] = p * (dp[e] - rowD[slot]);
     }
-    math.template accumulate<D>(dq, s, kv.key(kt), kLd, scratch);
+    math.template accumulate<Dc>(dq, s, kv.key(kt) + col0, kLd, scratch);
     __syncthreads();
   }
-  storeTile<Math, D>(math, dq, scale, dqkv + int64_t(b) * seqLen * stride + h * D, stride, q0, seqLen);
+  storeTile<Math, Dc>(math, dq, scale, dqkv + int64_t(b) * seqLen * stride + h * D + col0, stride, q0, seqLen);
 }
 
 // dK, dV of one key tile, over the query tiles at or after it: with S^T = k q^T (keys as rows),
-// dv += P^T @ dout, dS^T = P^T * (v @ dout^T - D), dk = scale * dS^T @ q.
-template <class Math, int D>
+// dv += P^T @ dout, dS^T = P^T * (v @ dout^T - D), dk = scale * dS^T @ q; the CTA writes columns
+// [slice Dc, slice Dc + Dc) of dk and dv, Dc = D / kSplit.
+template <class Math, int D, int kSplit>
 __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
     flashBackwardKeyKernel(const typename Math::Elem* dout, const typename Math::Elem* qkv, const float* lse,
                            const float* rowDot, typename Math::Elem* dqkv, int seqLen, int H, float scale) {
   using E = typename Math::Elem;
-  constexpr int kLd = D + Math::kPad, kTileElems = kTile * kLd;
+  constexpr int kLd = D + Math::kPad, kTileElems = kTile * kLd, Dc = D / kSplit;
   extern __shared__ __align__(16) unsigned char smem[];
   E* sK = reinterpret_cast<E*>(smem);
   E* sV = sK + kTileElems;
@@ -499,7 +524,8 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
   float* sD = sLse + 2 * kTile;                                    // two buffers of kTile
   float* scratch = sD + 2 * kTile;
   const int kTileIndex = blockIdx.x;  // the most query tiles first
-  const int h = blockIdx.y, b = blockIdx.z, C = H * D, k0 = kTileIndex * kTile;
+  const int h = blockIdx.y / kSplit, col0 = blockIdx.y % kSplit * Dc, b = blockIdx.z, C = H * D,
+            k0 = kTileIndex * kTile;
   const int qTiles = (seqLen + kTile - 1) / kTile;
   const int64_t stride = 3 * int64_t(C);
   const E* q = qkv + int64_t(b) * seqLen * stride + h * D;
@@ -527,9 +553,9 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
 
   const Math math;
   const float sc = scale * Math::kExpScale;
-  float s[Math::kScores], dp[Math::kScores], dk[Math::kOutPer16 * D / 16], dv[Math::kOutPer16 * D / 16];
+  float s[Math::kScores], dp[Math::kScores], dk[Math::kOutPer16 * Dc / 16], dv[Math::kOutPer16 * Dc / 16];
 #pragma unroll
-  for (int e = 0; e < Math::kOutPer16 * D / 16; ++e) dk[e] = dv[e] = 0.0f;
+  for (int e = 0; e < Math::kOutPer16 * Dc / 16; ++e) dk[e] = dv[e] = 0.0f;
   for (int qt = kTileIndex; qt < qTiles; ++qt) {
     const int buf = (qt - kTileIndex) & 1;
     if (qt + 1 < qTiles) {
@@ -551,19 +577,185 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
       const bool masked = qt == kTileIndex && col < math.slotRow(Math::scoreSlot(e));  // query < key
       s[e] = masked ? 0.0f : Math::exp(s[e] * sc - tileLse[col]);
     }
-    math.template accumulate<D>(dv, s, doutTileS, kLd, scratch);
+    math.template accumulate<Dc>(dv, s, doutTileS + col0, kLd, scratch);
     math.template scores<D>(dp, sV, doutTileS, kLd, scratch);
 #pragma unroll
     for (int e = 0; e < Math::kScores; ++e) s[e] *= dp[e] - tileD[math.scoreCol(e)];
-    math.template accumulate<D>(dk, s, qTileS, kLd, scratch);
+    math.template accumulate<Dc>(dk, s, qTileS + col0, kLd, scratch);
     __syncthreads();
   }
-  E* dBase = dqkv + int64_t(b) * seqLen * stride + h * D;
-  storeTile<Math, D>(math, dk, scale, dBase + C, stride, k0, seqLen);
-  storeTile<Math, D>(math, dv, 1.0f, dBase + 2 * C, stride, k0, seqLen);
+  E* dBase = dqkv + int64_t(b) * seqLen * stride + h * D + col0;
+  storeTile<Math, Dc>(math, dk, scale, dBase + C, stride, k0, seqLen);
+  storeTile<Math, Dc>(math, dv, 1.0f, dBase + 2 * C, stride, k0, seqLen);
+}
+
+// ---- fp32 row kernels: head dims whose tiles do not fit in shared memory ----
+
+// Exact fp32 as F32Math, without tiles: a warp per row, lane l holding columns l + 32 j of it; the rows
+// it meets are read from global memory in 128-byte warp-wide pieces. Dot products are summed over the
+// lanes by a butterfly, so every lane holds the same bits and the order is fixed.
+constexpr int kRowWarps = 4;  // rows per CTA
+
+template <int D>
+__device__ float warpDot(const float (&a)[D / 32], const float* b) {
+  float part = 0.0f;
+#pragma unroll
+  for (int j = 0; j < D / 32; ++j) part = fmaf(a[j], b[32 * j], part);
+  return rowSum<32>(part);
+}
+
+template <int D>
+__device__ void loadRow(float (&dst)[D / 32], const float* src) {
+#pragma unroll
+  for (int j = 0; j < D / 32; ++j) dst[j] = src[32 * j];
+}
+
+// The row one warp of a row kernel owns (rowBlock * kRowWarps + its warp), its (batch, head) from
+// blockIdx.z and .y, and addresses in that (batch, head): each at this lane's first column.
+template <int D>
+struct RowWarp {
+  int lane, row, h, b, H, seqLen;
+  int64_t C, stride;
+  __device__ RowWarp(int H, int seqLen, int rowBlock)
+      : lane(threadIdx.x % 32),
+        row(rowBlock * kRowWarps + threadIdx.x / 32),
+        h(blockIdx.y),
+        b(blockIdx.z),
+        H(H),
+        seqLen(seqLen),
+        C(int64_t(H) * D),
+        stride(3 * int64_t(H) * D) {}
+  // Row t of part p (0 = q, 1 = k, 2 = v) of a (B, T, 3C) tensor, and of a (B, T, C) one.
+  template <typename P>
+  __device__ P* qkvRow(P* x, int t, int part) const {
+    return x + (int64_t(b) * seqLen + t) * stride + part * C + h * D + lane;
+  }
+  template <typename P>
+  __device__ P* outRow(P* x, int t) const {
+    return x + (int64_t(b) * seqLen + t) * C + h * D + lane;
+  }
+  // Index of row t in a (B, H, T) statistic.
+  __device__ int64_t stat(int t) const { return (int64_t(b) * H + h) * seqLen + t; }
+};
+
+// Forward of query row i: online softmax over keys 0..i.
+template <int D>
+__global__ void __launch_bounds__(32 * kRowWarps)
+    rowForwardKernel(const float* qkv, float* out, float* lse, int seqLen, int H, float scale) {
+  constexpr int kPer = D / 32;
+  const RowWarp<D> w(H, seqLen, blockIdx.x);
+  const int i = w.row;
+  if (i >= seqLen) return;  // the whole warp: its shuffles stay among its own lanes
+  float q[kPer], o[kPer];
+  loadRow<D>(q, w.qkvRow(qkv, i, 0));
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) o[j] = 0.0f;
+  float m = -INFINITY, l = 0.0f;
+  for (int t = 0; t <= i; ++t) {
+    const float* k = w.qkvRow(qkv, t, 1);
+    const float* v = w.qkvRow(qkv, t, 2);
+    const float s = warpDot<D>(q, k) * scale;
+    const float mNew = fmaxf(m, s), correction = expf(m - mNew), p = expf(s - mNew);
+    l = l * correction + p;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) o[j] = fmaf(p, v[32 * j], o[j] * correction);
+    m = mNew;
+  }
+  float* y = w.outRow(out, i);
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) y[32 * j] = o[j] / l;
+  if (w.lane == 0) lse[w.stat(i)] = m + logf(l);
+}
+
+// dq of query row i: scale * sum over keys t <= i of P (dout . v_t - D) k_t.
+template <int D>
+__device__ void rowBackwardQuery(const RowWarp<D>& w, const float* dout, const float* qkv, const float* lse,
+                                 const float* rowDot, float* dqkv, float scale) {
+  constexpr int kPer = D / 32;
+  const int i = w.row;
+  float q[kPer], dy[kPer], dq[kPer];
+  loadRow<D>(q, w.qkvRow(qkv, i, 0));
+  loadRow<D>(dy, w.outRow(dout, i));
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) dq[j] = 0.0f;
+  const float rowLse = lse[w.stat(i)], rowD = rowDot[w.stat(i)];
+  for (int t = 0; t <= i; ++t) {
+    const float* k = w.qkvRow(qkv, t, 1);
+    const float p = expf(warpDot<D>(q, k) * scale - rowLse);
+    const float ds = p * (warpDot<D>(dy, w.qkvRow(qkv, t, 2)) - rowD);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) dq[j] = fmaf(ds, k[32 * j], dq[j]);
+  }
+  float* dst = w.qkvRow(dqkv, i, 0);
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) dst[32 * j] = dq[j] * scale;
+}
+
+// dk and dv of key row t: over queries i >= t, dv += P dout_i, dk += scale P (dout_i . v - D_i) q_i.
+template <int D>
+__device__ void rowBackwardKey(const RowWarp<D>& w, const float* dout, const float* qkv, const float* lse,
+                               const float* rowDot, float* dqkv, float scale) {
+  constexpr int kPer = D / 32;
+  const int t = w.row;
+  float k[kPer], v[kPer], dk[kPer], dv[kPer];
+  loadRow<D>(k, w.qkvRow(qkv, t, 1));
+  loadRow<D>(v, w.qkvRow(qkv, t, 2));
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) dk[j] = dv[j] = 0.0f;
+  for (int i = t; i < w.seqLen; ++i) {
+    const float* q = w.qkvRow(qkv, i, 0);
+    const float* dy = w.outRow(dout, i);
+    const float p = expf(warpDot<D>(k, q) * scale - lse[w.stat(i)]);
+    const float ds = p * (warpDot<D>(v, dy) - rowDot[w.stat(i)]);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      dv[j] = fmaf(p, dy[32 * j], dv[j]);
+      dk[j] = fmaf(ds, q[32 * j], dk[j]);
+    }
+  }
+  float* dk0 = w.qkvRow(dqkv, t, 1);
+  float* dv0 = w.qkvRow(dqkv, t, 2);
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    dk0[32 * j] = dk[j] * scale;
+    dv0[32 * j] = dv[j];
+  }
+}
+
+// Backward, one launch: blocks [0, rowBlocks) own query rows (dq), blocks [rowBlocks, 2 rowBlocks) key
+// rows (dk, dv); every element of dqkv has one writer.
+template <int D>
+__global__ void __launch_bounds__(32 * kRowWarps)
+    rowBackwardKernel(const float* dout, const float* qkv, const float* lse, const float* rowDot, float* dqkv,
+                      int seqLen, int H, float scale) {
+  const int rowBlocks = gridDim.x / 2, keys = blockIdx.x >= rowBlocks;
+  const RowWarp<D> w(H, seqLen, blockIdx.x - keys * rowBlocks);
+  if (w.row >= seqLen) return;
+  if (keys) {
+    rowBackwardKey<D>(w, dout, qkv, lse, rowDot, dqkv, scale);
+  } else {
+    rowBackwardQuery<D>(w, dout, qkv, lse, rowDot, dqkv, scale);
+  }
 }
 
 // ---- launchers ----
+
+constexpr size_t kMaxSharedPerBlock = 227 * 1024;  // Hopper's opt-in limit per CTA
+
+// Shared memory of the tiled kernels' CTAs: forward (Q, two K, two V), backward key kernel (K, V, two Q, two
+// dout, two buffers of row statistics) and query kernel (Q, dout, two K, two V).
+template <class Math, int D>
+constexpr size_t kForwardBytes = sharedBytes<Math, D>(5, Math::kScratchFloats);
+template <class Math, int D>
+constexpr size_t kKeyBytes = sharedBytes<Math, D>(6, 4 * kTile + Math::kScratchFloats);
+template <class Math, int D>
+constexpr size_t kQueryBytes = sharedBytes<Math, D>(6, Math::kScratchFloats);
+// Row kernels (fp32 only) where the tiled backward's six tiles do not fit in a CTA.
+template <class Math, int D>
+constexpr bool kRowKernels = kKeyBytes<Math, D> > kMaxSharedPerBlock;
+// Column slices of the tiled backward: 2 where a thread would otherwise hold too many accumulators.
+template <class Math, int D>
+constexpr int kSplitOf = (D > 128 && std::is_same_v<Math, Bf16Math>) ? 2 : 1;
 
 template <typename Kernel>
 void setSharedBytes(Kernel kernel, size_t bytes) {
@@ -572,18 +764,24 @@ void setSharedBytes(Kernel kernel, size_t bytes) {
 
 void checkShape(const void* qkv, int64_t B, int64_t seqLen, int64_t H, int64_t d) {
   MINIDP_CHECK(flashAttentionSupportsHeadDim(d), "flash attention: head dim " << d << " has no CUDA kernel");
-  MINIDP_CHECK(B <= 65535 && H <= 65535 && seqLen <= (int64_t(1) << 30), "flash attention: grid too large");
+  MINIDP_CHECK(B <= 65535 && H <= 32767 && seqLen <= (int64_t(1) << 30), "flash attention: grid too large");
   MINIDP_CHECK(reinterpret_cast<uintptr_t>(qkv) % 16 == 0, "flash attention: qkv must be 16-byte aligned");
 }
 
 template <class Math, int D>
 void forward(const typename Math::Elem* qkv, typename Math::Elem* out, float* lse, int64_t B, int64_t seqLen, int64_t H,
              cudaStream_t stream) {
-  const size_t bytes = sharedBytes<Math, D>(5, Math::kScratchFloats);
-  auto kernel = flashForwardKernel<Math, D>;
-  setSharedBytes(kernel, bytes);
-  const dim3 grid(ceilDiv(seqLen, kTile), H, B);
-  kernel<<<grid, Math::kThreads, bytes, stream>>>(qkv, out, lse, int(seqLen), int(H), 1.0f / std::sqrt(float(D)));
+  static_assert(!kRowKernels<Math, D> || std::is_same_v<Math, F32Math>, "only fp32 has row kernels");
+  const float scale = 1.0f / std::sqrt(float(D));
+  if constexpr (kRowKernels<Math, D>) {
+    rowForwardKernel<D><<<dim3(ceilDiv(seqLen, kRowWarps), H, B), 32 * kRowWarps, 0, stream>>>(
+        qkv, out, lse, int(seqLen), int(H), scale);
+  } else {
+    auto kernel = flashForwardKernel<Math, D>;
+    setSharedBytes(kernel, kForwardBytes<Math, D>);
+    const dim3 grid(ceilDiv(seqLen, kTile), H, B);
+    kernel<<<grid, Math::kThreads, kForwardBytes<Math, D>, stream>>>(qkv, out, lse, int(seqLen), int(H), scale);
+  }
   CUDA_CHECK_LAUNCH();
 }
 
@@ -591,25 +789,32 @@ template <class Math, int D>
 void backward(const typename Math::Elem* dout, const typename Math::Elem* qkv, const typename Math::Elem* out,
               const float* lse, float* rowDot, typename Math::Elem* dqkv, int64_t B, int64_t seqLen, int64_t H,
               cudaStream_t stream) {
-  constexpr int kRowDotBlock = 256, kRowsPerBlock = kRowDotBlock / 32 * (32 / (D * sizeof(typename Math::Elem) / 16));
+  using E = typename Math::Elem;
+  constexpr int kRowDotBlock = 256, kRowsPerBlock = kRowDotBlock / rowDotLanes(D * sizeof(E) / 16);
   const int64_t rows = B * seqLen * H;
   // 16-byte aligned tensors (the allocator's blocks) make every row of D elements 16-byte aligned too.
   MINIDP_CHECK(reinterpret_cast<uintptr_t>(dout) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0,
                "flash attention: dout and out must be 16-byte aligned");
-  rowDotKernel<typename Math::Elem, D><<<ceilDiv(rows, kRowsPerBlock), kRowDotBlock, 0, stream>>>(
-      dout, out, rowDot, rows, int(seqLen), int(H));
+  rowDotKernel<E, D>
+      <<<ceilDiv(rows, kRowsPerBlock), kRowDotBlock, 0, stream>>>(dout, out, rowDot, rows, int(seqLen), int(H));
   CUDA_CHECK_LAUNCH();
-  const dim3 grid(ceilDiv(seqLen, kTile), H, B);
   const float scale = 1.0f / std::sqrt(float(D));
-  const size_t keyBytes = sharedBytes<Math, D>(6, 4 * kTile + Math::kScratchFloats);
-  auto keyKernel = flashBackwardKeyKernel<Math, D>;
-  setSharedBytes(keyKernel, keyBytes);
-  keyKernel<<<grid, Math::kThreads, keyBytes, stream>>>(dout, qkv, lse, rowDot, dqkv, int(seqLen), int(H), scale);
-  CUDA_CHECK_LAUNCH();
-  const size_t queryBytes = sharedBytes<Math, D>(6, Math::kScratchFloats);
-  auto queryKernel = flashBackwardQueryKernel<Math, D>;
-  setSharedBytes(queryKernel, queryBytes);
-  queryKernel<<<grid, Math::kThreads, queryBytes, stream>>>(dout, qkv, lse, rowDot, dqkv, int(seqLen), int(H), scale);
+  if constexpr (kRowKernels<Math, D>) {
+    const dim3 grid(2 * ceilDiv(seqLen, kRowWarps), H, B);
+    rowBackwardKernel<D><<<grid, 32 * kRowWarps, 0, stream>>>(dout, qkv, lse, rowDot, dqkv, int(seqLen), int(H), scale);
+  } else {
+    constexpr int kSplit = kSplitOf<Math, D>;
+    const dim3 grid(ceilDiv(seqLen, kTile), H * kSplit, B);
+    auto keyKernel = flashBackwardKeyKernel<Math, D, kSplit>;
+    setSharedBytes(keyKernel, kKeyBytes<Math, D>);
+    keyKernel<<<grid, Math::kThreads, kKeyBytes<Math, D>, stream>>>(dout, qkv, lse, rowDot, dqkv, int(seqLen), int(H),
+                                                                    scale);
+    CUDA_CHECK_LAUNCH();
+    auto queryKernel = flashBackwardQueryKernel<Math, D, kSplit>;
+    setSharedBytes(queryKernel, kQueryBytes<Math, D>);
+    queryKernel<<<grid, Math::kThreads, kQueryBytes<Math, D>, stream>>>(dout, qkv, lse, rowDot, dqkv, int(seqLen),
+                                                                        int(H), scale);
+  }
   CUDA_CHECK_LAUNCH();
 }
 
@@ -629,6 +834,20 @@ struct MathFor<bf16> {
   static __nv_bfloat16* cast(bf16* p) { return reinterpret_cast<__nv_bfloat16*>(p); }
 };
 
+// Calls f(std::integral_constant<int, D>{}) for head dim d, one of flashAttentionSupportsHeadDim's.
+template <typename F>
+void withHeadDim(int64_t d, F&& f) {
+  switch (d) {
+    case 32: return f(std::integral_constant<int, 32>{});
+    case 64: return f(std::integral_constant<int, 64>{});
+    case 80: return f(std::integral_constant<int, 80>{});
+    case 96: return f(std::integral_constant<int, 96>{});
+    case 128: return f(std::integral_constant<int, 128>{});
+    case 256: return f(std::integral_constant<int, 256>{});
+    default: MINIDP_CHECK(false, "flash attention: head dim " << d << " has no CUDA kernel");
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -637,11 +856,9 @@ void flashAttentionForward(const T* qkv, T* out, AccumOf<T>* lse, int64_t B, int
   checkShape(qkv, B, seqLen, H, d);
   if (B * seqLen * H == 0) return;
   using F = MathFor<T>;
-  if (d == 32) {
-    forward<typename F::type, 32>(F::cast(qkv), F::cast(out), lse, B, seqLen, H, stream);
-  } else {
-    forward<typename F::type, 64>(F::cast(qkv), F::cast(out), lse, B, seqLen, H, stream);
-  }
+  withHeadDim(d, [&](auto dim) {
+    forward<typename F::type, decltype(dim)::value>(F::cast(qkv), F::cast(out), lse, B, seqLen, H, stream);
+  });
 }
 
 template <typename T>
@@ -651,13 +868,10 @@ void flashAttentionBackward(const T* dout, const T* qkv, const T* out, const Acc
   MINIDP_CHECK(reinterpret_cast<uintptr_t>(dout) % 16 == 0, "flash attention: dout must be 16-byte aligned");
   if (B * seqLen * H == 0) return;
   using F = MathFor<T>;
-  if (d == 32) {
-    backward<typename F::type, 32>(F::cast(dout), F::cast(qkv), F::cast(out), lse, rowDot, F::cast(dqkv), B, seqLen, H,
-                                   stream);
-  } else {
-    backward<typename F::type, 64>(F::cast(dout), F::cast(qkv), F::cast(out), lse, rowDot, F::cast(dqkv), B, seqLen, H,
-                                   stream);
-  }
+  withHeadDim(d, [&](auto dim) {
+    backward<typename F::type, decltype(dim)::value>(F::cast(dout), F::cast(qkv), F::cast(out), lse, rowDot,
+                                                     F::cast(dqkv), B, seqLen, H, stream);
+  });
 }
 
 #define MINIDP_INSTANTIATE(T)                                                                                          \

@@ -3,7 +3,8 @@
 // projection ([q | k | v] along 3C, heads (H, d) inside each), writes y (B, T, C) and the row logsumexp
 // (B, H, T) that backward recomputes the probabilities from. CUDA: float (exact FFMA, the reference
 // path) and bf16 (tensor cores, fp32 accumulation and softmax statistics), head dims of
-// flashAttentionSupportsHeadDim. CPU twins: float and double, any head dim.
+// flashAttentionSupportsHeadDim, any sequence length; deterministic. CPU twins: float and double, any
+// head dim.
 #pragma once
 
 #include <cstdint>
@@ -13,8 +14,13 @@
 
 namespace minidp::kernels {
 
-/// Head dims the CUDA kernels are compiled for (the CPU twins take any).
-inline bool flashAttentionSupportsHeadDim(int64_t d) { return d == 32 || d == 64; }
+/// Head dims the CUDA kernels are compiled for, in float and in bf16 (the CPU twins take any).
+inline bool flashAttentionSupportsHeadDim(int64_t d) {
+  return d == 32 || d == 64 || d == 80 || d == 96 || d == 128 || d == 256;
+}
+
+/// The head dims of flashAttentionSupportsHeadDim, as a list for messages: "32, 64, 80, 96, 128 or 256".
+inline const char* flashAttentionHeadDims() { return "32, 64, 80, 96, 128 or 256"; }
 
 #define MINIDP_FLASH_ATTENTION_DECLARATIONS(...)                                                                    \
   /* qkv (B, T, 3C), C = H * d; out (B, T, C); lse (B, H, T): logsumexp of the scaled causal scores of */           \

@@ -5,6 +5,7 @@
 #include "framework/nn/embedding.h"
 #include "framework/nn/module_list.h"
 #include "framework/ops/ops.h"
+#include "kernels/flash_attention.h"
 
 namespace minidp::models {
 
@@ -68,6 +69,12 @@ struct GPT::Block : nn::Module {
 GPT::GPT(const GptConfig& c, uint64_t seed) : config_(c) {
   MINIDP_CHECK(c.vocab > 0 && c.context > 0 && c.layers > 0 && c.heads > 0 && c.embd > 0, "GPT sizes must be positive");
   MINIDP_CHECK(c.embd % c.heads == 0, "GPT width " << c.embd << " is not divisible by " << c.heads << " heads");
+  // bf16 attention runs on the CUDA flash kernels alone: a head dim without one is refused here, when the
+  // model is built (minidp-train: before the banner and any step), not at the first forward.
+  MINIDP_CHECK(c.compute != DType::BF16 || kernels::flashAttentionSupportsHeadDim(c.embd / c.heads),
+               "GPT head dim " << c.embd / c.heads << " (--embd " << c.embd << " / --heads " << c.heads
+                               << ") has no bf16 attention kernel; choose --embd and --heads for a head dim of "
+                               << kernels::flashAttentionHeadDims() << ", or --dtype fp32");
   nn::Rng rng(seed);
   wte_ = registerModule("wte", std::make_shared<nn::Embedding>(nn::normal({c.vocab, c.embd}, 0.02, rng)))->weight;
   wpe_ = registerModule("wpe", std::make_shared<nn::Embedding>(nn::normal({c.context, c.embd}, 0.02, rng)))->weight;

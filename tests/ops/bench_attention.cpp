@@ -3,13 +3,19 @@
 // op with autograd). Median of timed repetitions, CUDA events on the compute stream. FLOPs counted causal:
 // 4 B H T^2 d / 2 forward, 2.5 times that backward. train/torch_attention_bench.py prints the same
 // columns for PyTorch's scaled_dot_product_attention.
+// Usage: minidp-bench-attention                       GPT-2 small at B 8 and 16, the fortunes GPT
+//        minidp-bench-attention --head-dim 64,128,256 [--batch 8] [--seq 1024]
+//                                                     each head dim at width about 1024 (H = 1024 / d)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "base/cuda_check.h"
@@ -135,9 +141,42 @@ void benchShape(const Shape4& s) {
   benchFlash<bf16>(s, DType::BF16, qkvValues, dyValues, reference);
 }
 
+// The shapes the command line asks for; exits with status 2 and the usage on a bad argument.
+std::vector<Shape4> shapesFrom(int argc, char** argv) {
+  std::vector<int64_t> headDims;
+  int64_t batch = 8, seq = 1024;
+  auto usage = [] {
+    std::fprintf(stderr, "usage: minidp-bench-attention [--head-dim D[,D...]] [--batch B] [--seq T]\n");
+    std::exit(2);
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) usage();
+    std::istringstream value(argv[++i]);
+    if (flag == "--head-dim") {
+      for (std::string d; std::getline(value, d, ',');) headDims.push_back(std::atoll(d.c_str()));
+    } else if (flag == "--batch") {
+      value >> batch;
+    } else if (flag == "--seq") {
+      value >> seq;
+    } else {
+      usage();
+    }
+  }
+  // GPT-2 small at batch 8 and 16; the 10.8 M fortunes GPT (6 heads of 64, context 256).
+  if (headDims.empty()) return {Shape4{8, 12, 1024, 64}, Shape4{16, 12, 1024, 64}, Shape4{32, 6, 256, 64}};
+  std::vector<Shape4> shapes;
+  for (int64_t d : headDims) {
+    if (d <= 0 || batch <= 0 || seq <= 0) usage();
+    shapes.push_back(Shape4{batch, std::max<int64_t>(1, 1024 / d), seq, d});
+  }
+  return shapes;
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const std::vector<Shape4> shapes = shapesFrom(argc, argv);
   try {
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -145,8 +184,14 @@ int main() {
                 kWarmup);
     std::printf("%-13s %-5s %3s %3s %5s %3s  %9s %9s  %9s %9s  %9s\n", "impl", "dtype", "B", "H", "T", "d", "fwd ms",
                 "TFLOP/s", "f+b ms", "TFLOP/s", "y vs mat");
-    // GPT-2 small at batch 8 and 16; the 10.8 M fortunes GPT (6 heads of 64, context 256).
-    for (const Shape4& s : {Shape4{8, 12, 1024, 64}, Shape4{16, 12, 1024, 64}, Shape4{32, 6, 256, 64}}) benchShape(s);
+    for (const Shape4& s : shapes) {
+      if (!kernels::flashAttentionSupportsHeadDim(s.d)) {
+        std::printf("head dim %lld: no flash kernel (head dims %s)\n", (long long)s.d,
+                    kernels::flashAttentionHeadDims());
+        continue;
+      }
+      benchShape(s);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "minidp-bench-attention: %s\n", e.what());
     return 1;

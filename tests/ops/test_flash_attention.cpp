@@ -1,7 +1,10 @@
 // Flash attention (kernels/flash_attention.h): the CPU twins against the existing CPU attention path
 // (float64, 1e-12) and float64 finite differences; the CUDA fp32 kernels against the CPU twin, the CUDA
-// bf16 kernels against a float64 reference within a bf16 tolerance, outputs poisoned with NaN first so
-// every element must be written; the op on CUDA against the CPU op, and bitwise reproducible.
+// bf16 kernels against a float64 reference within a bf16 tolerance, at every head dim with a kernel and
+// at lengths that are no multiple of a tile; each tensor inside a larger allocation whose rows past the
+// sequence end are NaN (inputs: must never be read; outputs: must stay unwritten), outputs poisoned with
+// NaN first so every element must be written; two runs bitwise equal; the op on CUDA against the CPU op.
+// GPT refuses a bf16 shape without a kernel when it is built.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +16,7 @@
 #include "framework/tensor/dispatch.h"
 #include "framework/ops/ops.h"
 #include "kernels/flash_attention.h"
+#include "models/gpt.h"
 #include "tests/support/device_compare.h"
 #include "tests/support/gradcheck.h"
 
@@ -163,11 +167,47 @@ AttentionResult referenceTwin(const Dims& s, const std::vector<double>& qkv, con
   return r;
 }
 
-// The CUDA kernels in `dtype` (F32 or BF16) on qkv and dy rounded to it; outputs poisoned first.
-AttentionResult runCuda(const Dims& s, const std::vector<double>& qkv, const std::vector<double>& dy, DType dtype) {
-  Tensor x = cudaTensor(qkv, {s.B, s.T, 3 * s.C()}, dtype), g = cudaTensor(dy, {s.B, s.T, s.C()}, dtype);
-  Tensor y = poisoned({s.B, s.T, s.C()}, dtype), dx = poisoned(x.shape(), dtype);
-  Tensor lse = poisoned({s.B, s.H, s.T}, DType::F32), rowDot = poisoned({s.B, s.H, s.T}, DType::F32);
+// What lies past the sequence end of each tensor handed to the kernels.
+enum class Tail {
+  NaN,        // a tail of kTailRows rows, poisoned with NaN: inputs must not be read, outputs not written
+  Unwritten,  // the same tail, never written (compute-sanitizer initcheck reports any read of it)
+};
+constexpr int64_t kTailRows = 64;  // a tile: the most rows a tile can run past the sequence end
+
+// A tensor of `rows` rows of `width` elements of `dtype` at the start of a CUDA allocation kTailRows rows
+// longer, holding `values` (NaN when empty); the tail as `tail` says.
+struct Padded {
+  Tensor whole, head;
+  int64_t rows, width;
+  Padded(const std::vector<double>& values, int64_t rows, int64_t width, DType dtype, Tail tail)
+      : whole(Tensor::empty({rows + kTailRows, width}, dtype, Device::CUDA)),
+        head(Tensor::alias(whole, 0, {rows, width})),
+        rows(rows),
+        width(width) {
+    head.copyFrom(values.empty() ? poisoned({rows, width}, dtype) : cudaTensor(values, {rows, width}, dtype));
+    if (tail == Tail::NaN)
+      Tensor::alias(whole, rows * width, {kTailRows, width}).copyFrom(poisoned({kTailRows, width}, dtype));
+  }
+  template <typename T>
+  T* data() const {
+    return head.data<T>();
+  }
+  std::vector<double> values() const { return valuesOf(head); }
+  // Elements of the tail that are not NaN (written by someone after it was poisoned).
+  int64_t tailWritten() const {
+    int64_t written = 0;
+    for (double v : valuesOf(Tensor::alias(whole, rows * width, {kTailRows, width}))) written += !std::isnan(v);
+    return written;
+  }
+};
+
+// The CUDA kernels in `dtype` (F32 or BF16) on qkv and dy rounded to it, every tensor inside a longer
+// allocation (Padded); outputs poisoned first. With Tail::NaN, expects the output tails still poisoned.
+AttentionResult runCuda(const Dims& s, const std::vector<double>& qkv, const std::vector<double>& dy, DType dtype,
+                        Tail tail = Tail::NaN) {
+  const Padded x(qkv, s.B * s.T, 3 * s.C(), dtype, tail), g(dy, s.B * s.T, s.C(), dtype, tail);
+  const Padded y({}, s.B * s.T, s.C(), dtype, tail), dx({}, s.B * s.T, 3 * s.C(), dtype, tail);
+  const Padded lse({}, s.B * s.H, s.T, DType::F32, tail), rowDot({}, s.B * s.H, s.T, DType::F32, tail);
   auto run = [&](auto tag) {
     using T = decltype(tag);
     MINIDP_ON_CUDA(kernels::cuda::flashAttentionForward<T>(x.data<T>(), y.data<T>(), lse.data<float>(), s.B, s.T, s.H,
@@ -181,7 +221,12 @@ AttentionResult runCuda(const Dims& s, const std::vector<double>& qkv, const std
   } else {
     run(bf16{});
   }
-  return {valuesOf(y), valuesOf(lse), valuesOf(dx)};
+  if (tail == Tail::NaN) {
+    const char* names[4] = {"y", "dqkv", "lse", "rowDot"};
+    const Padded* outputs[4] = {&y, &dx, &lse, &rowDot};
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(outputs[i]->tailWritten(), 0) << names[i] << " written past its end";
+  }
+  return {y.values(), lse.values(), dx.values()};
 }
 
 // Every value finite (none left at the poison), and max |a - b| / max |b|.
@@ -229,7 +274,7 @@ std::vector<double> randomValues(int64_t n, uint64_t seed, DType dtype) {
 TEST_P(FlashAttentionCuda, F32MatchesCpuTwin) {
   // The same fp32 inputs; the twin in float64. The longest sums run over T keys and d channels, so fp32
   // rounding stays within a few (T + d) ulp of the largest value; a wrong index, mask, tile edge or
-  // missed row is off by O(1).
+  // missed row is off by O(1), and a NaN read past the sequence end reaches the outputs.
   const Dims s = GetParam();
   const std::vector<double> qkv = randomValues(s.B * s.T * 3 * s.C(), 201, DType::F32);
   const std::vector<double> dy = randomValues(s.B * s.T * s.C(), 202, DType::F32);
@@ -238,6 +283,8 @@ TEST_P(FlashAttentionCuda, F32MatchesCpuTwin) {
   EXPECT_LE(maxRelativeError(actual.y, expected.y, "y"), tol) << describe(s);
   EXPECT_LE(maxRelativeError(actual.lse, expected.lse, "lse"), tol) << describe(s);
   EXPECT_LE(maxRelativeError(actual.dqkv, expected.dqkv, "dqkv"), tol) << describe(s);
+  const AttentionResult again = runCuda(s, qkv, dy, DType::F32);  // deterministic: the same bits
+  EXPECT_TRUE(again.y == actual.y && again.lse == actual.lse && again.dqkv == actual.dqkv) << describe(s);
 }
 
 TEST_P(FlashAttentionCuda, Bf16MatchesFloat64) {
@@ -257,31 +304,91 @@ TEST_P(FlashAttentionCuda, Bf16MatchesFloat64) {
   for (int part = 0; part < 3; ++part) {
     EXPECT_LT(relativeL2(actual.dqkv, expected.dqkv, s.C(), part), 1e-2) << names[part] << " " << describe(s);
   }
+  const AttentionResult again = runCuda(s, qkv, dy, DType::BF16);  // deterministic: the same bits
+  EXPECT_TRUE(again.y == actual.y && again.lse == actual.lse && again.dqkv == actual.dqkv) << describe(s);
 }
 
-// T = 1, 17, 64, 200 (one key; a partial tile; exactly one tile; four tiles, the last partial), several B
-// and H, both head dims; and the fortunes GPT's attention (768 CTAs: several waves on the GPU).
-INSTANTIATE_TEST_SUITE_P(Shapes, FlashAttentionCuda,
-                         ::testing::Values(Dims{1, 1, 1, 64}, Dims{2, 17, 3, 64}, Dims{1, 64, 2, 64},
-                                           Dims{2, 200, 2, 64}, Dims{3, 200, 1, 32}, Dims{1, 130, 4, 32},
-                                           Dims{1, 333, 2, 64}, Dims{32, 256, 6, 64}),
+// Every head dim with a kernel at T = 1, 7, 63, 65, 100, 257 (one key; partial single tiles; one tile and
+// one row; two tiles, the last partial; five tiles, the last holding one row), B = 2 up to T = 65 (the first
+// sequence's tiles run into the second's rows, the second's into the NaN tail); T = 64 and 128 (whole
+// tiles, no padding rows); and the fortunes GPT's attention (768 CTAs: several waves on the GPU).
+std::vector<Dims> kernelShapes() {
+  std::vector<Dims> shapes;
+  for (int64_t d : {32, 64, 80, 96, 128, 256}) {
+    for (int64_t T : {1, 7, 63, 65, 100, 257}) shapes.push_back(Dims{T <= 65 ? 2 : 1, T, d >= 128 ? 1 : 2, d});
+  }
+  shapes.push_back(Dims{1, 64, 2, 64});
+  shapes.push_back(Dims{2, 128, 1, 128});
+  shapes.push_back(Dims{32, 256, 6, 64});
+  return shapes;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, FlashAttentionCuda, ::testing::ValuesIn(kernelShapes()),
                          [](const ::testing::TestParamInfo<Dims>& info) {
                            const Dims& s = info.param;
                            return "B" + std::to_string(s.B) + "T" + std::to_string(s.T) + "H" + std::to_string(s.H) +
                                   "d" + std::to_string(s.d);
                          });
 
+TEST(FlashAttentionCudaTail, UnwrittenTailIsNeverRead) {
+  // The rows past the sequence end are never written here: under compute-sanitizer --tool initcheck
+  // (scripts/attention-check.sh) any read of them is reported. Without the sanitizer: the twin's values.
+  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  for (DType dtype : {DType::BF16, DType::F32}) {
+    for (int64_t d : {64, 128, 256}) {
+      const Dims s{1, 100, 2, d};
+      const std::vector<double> qkv = randomValues(s.B * s.T * 3 * s.C(), 205, dtype);
+      const std::vector<double> dy = randomValues(s.B * s.T * s.C(), 206, dtype);
+      const AttentionResult expected = referenceTwin(s, qkv, dy);
+      const AttentionResult actual = runCuda(s, qkv, dy, dtype, Tail::Unwritten);
+      EXPECT_LT(relativeL2(actual.y, expected.y, s.C(), -1), 1e-2) << dtypeName(dtype) << " " << describe(s);
+      EXPECT_LT(relativeL2(actual.dqkv, expected.dqkv, s.C(), -1), 1e-2) << dtypeName(dtype) << " " << describe(s);
+    }
+  }
+}
+
+// ---- GPT's shape check ----
+
+TEST(FlashAttentionGpt, Bf16WithoutAKernelIsRefusedWhenBuilt) {
+  // bf16 attention runs on the CUDA flash kernels only: a head dim without one is refused by the model's
+  // constructor (before the banner, data and forward), in one line naming the flags; fp32 takes any.
+  models::GptConfig c;
+  c.compute = DType::BF16;
+  c.embd = 200;
+  c.heads = 2;  // head dim 100
+  try {
+    models::GPT model(c, 1);
+    ADD_FAILURE() << "head dim 100 in bf16 was accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("--embd 200"), std::string::npos) << what;
+    EXPECT_NE(what.find("--heads 2"), std::string::npos) << what;
+    EXPECT_NE(what.find(kernels::flashAttentionHeadDims()), std::string::npos) << what;
+  }
+  c.compute = DType::F32;
+  EXPECT_NO_THROW(models::GPT(c, 1));
+  for (int64_t d : {32, 64, 80, 96, 128, 256}) {
+    c.compute = DType::BF16;
+    c.heads = 2;
+    c.embd = 2 * d;
+    EXPECT_NO_THROW(models::GPT(c, 1)) << "head dim " << d;
+  }
+}
+
 // ---- the op on CUDA ----
 
 using FlashAttentionOpCuda = testing::CudaVsCpuTest;
 
 TEST_P(FlashAttentionOpCuda, MatchesTheCpuOp) {
-  // d = 64 takes the flash kernels on CUDA (F32), the CPU keeps the reference path. F64 on CUDA keeps
-  // the reference path too: the comparison still runs, as the fp64 check of the wiring.
+  // d = 64 and 256 take the flash kernels on CUDA (F32; 256 its row kernels), the CPU keeps the reference
+  // path. F64 on CUDA keeps the reference path too: the comparison still runs, as the fp64 check of the wiring.
   const DType dtype = GetParam();
-  const auto f = [](const std::vector<Variable>& in) { return ops::causalSelfAttention(in[0], 2); };
-  const testing::DeviceComparison c = testing::compareDevices(f, {randomTensor({2, 70, 384}, 205)}, dtype);
-  expectClose(c, 4.0 * (70 + 64 + 4) * roundingEps(dtype));
+  for (const int heads : {2, 1}) {  // (2, 70, 384): head dim 64; (1, 70, 768): head dim 256
+    const int64_t d = heads == 2 ? 64 : 256;
+    const auto f = [heads](const std::vector<Variable>& in) { return ops::causalSelfAttention(in[0], heads); };
+    const testing::DeviceComparison c = testing::compareDevices(f, {randomTensor({2, 70, 3 * heads * d}, 205)}, dtype);
+    expectClose(c, 4.0 * static_cast<double>(70 + d + 4) * roundingEps(dtype));
+  }
 }
 
 TEST_P(FlashAttentionOpCuda, BitwiseReproducible) {
@@ -307,26 +414,47 @@ TEST(FlashAttentionOpBf16, MatchesFloat64AndIsReproducible) {
   // BF16 qkv gives BF16 y and dqkv on the flash kernels; the float64 CPU op on the same rounded values
   // is the reference (relative L2 < 1e-2, as for the kernels).
   if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
-  const Dims s{2, 150, 3, 64};
-  const std::vector<double> qkv = randomValues(s.B * s.T * 3 * s.C(), 208, DType::BF16);
-  const std::vector<double> dy = randomValues(s.B * s.T * s.C(), 209, DType::BF16);
-  Variable ref(Tensor::fromVector<double>(qkv, {s.B, s.T, 3 * s.C()}), true);
-  Variable yRef = ops::causalSelfAttention(ref, s.H);
-  yRef.backward(Tensor::fromVector<double>(dy, {s.B, s.T, s.C()}));
-  std::vector<std::vector<double>> runs;
-  for (int run = 0; run < 2; ++run) {
-    Variable x(cudaTensor(qkv, {s.B, s.T, 3 * s.C()}, DType::BF16), true);
-    Variable y = ops::causalSelfAttention(x, s.H);
-    ASSERT_EQ(y.dtype(), DType::BF16);
-    y.backward(cudaTensor(dy, {s.B, s.T, s.C()}, DType::BF16));
-    ASSERT_EQ(x.grad().dtype(), DType::BF16);
-    std::vector<double> out = valuesOf(y.data()), g = valuesOf(x.grad());
-    EXPECT_LT(relativeL2(out, yRef.data().toVector<double>(), s.C(), -1), 1e-2);
-    EXPECT_LT(relativeL2(g, ref.grad().toVector<double>(), s.C(), -1), 1e-2);
-    out.insert(out.end(), g.begin(), g.end());
-    runs.push_back(out);
+  for (const Dims s : {Dims{2, 150, 3, 64}, Dims{2, 150, 2, 128}, Dims{1, 150, 2, 256}}) {
+    const std::vector<double> qkv = randomValues(s.B * s.T * 3 * s.C(), 208, DType::BF16);
+    const std::vector<double> dy = randomValues(s.B * s.T * s.C(), 209, DType::BF16);
+    Variable ref(Tensor::fromVector<double>(qkv, {s.B, s.T, 3 * s.C()}), true);
+    Variable yRef = ops::causalSelfAttention(ref, s.H);
+    yRef.backward(Tensor::fromVector<double>(dy, {s.B, s.T, s.C()}));
+    std::vector<std::vector<double>> runs;
+    for (int run = 0; run < 2; ++run) {
+      Variable x(cudaTensor(qkv, {s.B, s.T, 3 * s.C()}, DType::BF16), true);
+      Variable y = ops::causalSelfAttention(x, s.H);
+      ASSERT_EQ(y.dtype(), DType::BF16);
+      y.backward(cudaTensor(dy, {s.B, s.T, s.C()}, DType::BF16));
+      ASSERT_EQ(x.grad().dtype(), DType::BF16);
+      std::vector<double> out = valuesOf(y.data()), g = valuesOf(x.grad());
+      EXPECT_LT(relativeL2(out, yRef.data().toVector<double>(), s.C(), -1), 1e-2) << describe(s);
+      EXPECT_LT(relativeL2(g, ref.grad().toVector<double>(), s.C(), -1), 1e-2) << describe(s);
+      out.insert(out.end(), g.begin(), g.end());
+      runs.push_back(out);
+    }
+    EXPECT_EQ(runs[0], runs[1]) << describe(s);
   }
-  EXPECT_EQ(runs[0], runs[1]);
+}
+
+TEST(FlashAttentionOpBf16, AfterALinear) {
+  // As in the GPT: qkv written by the bf16 linear (cuBLASLt, bias in its epilogue) into a fresh block,
+  // then attention forward and backward. scripts/attention-check.sh runs this test alone under
+  // compute-sanitizer --tool initcheck: a report here, with UnwrittenTailIsNeverRead clean, points at how
+  // the sanitizer sees the GEMM's writes rather than at the attention kernels' reads.
+  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  const int64_t B = 6, T = 100, C = 128, H = 2;
+  Tensor xs = cudaTensor(randomValues(B * T * C, 210, DType::BF16), {B, T, C}, DType::BF16);
+  Variable x(xs, true);
+  Variable w(randomTensor({3 * C, C}, 211, -0.1, 0.1, DType::F32).to(Device::CUDA), true);
+  Variable b(randomTensor({3 * C}, 212, -0.1, 0.1, DType::F32).to(Device::CUDA), true);
+  Variable y = ops::causalSelfAttention(ops::linear(x, w, b), H);
+  y.backward(cudaTensor(randomValues(B * T * C, 213, DType::BF16), {B, T, C}, DType::BF16));
+  for (const Tensor& t : {y.data(), x.grad()}) {
+    int64_t bad = 0;
+    for (double v : valuesOf(t)) bad += !std::isfinite(v);
+    EXPECT_EQ(bad, 0);
+  }
 }
 
 }  // namespace
