@@ -149,12 +149,16 @@ step_hooks_emulated() {
 step_powersgd_fortunes() {
   local loop=(--lr-schedule cosine --warmup-steps 100 --clip-grad-norm 1 --comm emulated --emulated-world 2)
   build/bin/minidp-train "${fortunes[@]}" "${loop[@]}" --metrics "$out/psgd_dense.jsonl" >"$out/psgd_dense.log" 2>&1 &
-  build/bin/minidp-train "${fortunes[@]}" "${loop[@]}" --comm-hook powersgd --powersgd-rank ${PSGD_RANK:-4} \
-    --powersgd-start-iter 100 --metrics "$out/psgd_r${PSGD_RANK:-4}.jsonl" >"$out/psgd_r${PSGD_RANK:-4}.log" 2>&1 &
+  local curves=("$out/psgd_dense.jsonl")
+  for r in ${PSGD_RANKS:-1 4}; do
+    build/bin/minidp-train "${fortunes[@]}" "${loop[@]}" --comm-hook powersgd --powersgd-rank $r \
+      --powersgd-start-iter 100 --metrics "$out/psgd_r$r.jsonl" >"$out/psgd_r$r.log" 2>&1 &
+    curves+=("$out/psgd_r$r.jsonl")
+  done
   wait
   grep -H "validation loss" "$out"/psgd_*.log
-  py train/plot_metrics.py "$out/psgd_dense.jsonl" "$out/psgd_r${PSGD_RANK:-4}.jsonl" -o "$out/powersgd_fortunes.png" \
-    --title "fortunes GPT 10.8M: dense all-reduce and PowerSGD rank ${PSGD_RANK:-4}, H200" >/dev/null 2>&1 ||
+  py train/plot_metrics.py "${curves[@]}" -o "$out/powersgd_fortunes.png" \
+    --title "fortunes GPT 10.8M: dense all-reduce and PowerSGD rank ${PSGD_RANKS:-1 4}, H200" >/dev/null 2>&1 ||
     echo "plot failed"
 }
 step_mlp_graph() {

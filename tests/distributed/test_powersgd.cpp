@@ -219,8 +219,10 @@ TEST_P(PowerSgdRuns, CudaMatchesTheCpu) {
   device_ = Device::CPU;
   const auto cpu = train(Setting{}, 8);
   comm_ = cuda;
-  // fp32 GEMMs and reductions in other orders, through 8 AdamW steps of lr 1e-2.
-  testing::expectParametersNear(*gpu, *cpu, testing::ParameterField::Data, 1e-4);
+  // fp32 GEMMs and reductions in other orders, through 8 AdamW steps of lr 1e-2, whose normalised steps
+  // turn a difference in a near-zero gradient element into one of lr (2e-4 seen on the H200 in the biases);
+  // a wrong compression moves every tensor by about 1e-1.
+  testing::expectParametersNear(*gpu, *cpu, testing::ParameterField::Data, 1e-3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, PowerSgd, ::testing::Values(Device::CPU, Device::CUDA),
