@@ -35,6 +35,89 @@ __global__ void orthogonalizeKernel(float* m, int64_t rows, int64_t cols) {
   }
 }
 
+constexpr int kMaxGramCols = 32;   // the Cholesky path's largest rank
+constexpr int kGramBlock = 128;
+constexpr int kGramRowsPerBlock = 2048;
+
+/// Partial Gram matrices: block b sums m[r, i] m[r, j] (i <= j) over its rows, in row order, in double.
+__global__ void gramPartialsKernel(const float* m, int64_t rows, int cols, double* partials) {
+  __shared__ double acc[kGramBlock][kMaxGramCols];  // one column's products per thread, then reduced
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kGramRowsPerBlock;
+  const int64_t last = min(rows, first + kGramRowsPerBlock);
+  double* out = partials + static_cast<int64_t>(blockIdx.x) * cols * cols;
+  for (int i = 0; i < cols; ++i) {
+    double local[kMaxGramCols];
+    for (int j = 0; j < cols; ++j) local[j] = 0;
+    for (int64_t r = first + threadIdx.x; r < last; r += kGramBlock) {
+      const double vi = m[r * cols + i];
+      for (int j = i; j < cols; ++j) local[j] += vi * m[r * cols + j];
+    }
+    for (int j = i; j < cols; ++j) acc[threadIdx.x][j] = local[j];
+    __syncthreads();
+    // Column j's sum over the threads, by thread j of the block: a fixed order.
+    if (threadIdx.x >= i && threadIdx.x < cols) {
+      double sum = 0;
+      for (int t = 0; t < kGramBlock; ++t) sum += acc[t][threadIdx.x];
+      out[i * cols + threadIdx.x] = sum;
+    }
+    __syncthreads();
+  }
+}
+
+/// One thread: adds the partials in block order into G (upper triangle), factors G = R^T R (Cholesky), and
+/// writes R^{-1} (upper triangular) as float.
+__global__ void choleskyInverseKernel(const double* partials, int blocks, int cols, float* rinv) {
+  double g[kMaxGramCols][kMaxGramCols], r[kMaxGramCols][kMaxGramCols], inv[kMaxGramCols][kMaxGramCols];
+  for (int i = 0; i < cols; ++i) {
+    for (int j = i; j < cols; ++j) {
+      double sum = 0;
+      for (int b = 0; b < blocks; ++b) sum += partials[static_cast<int64_t>(b) * cols * cols + i * cols + j];
+      g[i][j] = sum;
+    }
+  }
+  for (int i = 0; i < cols; ++i) {
+    for (int j = 0; j < cols; ++j) r[i][j] = 0, inv[i][j] = 0;
+  }
+  for (int i = 0; i < cols; ++i) {
+    double d = g[i][i];
+    for (int k = 0; k < i; ++k) d -= r[k][i] * r[k][i];
+    r[i][i] = sqrt(d);
+    for (int j = i + 1; j < cols; ++j) {
+      double v = g[i][j];
+      for (int k = 0; k < i; ++k) v -= r[k][i] * r[k][j];
+      r[i][j] = v / r[i][i];
+    }
+  }
+  // Back substitution, column by column: R inv = I.
+  for (int j = 0; j < cols; ++j) {
+    for (int i = j; i >= 0; --i) {
+      double v = i == j ? 1.0 : 0.0;
+      for (int k = i + 1; k <= j; ++k) v -= r[i][k] * inv[k][j];
+      inv[i][j] = v / r[i][i];
+    }
+  }
+  for (int i = 0; i < cols; ++i) {
+    for (int j = 0; j < cols; ++j) rinv[i * cols + j] = static_cast<float>(inv[i][j]);
+  }
+}
+
+/// m (rows, cols) = m R^{-1}, one row per thread.
+__global__ void applyInverseKernel(float* m, int64_t rows, int cols, const float* rinv) {
+  __shared__ float inv[kMaxGramCols * kMaxGramCols];
+  for (int k = threadIdx.x; k < cols * cols; k += blockDim.x) inv[k] = rinv[k];
+  __syncthreads();
+  for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < rows;
+       r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float row[kMaxGramCols];
+    for (int j = 0; j < cols; ++j) row[j] = m[r * cols + j];
+    for (int j = 0; j < cols; ++j) {
+      double v = 0;
+      for (int k = 0; k <= j; ++k) v += static_cast<double>(row[k]) * inv[k * cols + j];
+      m[r * cols + j] = static_cast<float>(v);
+    }
+  }
+}
+
 __global__ void subtractKernel(const float* a, const float* b, float* out, int64_t n) {
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -46,8 +129,28 @@ __global__ void subtractKernel(const float* a, const float* b, float* out, int64
 
 void orthogonalizeColumns(float* m, int64_t rows, int64_t cols, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
-  orthogonalizeKernel<<<1, kOrthoBlock, 0, stream>>>(m, rows, cols);
+  if (cols > kMaxGramCols || rows < 4 * kGramRowsPerBlock) {
+    // Small (or very wide) factors: one block, Gram-Schmidt as the CPU twin.
+    orthogonalizeKernel<<<1, kOrthoBlock, 0, stream>>>(m, rows, cols);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
+  // Tall factors (the embedding's and the head's rows): the thin QR's Q by Cholesky, R^T R = M^T M in
+  // double, then M R^{-1}: the same Q as Gram-Schmidt (upper-triangular R, positive diagonal) up to rounding,
+  // with the rows spread over the GPU instead of one block. Scratch from the stream-ordered allocator.
+  const int blocks = static_cast<int>((rows + kGramRowsPerBlock - 1) / kGramRowsPerBlock);
+  double* partials = nullptr;
+  float* rinv = nullptr;
+  CUDA_CHECK(cudaMallocAsync(&partials, sizeof(double) * blocks * cols * cols, stream));
+  CUDA_CHECK(cudaMallocAsync(&rinv, sizeof(float) * cols * cols, stream));
+  gramPartialsKernel<<<blocks, kGramBlock, 0, stream>>>(m, rows, static_cast<int>(cols), partials);
   CUDA_CHECK_LAUNCH();
+  choleskyInverseKernel<<<1, 1, 0, stream>>>(partials, blocks, static_cast<int>(cols), rinv);
+  CUDA_CHECK_LAUNCH();
+  applyInverseKernel<<<gridFor(rows, 256), 256, 0, stream>>>(m, rows, static_cast<int>(cols), rinv);
+  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK(cudaFreeAsync(partials, stream));
+  CUDA_CHECK(cudaFreeAsync(rinv, stream));
 }
 
 void subtract(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream) {

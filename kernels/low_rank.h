@@ -18,8 +18,9 @@ void subtract(const float* a, const float* b, float* out, int64_t n);
 }  // namespace cpu
 
 namespace cuda {
-/// As the CPU twin: one block, the same column order; sums in double in a fixed order (the same bits on
-/// every rank for the same input).
+/// The same columns as the CPU twin up to rounding; every sum in double in a fixed order (the same bits on
+/// every rank for the same input). Up to 8192 rows, or more than 32 columns: one block, Gram-Schmidt as the
+/// twin; taller factors: Cholesky QR over the whole GPU (R^T R = m^T m in double, then m R^{-1}).
 void orthogonalizeColumns(float* m, int64_t rows, int64_t cols, cudaStream_t stream);
 void subtract(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream);
 }  // namespace cuda

@@ -128,14 +128,19 @@ step_fortunes_wait() {
 }
 # Comm hooks on the emulated 2-rank link at 3 GB/s (100 us), GPT-2 small, bf16 compute, batch 8: the one-GPU step
 # of the same job first, then each hook with overlap off and on per bucket cap (compute_ms on - off: the compute
-# slowdown beside the link).
+# slowdown beside the link). HOOK_RUNS: the runs, ';'-separated --comm-hook arguments; HOOK_CAPS: the caps.
 step_hooks_emulated() {
   [ -f "$out/tokens/train.bin" ] || py scripts/make-random-tokens.py "$out/tokens"
   local emu=(--comm emulated --emulated-world 2 --emulated-gbps 3 --emulated-latency-us 100)
   build/bin/minidp-bench "${gpt2[@]}" --batch-size 8 --dtype bf16 --steps 15 --warmup 5 --bucket-mb-list 25 \
     --json "$out/hooks_one_gpu.json" >"$out/hooks_one_gpu.txt" 2>&1; echo one-gpu; tail -2 "$out/hooks_one_gpu.txt"
-  for run in "bf16" "bf16 --sparse-embedding-grad" "powersgd --powersgd-rank 4" "powersgd --powersgd-rank 1" \
-             "powersgd --powersgd-rank 4 --sparse-embedding-grad"; do
+  local runs="bf16;bf16 --sparse-embedding-grad;powersgd --powersgd-rank 4;powersgd --powersgd-rank 1"
+  runs+=";powersgd --powersgd-rank 4 --sparse-embedding-grad"
+  local IFS_=$IFS
+  IFS=';'
+  local list=(${HOOK_RUNS:-$runs})
+  IFS=$IFS_
+  for run in "${list[@]}"; do
     set -- $run
     local name="hooks_emu3_$(echo "$run" | tr -d '-' | tr ' ' '_')"
     build/bin/minidp-bench "${gpt2[@]}" "${emu[@]}" --batch-size 8 --dtype bf16 --steps 15 --warmup 5 \
