@@ -129,15 +129,15 @@ __global__ void subtractKernel(const float* a, const float* b, float* out, int64
 
 void orthogonalizeColumns(float* m, int64_t rows, int64_t cols, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
-  if (cols > kMaxGramCols || rows < 4 * kGramRowsPerBlock) {
-    // Small (or very wide) factors: one block, Gram-Schmidt as the CPU twin.
+  if (cols > kMaxGramCols) {
+    // Wide factors: one block, Gram-Schmidt as the CPU twin (its column loop costs r^2 / 2 block reductions).
     orthogonalizeKernel<<<1, kOrthoBlock, 0, stream>>>(m, rows, cols);
     CUDA_CHECK_LAUNCH();
     return;
   }
-  // Tall factors (the embedding's and the head's rows): the thin QR's Q by Cholesky, R^T R = M^T M in
-  // double, then M R^{-1}: the same Q as Gram-Schmidt (upper-triangular R, positive diagonal) up to rounding,
-  // with the rows spread over the GPU instead of one block. Scratch from the stream-ordered allocator.
+  // The thin QR's Q by Cholesky, R^T R = M^T M in double, then M R^{-1}: the same Q as Gram-Schmidt
+  // (upper-triangular R, positive diagonal) up to rounding, in three launches at any rank, with the rows
+  // spread over the GPU. Scratch from the stream-ordered allocator.
   const int blocks = static_cast<int>((rows + kGramRowsPerBlock - 1) / kGramRowsPerBlock);
   double* partials = nullptr;
   float* rinv = nullptr;

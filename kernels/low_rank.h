@@ -19,8 +19,8 @@ void subtract(const float* a, const float* b, float* out, int64_t n);
 
 namespace cuda {
 /// The same columns as the CPU twin up to rounding; every sum in double in a fixed order (the same bits on
-/// every rank for the same input). Up to 8192 rows, or more than 32 columns: one block, Gram-Schmidt as the
-/// twin; taller factors: Cholesky QR over the whole GPU (R^T R = m^T m in double, then m R^{-1}).
+/// every rank for the same input). Up to 32 columns: Cholesky QR over the whole GPU (R^T R = m^T m in double,
+/// then m R^{-1}); wider: one block, Gram-Schmidt as the twin.
 void orthogonalizeColumns(float* m, int64_t rows, int64_t cols, cudaStream_t stream);
 void subtract(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream);
 }  // namespace cuda
