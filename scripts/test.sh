@@ -33,9 +33,9 @@ if [ "${MINIDP_SANITIZE:-1}" = 1 ]; then
   # undefined-behaviour errors count.
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   under_mpirun='_np[0-9]+$|^train_'
-  # The bf16 loss-curve check (twice 400 steps, 2 and 3 ranks: 2 + 4 minutes under the sanitizers) runs no
-  # code that the shorter bf16-on-the-wire tests do not: it runs in the plain build only.
-  slow='^train_bf16_wire_curve_'
+  # The comm hooks' loss-curve checks (twice 400 steps each; 2 + 4 minutes under the sanitizers for bf16) run
+  # no code that the shorter hook tests do not: they run in the plain build only.
+  slow='^train_(bf16_wire|powersgd)_curve_'
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$(nproc)" -E "$under_mpirun" "$@")
   (cd build-asan &&
     ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j"$(nproc)" -R "$under_mpirun" -E "$slow" "$@")
