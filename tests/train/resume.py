@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Resume end to end: 10 steps (saving every 4), then --resume to 20, gives a file byte-identical to 20 steps
 straight, on 1 and 2 ranks, for SGD and AdamW, MLP and GPT, and with --zero 1 on 2 and 3 ranks (its state
-shards gathered into the file, scattered on resume); a state saved on 2 ranks continues on 1 rank (twice the
+shards gathered into the file, scattered on resume), and with --comm-hook powersgd on 2 and 3 ranks (its error
+feedback, Q matrices and step in the file); a state saved on 2 ranks continues on 1 rank (twice the
 --batch-size) through the same global batches, ending near the 2-rank run; a ZeRO-1 state continues without
 ZeRO on another rank count and a plain state with ZeRO, both near the uninterrupted run; fp64 saves F64.
 
@@ -78,6 +79,10 @@ def main():
         # ZeRO-1: each rank holds a shard of the optimizer state; the file holds it whole.
         cases += [(f"gpt {optimizer} --zero 1", ranks, GPT + SMALL_BUCKETS + ["--optimizer", optimizer, "--zero", "1"])
                   for optimizer in ("sgd", "adamw") for ranks in (2, 3)]
+        # PowerSGD's state (error feedback per rank, warm-start Q, its step count) in the file, past its start.
+        cases += [("gpt adamw --comm-hook powersgd", ranks, GPT + SMALL_BUCKETS + [
+            "--optimizer", "adamw", "--comm-hook", "powersgd", "--powersgd-rank", "2", "--powersgd-start-iter", "3"])
+            for ranks in (2, 3)]
         for label, ranks, base in cases:
             if not resumes_identically(ranks, base, label, d):
                 failures.append(f"{label} np{ranks}")
