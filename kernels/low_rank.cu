@@ -35,9 +35,8 @@ __global__ void orthogonalizeKernel(float* m, int64_t rows, int64_t cols) {
   }
 }
 
-constexpr int kMaxGramCols = 32;   // the Cholesky path's largest rank
+constexpr int kMaxGramCols = static_cast<int>(kGramMaxCols);
 constexpr int kGramBlock = 128;
-constexpr int kGramRowsPerBlock = 2048;
 
 /// Partial Gram matrices: block b sums m[r, i] m[r, j] (i <= j) over its rows, in row order, in double.
 __global__ void gramPartialsKernel(const float* m, int64_t rows, int cols, double* partials) {
@@ -127,7 +126,7 @@ __global__ void subtractKernel(const float* a, const float* b, float* out, int64
 
 }  // namespace
 
-void orthogonalizeColumns(float* m, int64_t rows, int64_t cols, cudaStream_t stream) {
+void orthogonalizeColumns(float* m, int64_t rows, int64_t cols, void* scratch, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
   if (cols > kMaxGramCols) {
     // Wide factors: one block, Gram-Schmidt as the CPU twin (its column loop costs r^2 / 2 block reductions).
@@ -137,20 +136,16 @@ void orthogonalizeColumns(float* m, int64_t rows, int64_t cols, cudaStream_t str
   }
   // The thin QR's Q by Cholesky, R^T R = M^T M in double, then M R^{-1}: the same Q as Gram-Schmidt
   // (upper-triangular R, positive diagonal) up to rounding, in three launches at any rank, with the rows
-  // spread over the GPU. Scratch from the stream-ordered allocator.
+  // spread over the GPU. The caller's scratch: the partial Gram matrices, then R^{-1}.
   const int blocks = static_cast<int>((rows + kGramRowsPerBlock - 1) / kGramRowsPerBlock);
-  double* partials = nullptr;
-  float* rinv = nullptr;
-  CUDA_CHECK(cudaMallocAsync(&partials, sizeof(double) * blocks * cols * cols, stream));
-  CUDA_CHECK(cudaMallocAsync(&rinv, sizeof(float) * cols * cols, stream));
+  double* partials = static_cast<double*>(scratch);
+  float* rinv = reinterpret_cast<float*>(partials + static_cast<int64_t>(blocks) * cols * cols);
   gramPartialsKernel<<<blocks, kGramBlock, 0, stream>>>(m, rows, static_cast<int>(cols), partials);
   CUDA_CHECK_LAUNCH();
   choleskyInverseKernel<<<1, 1, 0, stream>>>(partials, blocks, static_cast<int>(cols), rinv);
   CUDA_CHECK_LAUNCH();
   applyInverseKernel<<<gridFor(rows, 256), 256, 0, stream>>>(m, rows, static_cast<int>(cols), rinv);
   CUDA_CHECK_LAUNCH();
-  CUDA_CHECK(cudaFreeAsync(partials, stream));
-  CUDA_CHECK(cudaFreeAsync(rinv, stream));
 }
 
 void subtract(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream) {

@@ -2,17 +2,26 @@
 // orthogonalisation of the columns of a low-rank factor, and the error-feedback difference.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "base/stream.h"
 
 namespace minidp::kernels {
 
+/// The CUDA Cholesky path: at most this many columns, this many rows per block of the Gram partials.
+inline constexpr int64_t kGramMaxCols = 32, kGramRowsPerBlock = 2048;
+
+/// Bytes of device scratch cuda::orthogonalizeColumns needs for a (rows, cols) matrix (0 on the CPU path
+/// and for the one-block path).
+size_t orthogonalizeScratchBytes(int64_t rows, int64_t cols);
+
 namespace cpu {
 /// Orthonormalises the `cols` columns of the row-major (rows, cols) matrix `m` in place, as PyTorch's
 /// _orthogonalize_gram_schmidt with epsilon 0: for each column i in turn, col_i /= ||col_i||, then every
 /// later column j -= <col_i, col_j> col_i. Sums accumulate in double, in row order.
-void orthogonalizeColumns(float* m, int64_t rows, int64_t cols);
+/// `scratch` is unused (the CUDA launcher's signature).
+void orthogonalizeColumns(float* m, int64_t rows, int64_t cols, void* scratch);
 /// out = a - b, element by element.
 void subtract(const float* a, const float* b, float* out, int64_t n);
 }  // namespace cpu
@@ -21,7 +30,8 @@ namespace cuda {
 /// The same columns as the CPU twin up to rounding; every sum in double in a fixed order (the same bits on
 /// every rank for the same input). Up to 32 columns: Cholesky QR over the whole GPU (R^T R = m^T m in double,
 /// then m R^{-1}); wider: one block, Gram-Schmidt as the twin.
-void orthogonalizeColumns(float* m, int64_t rows, int64_t cols, cudaStream_t stream);
+/// `scratch`: orthogonalizeScratchBytes(rows, cols) bytes of device memory, free for the stream's use.
+void orthogonalizeColumns(float* m, int64_t rows, int64_t cols, void* scratch, cudaStream_t stream);
 void subtract(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream);
 }  // namespace cuda
 

@@ -2,9 +2,19 @@
 
 #include "kernels/low_rank.h"
 
+namespace minidp::kernels {
+
+size_t orthogonalizeScratchBytes(int64_t rows, int64_t cols) {
+  if (cols > kGramMaxCols || rows == 0 || cols == 0) return 0;
+  const int64_t blocks = (rows + kGramRowsPerBlock - 1) / kGramRowsPerBlock;
+  return static_cast<size_t>(blocks * cols * cols) * sizeof(double) + static_cast<size_t>(cols * cols) * sizeof(float);
+}
+
+}  // namespace minidp::kernels
+
 namespace minidp::kernels::cpu {
 
-void orthogonalizeColumns(float* m, int64_t rows, int64_t cols) {
+void orthogonalizeColumns(float* m, int64_t rows, int64_t cols, void*) {
   for (int64_t i = 0; i < cols; ++i) {
     double squares = 0;
     for (int64_t r = 0; r < rows; ++r) squares += static_cast<double>(m[r * cols + i]) * m[r * cols + i];

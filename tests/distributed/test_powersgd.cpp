@@ -264,12 +264,15 @@ TEST(LowRank, OrthogonalizeColumnsMatchesFloat64GramSchmidtOnCpuAndCuda) {
     const std::vector<float> x = m.toVector<float>();
     const std::vector<double> want = gramSchmidt(std::vector<double>(x.begin(), x.end()), rows, cols);
     std::vector<float> cpu = x;
-    kernels::cpu::orthogonalizeColumns(cpu.data(), rows, cols);
+    kernels::cpu::orthogonalizeColumns(cpu.data(), rows, cols, nullptr);
     EXPECT_LE(relativeError(cpu, want), 1e-5) << "cpu " << rows << "x" << cols;
 #if MINIDP_WITH_CUDA
     if (!runtime::cudaAvailable()) continue;
     Tensor device = m.to(Device::CUDA);
-    kernels::cuda::orthogonalizeColumns(device.data<float>(), rows, cols, runtime::computeStream());
+    const Tensor scratch =
+        Tensor::empty({static_cast<int64_t>(kernels::orthogonalizeScratchBytes(rows, cols) / 8 + 1)}, DType::F64,
+                      Device::CUDA);
+    kernels::cuda::orthogonalizeColumns(device.data<float>(), rows, cols, scratch.raw(), runtime::computeStream());
     EXPECT_LE(relativeError(device.toVector<float>(), want), 1e-5) << "cuda " << rows << "x" << cols;
 #endif
   }

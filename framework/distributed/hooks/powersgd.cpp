@@ -10,6 +10,7 @@
 //   5. M = P Q^T and U written back into the bucket; e = copy - bucket (over the whole bucket).
 // Every rank ends with the same bits: P, Q and U are reduced, and the decompression is the same everywhere.
 // The state (e per rank, Q, the step) is the hook's and goes into checkpoints, keyed by parameter name.
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <random>
@@ -39,6 +40,7 @@ struct Matrix {
 struct BucketState {
   std::vector<Matrix> matrices;
   Tensor p, q, u;   // packed factors and uncompressed gradients
+  Tensor scratch;   // the orthogonalisation's (kernels::orthogonalizeScratchBytes of the largest factor)
   Tensor copy;      // the bucket after error feedback
   Tensor error;     // e, the error feedback (zero until the first compressed step)
 };
@@ -107,6 +109,13 @@ class PowerSgdHook : public CommHook {
         b.matrices.push_back(mx);
       }
       const Device device = g.buffer.device();
+      size_t scratchBytes = 0;
+      for (const Matrix& mx : b.matrices) {
+        if (mx.r == 0) continue;
+        scratchBytes = std::max({scratchBytes, kernels::orthogonalizeScratchBytes(mx.n, mx.r),
+                                 kernels::orthogonalizeScratchBytes(mx.m, mx.r)});
+      }
+      b.scratch = Tensor::empty({static_cast<int64_t>((scratchBytes + 7) / 8)}, DType::F64, device);
       b.p = Tensor::empty({p}, DType::F32, device);
       b.q = Tensor::zeros({q}, DType::F32, device);
       b.u = Tensor::empty({u}, DType::F32, device);
@@ -132,7 +141,7 @@ class PowerSgdHook : public CommHook {
     const std::string tag = "bucket " + std::to_string(bucket.index);
     if (step_ < opts_.powersgdStartIter) return comm.allReduce(bucket.buffer, ReduceOp::Avg, tag);
     const BucketState& b = buckets_.at(bucket.index);
-    Tensor grad = bucket.buffer, p = b.p, q = b.q, u = b.u, copy = b.copy, error = b.error;
+    Tensor grad = bucket.buffer, p = b.p, q = b.q, u = b.u, copy = b.copy, error = b.error, scratch = b.scratch;
     const std::vector<Matrix> matrices = b.matrices;
     const bool anyCompressed = p.numel() > 0;
     std::vector<std::shared_ptr<Work>> works;
@@ -145,7 +154,7 @@ class PowerSgdHook : public CommHook {
           continue;
         }
         float* qm = q.data<float>() + mx.q;
-        MINIDP_LAUNCH_ON(s, grad, orthogonalizeColumns, qm, mx.m, mx.r);
+        MINIDP_LAUNCH_ON(s, grad, orthogonalizeColumns, qm, mx.m, mx.r, scratch.raw());
         // P (n, r) = M (n, m) @ Q (m, r)
         MINIDP_LAUNCH_ON(s, grad, gemm<float>, false, false, mx.n, mx.r, mx.m, 1.0f,
                          grad.data<float>() + mx.entry.offset, 0, qm, 0, 0.0f, p.data<float>() + mx.p, 0, 1);
@@ -158,7 +167,7 @@ class PowerSgdHook : public CommHook {
         for (const Matrix& mx : matrices) {
           if (mx.r == 0) continue;
           float* pm = p.data<float>() + mx.p;
-          MINIDP_LAUNCH_ON(s, grad, orthogonalizeColumns, pm, mx.n, mx.r);
+          MINIDP_LAUNCH_ON(s, grad, orthogonalizeColumns, pm, mx.n, mx.r, scratch.raw());
           // Q (m, r) = M^T (m, n) @ P (n, r)
           MINIDP_LAUNCH_ON(s, grad, gemm<float>, true, false, mx.m, mx.r, mx.n, 1.0f,
                            grad.data<float>() + mx.entry.offset, 0, pm, 0, 0.0f, q.data<float>() + mx.q, 0, 1);
