@@ -93,7 +93,7 @@ const SafeTensor& SafeTensorFile::at(const std::string& name) const {
   throwError("no tensor '" + name + "' among {" + names + "}", __FILE__, __LINE__);
 }
 
-SafeTensorFile readSafetensors(const std::string& path) {
+SafeTensorFile readSafetensors(const std::string& path, const SafeTensorFilter& filter) {
   MINIDP_CHECK(std::filesystem::is_regular_file(path), "safetensors file " << path << " does not exist");
   const int64_t fileSize = static_cast<int64_t>(std::filesystem::file_size(path));
   std::ifstream in(path, std::ios::binary);
@@ -106,6 +106,8 @@ SafeTensorFile readSafetensors(const std::string& path) {
   for (int i = 7; i >= 0; --i) headerLen = headerLen << 8 | lenBytes[i];
   MINIDP_CHECK(headerLen <= uint64_t(fileSize - 8),
                path << ": header length " << headerLen << " runs past the end of the " << fileSize << "-byte file");
+  MINIDP_CHECK(headerLen <= kMaxSafetensorsHeader, path << ": header length " << headerLen << " exceeds the format's "
+                                                        << kMaxSafetensorsHeader << "-byte limit");
   std::string headerText(headerLen, '\0');
   in.read(headerText.data(), static_cast<std::streamsize>(headerLen));
   MINIDP_CHECK(in, path << ": cannot read the " << headerLen << "-byte header");
@@ -155,8 +157,14 @@ SafeTensorFile readSafetensors(const std::string& path) {
   MINIDP_CHECK(next == bufferSize,
                path << ": tensors cover " << next << " bytes but the buffer after the header holds " << bufferSize);
 
-  for (auto& e : entries) {
+  std::vector<bool> wanted(entries.size(), true);
+  for (size_t i = 0; i < entries.size() && filter; ++i) wanted[i] = filter(entries[i].name, entries[i].tensor);
+  const int64_t bufferStart = 8 + static_cast<int64_t>(headerLen);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (!wanted[i]) continue;
+    Entry& e = entries[i];
     e.tensor.bytes.resize(e.end - e.begin);
+    in.seekg(bufferStart + e.begin);
     in.read(reinterpret_cast<char*>(e.tensor.bytes.data()), e.end - e.begin);
     MINIDP_CHECK(in, path << ": cannot read the bytes of tensor '" << e.name << "'");
     file.tensors.emplace_back(std::move(e.name), std::move(e.tensor));

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -26,8 +27,17 @@ struct SafeTensorFile {
   const SafeTensor& at(const std::string& name) const;
 };
 
-/// Reads and validates a safetensors file; errors name the file and the offending tensor.
-SafeTensorFile readSafetensors(const std::string& path);
+/// Which tensors readSafetensors reads. Called for each tensor in file order with its name, dtype and shape
+/// (bytes empty), after the whole header was checked and before any tensor's bytes are read or memory
+/// taken for them: true reads the tensor, false leaves it out of the result; throwing refuses the file.
+using SafeTensorFilter = std::function<bool(const std::string& name, const SafeTensor& header)>;
+
+/// The largest header readSafetensors takes (as the reference implementation: 100 MB).
+inline constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
+
+/// Reads and validates a safetensors file (the tensors `filter` accepts; all without one); errors name the
+/// file and the offending tensor.
+SafeTensorFile readSafetensors(const std::string& path, const SafeTensorFilter& filter = {});
 
 /// Writes tensors in the given order through writeFileAtomically (a temporary, fsync, rename), so `path`
 /// is never half-written; equal inputs give byte-identical files.

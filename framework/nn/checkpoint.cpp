@@ -1,6 +1,7 @@
 #include "framework/nn/checkpoint.h"
 
 #include <cstring>
+#include <map>
 #include <set>
 
 namespace minidp::nn {
@@ -37,6 +38,23 @@ void saveCheckpoint(const Module& module, const std::string& path, const std::ma
   writeSafetensors(path, tensors, metadata);
 }
 
+namespace {
+
+// The dtype of a stored parameter as minidp reads it; an error naming the tensor for any other.
+DType storedDType(const SafeTensor& st, const std::string& name) {
+  if (st.dtype == "F32") return DType::F32;
+  if (st.dtype == "F64") return DType::F64;
+  throwError("tensor '" + name + "' has dtype " + st.dtype + "; parameters are read from F32 or F64", __FILE__,
+             __LINE__);
+}
+
+bool isStateName(const std::string& name) {
+  return name.compare(0, std::strlen(kOptimizerPrefix), kOptimizerPrefix) == 0 ||
+         name.compare(0, std::strlen(kCommHookPrefix), kCommHookPrefix) == 0;
+}
+
+}  // namespace
+
 void loadParameters(Module& module, const SafeTensorFile& file, const std::string& prefix) {
   std::set<std::string> expected;
   for (auto& [name, param] : module.namedParameters()) {
@@ -50,18 +68,47 @@ void loadParameters(Module& module, const SafeTensorFile& file, const std::strin
   }
   if (!prefix.empty()) return;
   for (const auto& [name, tensor] : file.tensors) {
-    if (name.compare(0, std::strlen(kOptimizerPrefix), kOptimizerPrefix) == 0) continue;
-    if (name.compare(0, std::strlen(kCommHookPrefix), kCommHookPrefix) == 0) continue;
+    if (isStateName(name)) continue;
     MINIDP_CHECK(expected.count(name), "the file holds tensor '" << name << "', which the model does not have");
   }
 }
 
-void loadCheckpoint(Module& module, const std::string& path) {
+SafeTensorFilter parameterFilter(const Module& module, const std::string& prefix) {
+  std::map<std::string, Shape> shapes;
+  for (const auto& [name, param] : module.namedParameters()) shapes[prefix + name] = param.shape();
+  return [shapes, prefix](const std::string& name, const SafeTensor& header) {
+    const auto it = shapes.find(name);
+    if (it == shapes.end()) {
+      MINIDP_CHECK(!prefix.empty() || isStateName(name),
+                   "the file holds tensor '" << name << "', which the model does not have");
+      return false;
+    }
+    storedDType(header, name);
+    MINIDP_CHECK(header.shape == it->second, "tensor '" << name << "' has shape " << shapeString(header.shape)
+                                                        << ", the model expects " << shapeString(it->second));
+    return true;
+  };
+}
+
+std::string loadCheckpoint(Module& module, const std::string& path) {
+  std::set<std::string> conversions;
   try {
-    loadParameters(module, readSafetensors(path));
+    const SafeTensorFile file = readSafetensors(path, parameterFilter(module));
+    loadParameters(module, file);
+    for (const auto& [name, param] : module.namedParameters()) {
+      const DType stored = storedDType(file.at(name), name);
+      if (stored != param.dtype()) {
+        conversions.insert(std::string(dtypeName(stored)) +
+                           (dtypeSize(stored) > dtypeSize(param.dtype()) ? " rounded to " : " widened to ") +
+                           (param.dtype() == DType::F64 ? "float64 (exactly)" : "float32"));
+      }
+    }
   } catch (const Error& e) {
     throw Error(path + ": " + e.what());
   }
+  std::string text;
+  for (const std::string& c : conversions) text += (text.empty() ? "" : ", ") + c;
+  return text;
 }
 
 }  // namespace minidp::nn

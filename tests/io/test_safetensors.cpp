@@ -173,6 +173,53 @@ TEST_F(Safetensors, CorruptHeaders) {
   }
 }
 
+// A filter sees every tensor's dtype and shape before any bytes are read: what it leaves out is never read
+// (nor memory taken for it), and it can refuse a file whose header claims a terabyte without reading it.
+TEST_F(Safetensors, FilterDecidesBeforeAnyBytesAreRead) {
+  const fs::path path = dir_ / "some.safetensors";
+  writeSafetensors(path.string(), sampleTensors(), {{"k", "v"}});
+  std::vector<std::string> seen;
+  const SafeTensorFile some = readSafetensors(path.string(), [&](const std::string& name, const SafeTensor& header) {
+    EXPECT_TRUE(header.bytes.empty());
+    seen.push_back(name);
+    return name == "a.bias" || name == "count";
+  });
+  EXPECT_EQ(seen.size(), sampleTensors().size());
+  ASSERT_EQ(some.tensors.size(), 2u);
+  EXPECT_EQ(some.at("a.bias").bytes, sampleTensors()[1].second.bytes);
+  EXPECT_EQ(some.metadata.at("k"), "v");
+
+  // 2^40 bytes of one tensor, as a sparse file: its header is consistent, its bytes are never read.
+  const fs::path huge = dir_ / "huge.safetensors";
+  const std::string header = R"({"w":{"dtype":"U8","shape":[1099511627776],"data_offsets":[0,1099511627776]}})";
+  writeBytes(huge, fileWithHeader(header, ""));
+  std::error_code sparse;
+  fs::resize_file(huge, 8 + header.size() + (uint64_t(1) << 40), sparse);
+  if (sparse) GTEST_SKIP() << "this file system takes no 1 TiB sparse file: " << sparse.message();
+  std::vector<int64_t> shape;
+  EXPECT_TRUE(readSafetensors(huge.string(), [&](const std::string&, const SafeTensor& h) {
+                shape = h.shape;
+                return false;
+              }).tensors.empty());
+  EXPECT_EQ(shape, (std::vector<int64_t>{int64_t(1) << 40}));
+  EXPECT_THROW(readSafetensors(huge.string(), [](const std::string& name, const SafeTensor&) -> bool {
+                 throw Error("tensor '" + name + "' is larger than the model");
+               }),
+               Error);
+}
+
+TEST_F(Safetensors, HeaderLargerThanTheFormatAllowsIsRefused) {
+  const fs::path path = dir_ / "long.safetensors";
+  std::string bytes(8, '\0');
+  const uint64_t length = kMaxSafetensorsHeader + 8;
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(length >> (8 * i));
+  writeBytes(path, bytes);
+  std::error_code sparse;
+  fs::resize_file(path, 8 + length, sparse);
+  if (sparse) GTEST_SKIP() << sparse.message();
+  EXPECT_NE(errorOf(path).find("exceeds the format's 100000000-byte limit"), std::string::npos) << errorOf(path);
+}
+
 TEST_F(Safetensors, ReadsPyTorchFixtures) {
   const char* source = std::getenv("MINIDP_SOURCE_DIR");
   const fs::path fixture = fs::path(source ? source : "") / "tests/fixtures/mlp_tiny.safetensors";

@@ -86,6 +86,73 @@ TEST_F(Checkpoint, WrongShapeMissingAndExtraNamesAreNamed) {
   }
 }
 
+// F64 into a float64 model keeps every bit; the other conversions are said: F32 widens exactly, F64 rounds.
+TEST_F(Checkpoint, LoadConvertsExactlyOrSaysHow) {
+  models::MLP source({4, 8, 3}, 1);
+  source.to(Device::CPU, DType::F64);
+  for (auto& [name, p] : source.namedParameters()) {
+    std::vector<double> v = p.data().toVector<double>();
+    for (size_t i = 0; i < v.size(); ++i) v[i] += 1e-12 * static_cast<double>(i + 1);  // no float32 holds these
+    p.data().copyFrom(Tensor::fromVector(v, p.shape()));
+  }
+  const std::string f64 = (dir_ / "f64.safetensors").string(), f32 = (dir_ / "f32.safetensors").string();
+  nn::saveCheckpoint(source, f64);
+  models::MLP wide({4, 8, 3}, 2);
+  wide.to(Device::CPU, DType::F64);
+  EXPECT_EQ(nn::loadCheckpoint(wide, f64), "");
+  testing::expectSameParameters(source, wide);
+  models::MLP narrow({4, 8, 3}, 2);
+  EXPECT_EQ(nn::loadCheckpoint(narrow, f64), "F64 rounded to float32");
+  for (size_t i = 0; i < narrow.namedParameters().size(); ++i) {
+    EXPECT_EQ(narrow.namedParameters()[i].second.data().toVector<float>(),
+              source.namedParameters()[i].second.data().toDType(DType::F32).toVector<float>());
+  }
+  nn::saveCheckpoint(narrow, f32);
+  EXPECT_EQ(nn::loadCheckpoint(wide, f32), "F32 widened to float64 (exactly)");
+  for (size_t i = 0; i < narrow.namedParameters().size(); ++i) {
+    EXPECT_EQ(wide.namedParameters()[i].second.data().toVector<double>(),
+              narrow.namedParameters()[i].second.data().toDType(DType::F64).toVector<double>());
+  }
+}
+
+// A file whose header claims tensors of terabytes (a sparse file): refused, or those tensors skipped, from the
+// header alone, before any memory is taken for them.
+TEST_F(Checkpoint, AbsurdSizesAreRefusedFromTheHeader) {
+  const auto sparseFile = [&](const std::string& name, const std::string& tensors, uint64_t bytes) {
+    const std::string path = (dir_ / name).string();
+    std::string header = "{" + tensors + "}";
+    std::string out(8, '\0');
+    for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(uint64_t(header.size()) >> (8 * i));
+    std::ofstream(path, std::ios::binary) << out << header;
+    std::error_code error;
+    fs::resize_file(path, 8 + header.size() + bytes, error);
+    return error ? std::string() : path;
+  };
+  const uint64_t tib = uint64_t(1) << 40;
+  const std::string entry = R"("dtype":"F32","shape":[262144,1048576],"data_offsets":[0,1099511627776])";
+  const std::string wrongShape = sparseFile("shape.safetensors", "\"layers.0.weight\":{" + entry + "}", tib);
+  if (wrongShape.empty()) GTEST_SKIP() << "this file system takes no 1 TiB sparse file";
+  models::MLP mlp({4, 8, 3}, 1);
+  for (const auto& [path, part] :
+       {std::pair{wrongShape, std::string("'layers.0.weight' has shape [262144, 1048576], the model expects [8, 4]")},
+        std::pair{sparseFile("extra.safetensors", "\"junk\":{" + entry + "}", tib),
+                  std::string("holds tensor 'junk', which the model does not have")}}) {
+    try {
+      nn::loadCheckpoint(mlp, path);
+      ADD_FAILURE() << "no error for " << path;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  }
+  // Optimizer and comm hook state are left unread by --load, however large they claim to be.
+  const SafeTensorFilter filter = nn::parameterFilter(mlp);
+  const SafeTensor huge{"F32", {int64_t(1) << 38}, {}};
+  EXPECT_FALSE(filter(std::string(nn::kOptimizerPrefix) + "layers.0.weight.exp_avg", huge));
+  EXPECT_FALSE(filter(std::string(nn::kCommHookPrefix) + "powersgd.q.layers.0.weight", huge));
+  EXPECT_TRUE(filter("layers.0.weight", SafeTensor{"F64", {8, 4}, {}}));
+  EXPECT_THROW(filter("layers.0.weight", SafeTensor{"F16", {8, 4}, {}}), Error);
+}
+
 TEST_F(Checkpoint, LoadsAFileWrittenByPyTorch) {
   // tests/reference/check_interop.py --write: a torch MLP [12, 16, 5] state_dict.
   const std::string path = sourceDir() + "/tests/fixtures/torch_mlp_12_16_5.safetensors";
