@@ -13,14 +13,33 @@ struct Add {
 };
 
 /// One block: the columns in order, each sum a fixed-order block reduction in double.
+__device__ double columnSquares(const float* m, int64_t rows, int64_t cols, int64_t i) {
+  double squares = 0;
+  for (int64_t r = threadIdx.x; r < rows; r += kOrthoBlock) {
+    const double v = m[r * cols + i];
+    squares += v * v;
+  }
+  return blockReduce<kOrthoBlock>(squares, Add{});
+}
+
+constexpr int kOrthoMaxCols = 1024;  // --powersgd-rank's range
+
 __global__ void orthogonalizeKernel(float* m, int64_t rows, int64_t cols) {
+  __shared__ double initial[kOrthoMaxCols];
   for (int64_t i = 0; i < cols; ++i) {
-    double squares = 0;
-    for (int64_t r = threadIdx.x; r < rows; r += kOrthoBlock) {
-      const double v = m[r * cols + i];
-      squares += v * v;
+    const double squares = columnSquares(m, rows, cols, i);
+    if (threadIdx.x == 0) initial[i] = squares;
+  }
+  __syncthreads();
+  for (int64_t i = 0; i < cols; ++i) {
+    const double squares = columnSquares(m, rows, cols, i);
+    // As the CPU twin: a column in the span of the earlier ones comes out zero.
+    if (!(squares > 1e-12 * initial[i])) {
+      for (int64_t r = threadIdx.x; r < rows; r += kOrthoBlock) m[r * cols + i] = 0;
+      __syncthreads();
+      continue;
     }
-    const float norm = static_cast<float>(sqrt(blockReduce<kOrthoBlock>(squares, Add{})));
+    const float norm = static_cast<float>(sqrt(squares));
     for (int64_t r = threadIdx.x; r < rows; r += kOrthoBlock) m[r * cols + i] /= norm;
     __syncthreads();
     for (int64_t j = i + 1; j < cols; ++j) {
@@ -77,22 +96,28 @@ __global__ void choleskyInverseKernel(const double* partials, int blocks, int co
   for (int i = 0; i < cols; ++i) {
     for (int j = 0; j < cols; ++j) r[i][j] = 0, inv[i][j] = 0;
   }
+  // A column (numerically) in the span of the earlier ones has no direction of its own: its pivot is at
+  // most 1e-12 of its squared norm (or the column is zero). It comes out zero (R^{-1}'s row and column i
+  // zero), where Gram-Schmidt would normalise rounding noise and Cholesky would take a square root of a
+  // negative number.
+  bool dropped[kMaxGramCols];
   for (int i = 0; i < cols; ++i) {
     double d = g[i][i];
     for (int k = 0; k < i; ++k) d -= r[k][i] * r[k][i];
-    r[i][i] = sqrt(d);
+    dropped[i] = !(d > 1e-12 * g[i][i]);
+    r[i][i] = dropped[i] ? 1.0 : sqrt(d);
     for (int j = i + 1; j < cols; ++j) {
       double v = g[i][j];
       for (int k = 0; k < i; ++k) v -= r[k][i] * r[k][j];
-      r[i][j] = v / r[i][i];
+      r[i][j] = dropped[i] ? 0.0 : v / r[i][i];
     }
   }
-  // Back substitution, column by column: R inv = I.
+  // Back substitution, column by column: R inv = I (dropped columns and rows stay zero).
   for (int j = 0; j < cols; ++j) {
     for (int i = j; i >= 0; --i) {
       double v = i == j ? 1.0 : 0.0;
       for (int k = i + 1; k <= j; ++k) v -= r[i][k] * inv[k][j];
-      inv[i][j] = v / r[i][i];
+      inv[i][j] = dropped[i] || dropped[j] ? 0.0 : v / r[i][i];
     }
   }
   for (int i = 0; i < cols; ++i) {
@@ -128,6 +153,8 @@ __global__ void subtractKernel(const float* a, const float* b, float* out, int64
 
 void orthogonalizeColumns(float* m, int64_t rows, int64_t cols, void* scratch, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
+  MINIDP_CHECK(cols <= kOrthoMaxCols,
+               "orthogonalizeColumns: " << cols << " columns (at most " << kOrthoMaxCols << ")");
   if (cols > kMaxGramCols) {
     // Wide factors: one block, Gram-Schmidt as the CPU twin (its column loop costs r^2 / 2 block reductions).
     orthogonalizeKernel<<<1, kOrthoBlock, 0, stream>>>(m, rows, cols);

@@ -1,4 +1,5 @@
 #include <cmath>
+#include <vector>
 
 #include "kernels/low_rank.h"
 
@@ -15,9 +16,22 @@ size_t orthogonalizeScratchBytes(int64_t rows, int64_t cols) {
 namespace minidp::kernels::cpu {
 
 void orthogonalizeColumns(float* m, int64_t rows, int64_t cols, void*) {
-  for (int64_t i = 0; i < cols; ++i) {
+  const auto squaredNorm = [&](int64_t i) {
     double squares = 0;
     for (int64_t r = 0; r < rows; ++r) squares += static_cast<double>(m[r * cols + i]) * m[r * cols + i];
+    return squares;
+  };
+  std::vector<double> initial(cols);
+  for (int64_t i = 0; i < cols; ++i) initial[i] = squaredNorm(i);
+  for (int64_t i = 0; i < cols; ++i) {
+    const double squares = squaredNorm(i);
+    // A column (numerically) in the span of the earlier ones, or zero, comes out zero, as on CUDA: what is
+    // left of it after the projections is at most 1e-12 of its squared norm. PyTorch's epsilon-free
+    // Gram-Schmidt would normalise that rounding noise (or divide 0 by 0).
+    if (!(squares > 1e-12 * initial[i])) {
+      for (int64_t r = 0; r < rows; ++r) m[r * cols + i] = 0;
+      continue;
+    }
     const float norm = static_cast<float>(std::sqrt(squares));
     for (int64_t r = 0; r < rows; ++r) m[r * cols + i] /= norm;
     for (int64_t j = i + 1; j < cols; ++j) {

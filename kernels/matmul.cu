@@ -7,6 +7,7 @@
 #include <atomic>
 #include <climits>
 #include <map>
+#include <memory>
 #include <type_traits>
 
 #include "base/cuda_check.h"
@@ -19,8 +20,7 @@ namespace minidp::kernels::cuda {
 
 namespace {
 
-// One cuBLAS handle per host thread (a handle must not be used by two threads at once), created on
-// the device current at first use and destroyed when the thread exits.
+// A cuBLAS handle, created on the device current at first use and destroyed when its thread exits.
 class ThreadHandle {
  public:
   ThreadHandle() {
@@ -38,10 +38,17 @@ class ThreadHandle {
   cublasHandle_t handle_ = nullptr;
 };
 
+// One handle per host thread and stream: a handle must not be used by two threads at once, and its
+// workspace must not serve kernels of two streams that run at once (a comm hook's products on the comm
+// stream beside backward's on the compute stream; cuBLAS promises the same bits only then).
 cublasHandle_t handleOn(cudaStream_t stream) {
-  thread_local ThreadHandle handle;
-  CUBLAS_CHECK(cublasSetStream(handle.get(), stream));
-  return handle.get();
+  thread_local std::map<cudaStream_t, std::unique_ptr<ThreadHandle>> handles;
+  std::unique_ptr<ThreadHandle>& handle = handles[stream];
+  if (!handle) {
+    handle = std::make_unique<ThreadHandle>();
+    CUBLAS_CHECK(cublasSetStream(handle->get(), stream));
+  }
+  return handle->get();
 }
 
 // cuBLAS's strided batched GEMM for element type T.

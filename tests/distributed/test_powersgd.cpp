@@ -256,10 +256,11 @@ double relativeError(const std::vector<float>& got, const std::vector<double>& w
   return error / scale;
 }
 
-// Both CUDA paths: one block (up to 8192 rows) and the Cholesky QR of tall factors (20000 x 4, 9000 x 32).
+// Both CUDA paths: the Cholesky QR (up to 32 columns, here up to 20000 x 4 and 9000 x 32) and one block's
+// Gram-Schmidt (more columns: 100 x 40).
 TEST(LowRank, OrthogonalizeColumnsMatchesFloat64GramSchmidtOnCpuAndCuda) {
   for (const auto [rows, cols] :
-       {std::pair<int64_t, int64_t>{7, 1}, {50, 4}, {3000, 3}, {20000, 4}, {9000, 32}}) {
+       {std::pair<int64_t, int64_t>{7, 1}, {50, 4}, {3000, 3}, {20000, 4}, {9000, 32}, {100, 40}}) {
     const Tensor m = testing::randomTensor({rows, cols}, 77 + rows, -1, 1, DType::F32);
     const std::vector<float> x = m.toVector<float>();
     const std::vector<double> want = gramSchmidt(std::vector<double>(x.begin(), x.end()), rows, cols);
@@ -275,6 +276,41 @@ TEST(LowRank, OrthogonalizeColumnsMatchesFloat64GramSchmidtOnCpuAndCuda) {
     kernels::cuda::orthogonalizeColumns(device.data<float>(), rows, cols, scratch.raw(), runtime::computeStream());
     EXPECT_LE(relativeError(device.toVector<float>(), want), 1e-5) << "cuda " << rows << "x" << cols;
 #endif
+  }
+}
+
+// A factor of lower rank than its columns (a small batch's gradient): a zero column and a copy of an earlier
+// one come out zero, the others orthonormal, nothing NaN, on both devices and both CUDA paths.
+TEST(LowRank, DependentColumnsComeOutZero) {
+  for (const int64_t cols : {4, 36}) {
+    const int64_t rows = 200;
+    std::vector<float> x = testing::randomTensor({rows, cols}, 5 + cols, -1, 1, DType::F32).toVector<float>();
+    for (int64_t r = 0; r < rows; ++r) {
+      x[r * cols + 1] = 0;                   // zero
+      x[r * cols + 3] = 2 * x[r * cols + 0];  // a multiple of column 0
+    }
+    std::vector<std::vector<float>> results(1, x);
+    kernels::cpu::orthogonalizeColumns(results[0].data(), rows, cols, nullptr);
+#if MINIDP_WITH_CUDA
+    if (runtime::cudaAvailable()) {
+      Tensor device = Tensor::fromVector(x, {rows, cols}).to(Device::CUDA);
+      const Tensor scratch = Tensor::empty(
+          {static_cast<int64_t>(kernels::orthogonalizeScratchBytes(rows, cols) / 8 + 1)}, DType::F64, Device::CUDA);
+      kernels::cuda::orthogonalizeColumns(device.data<float>(), rows, cols, scratch.raw(), runtime::computeStream());
+      results.push_back(device.toVector<float>());
+    }
+#endif
+    for (const std::vector<float>& m : results) {
+      for (int64_t i = 0; i < cols; ++i) {
+        for (int64_t j = i; j < cols; ++j) {
+          double dot = 0;
+          for (int64_t r = 0; r < rows; ++r) dot += static_cast<double>(m[r * cols + i]) * m[r * cols + j];
+          const bool zero = i == 1 || i == 3 || j == 1 || j == 3;
+          const double want = zero ? 0.0 : (i == j ? 1.0 : 0.0);
+          ASSERT_NEAR(dot, want, 1e-5) << cols << " columns, (" << i << ", " << j << ")";
+        }
+      }
+    }
   }
 }
 

@@ -40,7 +40,8 @@ class SingleCommunicator : public Communicator {
   }
   std::shared_ptr<Work> enqueue(const std::string& tag, Tensor keep,
                                 const std::function<void(cudaStream_t)>& task) override {
-    task(keep.defined() && keep.isCuda() ? runtime::computeStream() : nullptr);
+    MINIDP_CHECK(keep.defined(), "enqueue '" << tag << "': keep names the tensor the task works on (its device)");
+    task(keep.isCuda() ? runtime::computeStream() : nullptr);
     return std::make_shared<CompletedWork>(tag, 0);
   }
   void broadcast(Tensor&, int root) override { MINIDP_CHECK(root == 0, "broadcast from rank " << root << " of 1"); }

@@ -201,6 +201,7 @@ class PowerSgdHook : public CommHook {
       // Every rank's error feedback, for rank 0 to write: (world, bucket) in rank order.
       Tensor errors = Tensor::empty({world * b.error.numel()}, DType::F32, b.error.device());
       comm.allGather(b.error, errors, "gather powersgd error " + std::to_string(k))->wait();
+      if (comm.rank() != 0) continue;  // rank 0 writes the checkpoint
       const Tensor host = errors.to(Device::CPU);
       for (const Matrix& mx : b.matrices) {
         Tensor e = Tensor::empty({world, mx.entry.numel()}, DType::F32, Device::CPU);
@@ -212,7 +213,7 @@ class PowerSgdHook : public CommHook {
         if (mx.r > 0) out.emplace_back(qName(mx.entry.name), Tensor::alias(b.q, mx.q, {mx.m, mx.r}).to(Device::CPU));
       }
     }
-    if (comm.rank() != 0) out.clear();  // rank 0 writes the checkpoint
+    if (comm.rank() != 0) out.clear();
     return out;
   }
 

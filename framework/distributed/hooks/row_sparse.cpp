@@ -85,6 +85,17 @@ std::shared_ptr<Work> RowSparseHook::reduce(const GradBucket& bucket, Communicat
   for (const Tensor& ids : rowIds_) K += ids.numel();
   K = std::min(K, V);
   Tensor grad = bucket.buffer;
+  // The branch below and the gathers' sizes need the same K on every rank: checked whenever K changes (a
+  // blocking exchange, once in a run with fixed batches), before either is chosen.
+  if (K != agreedK_) {
+    const std::vector<std::string> all = comm.allGather(std::to_string(K));
+    for (int r = 0; r < world; ++r) {
+      MINIDP_CHECK(all[r] == all[0], "row-sparse parameter '" << entry.name << "': rank " << r << " has " << all[r]
+                                                              << " row ids in this step, rank 0 " << all[0]
+                                                              << "; every rank must pass as many");
+    }
+    agreedK_ = K;
+  }
   // Each rank receives (world - 1) x K rows; a ring all-reduce moves 2 (world - 1) / world x V rows. Alone,
   // there is nothing to send: the wrapped hook (a bf16 round trip at most) is the cheaper one.
   if (world == 1 || K * world >= 2 * V) return inner_->reduce(bucket, comm);
@@ -92,14 +103,6 @@ std::shared_ptr<Work> RowSparseHook::reduce(const GradBucket& bucket, Communicat
   const DType wireType = inner_->name() == "bf16" ? DType::BF16 : grad.dtype();
   MINIDP_CHECK(wireType == grad.dtype() || grad.dtype() == DType::F32, "bf16 rows need an fp32 gradient");
   if (!rowList_.defined() || rowList_.numel() != K || rowMarks_.numel() != V || packed_.dtype() != wireType) {
-    // The gathers' sizes, and the branch above, need the same K on every rank: checked whenever K changes
-    // (a blocking exchange, once in a run with fixed batches).
-    const std::vector<std::string> all = comm.allGather(std::to_string(K));
-    for (int r = 0; r < world; ++r) {
-      MINIDP_CHECK(all[r] == all[0], "row-sparse parameter '" << entry.name << "': rank " << r << " has " << all[r]
-                                                              << " row ids in this step, rank 0 " << all[0]
-                                                              << "; every rank must pass as many");
-    }
     rowMarks_ = Tensor::empty({V}, DType::I32, device);
     rowList_ = Tensor::empty({K}, DType::I32, device);
     packed_ = Tensor::empty({K * C}, wireType, device);

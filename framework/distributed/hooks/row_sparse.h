@@ -41,7 +41,8 @@ class RowSparseHook : public CommHook {
   std::unique_ptr<CommHook> inner_;
   int param_;
   size_t bucket_ = 0;
-  bool open_ = false;  // between beginStep and the reduction of the row bucket: ids may be added
+  bool open_ = false;    // between beginStep and the reduction of the row bucket: ids may be added
+  int64_t agreedK_ = -1;  // the ids per step every rank was checked to pass
   // This step's ids, a copy per micro-batch; the row marks (V), this rank's row list (K) and packed rows
   // (K x C, in the wire's type), and every rank's list and rows, all-gathered.
   std::vector<Tensor> rowIds_;
