@@ -28,13 +28,6 @@ fs::path folderOf(const std::string& path) {
   return parent.empty() ? fs::path(".") : parent;
 }
 
-// strerror's text for a sentence: "no space left on device".
-std::string cause(int error) {
-  std::string text = std::strerror(error);
-  if (!text.empty()) text[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(text[0])));
-  return text;
-}
-
 std::string hostName() {
   char name[256] = {};
   if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "localhost";
@@ -105,11 +98,18 @@ class FdBuffer : public std::streambuf {
 // Throws unless `path` is absent or a regular file.
 void checkTarget(const std::string& path) {
   const std::string kind = notARegularFile(path);
-  MINIDP_CHECK(kind.empty(), path << " is " << kind << ", not a regular file; only a regular file (or a new one) is "
-                                      "written, give another path");
+  MINIDP_CHECK(kind.empty(), path << " is " << kind
+                                  << ", not a regular file; only a regular file (or a new one) is "
+                                     "written, give another path");
 }
 
 }  // namespace
+
+std::string errnoText(int error) {
+  std::string text = std::strerror(error);
+  if (!text.empty()) text[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(text[0])));
+  return text;
+}
 
 std::string notARegularFile(const std::string& path) {
   struct stat st {};
@@ -128,12 +128,12 @@ void checkWritableFile(const std::string& path) {
   MINIDP_CHECK(!path.empty(), "no file name given");
   checkTarget(path);
   const fs::path folder = folderOf(path);
-  MINIDP_CHECK(fs::is_directory(folder), path << ": the folder " << folder.string()
-                                               << " does not exist; create it or choose another path");
+  MINIDP_CHECK(fs::is_directory(folder),
+               path << ": the folder " << folder.string() << " does not exist; create it or choose another path");
   const std::string probe = temporaryName(path);
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   const int error = fd < 0 ? errno : 0;
-  MINIDP_CHECK(fd >= 0, path << ": cannot create files in " << folder.string() << " (" << cause(error)
+  MINIDP_CHECK(fd >= 0, path << ": cannot create files in " << folder.string() << " (" << errnoText(error)
                              << "); choose a writable folder");
   ::close(fd);
   ::unlink(probe.c_str());
@@ -145,7 +145,7 @@ void writeFileAtomically(const std::string& path, const std::function<void(std::
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   int error = fd < 0 ? errno : 0;
   MINIDP_CHECK(fd >= 0, "cannot write " << path << ": cannot create a file in " << folderOf(path).string() << " ("
-                                        << cause(error) << ")");
+                                        << errnoText(error) << ")");
   try {
     FdBuffer buffer(fd);
     std::ostream out(&buffer);
@@ -162,7 +162,7 @@ void writeFileAtomically(const std::string& path, const std::function<void(std::
   if (::close(fd) != 0 && error == 0) error = errno;  // NFS reports a full disk as late as this
   if (error != 0) {
     ::unlink(tmp.c_str());
-    throwError("cannot write " + path + ": " + cause(error), __FILE__, __LINE__);
+    throwError("cannot write " + path + ": " + errnoText(error), __FILE__, __LINE__);
   }
   // Checked again just before the rename: a FIFO or device that appeared meanwhile is not replaced either.
   try {
@@ -174,11 +174,11 @@ void writeFileAtomically(const std::string& path, const std::function<void(std::
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     error = errno;
     ::unlink(tmp.c_str());
-    throwError("cannot write " + path + ": renaming " + tmp + " to it failed: " + cause(error), __FILE__, __LINE__);
+    throwError("cannot write " + path + ": renaming " + tmp + " to it failed: " + errnoText(error), __FILE__, __LINE__);
   }
   // The rename is durable once the folder's entry is on disk.
   error = syncFolder(folderOf(path).string());
-  MINIDP_CHECK(error == 0, "cannot write " << path << ": flushing its folder to disk failed: " << cause(error));
+  MINIDP_CHECK(error == 0, "cannot write " << path << ": flushing its folder to disk failed: " << errnoText(error));
 }
 
 void writeFileAtomically(const std::string& path, const std::string& contents) {

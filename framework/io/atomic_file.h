@@ -10,6 +10,9 @@
 
 namespace minidp {
 
+/// strerror's text of `error` for the middle of a sentence: "no space left on device".
+std::string errnoText(int error);
+
 /// What is at `path` when that is neither nothing nor a regular file ("a folder", "a symbolic link", "a
 /// character device", "a FIFO", ...), without following a link; empty when `path` is absent or a regular file.
 std::string notARegularFile(const std::string& path);

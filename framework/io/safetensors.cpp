@@ -172,6 +172,10 @@ SafeTensorFile readSafetensors(const std::string& path, const SafeTensorFilter& 
   return file;
 }
 
+SafeTensorFile readSafetensorsHeader(const std::string& path) {
+  return readSafetensors(path, [](const std::string&, const SafeTensor&) { return false; });
+}
+
 void writeSafetensors(const std::string& path, const std::vector<std::pair<std::string, SafeTensor>>& tensors,
                       const std::map<std::string, std::string>& metadata) {
   // nlohmann::json objects are std::maps: keys come out sorted, so the header is deterministic.

@@ -38,6 +38,8 @@ inline constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
 /// Reads and validates a safetensors file (the tensors `filter` accepts; all without one); errors name the
 /// file and the offending tensor.
 SafeTensorFile readSafetensors(const std::string& path, const SafeTensorFilter& filter = {});
+/// The checked header of a safetensors file: its metadata, no tensors (readSafetensors reading none).
+SafeTensorFile readSafetensorsHeader(const std::string& path);
 
 /// Writes tensors in the given order through writeFileAtomically (a temporary, fsync, rename), so `path`
 /// is never half-written; equal inputs give byte-identical files.

@@ -98,7 +98,8 @@ TEST_F(AtomicFile, RemoveStrayTemporariesTakesOnlyThoseOfGoneWriters) {
   const std::vector<std::string> kept = {"a.safetensors",
                                          "a.safetensors.tmp." + host + "." + live + ".0",  // a run saving now
                                          "a.safetensors.tmp.otherhost." + gone + ".0",  // its writer is not ours to see
-                                         "b.safetensors.tmp." + host + "." + gone + ".0", "a.safetensorsx",
+                                         "b.safetensors.tmp." + host + "." + gone + ".0",
+                                         "a.safetensorsx",
                                          "a.safetensors.tmp.notes"};
   for (const auto& names : {stale, kept}) {
     for (const std::string& name : names) touch(dir_ / name);

@@ -202,9 +202,10 @@ TEST_F(Safetensors, FilterDecidesBeforeAnyBytesAreRead) {
                 return false;
               }).tensors.empty());
   EXPECT_EQ(shape, (std::vector<int64_t>{int64_t(1) << 40}));
-  EXPECT_THROW(readSafetensors(huge.string(), [](const std::string& name, const SafeTensor&) -> bool {
-                 throw Error("tensor '" + name + "' is larger than the model");
-               }),
+  EXPECT_THROW(readSafetensors(huge.string(),
+                               [](const std::string& name, const SafeTensor&) -> bool {
+                                 throw Error("tensor '" + name + "' is larger than the model");
+                               }),
                Error);
 }
 
