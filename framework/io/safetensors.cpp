@@ -125,7 +125,10 @@ SafeTensorFile readSafetensors(const std::string& path, const SafeTensorFilter& 
   try {
     header = nlohmann::json::parse(headerText, onEvent);
   } catch (const nlohmann::json::parse_error& e) {
-    throwError(path + ": header is not valid JSON: " + e.what(), __FILE__, __LINE__);
+    // The parser's own text ("[json.exception.parse_error.101] ...") is the library's, not the user's.
+    throwError(path + ": header is not valid JSON (at byte " + std::to_string(e.byte) + " of " +
+                   std::to_string(headerLen) + ")",
+               __FILE__, __LINE__);
   }
   MINIDP_CHECK(header.is_object(), path << ": header is not a JSON object but " << header.type_name());
   MINIDP_CHECK(duplicate.empty(), path << ": tensor '" << duplicate << "' appears twice in the header");

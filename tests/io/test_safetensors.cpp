@@ -170,6 +170,7 @@ TEST_F(Safetensors, CorruptHeaders) {
     const std::string msg = errorOf(path);
     EXPECT_NE(msg.find(path.string()), std::string::npos) << msg;
     EXPECT_NE(msg.find(cases[i].first), std::string::npos) << "case " << i << ": " << msg;
+    EXPECT_EQ(msg.find("json.exception"), std::string::npos) << "case " << i << ": " << msg;
   }
 }
 
