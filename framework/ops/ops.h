@@ -84,4 +84,23 @@ Variable causalSelfAttention(const Variable& qkv, int numHeads);
 /// benchmarked against.
 Variable causalSelfAttentionMaterialized(const Variable& qkv, int numHeads);
 
+// ---- attention over separate q, k, v and rotary embedding (framework/ops/attention.cpp, rotary.cpp) ----
+/// Causal attention with grouped key/value heads (GQA): q (B, T, H, d), k and v (B, T, Hkv, d) with Hkv
+/// dividing H; query head h attends with key/value head h / (H / Hkv) (PyTorch's repeat_interleave of k
+/// and v). softmax(q k^T / sqrt(d), causal) v -> (B, T, H, d). Materialised through (B, H, T, T), float and
+/// double, CPU and CUDA; with Hkv = H it is causalSelfAttentionMaterialized on q, k, v packed.
+Variable causalAttention(const Variable& q, const Variable& k, const Variable& v);
+/// Rotary position embedding, rotate-half form (GPT-NeoX, Hugging Face LLaMA): x (B, T, H, d), d even;
+/// channels i and i + d/2 of a head at position t (0 .. T-1) turn by t / theta^(2i/d) (angles in double,
+/// kernels/rotary.h). Float and double, CPU and CUDA.
+Variable rotary(const Variable& x, double theta);
+
+// ---- slices (framework/ops/slice.cpp) ----
+/// Entries [start, start + length) of dimension `dim` (negative counts from the end), copied.
+Variable narrow(const Variable& x, int dim, int64_t start, int64_t length);
+/// x cut along `dim` into consecutive pieces of `sizes` (they add up to the extent), each copied.
+std::vector<Variable> split(const Variable& x, int dim, const std::vector<int64_t>& sizes);
+/// The pieces joined along `dim`; their other extents must be equal.
+Variable cat(const std::vector<Variable>& xs, int dim);
+
 }  // namespace minidp::ops

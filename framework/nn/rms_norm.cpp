@@ -1,0 +1,18 @@
+#include "framework/nn/rms_norm.h"
+
+#include <vector>
+
+#include "framework/ops/ops.h"
+
+namespace minidp::nn {
+
+RMSNorm::RMSNorm(int64_t features, double eps) : eps_(eps) {
+  weight = registerParameter("weight", Tensor::fromVector(std::vector<float>(features, 1.0f), {features}));
+}
+
+Variable RMSNorm::forward(const Variable& x) const {
+  const Variable inv = ops::rsqrt(ops::addScalar(ops::meanLastDim(ops::mul(x, x)), eps_));  // (..., 1)
+  return ops::mulBroadcast(ops::mulBroadcast(x, inv), weight);
+}
+
+}  // namespace minidp::nn

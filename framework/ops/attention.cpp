@@ -1,0 +1,86 @@
+// Causal attention over separate q, k and v with grouped key/value heads (GQA), materialised through the
+// (B, H, T, T) probabilities. The G = H / Hkv query heads that share key/value head j are heads
+// j G .. j G + G - 1, so in the (B, H, T, d) head layout they are one (G T, d) matrix per (b, j): every
+// product is one batched GEMM over B Hkv matrices, and the ones that reduce over the G heads (dK, dV)
+// sum them inside the GEMM, in a fixed order.
+#include <cmath>
+
+#include "framework/ops/ops.h"
+#include "framework/tensor/dispatch.h"
+#include "kernels/attention.h"
+#include "kernels/matmul.h"
+
+namespace minidp::ops {
+
+namespace {
+
+// B sequences of T = seqLen tokens, H query heads and Hkv key/value heads of d channels.
+struct GqaShape {
+  int64_t B, seqLen, H, Hkv, d;
+  int64_t G() const { return H / Hkv; }
+};
+
+Tensor heads(const GqaShape& s, int64_t H, const Tensor& like) {
+  return Tensor::empty({s.B, H, s.seqLen, s.d}, like.dtype(), like.device());
+}
+
+// (B, T, H, d) -> (B, H, T, d), and back.
+Tensor toHeads(const GqaShape& s, const Tensor& x, int64_t H) {
+  Tensor out = heads(s, H, x);
+  MINIDP_LAUNCH_FLOAT(x, T, splitHeads, x.data<T>(), out.data<T>(), s.B, s.seqLen, H, s.d, H * s.d);
+  return out;
+}
+Tensor fromHeads(const GqaShape& s, const Tensor& x, int64_t H) {
+  Tensor out = Tensor::empty({s.B, s.seqLen, H, s.d}, x.dtype(), x.device());
+  MINIDP_LAUNCH_FLOAT(x, T, mergeHeads, x.data<T>(), out.data<T>(), s.B, s.seqLen, H, s.d, H * s.d);
+  return out;
+}
+
+// C[m] = alpha op(A[m]) op(B[m]) for the B Hkv (b, j) matrices, each operand packed matrix after matrix.
+void groupGemm(const GqaShape& s, bool transA, bool transB, int64_t M, int64_t N, int64_t K, double alpha,
+               const Tensor& A, const Tensor& B, Tensor& C) {
+  MINIDP_LAUNCH_FLOAT(A, T, gemm, transA, transB, M, N, K, static_cast<T>(alpha), A.data<T>(), M * K, B.data<T>(),
+                      K * N, T(0), C.data<T>(), M * N, s.B * s.Hkv);
+}
+
+}  // namespace
+
+Variable causalAttention(const Variable& qVar, const Variable& kVar, const Variable& vVar) {
+  const Tensor& q = qVar.data();
+  const Tensor& k = kVar.data();
+  const Tensor& v = vVar.data();
+  checkSame("causalAttention", q, k);
+  checkSame("causalAttention", q, v);
+  MINIDP_CHECK(q.dtype() != DType::BF16, "causalAttention: no BF16 kernel (float32 and float64 only)");
+  MINIDP_CHECK(q.ndim() == 4 && k.ndim() == 4 && k.shape() == v.shape() && k.size(0) == q.size(0) &&
+                   k.size(1) == q.size(1) && k.size(3) == q.size(3) && k.size(2) > 0 && q.size(2) % k.size(2) == 0,
+               "causalAttention: q " << shapeString(q.shape()) << ", k " << shapeString(k.shape()) << ", v "
+                                     << shapeString(v.shape())
+                                     << " must be (B, T, H, d), (B, T, Hkv, d) and (B, T, Hkv, d) with Hkv dividing H");
+  const GqaShape s{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3)};
+  const int64_t seq = s.seqLen, GT = s.G() * seq;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
+  Tensor qh = toHeads(s, q, s.H), kh = toHeads(s, k, s.Hkv), vh = toHeads(s, v, s.Hkv);
+  Tensor probs = Tensor::empty({s.B, s.H, seq, seq}, q.dtype(), q.device());  // scores, then their softmax
+  groupGemm(s, false, true, GT, seq, s.d, scale, qh, kh, probs);
+  MINIDP_LAUNCH_FLOAT(q, T, causalSoftmaxForward, probs.data<T>(), probs.data<T>(), s.B * s.H, s.seqLen);
+  Tensor yh = heads(s, s.H, q);
+  groupGemm(s, false, false, GT, s.d, seq, 1.0, probs, vh, yh);
+
+  return Variable::fromOp(fromHeads(s, yh, s.H), {qVar, kVar, vVar}, [s, scale, qh, kh, vh, probs](const Tensor& g) {
+    const int64_t seq = s.seqLen, GT = s.G() * seq;
+    Tensor dyh = toHeads(s, g, s.H);
+    Tensor dscores = Tensor::empty(probs.shape(), g.dtype(), g.device());  // dP, then dS in place
+    groupGemm(s, false, true, GT, seq, s.d, 1.0, dyh, vh, dscores);
+    Tensor dvh = heads(s, s.Hkv, g);  // P^T dY: (T, G T) @ (G T, d), the G heads summed by the GEMM
+    groupGemm(s, true, false, seq, s.d, GT, 1.0, probs, dyh, dvh);
+    MINIDP_LAUNCH_FLOAT(g, T, causalSoftmaxBackward, probs.data<T>(), dscores.data<T>(), dscores.data<T>(), s.B * s.H,
+                        s.seqLen);
+    Tensor dqh = heads(s, s.H, g), dkh = heads(s, s.Hkv, g);
+    groupGemm(s, false, false, GT, s.d, seq, scale, dscores, kh, dqh);
+    groupGemm(s, true, false, seq, s.d, GT, scale, dscores, qh, dkh);
+    return std::vector<Tensor>{fromHeads(s, dqh, s.H), fromHeads(s, dkh, s.Hkv), fromHeads(s, dvh, s.Hkv)};
+  });
+}
+
+}  // namespace minidp::ops

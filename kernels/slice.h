@@ -1,0 +1,29 @@
+// Strided block copies, the kernel of narrow, split and cat: `blocks` runs of `blockLen` contiguous
+// elements, run o read at src + o * srcStride and written at dst + o * dstStride. A slice of dimension k
+// of a contiguous tensor is such a copy with blocks = the product of the extents before k. CPU twins
+// share the signatures, minus the stream. Instantiated for float and double.
+#pragma once
+
+#include <cstdint>
+
+#include "base/stream.h"
+
+namespace minidp::kernels {
+
+#define MINIDP_SLICE_DECLARATIONS(...)                                                                 \
+  /* dst[o * dstStride + j] = src[o * srcStride + j] for o < blocks, j < blockLen (no overlap). */    \
+  template <typename T>                                                                                \
+  void copyBlocks(const T* src, int64_t srcStride, T* dst, int64_t dstStride, int64_t blocks,          \
+                  int64_t blockLen __VA_ARGS__);
+
+namespace cpu {
+MINIDP_SLICE_DECLARATIONS()
+}  // namespace cpu
+
+namespace cuda {
+MINIDP_SLICE_DECLARATIONS(, cudaStream_t stream)
+}  // namespace cuda
+
+#undef MINIDP_SLICE_DECLARATIONS
+
+}  // namespace minidp::kernels
