@@ -1,9 +1,12 @@
-// The model registry: name -> factory, with the data the model reads, its training defaults and how a run
-// scores it. minidp-train's --model picks from it; a program registers its own models before calling
-// train::runTraining (docs/extending.md). mlp and gpt are registered on first use.
+// The model registry: name -> factory, with everything the trainer needs to know of a model: the data it
+// reads, its training defaults, its own command-line flags, the refusals and memory estimate checked
+// before a run, its FLOPs, how a run scores it and samples from it. train/ asks the entry and names no
+// model. minidp-train's --model picks from it; a program registers its own models before calling
+// train::runTraining or train::runBench (docs/extending.md). mlp, gpt and llama are registered on first use.
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,19 +23,73 @@ enum class DataKind { Images, Tokens };
 /// test split) or MeanLoss (mean cross-entropy over the validation batches, nats per token).
 enum class Evaluation { Accuracy, MeanLoss };
 
-/// What a factory gets: sizes fixed by the data, and the size flags of the command line.
-struct ModelArgs {
-  uint64_t seed = 0;
-  int64_t inputs = 0;                       // Images: pixels per image; Tokens: 0
-  int64_t classes = 0;                      // Images: number of labels; Tokens: vocabulary size
-  int64_t context = 0;                      // Tokens: window length (--context); Images: 0
-  std::vector<int64_t> hidden;              // --hidden
-  int64_t layers = 0, heads = 0, embd = 0;  // --layers, --heads, --embd
-  DType compute = DType::F32;               // activations: F32, or BF16 for mixed precision (--dtype bf16)
-  bool fp32Residual = false;                // GPT under mixed precision: the residual stream in fp32 (--residual)
+/// The value of a model flag, as the command line spells it: a whole number, several, a number or a word.
+enum class FlagKind { Integer, Integers, Number, Text };
+
+/// One command-line flag a model brings (`--name VALUE`), with its default and help. minidp-train and
+/// minidp-bench show the flags of the model --model names in --help and parse them; a flag of another
+/// model is a usage error that names the model it belongs to.
+struct ModelFlag {
+  std::string name;  // without the dashes: "kv-heads"
+  FlagKind kind = FlagKind::Integer;
+  std::string defaultValue;  // as typed: "4", "256 256", "1e4", "fp32"
+  std::string help;
+  double min = 1, max = 1e9;         // Integer(s) and Number: the range allowed
+  std::vector<std::string> choices;  // Text: the words allowed (empty: any)
+  /// A training state records the value and --resume requires the same (false: numerics only, such as
+  /// GPT's --residual, which may change between a save and a resume).
+  bool checkedOnResume = true;
 };
 
-/// One registered model.
+/// The values of a model's flags by name, each as its canonical text ("256 256", "10000"). On the command
+/// line's side (train::Options::modelFlags) only the flags given; in ModelArgs every flag of the model,
+/// its defaults overridden by those.
+class FlagValues {
+ public:
+  /// Sets `name` to `value` as the command line spells it (checked against the model's flag later).
+  void set(const std::string& name, const std::string& value) { values_[name] = value; }
+  void set(const std::string& name, int64_t value) { values_[name] = std::to_string(value); }
+  bool has(const std::string& name) const { return values_.count(name) > 0; }
+  /// The value of an Integer, Integers, Number or Text flag; an error naming --name when it is absent.
+  int64_t integer(const std::string& name) const;
+  std::vector<int64_t> integers(const std::string& name) const;
+  double number(const std::string& name) const;
+  const std::string& text(const std::string& name) const;
+  const std::map<std::string, std::string>& values() const { return values_; }
+
+ private:
+  std::map<std::string, std::string> values_;
+};
+
+/// What a factory (and the entry's other functions) get: the sizes fixed by the data, the model's flags,
+/// and where the run computes.
+struct ModelArgs {
+  uint64_t seed = 0;
+  int64_t inputs = 0;   // Images: pixels per image; Tokens: 0
+  int64_t classes = 0;  // Images: number of labels; Tokens: vocabulary size
+  int64_t context = 0;  // Tokens: window length (the model's --context flag); Images: 0
+  FlagValues flags;     // every flag of the model (ModelEntry::flags): defaults, overridden by the command line
+  DType compute = DType::F32;  // activations: F32 or F64, or BF16 for mixed precision (--dtype bf16)
+  Device device = Device::CPU;  // where the run trains (factories build on the CPU; the trainer moves it)
+};
+
+/// What one rank's model needs in memory, before anything is allocated (train/run_checks.h adds the
+/// optimizer state and copies): its parameters, and the activations of one micro-batch.
+struct MemoryNeed {
+  int64_t parameters = 0;
+  double activations = 0;  // elements of the compute dtype: kept for backward, and backward's in flight
+  /// The flags that lower the need, besides --batch-size, for the message that refuses a run: "--embd".
+  std::vector<std::string> flagsToLower;
+};
+
+/// Validation sums of one batch: the loss summed over its items, the items classified right, the items.
+/// A run reports loss / count and, for Evaluation::Accuracy, correct / count; summed over batches and ranks.
+struct EvalSums {
+  double loss = 0, correct = 0, count = 0;
+};
+
+/// One registered model. Only `make` is required: registerModel fills the functions left empty with the
+/// defaults each names.
 struct ModelEntry {
   std::string description;
   DataKind data = DataKind::Images;
@@ -44,11 +101,38 @@ struct ModelEntry {
   /// A (V, C) parameter indexed by the input tokens, whose gradient is zero outside the batch's rows
   /// (--sparse-embedding-grad reduces only those rows); empty: none.
   std::string rowSparseParameter;
+  /// The model's own command-line flags, in the order --help lists them. A Tokens model declares an Integer
+  /// "context": the length of the windows the trainer cuts from the text.
+  std::vector<ModelFlag> flags;
   /// Builds the model on the CPU in float32 (the trainer moves and converts it).
   std::function<std::unique_ptr<Model>(const ModelArgs&)> make;
+  /// A run the model cannot do with `args` (its flags, device, compute dtype; inputs and classes are 0:
+  /// no data is read yet), as one line naming the flags; empty when it can. Checked before any work (a
+  /// usage error). Default: none refused.
+  std::function<std::string(const ModelArgs&)> refuse;
+  /// The memory of a run with micro-batches of `batch` rows (train/run_checks.cpp). Default: the
+  /// parameters of the model built from `args`, no activations.
+  std::function<MemoryNeed(const ModelArgs&, int64_t batch)> memory;
+  /// Model FLOPs of one training step per item (token or sample) for MFU. Default: 6 x parameters.
+  std::function<double(const ModelArgs&, const Model&)> flopsPerItem;
+  /// Validation of one batch. Default by `evaluation`: Accuracy runs forward and counts argmax == target
+  /// (loss: cross-entropy times rows); MeanLoss takes loss() as one item.
+  std::function<EvalSums(const Model&, const Tensor& inputs, const Tensor& targets)> score;
+  /// Sampling (Tokens): the logits (V) of the token after `window`, int32 (1, t) with t <= context.
+  /// Default: the last row of forward(window).
+  std::function<Tensor(const Model&, const Tensor& window)> nextTokenLogits;
 };
 
-/// Adds (or replaces) the model `name`.
+/// The canonical text of `value` for `flag` (integers and numbers printed back, lists space-separated),
+/// or an error saying what the flag takes ("must be an integer in [1, 1e+09], got x").
+std::string canonicalFlagValue(const ModelFlag& flag, const std::string& value);
+/// Every flag of `entry` (the model `model`): its default, or the canonical form of `given`'s value. A
+/// name in `given` that the model does not declare is an error naming the model.
+FlagValues flagValues(const std::string& model, const ModelEntry& entry, const FlagValues& given);
+
+/// Adds (or replaces) the model `name`, filling the entry's functions left empty with their defaults. An
+/// error for an entry without a factory, with two flags of one name, or reading tokens without an Integer
+/// flag "context".
 void registerModel(const std::string& name, ModelEntry entry);
 /// The entry of `name`; an error listing the registered names when there is none.
 const ModelEntry& findModel(const std::string& name);

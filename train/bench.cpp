@@ -1,4 +1,4 @@
-// minidp-bench: step time with all-reduce overlap off and on, and why. For each comm stream priority and
+// minidp-bench (train::runBench): step time with all-reduce overlap off and on, and why. For each comm stream priority and
 // NCCL maxCTAs value (every combination), each bucket size and each repeat it trains the same model from the same seed
 // twice, overlap off then on (so drift hits both alike): --warmup steps untimed, then --steps steps each synchronised
 // and timed (CUDA events around the step; the host clock on the CPU). Rank 0 prints one row per run:
@@ -26,6 +26,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include "train/bench.h"
 
 #include "framework/io/atomic_file.h"
 #include "framework/runtime/device.h"
@@ -231,6 +233,22 @@ std::string utcNow() {
   return text;
 }
 
+/// The model's flags (its defaults, overridden by the command line) as JSON numbers, lists and strings.
+nlohmann::json modelFlagsJson(const train::Options& opts) {
+  const models::ModelEntry& entry = models::findModel(opts.model);
+  const models::FlagValues values = models::flagValues(opts.model, entry, opts.modelFlags);
+  nlohmann::json out = nlohmann::json::object();
+  for (const models::ModelFlag& flag : entry.flags) {
+    switch (flag.kind) {
+      case models::FlagKind::Integer: out[flag.name] = values.integer(flag.name); break;
+      case models::FlagKind::Integers: out[flag.name] = values.integers(flag.name); break;
+      case models::FlagKind::Number: out[flag.name] = values.number(flag.name); break;
+      case models::FlagKind::Text: out[flag.name] = values.text(flag.name); break;
+    }
+  }
+  return out;
+}
+
 std::string deviceDescription(const train::Session& session) {
 #if MINIDP_WITH_CUDA
   if (session.device == Device::CUDA) {
@@ -244,10 +262,13 @@ std::string deviceDescription(const train::Session& session) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  CLI::App app{"minidp-bench: step time with all-reduce overlap off vs on, per bucket size"};
+namespace minidp::train {
+
+int runBench(int argc, char** argv, const std::string& program) {
+  CLI::App app{program + ": step time with all-reduce overlap off vs on, per bucket size"};
   train::Options opts;
   opts.steps = 20;  // timed steps per run
+  opts.model = train::modelFromCommandLine(argc, argv, opts.model);  // its flags and defaults join the others
   train::addOptions(app, opts);
   BenchOptions bench;
   app.add_option("--bucket-mb-list", bench.bucketMbList,
@@ -269,8 +290,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--json", bench.json, "Write every row and the configuration to this JSON file");
-  if (const int status = train::parseCommandLine(app, argc, argv, "minidp-bench"); status >= 0) return status;
-  if (const int usage = train::checkUsage(opts, "minidp-bench")) return usage;
+  if (const int status = train::parseCommandLine(app, argc, argv, program.c_str()); status >= 0) return status;
+  if (const int usage = train::checkUsage(opts, program)) return usage;
   if (bench.bucketMbList.empty()) bench.bucketMbList = {distributed::bytesToMib(opts.ddp.bucketCapBytes)};
   if (bench.ncclMaxCtasList.empty()) bench.ncclMaxCtasList = {opts.comm.ncclMaxCtas};
   if (bench.commPriorityList.empty()) bench.commPriorityList = {priorityName(opts.comm.commHighPriority)};
@@ -279,7 +300,7 @@ int main(int argc, char** argv) {
     for (int ctas : bench.ncclMaxCtasList) commConfigs.push_back({priority == "high", ctas});
 
   train::Session session;
-  return train::runGuarded("minidp-bench", session, [&] {
+  return train::runGuarded(program.c_str(), session, [&] {
     train::openSession(opts, session);
     const bool printer = session.rank() == 0;
     const bool emulated = session.comm->name() == "emulated";
@@ -300,14 +321,7 @@ int main(int argc, char** argv) {
                              {"zero", opts.zero},
                              {"zero_gather", opts.zeroGather},
                              {"cuda_graph", opts.cudaGraph}};
-    if (models::findModel(opts.model).data == models::DataKind::Tokens) {  // the size flags it read
-      config["gpt"] = {{"layers", opts.gpt.layers},
-                       {"heads", opts.gpt.heads},
-                       {"embd", opts.gpt.embd},
-                       {"context", opts.gpt.context}};
-    } else {
-      config["hidden"] = opts.hidden;
-    }
+    config[opts.model] = modelFlagsJson(opts);  // the model's flags, under its name
     if (emulated) {
       config["emulated_link"] = {{"world", opts.comm.emulatedWorld},
                                  {"gbps", opts.comm.emulatedGBps},
@@ -327,9 +341,9 @@ int main(int argc, char** argv) {
       communicators.push_back(session.comm->describe());
       if (printer) {
         std::printf(
-            "%sminidp-bench: %s, %d rank(s) on %s (%s), batch %lld per rank, warmup %lld, %lld timed step(s) "
+            "%s%s: %s, %d rank(s) on %s (%s), batch %lld per rank, warmup %lld, %lld timed step(s) "
             "x %lld repeat(s), gradients on the wire %s, ZeRO %d%s\ncommunicator %s\n",
-            emulated ? "EMULATED " : "", opts.model.c_str(), session.world(), deviceDescription(session).c_str(),
+            emulated ? "EMULATED " : "", program.c_str(), opts.model.c_str(), session.world(), deviceDescription(session).c_str(),
             opts.dtype.c_str(), static_cast<long long>(opts.batchSize), static_cast<long long>(bench.warmup),
             static_cast<long long>(opts.steps), static_cast<long long>(bench.repeats), opts.ddp.commHook.name.c_str(), opts.zero,
             opts.zero ? (" (gather " + opts.zeroGather + ")").c_str() : "", communicators.back().c_str());
@@ -382,7 +396,7 @@ int main(int argc, char** argv) {
     }
     config["communicators"] = communicators;
     if (!opts.trace.empty()) {
-      train::writeTrace(*session.comm, traced, opts.trace, {{"program", "minidp-bench"}, {"config", config}});
+      train::writeTrace(*session.comm, traced, opts.trace, {{"program", program}, {"config", config}});
       if (printer) std::printf("trace of %zu step(s) per rank written to %s\n", traced.size(), opts.trace.c_str());
     }
     if (printer && !bench.json.empty()) {
@@ -394,3 +408,5 @@ int main(int argc, char** argv) {
     return 0;
   });
 }
+
+}  // namespace minidp::train

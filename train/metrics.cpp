@@ -62,11 +62,6 @@ std::string LogPoint::terminalLine() const {
   return out;
 }
 
-double flopsPerItem(int64_t parameters, int64_t layers, int64_t width, int64_t context) {
-  return 6.0 * static_cast<double>(parameters) +
-         12.0 * static_cast<double>(layers) * static_cast<double>(width) * static_cast<double>(context);
-}
-
 MetricsFile::MetricsFile(const std::string& path) : path_(path), file_(std::fopen(path.c_str(), "w")) {
   MINIDP_CHECK(file_, "cannot write the metrics file " << path << ": " << std::strerror(errno));
 }

@@ -17,7 +17,7 @@ struct LogPoint {
   double loss = NAN, valLoss = NAN, valAccuracy = NAN;
   double lr = NAN, gradNorm = NAN;
   double stepMs = NAN;     // mean over the steps since the last log point
-  double itemsPerS = NAN;  // tokens/s (GPT) or samples/s (MLP), all ranks together
+  double itemsPerS = NAN;  // tokens/s (token models) or samples/s (image models), all ranks together
   bool tokens = false;     // itemsPerS counts tokens
   double mfu = NAN;        // model FLOPs utilisation per device, against the stated peak (CUDA only)
   double commMs = NAN, exposedCommMs = NAN;
@@ -28,11 +28,6 @@ struct LogPoint {
   /// "step 100/400  loss 2.1234  val 2.2345  lr 3.00e-04  norm 0.812  12.3 ms  5.2k tok/s  MFU 41.2%  ETA 3m12s"
   std::string terminalLine() const;
 };
-
-/// Model FLOPs of one training step per token (GPT: 6 x matrix-product parameters + 12 x layers x width x
-/// context, the attention scores and weighted values, PaLM's count, as train/torch_bench.py counts) or per
-/// sample (MLP: 6 x parameters). `parameters` excludes lookup tables (a GPT's wte and wpe).
-double flopsPerItem(int64_t parameters, int64_t layers, int64_t width, int64_t context);
 
 /// Appends one JSON line per call to a file created (truncated) at construction.
 class MetricsFile {

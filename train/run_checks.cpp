@@ -19,7 +19,6 @@
 #include "framework/io/atomic_file.h"
 #include "framework/io/safetensors.h"
 #include "framework/runtime/device.h"
-#include "kernels/flash_attention.h"
 #include "models/registry.h"
 #include "train/train_state.h"
 
@@ -119,7 +118,7 @@ bool looksLikeFortunes(const fs::path& dir) {
 }
 
 void checkTokens(const char* part, int64_t tokens, const Options& o, const std::string& fix) {
-  const int64_t context = o.gpt.context;
+  const int64_t context = o.context();
   MINIDP_CHECK(tokens > context + 1, "the " << part << " text holds " << tokens << " tokens, fewer than --context "
                                             << context << " + 2; " << fix);
 }
@@ -152,7 +151,7 @@ int64_t checkData(const Options& o, int world) {
     if (o.evalBatches > 0) {
       checkTokens("--llmc-val", val, o, "give a longer token file, a shorter --context or --eval-batches 0");
     }
-    MINIDP_CHECK(perStep <= train - o.gpt.context, "one step takes " << perStep
+    MINIDP_CHECK(perStep <= train - o.context(), "one step takes " << perStep
                                                                      << " windows (--batch-size x "
                                                                         "--grad-accum x ranks), more than --llmc-train "
                                                                         "holds; lower them");
@@ -188,7 +187,7 @@ int64_t checkData(const Options& o, int world) {
     checkTokens("validation", static_cast<int64_t>(corpus.val.size()), o,
                 "give more text, a shorter --context or --eval-batches 0");
   }
-  MINIDP_CHECK(perStep <= train - o.gpt.context, "one step takes " << perStep
+  MINIDP_CHECK(perStep <= train - o.context(), "one step takes " << perStep
                                                                    << " windows (--batch-size x "
                                                                       "--grad-accum x ranks), more than the "
                                                                    << train << "-token text holds; lower them");
@@ -236,14 +235,16 @@ void checkMemory(const Options& o, const Session& session, int64_t vocab) {
     where = "of host memory available";
   }
   if (need.total() * sharing <= available) return;
-  const bool gpt = models::findModel(o.model).data == models::DataKind::Tokens;
+  std::string lower = "--batch-size";
+  for (size_t i = 0; i < need.flagsToLower.size(); ++i) {
+    lower += (i + 1 == need.flagsToLower.size() ? " or " : ", ") + need.flagsToLower[i];
+  }
   std::ostringstream os;
   os << "the run needs up to " << gigabytes(need.total()) << " per rank (" << shortNumber(need.parameters)
      << " parameters: "
      << gigabytes(need.stateBytes) << " with gradients and optimizer state; activations " << gigabytes(need.activationBytes)
      << ")" << (sharing > 1 ? " x " + std::to_string(sharing) + " ranks" : std::string()) << ", more than the "
-     << gigabytes(available) << " " << where << "; lower "
-     << (gpt ? "--batch-size, --context, --embd or --layers" : "--batch-size or --hidden");
+     << gigabytes(available) << " " << where << "; lower " << lower;
   throw Error(os.str());
 }
 
@@ -253,43 +254,24 @@ void checkMemory(const Options& o, const Session& session, int64_t vocab) {
 //   state       = 6 P s: the parameters, their gradient buckets, AdamW's two moments (SGD's one momentum
 //                 leaves room), and two more for the copies some runs hold (bf16 wire, ZeRO gather, the
 //                 fp32 model built before its fp64 conversion);
-//   activations, GPT (B rows of T tokens, width C, H heads, L layers, vocabulary V):
-//                 L (32 BTC [+ 2 BHT^2 without flash attention]) + 8 BTC + 2 BTV; a block keeps about 22
-//                 BTC for backward (ln_1, qkv, q/k/v, attention and projection outputs, ln_2, the 4C MLP
-//                 pre- and post-GELU, residuals), backward adds gradients in flight; the materialised
-//                 attention keeps its (B, H, T, T) scores and backward makes their gradient; the loss makes
-//                 at most the (BT, V) logits and their gradient;
-//               MLP (widths d_0 .. d_n): 4 B sum(d_i) (input, pre-activation, activation, gradient);
-//                 --cuda-graph doubles them (the capture's private pool beside the eager steps' blocks);
+//   activations = the model's count for one micro-batch (models::ModelEntry::memory: GPT's and the
+//                 MLP's formulas are in models/registry.cpp), doubled by --cuda-graph (the capture's private
+//                 pool beside the eager steps' blocks);
 //   CUDA adds 256 MiB for cuBLAS workspaces and NCCL's buffers beyond what the context holds already.
-// Parameters: GPT 2VC + TC + L (12 C^2 + 13 C) + 2C (untied lm head), MLP sum (d_i d_{i+1} + d_{i+1}).
+// Image models see Fashion-MNIST's 28 x 28 pixels and 10 classes.
 MemoryEstimate estimateMemory(const Options& o, int64_t vocab, Device device, DType dtype, DType compute) {
   const double s = static_cast<double>(dtypeSize(dtype)), a = static_cast<double>(dtypeSize(compute));
-  const double B = static_cast<double>(o.batchSize);
+  const models::ModelEntry& entry = models::findModel(o.model);
+  const bool tokens = entry.data == models::DataKind::Tokens;
+  models::ModelArgs args = modelArgs(o, tokens ? 0 : 28 * 28, tokens ? vocab : 10);
+  args.device = device;
+  args.compute = compute;
+  const models::MemoryNeed need = entry.memory(args, o.batchSize);
   MemoryEstimate e;
-  double activations = 0;  // elements
-  if (models::findModel(o.model).data == models::DataKind::Tokens) {
-    const int64_t V = vocab, T = o.gpt.context, C = o.gpt.embd, L = o.gpt.layers, H = o.gpt.heads;
-    e.parameters = 2 * V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;
-    const double btc = B * static_cast<double>(T) * static_cast<double>(C);
-    const bool flash = device == Device::CUDA && compute != DType::F64 &&
-                       kernels::flashAttentionSupportsHeadDim(H > 0 ? C / H : 0);
-    const double scores = flash ? 0 : 2 * B * static_cast<double>(H) * static_cast<double>(T) * static_cast<double>(T);
-    activations = static_cast<double>(L) * (32 * btc + scores) + 8 * btc +
-                  2 * B * static_cast<double>(T) * static_cast<double>(V);
-  } else {
-    std::vector<int64_t> dims{28 * 28};  // Fashion-MNIST's 28 x 28 images, 10 classes
-    dims.insert(dims.end(), o.hidden.begin(), o.hidden.end());
-    dims.push_back(10);
-    double widths = 0;
-    for (size_t i = 0; i < dims.size(); ++i) {
-      widths += static_cast<double>(dims[i]);
-      if (i + 1 < dims.size()) e.parameters += dims[i] * dims[i + 1] + dims[i + 1];
-    }
-    activations = 4 * B * widths;
-  }
+  e.parameters = need.parameters;
+  e.flagsToLower = need.flagsToLower;
   e.stateBytes = 6 * static_cast<double>(e.parameters) * s;
-  e.activationBytes = activations * a * (o.cudaGraph ? 2 : 1) + (device == Device::CUDA ? 256.0 * (1 << 20) : 0);
+  e.activationBytes = need.activations * a * (o.cudaGraph ? 2 : 1) + (device == Device::CUDA ? 256.0 * (1 << 20) : 0);
   return e;
 }
 

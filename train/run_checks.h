@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "base/check.h"
 #include "train/trainer.h"
@@ -46,10 +47,11 @@ struct MemoryEstimate {
   int64_t parameters = 0;  // the model's parameter count
   double stateBytes = 0;   // parameters, gradient buckets, optimizer state and copies of them
   double activationBytes = 0;  // one micro-batch's forward activations, kept for backward, and backward's
+  std::vector<std::string> flagsToLower;  // the model's flags that lower it, besides --batch-size
   double total() const { return stateBytes + activationBytes; }
 };
 /// The run's memory from its flags alone, before anything is allocated; `vocab`: the token data's
-/// vocabulary (GPT). The formula is in run_checks.cpp.
+/// vocabulary (token models). The formula is in run_checks.cpp, the model's part in its registry entry.
 MemoryEstimate estimateMemory(const Options& opts, int64_t vocab, Device device, DType dtype, DType compute);
 
 /// minidp-train's checks before the model is built: output paths writable (created and removed; stray

@@ -17,17 +17,17 @@ std::string optimizerName(const Options& o) {
   return o.optimizer.empty() ? models::findModel(o.model).defaultOptimizer : o.optimizer;
 }
 
-// The flags that shape the parameters, as one line: a state from another model says what differs.
+// The model's flags a state must match (ModelFlag::checkedOnResume), as one line: a state from another
+// model says what differs. Token models add their data (its vocabulary shapes the parameters).
 std::string modelDescription(const Options& o) {
+  const models::ModelEntry& entry = models::findModel(o.model);
+  const models::FlagValues values = models::flagValues(o.model, entry, o.modelFlags);
   std::ostringstream os;
   os << o.model;
-  if (models::findModel(o.model).data == models::DataKind::Images) {
-    os << " --hidden";
-    for (int64_t h : o.hidden) os << " " << h;
-  } else {
-    os << " --layers " << o.gpt.layers << " --heads " << o.gpt.heads << " --embd " << o.gpt.embd << " --context "
-       << o.gpt.context << " --data " << (o.data.empty() ? models::findModel(o.model).defaultData : o.data);
+  for (const models::ModelFlag& flag : entry.flags) {
+    if (flag.checkedOnResume) os << " --" << flag.name << " " << values.text(flag.name);
   }
+  if (entry.data == models::DataKind::Tokens) os << " --data " << (o.data.empty() ? entry.defaultData : o.data);
   return os.str();
 }
 

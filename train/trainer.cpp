@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <random>
+#include <sstream>
 
 #include "framework/distributed/launcher.h"
 #include "framework/nn/checkpoint.h"
@@ -41,16 +43,127 @@ std::string mibText(size_t bytes) {
   return text;
 }
 
+const char* flagType(models::FlagKind kind) {
+  switch (kind) {
+    case models::FlagKind::Integer: return "INT";
+    case models::FlagKind::Integers: return "INT";  // CLI11 adds " ..."
+    case models::FlagKind::Number: return "FLOAT";
+    case models::FlagKind::Text: return "TEXT";
+  }
+  return "TEXT";
+}
+
+/// The flags of the model `name` (its defaults shown), then, hidden, a usage error for every flag that only
+/// other registered models have.
+void addModelOptions(CLI::App& app, Options& o, const std::string& name) {
+  const models::ModelEntry& entry = models::findModel(name);
+  for (const models::ModelFlag& flag : entry.flags) {
+    CLI::Option* option = app.add_option_function<std::vector<std::string>>(
+        "--" + flag.name,
+        [&o, name = flag.name](const std::vector<std::string>& values) {
+          std::string joined;
+          for (const std::string& v : values) joined += (joined.empty() ? "" : " ") + v;
+          o.modelFlags.set(name, joined);
+        },
+        flag.help);
+    option->type_name(flagType(flag.kind))->default_str(flag.defaultValue)->group("Model " + name);
+    if (flag.kind == models::FlagKind::Integers) {
+      option->expected(1, -1);
+    } else {
+      option->expected(1);
+    }
+    option->check(CLI::Validator(
+        [flag](std::string& value) -> std::string {
+          try {
+            models::canonicalFlagValue(flag, value);
+            return {};
+          } catch (const Error& e) {  // CLI11 names the flag: "--heads: must be ..."
+            const std::string message = userMessage(e.what(), false), name = "--" + flag.name + " ";
+            return message.rfind(name, 0) == 0 ? message.substr(name.size()) : message;
+          }
+        },
+        ""));
+  }
+  std::map<std::string, std::vector<std::string>> others;  // flag -> the models that have it
+  for (const std::string& other : models::registeredModels()) {
+    if (other == name) continue;
+    for (const models::ModelFlag& flag : models::findModel(other).flags) others["--" + flag.name].push_back(other);
+  }
+  for (const auto& [flag, owners] : others) {
+    if (app.get_option_no_throw(flag) != nullptr) continue;  // this model's, or one of the trainer's
+    std::string list;
+    for (size_t i = 0; i < owners.size(); ++i) list += (i == 0 ? "" : i + 1 == owners.size() ? " or " : ", ") + owners[i];
+    app.add_option_function<std::vector<std::string>>(
+           flag,
+           [flag, list, name](const std::vector<std::string>&) {
+             throw CLI::ValidationError(flag + " is a flag of --model " + list + ", not of --model " + name);
+           },
+           "")
+        ->expected(0, -1)
+        ->group("");
+  }
+}
+
+/// --help's list of the registered models and their flags.
+std::string modelsHelp() {
+  std::string text = "Models (--model NAME; --model NAME --help shows its flags and defaults):\n";
+  for (const std::string& name : models::registeredModels()) {
+    const models::ModelEntry& entry = models::findModel(name);
+    text += "  " + name + ": " + entry.description + "\n   ";
+    for (const models::ModelFlag& flag : entry.flags) text += " --" + flag.name;
+    text += "\n";
+  }
+  return text;
+}
+
 }  // namespace
 
+int64_t Options::context() const {
+  const models::ModelEntry& entry = models::findModel(model);
+  if (entry.data != models::DataKind::Tokens) return 0;
+  return models::flagValues(model, entry, modelFlags).integer("context");
+}
+
+std::string modelFromCommandLine(int argc, char** argv, const std::string& fallback) {
+  CLI::App pre;
+  pre.allow_extras();
+  pre.set_help_flag();
+  std::string model = fallback;
+  pre.add_option("--model", model);
+  try {
+    pre.parse(argc, argv);
+  } catch (const CLI::ParseError&) {
+    return fallback;  // the full parse reports it
+  }
+  return model;
+}
+
+models::ModelArgs modelArgs(const Options& o, int64_t inputs, int64_t classes) {
+  const models::ModelEntry& entry = models::findModel(o.model);
+  models::ModelArgs args;
+  args.seed = o.seed;
+  args.inputs = inputs;
+  args.classes = classes;
+  args.flags = models::flagValues(o.model, entry, o.modelFlags);
+  if (entry.data == models::DataKind::Tokens) args.context = args.flags.integer("context");
+  args.compute = o.dtype == "bf16" ? DType::BF16 : o.dtype == "fp64" ? DType::F64 : DType::F32;
+  args.device = o.device == "cuda" ? Device::CUDA : Device::CPU;
+  return args;
+}
+
 void addOptions(CLI::App& app, Options& o) {
-  app.add_option("--model", o.model,
-                 "Model to train: a name of the model registry (mlp, gpt, or one the program "
-                 "registered)")
+  const bool known = models::hasModel(o.model);  // else the parse reports --model
+  const models::ModelEntry* entry = known ? &models::findModel(o.model) : nullptr;
+  const auto modelDefault = [&](const std::string& text) { return known ? " (" + o.model + ": " + text + ")" : ""; };
+  std::ostringstream lrText;
+  if (known) lrText << entry->defaultLr;
+  app.add_option("--model", o.model, "Model to train: a name of the model registry (listed below)")
       ->check(CLI::Validator([](std::string& name) { return models::hasModel(name) ? "" : "unknown model " + name; },
                              "MODEL"))
       ->capture_default_str();
-  app.add_option("--data", o.data, "Dataset: fashion-mnist (mlp), fortunes or llmc (gpt); default by model")
+  app.add_option("--data", o.data,
+                 "Dataset: fashion-mnist (image models), fortunes or llmc (token models); default: the model's" +
+                     modelDefault(known ? entry->defaultData : ""))
       ->check(CLI::IsMember({"fashion-mnist", "fortunes", "llmc"}));
   app.add_option("--data-dir", o.dataDir, "Dataset folder (default: the Debian package's folder)");
   app.add_option("--llmc-train", o.llmcTrain, "llm.c token file for training (--data llmc)");
@@ -58,31 +171,25 @@ void addOptions(CLI::App& app, Options& o) {
   app.add_option("--dtype", o.dtype, "Precision: fp32, fp64, or bf16 (fp32 parameters, bf16 activations; CUDA)")
       ->check(CLI::IsMember({"fp32", "fp64", "bf16"}))
       ->capture_default_str();
-  app.add_option("--residual", o.residual,
-                 "GPT residual stream under --dtype bf16: compute (bf16, as llm.c) or fp32 (as PyTorch autocast)")
-      ->check(CLI::IsMember({"compute", "fp32"}))
-      ->capture_default_str();
   app.add_flag("--tf32", o.tf32, "CUDA fp32 GEMMs on TF32 tensor cores (default: exact fp32)");
-  app.add_option("--steps", o.steps, "Optimizer steps (0: mlp 5000, gpt 2000)")
+  app.add_option("--steps", o.steps,
+                 "Optimizer steps (0: the model's default" + modelDefault(known ? std::to_string(entry->defaultSteps) : "") + ")")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--batch-size", o.batchSize, "Samples per rank per micro-batch (global batch = this x ranks)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--lr", o.lr, "Learning rate (0: model default, mlp 0.05 / gpt 1e-3)")->capture_default_str();
-  app.add_option("--optimizer", o.optimizer, "sgd (momentum 0.9) or adamw; default sgd for mlp, adamw for gpt")
+  app.add_option("--lr", o.lr, "Learning rate (0: the model's default" + modelDefault(lrText.str()) + ")")
+      ->capture_default_str();
+  app.add_option("--optimizer", o.optimizer,
+                 "sgd (momentum 0.9) or adamw; default: the model's" + modelDefault(known ? entry->defaultOptimizer : ""))
       ->check(CLI::IsMember({"sgd", "adamw"}));
   app.add_option("--weight-decay", o.weightDecay, "Weight decay")->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of initialisation and data order")->capture_default_str();
   app.add_option("--log-every", o.logEvery, "Print the loss every N steps (synchronises then)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--eval-batches", o.evalBatches, "GPT validation batches at the end")->capture_default_str();
-  app.add_option("--hidden", o.hidden, "MLP hidden layer sizes")->capture_default_str();
-  app.add_option("--layers", o.gpt.layers, "GPT blocks")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--heads", o.gpt.heads, "GPT attention heads")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--embd", o.gpt.embd, "GPT width")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--context", o.gpt.context, "GPT context length")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--eval-batches", o.evalBatches, "Validation batches of a token model")->capture_default_str();
   // The DDP options, typed at the flags: a named overlap mode, MiB converted to bytes here, once.
   app.add_option("--overlap", o.ddp.overlap, "on: all-reduce buckets during backward; off: after it")
       ->transform(CLI::CheckedTransformer(distributed::overlapModes()).description(""))
@@ -107,7 +214,8 @@ void addOptions(CLI::App& app, Options& o) {
       ->capture_default_str();
   app.add_option("--save", o.save, "Write the parameters to this safetensors file at the end");
   app.add_option("--load", o.load, "Start from the parameters in this safetensors file");
-  app.add_option("--sample", o.sample, "GPT: print this many generated tokens at the end")->capture_default_str();
+  app.add_option("--sample", o.sample, "Token models: print this many generated tokens at the end")
+      ->capture_default_str();
   app.add_option("--trace", o.trace, "Write a Chrome trace (JSON) of the last --trace-steps steps to this file");
   app.add_option("--trace-steps", o.traceSteps, "Steps in the trace")
       ->check(CLI::PositiveNumber)
@@ -140,7 +248,10 @@ void addOptions(CLI::App& app, Options& o) {
                "optimizer) in a CUDA graph after warm-up steps and replay it");
   app.add_flag("--sparse-embedding-grad", o.sparseEmbeddingGrad,
                "Send only the rows of the token embedding's gradient that this rank's tokens touch, "
-               "all-gathered (gpt: wte.weight; as nn.Embedding(sparse=True) under DDP)");
+               "all-gathered (as nn.Embedding(sparse=True) under DDP)" +
+                   modelDefault(known && !entry->rowSparseParameter.empty() ? entry->rowSparseParameter : "none"));
+  if (known) addModelOptions(app, o, o.model);
+  app.footer(modelsHelp());
 }
 
 namespace {
@@ -170,6 +281,12 @@ std::string hookUsageProblem(const Options& o) {
 }  // namespace
 
 std::string usageProblem(const Options& o) {
+  try {
+    const models::ModelArgs args = modelArgs(o, 0, 0);  // no data read yet
+    if (std::string refused = models::findModel(o.model).refuse(args); !refused.empty()) return refused;
+  } catch (const Error& e) {
+    return userMessage(e.what(), false);  // a flag the model does not have, or a value out of its range
+  }
   if (const std::string sparse = sparseUsageProblem(o); !sparse.empty()) return sparse;
   if (const std::string hook = hookUsageProblem(o); !hook.empty()) return hook;
   if (!o.cudaGraph) return {};
@@ -280,29 +397,28 @@ class StepTimerObserver : public distributed::ReducerObserver {
 
 }  // namespace
 
-Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(session), timer_(session.device) {
-  const models::ModelEntry& entry = models::findModel(o.model);
+Trainer::Trainer(const Options& o, Session& session)
+    : opts_(o), session_(session), timer_(session.device), entry_(models::findModel(o.model)) {
+  const models::ModelEntry& entry = entry_;
   const std::string data = o.data.empty() ? entry.defaultData : o.data;
   const std::string dir = o.dataDir.empty() ? defaultDir(data) : o.dataDir;
   const int rank = session.rank(), world = session.world();
-  models::ModelArgs args{o.seed,        0, 0, 0, o.hidden, o.gpt.layers, o.gpt.heads, o.gpt.embd, session.compute,
-                         o.residual == "fp32"};
   std::unique_ptr<BatchSource> source;
   if (entry.data == models::DataKind::Images) {
     MINIDP_CHECK(data == "fashion-mnist", "--model " << o.model << " reads images: fashion-mnist, not " << data);
     trainImages_ = loadFashionMnist(dir, "train");
     testImages_ = loadFashionMnist(dir, "test");
-    args.inputs = trainImages_.rows * trainImages_.cols;
-    args.classes = 10;
+    args_ = train::modelArgs(o, trainImages_.rows * trainImages_.cols, 10);
     source = imageBatches(trainImages_, o.batchSize, rank, world, o.seed, session.dtype);
   } else {
     MINIDP_CHECK(data != "fashion-mnist", "--model " << o.model << " reads tokens: fortunes or llmc");
     corpus_ = data == "llmc" ? loadLlmcTokens(o.llmcTrain, o.llmcVal) : loadFortunes(dir);
-    args.classes = std::max<int64_t>(corpus_.vocab, 1);
-    args.context = o.gpt.context;
-    source = windowBatches(corpus_.train, o.batchSize, static_cast<int>(args.context), rank, world, o.seed);
+    args_ = train::modelArgs(o, 0, std::max<int64_t>(corpus_.vocab, 1));
+    source = windowBatches(corpus_.train, o.batchSize, static_cast<int>(args_.context), rank, world, o.seed);
   }
-  model_ = entry.make(args);
+  args_.compute = session.compute;
+  args_.device = session.device;
+  model_ = entry.make(args_);
   if (!o.load.empty()) nn::loadCheckpoint(*model_, o.load);
   model_->to(session.device, session.dtype);
   std::vector<std::string> names;
@@ -352,6 +468,8 @@ Trainer::Trainer(const Options& o, Session& session) : opts_(o), session_(sessio
 }
 
 int64_t Trainer::samplesPerStep() const { return opts_.batchSize * opts_.gradAccum * session_.world(); }
+
+double Trainer::flopsPerItem() const { return entry_.flopsPerItem(args_, *model_); }
 
 Tensor Trainer::step() {
   if (opts_.cudaGraph) {
@@ -458,51 +576,44 @@ Evaluation Trainer::evaluate() {
   const int rank = session_.rank(), world = session_.world();
   // Sums over this rank's shard, then averaged over the ranks: [loss sum, correct, count].
   std::vector<double> sums(3, 0.0);
-  const bool images = models::findModel(opts_.model).data == models::DataKind::Images;
-  if (images) {
+  const auto add = [&sums](const models::EvalSums& s) {
+    sums[0] += s.loss;
+    sums[1] += s.correct;
+    sums[2] += s.count;
+  };
+  if (entry_.data == models::DataKind::Images) {
     const int64_t chunk = 1000, pixels = testImages_.rows * testImages_.cols;
     const int64_t first = testImages_.count * rank / world, end = testImages_.count * (rank + 1) / world;
     for (int64_t start = first; start < end; start += chunk) {
       const int64_t n = std::min(chunk, end - start);
       Tensor x = Tensor::fromHost(testImages_.images.data() + start * pixels, {n, pixels}, DType::F32, Device::CPU);
       std::vector<int32_t> labels(testImages_.labels.begin() + start, testImages_.labels.begin() + start + n);
-      Variable logits = model_->forward(x.toDType(session_.dtype).to(session_.device));
-      const Tensor y = Tensor::fromVector(labels, {n}, session_.device);
-      sums[0] += ops::crossEntropy(logits, y).data().toDType(DType::F64).toVector<double>()[0] * n;
-      std::vector<double> v = logits.data().toDType(DType::F64).toVector<double>();  // (n, classes)
-      const int64_t classes = static_cast<int64_t>(v.size()) / n;
-      for (int64_t i = 0; i < n; ++i) {
-        const auto row = v.begin() + i * classes;
-        sums[1] += (std::max_element(row, row + classes) - row) == labels[i];
-      }
-      sums[2] += static_cast<double>(n);
+      add(entry_.score(*model_, x.toDType(session_.dtype).to(session_.device),
+                       Tensor::fromVector(labels, {n}, session_.device)));
     }
   } else {
     // Validation windows drawn with a fixed seed, each rank its rows of the global batch: the same windows
     // for every run with the same global batch.
-    const int context = static_cast<int>(opts_.gpt.context);
+    const int context = static_cast<int>(args_.context);
     auto source = windowBatches(corpus_.val, opts_.batchSize, context, rank, world, 7);
     std::vector<int32_t> inputs(opts_.batchSize * context), targets(inputs.size());
     for (int64_t b = 0; b < opts_.evalBatches; ++b) {
       source->fill(inputs.data(), targets.data());
-      Tensor x = Tensor::fromVector(inputs, {opts_.batchSize, context}, session_.device);
-      Tensor y = Tensor::fromVector(targets, {opts_.batchSize, context}, session_.device);
-      sums[0] += model_->loss(x, y).data().toDType(DType::F64).toVector<double>()[0];
+      add(entry_.score(*model_, Tensor::fromVector(inputs, {opts_.batchSize, context}, session_.device),
+                       Tensor::fromVector(targets, {opts_.batchSize, context}, session_.device)));
     }
-    sums[2] = static_cast<double>(opts_.evalBatches);
   }
   Tensor total = Tensor::fromVector(sums, {3}, session_.device);
   session_.comm->allReduce(total, distributed::ReduceOp::Avg, "validation")->wait();
   const std::vector<double> mean = total.toVector<double>();
   const double count = std::max(mean[2], 1e-300);
-  return {mean[0] / count, images ? mean[1] / count : NAN};
+  return {mean[0] / count, entry_.evaluation == models::Evaluation::Accuracy ? mean[1] / count : NAN};
 }
 
 std::string Trainer::sample(int64_t count) {
   NoGradGuard noGrad;
-  MINIDP_CHECK(models::findModel(opts_.model).data == models::DataKind::Tokens,
-               "sample: --model " << opts_.model << " does not read tokens");
-  const int64_t context = opts_.gpt.context, vocab = std::max<int64_t>(corpus_.vocab, 1);
+  MINIDP_CHECK(entry_.data == models::DataKind::Tokens, "sample: --model " << opts_.model << " does not read tokens");
+  const int64_t context = args_.context, vocab = std::max<int64_t>(corpus_.vocab, 1);
   const bool bytes = opts_.data != "llmc";  // fortunes: one token per byte
   const std::string prompt = "The ";
   std::vector<int32_t> tokens =
@@ -513,9 +624,12 @@ std::string Trainer::sample(int64_t count) {
     const int64_t start = std::max<int64_t>(0, static_cast<int64_t>(tokens.size()) - context);
     std::vector<int32_t> window(tokens.begin() + start, tokens.end());
     const int64_t t = static_cast<int64_t>(window.size());
-    Tensor logits = model_->forward(Tensor::fromVector(window, {1, t}, session_.device)).data().toDType(DType::F64);
-    const std::vector<double> v = logits.toVector<double>();
-    const std::vector<double> last(v.begin() + (t - 1) * vocab, v.begin() + t * vocab);
+    const std::vector<double> last =
+        entry_.nextTokenLogits(*model_, Tensor::fromVector(window, {1, t}, session_.device))
+            .toDType(DType::F64)
+            .toVector<double>();
+    MINIDP_CHECK(static_cast<int64_t>(last.size()) == vocab,
+                 "sample: --model " << opts_.model << " gave " << last.size() << " logits for a vocabulary of " << vocab);
     // 53 random bits: the same draw on every platform (std::uniform_real_distribution is not specified).
     const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
     const int32_t next = sampleToken(last, opts_.temperature, opts_.topK, u);

@@ -18,8 +18,7 @@
 #include "framework/optim/optimizer.h"
 #include "framework/runtime/graph.h"
 #include "framework/runtime/step_timer.h"
-#include "models/gpt.h"
-#include "models/mlp.h"
+#include "models/registry.h"
 #include "train/schedule.h"
 
 namespace CLI {
@@ -31,22 +30,22 @@ namespace minidp::train {
 /// Every knob of a run; `addOptions` exposes them as command-line flags.
 struct Options {
   std::string model = "mlp";
-  std::string data = "";  // default: fashion-mnist for mlp, fortunes for gpt
+  std::string data = "";  // default: the model's (models::ModelEntry::defaultData)
   std::string dataDir = "";
   std::string llmcTrain, llmcVal;
   std::string device = "cpu";
   std::string dtype = "fp32";
-  std::string residual = "compute";  // GPT residual stream under bf16: "compute" or "fp32"
-  int64_t steps = 0;       // 0: the model's default (mlp 5000, gpt 2000)
+  int64_t steps = 0;       // 0: the model's default
   int64_t batchSize = 64;  // per rank
-  double lr = 0;           // 0: the model's default (mlp 0.05 sgd, gpt 1e-3 adamw)
+  double lr = 0;           // 0: the model's default
   std::string optimizer = "";
   double weightDecay = 0;
   uint64_t seed = 1234;
   int64_t logEvery = 100;
   int64_t evalBatches = 20;
-  std::vector<int64_t> hidden = {256, 256};
-  models::GptConfig gpt;
+  // The model's own flags (models::ModelEntry::flags) given on the command line, by name ("layers"); the
+  // others take the model's defaults (models::flagValues).
+  models::FlagValues modelFlags;
   // --overlap, --bucket-mb, --first-bucket-mb (MiB on the command line, bytes here), --rebuild-buckets.
   // ddp.bucketCapBytes 0: --bucket-mb auto, chosen by the cost model after the first step. ddp.commHook:
   // --comm-hook and its flags. zeroStage is set by the Trainer from --zero.
@@ -81,7 +80,18 @@ struct Options {
   bool cudaGraph = false;
   // --sparse-embedding-grad: the model's row-sparse parameter (models::ModelEntry) all-reduced by rows.
   bool sparseEmbeddingGrad = false;
+
+  /// Token models: the window length, the model's --context (given or its default); 0 for image models.
+  int64_t context() const;
 };
+
+/// The model --model names on the command line, read before the flags are registered (which flags there
+/// are depends on it); `fallback` when it is not given.
+std::string modelFromCommandLine(int argc, char** argv, const std::string& fallback);
+/// The factory arguments of opts.model: the seed, the data's sizes (`inputs` per image and `classes`, or
+/// the vocabulary of a token model; the context is the model's), every flag of the model (defaults
+/// overridden by opts.modelFlags), the compute dtype and the device of --dtype and --device.
+models::ModelArgs modelArgs(const Options& opts, int64_t inputs, int64_t classes);
 
 /// Eager steps before --cuda-graph captures one: cuBLAS handles and workspaces, the optimizer's state and
 /// chunk table, --bucket-mb auto's and --rebuild-buckets' re-plans all happen in them.
@@ -93,7 +103,9 @@ std::string usageProblem(const Options& opts);
 /// problem, else 0.
 int checkUsage(const Options& opts, const std::string& program);
 
-/// Registers the flags of `opts` on `app` (addSessionOptions included).
+/// Registers the flags of `opts` on `app` (addSessionOptions included), with the flags of the model
+/// opts.model names, its defaults in their help (set opts.model first: modelFromCommandLine); another
+/// registered model's flag is a usage error naming that model. --help lists every registered model.
 void addOptions(CLI::App& app, Options& opts);
 /// Registers the training-loop flags (--lr-schedule, --warmup-steps, --min-lr-frac, --clip-grad-norm,
 /// --eval-every, --metrics, --peak-tflops, --temperature, --top-k); addOptions calls it.
@@ -149,6 +161,10 @@ class Trainer {
   /// opts.seed: the same on every rank. Byte vocabularies give text, others token ids separated by spaces.
   std::string sample(int64_t count);
   models::Model& model() { return *model_; }
+  /// What the model was built from (its flags with their defaults, the data's sizes).
+  const models::ModelArgs& modelArgs() const { return args_; }
+  /// Model FLOPs of one training step per item, token or sample (the entry's count, for MFU).
+  double flopsPerItem() const;
   distributed::DistributedDataParallel& ddp() { return *ddp_; }
   int64_t samplesPerStep() const;  // global samples per optimizer step
   /// The timer of step(): collect() its records; setDetailed(true) for per-layer and copy spans.
@@ -176,6 +192,8 @@ class Trainer {
   runtime::StepTimer timer_;  // before DDP: its reducer's observer points at it
   ImageDataset trainImages_, testImages_;
   TokenCorpus corpus_;
+  const models::ModelEntry& entry_;
+  models::ModelArgs args_;
   std::unique_ptr<models::Model> model_;
   std::unique_ptr<distributed::DistributedDataParallel> ddp_;
   std::unique_ptr<optim::Optimizer> optimizer_;

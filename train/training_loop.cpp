@@ -34,6 +34,7 @@ std::string modelList() {
 int runTraining(int argc, char** argv, const std::string& program) {
   CLI::App app{program + ": data-parallel training of a registered model (" + modelList() + ")"};
   Options opts;
+  opts.model = modelFromCommandLine(argc, argv, opts.model);  // its flags and defaults join the others
   addOptions(app, opts);
   addResumeOptions(app, opts);
   if (const int status = parseCommandLine(app, argc, argv, program.c_str()); status >= 0) return status;
@@ -63,15 +64,11 @@ int runTraining(int argc, char** argv, const std::string& program) {
     std::unique_ptr<MetricsFile> metrics;
     if (printer && !opts.metrics.empty()) metrics = std::make_unique<MetricsFile>(opts.metrics);
     const models::ModelEntry& entry = models::findModel(opts.model);
-    const bool gpt = entry.data == models::DataKind::Tokens;  // throughput in tokens, MFU with attention
-    const double itemsPerStep = static_cast<double>(trainer.samplesPerStep()) * (gpt ? opts.gpt.context : 1);
-    // MFU counts matrix-product FLOPs: the token and position tables are lookups, not products.
-    int64_t lookups = 0;
-    for (const auto& [name, p] : trainer.model().namedParameters()) {
-      if (name.find("wte.") != std::string::npos || name.find("wpe.") != std::string::npos) lookups += p.data().numel();
-    }
-    const double flopsPerStep = itemsPerStep * flopsPerItem(trainer.model().numParameters() - lookups,
-                                                            gpt ? opts.gpt.layers : 0, opts.gpt.embd, opts.gpt.context);
+    const bool tokens = entry.data == models::DataKind::Tokens;  // throughput in tokens
+    const double itemsPerStep =
+        static_cast<double>(trainer.samplesPerStep()) * static_cast<double>(tokens ? trainer.modelArgs().context : 1);
+    // MFU: the model's count of matrix-product FLOPs per token or sample (models::ModelEntry::flopsPerItem).
+    const double flopsPerStep = itemsPerStep * trainer.flopsPerItem();
     if (printer && firstStep > 1) {
       std::printf("resumed from %s after step %lld\n", opts.resume.c_str(), static_cast<long long>(firstStep - 1));
     }
@@ -110,7 +107,7 @@ int runTraining(int argc, char** argv, const std::string& program) {
         point.gradNorm = trainer.gradNorm();
         point.stepMs = ms;
         point.itemsPerS = itemsPerStep * 1000.0 / ms;
-        point.tokens = gpt;
+        point.tokens = tokens;
         if (session.device == Device::CUDA)
           point.mfu = flopsPerStep / (ms / 1000.0) / session.world() / (opts.peakTflops * 1e12);
         if (session.world() > 1) {

@@ -15,11 +15,11 @@ namespace custom {
 /// layers.3.{weight,bias} (index 2 is the SiLU step, as in torch.nn.Sequential).
 class RmsMlp : public minidp::models::Model {
  public:
-  RmsMlp(int64_t in, int64_t hidden, int64_t classes, uint64_t seed) {
+  RmsMlp(int64_t in, int64_t hidden, int64_t classes, uint64_t seed, double eps = 1e-6) {
     minidp::nn::Rng rng(seed);
     layers_ = registerModule("layers", std::make_shared<minidp::nn::Sequential>());
     layers_->add(std::make_shared<minidp::nn::Linear>(in, hidden, true, rng));
-    layers_->add(std::make_shared<RMSNorm>(hidden));
+    layers_->add(std::make_shared<RMSNorm>(hidden, eps));
     layers_->add([](const minidp::Variable& x) { return minidp::ops::silu(x); });
     layers_->add(std::make_shared<minidp::nn::Linear>(hidden, classes, true, rng));
   }
@@ -31,8 +31,11 @@ class RmsMlp : public minidp::models::Model {
   std::shared_ptr<minidp::nn::Sequential> layers_;
 };
 
-/// Registers "rms-mlp": --hidden's first size is the width (default 256).
+/// Registers "rms-mlp" with its own flags, --hidden (the width, default 128) and --norm-eps, which
+/// custom-train and custom-bench list under --model rms-mlp --help.
 inline void registerRmsMlp() {
+  using minidp::models::FlagKind;
+  using minidp::models::ModelFlag;
   minidp::models::ModelEntry e;
   e.description = "Linear -> RMSNorm -> SiLU -> Linear on Fashion-MNIST (examples/custom_layer)";
   e.data = minidp::models::DataKind::Images;
@@ -41,9 +44,23 @@ inline void registerRmsMlp() {
   e.defaultSteps = 1000;
   e.defaultOptimizer = "sgd";
   e.defaultLr = 0.05;
+  ModelFlag eps{"norm-eps", FlagKind::Number, "1e-6", "RMSNorm epsilon"};
+  eps.min = 1e-12;
+  eps.max = 1;
+  e.flags = {ModelFlag{"hidden", FlagKind::Integer, "128", "Width of the hidden layer"}, eps};
   e.make = [](const minidp::models::ModelArgs& a) {
-    const int64_t hidden = a.hidden.empty() ? 256 : a.hidden.front();
-    return std::make_unique<RmsMlp>(a.inputs, hidden, a.classes, a.seed);
+    return std::make_unique<RmsMlp>(a.inputs, a.flags.integer("hidden"), a.classes, a.seed, a.flags.number("norm-eps"));
+  };
+  // The memory check's count (optional; without it the model is built to count its parameters): the two
+  // Linear layers and the norm's gain, and per row the input, the hidden activations (Linear, RMSNorm,
+  // SiLU) and the logits, with their gradients.
+  e.memory = [](const minidp::models::ModelArgs& a, int64_t batch) {
+    const int64_t h = a.flags.integer("hidden");
+    minidp::models::MemoryNeed need;
+    need.parameters = (a.inputs * h + h) + h + (h * a.classes + a.classes);
+    need.activations = 2.0 * static_cast<double>(batch) * static_cast<double>(a.inputs + 4 * h + a.classes);
+    need.flagsToLower = {"--hidden"};
+    return need;
   };
   minidp::models::registerModel("rms-mlp", std::move(e));
 }

@@ -54,7 +54,10 @@ TEST(RmsMlp, RegisteredWithPyTorchStyleNames) {
   minidp::models::ModelArgs args;
   args.inputs = 12;
   args.classes = 3;
-  args.hidden = {8};
+  minidp::models::FlagValues given;
+  given.set("hidden", 8);
+  args.flags = minidp::models::flagValues("rms-mlp", entry, given);
+  EXPECT_EQ(args.flags.number("norm-eps"), 1e-6);  // the model's own default
   std::unique_ptr<minidp::models::Model> model = entry.make(args);
   std::vector<std::string> names;
   for (const auto& [name, p] : model->namedParameters()) names.push_back(name);

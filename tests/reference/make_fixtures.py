@@ -1,4 +1,4 @@
-"""Write the tiny MLP/GPT gradient fixtures used by the minidp C++ tests.
+"""Write the tiny MLP/GPT/Llama gradient fixtures used by the minidp C++ tests.
 
 Each file holds float32 weights (`param.<name>`), one batch (`batch.inputs`,
 `batch.targets`, targets int32), and the reference computed in float64 from
@@ -17,10 +17,10 @@ import torch
 from safetensors.torch import save
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from models import GPT, MLP, self_check  # noqa: E402
+from models import GPT, MLP, Llama, self_check  # noqa: E402
 
 SEED = 1234
-PERTURB = 0.05  # std of the noise added to biases and LayerNorm params
+PERTURB = 0.05  # std of the noise added to biases and LayerNorm/RMSNorm params
 
 
 def save_deterministic(tensors, path, metadata):
@@ -38,10 +38,10 @@ def save_deterministic(tensors, path, metadata):
 
 
 def perturb_(model, gen):
-    """Add small noise to biases and LayerNorm params so their grads are non-trivial."""
+    """Add small noise to biases and LayerNorm/RMSNorm params so their grads are non-trivial."""
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith("bias") or "ln_" in name:
+            if name.endswith("bias") or "ln_" in name or "norm" in name:
                 p.add_(torch.randn(p.shape, generator=gen) * PERTURB)
 
 
@@ -98,6 +98,20 @@ def make_gpt(gen):
     return build(model, inputs, targets, meta)
 
 
+def make_llama(gen):
+    V, T, L, H, KV, C, F, B, theta, eps = 64, 16, 2, 4, 2, 32, 48, 2, 10000.0, 1e-5
+    model = Llama(V, T, L, H, KV, C, F, theta, eps)
+    torch.manual_seed(SEED + 2)
+    model.init_weights()
+    perturb_(model, gen)
+    inputs = torch.randint(0, V, (B, T), generator=gen, dtype=torch.int32)
+    targets = torch.randint(0, V, (B, T), generator=gen, dtype=torch.int32)
+    meta = {"model": "llama", "vocab_size": V, "block_size": T, "n_layer": L, "n_head": H, "n_kv_head": KV,
+            "n_embd": C, "hidden": F, "rope_theta": theta, "rms_norm_eps": eps, "batch_size": B, "seq_len": T,
+            "rotary": "rotate-half", "tied_lm_head": "false"}
+    return build(model, inputs, targets, meta)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -106,7 +120,7 @@ def main():
     os.makedirs(args.out_dir, exist_ok=True)
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
-    for name, fn in [("mlp_tiny", make_mlp), ("gpt_tiny", make_gpt)]:
+    for name, fn in [("mlp_tiny", make_mlp), ("gpt_tiny", make_gpt), ("llama_tiny", make_llama)]:
         gen = torch.Generator().manual_seed(SEED)
         tensors, meta = fn(gen)
         path = os.path.join(args.out_dir, f"{name}.safetensors")

@@ -13,7 +13,8 @@ import tempfile
 
 mpiexec, train, bench = sys.argv[1:4]
 QUICK = ["--steps", "2", "--hidden", "16", "--batch-size", "8", "--eval-batches", "1"]
-GPT = ["--model", "gpt", "--layers", "1", "--heads", "2", "--embd", "16"]
+GPT = ["--model", "gpt", "--layers", "1", "--heads", "2", "--embd", "16", "--steps", "2", "--batch-size", "8",
+       "--eval-batches", "1"]
 
 
 def fixtures(root):
@@ -73,6 +74,12 @@ def cases(p):
         ("unknown model", t + ["--model", "resnet"], 2, "--model"),
         ("unknown dtype", t + ["--dtype", "fp16"], 2, "--dtype"),
         ("unknown flag", t + ["--learning-rate", "1"], 2, "--learning-rate"),
+        # Each model brings its own flags: another model's is refused, naming the model it belongs to.
+        ("flag of another model", t + GPT + ["--kv-heads", "2"], 2, "--kv-heads is a flag of --model llama"),
+        ("mlp flag on the gpt", t + GPT + ["--hidden", "16"], 2, "--hidden is a flag of --model llama or mlp"),
+        ("zero heads", t + ["--model", "llama", "--heads", "0"], 2, "--heads"),
+        ("kv-heads not dividing heads", t + ["--model", "llama", "--kv-heads", "3"], 2, "--kv-heads 3"),
+        ("llama in bf16", t + ["--model", "llama", "--dtype", "bf16", "--device", "cuda"], 2, "--dtype fp32"),
         ("bench negative lr", b + ["--lr", "-1"], 2, "--lr"),
         ("mpirun usage error", mpi2 + ["--lr", "nan"], 2, "--lr"),
         ("save in a missing folder", t + QUICK + ["--save", "/nonexistent/x.safetensors"], 1, "--save"),
@@ -80,15 +87,15 @@ def cases(p):
         ("trace in a missing folder", t + QUICK + ["--trace", "/nonexistent/t.json"], 1, "--trace"),
         ("metrics in a missing folder", t + QUICK + ["--metrics", "/nonexistent/m.jsonl"], 1, "--metrics"),
         ("save-every without save", t + QUICK + ["--save-every", "1"], 1, "--save-every"),
-        ("data-dir is a file", t + GPT + QUICK + ["--data-dir", p["notst"]], 1, "--data-dir"),
-        ("data-dir missing", t + GPT + QUICK + ["--data-dir", "/nonexistent"], 1, "--data-dir"),
-        ("data-dir of unrelated files", t + GPT + QUICK + ["--data-dir", p["junk"]], 1, "--data-dir"),
+        ("data-dir is a file", t + GPT + ["--data-dir", p["notst"]], 1, "--data-dir"),
+        ("data-dir missing", t + GPT + ["--data-dir", "/nonexistent"], 1, "--data-dir"),
+        ("data-dir of unrelated files", t + GPT + ["--data-dir", p["junk"]], 1, "--data-dir"),
         ("data-dir without fashion-mnist", t + QUICK + ["--data-dir", p["empty"]], 1, "--data-dir"),
-        ("validation shorter than context", t + GPT + QUICK + ["--context", "64", "--data-dir", p["short"]], 1,
+        ("validation shorter than context", t + GPT + ["--context", "64", "--data-dir", p["short"]], 1,
          "--eval-batches 0"),
         ("mlp on text", t + QUICK + ["--data", "fortunes"], 1, "--data"),
-        ("llmc without files", t + GPT + QUICK + ["--data", "llmc"], 1, "--llmc-train"),
-        ("llmc train not a token file", t + GPT + QUICK + ["--data", "llmc", "--llmc-train", p["notst"], "--llmc-val",
+        ("llmc without files", t + GPT + ["--data", "llmc"], 1, "--llmc-train"),
+        ("llmc train not a token file", t + GPT + ["--data", "llmc", "--llmc-train", p["notst"], "--llmc-val",
                                                            p["notst"]], 1, "--llmc-train"),
         ("batch larger than the data", t + ["--steps", "2", "--batch-size", "70000"], 1, "--batch-size"),
         ("load a missing file", t + QUICK + ["--load", "/nonexistent/w.safetensors"], 1, "--load"),
@@ -102,7 +109,7 @@ def cases(p):
                                           "--resume", p["state"]], 1, "--optimizer"),
         ("resume with steps already done", t + QUICK + ["--resume", p["state"]], 1, "raise --steps"),
         ("cuda without a GPU", t + QUICK + ["--device", "cuda"], 1, "--device cuda"),
-        ("mpirun, every rank sees a bad data-dir", mpi2 + GPT + QUICK + ["--data-dir", p["junk"]], 1, "--data-dir"),
+        ("mpirun, every rank sees a bad data-dir", mpi2 + GPT + ["--data-dir", p["junk"]], 1, "--data-dir"),
         ("mpirun, unwritable save", mpi2 + QUICK + ["--save", "/nonexistent/x.safetensors"], 1, "--save"),
         ("launcher count differs from MPI's", t + QUICK, 1, "PMI_SIZE=3", {"PMI_SIZE": "3"}),
         # Runs that cannot fit in memory (terabytes on any machine) are refused before anything is allocated.
@@ -118,11 +125,11 @@ def cases(p):
          "--context"),
         # --sparse-embedding-grad's refusals: a model without token-indexed rows, and what it does not combine with.
         ("sparse embedding grad on the mlp", t + QUICK + ["--sparse-embedding-grad"], 2, "--sparse-embedding-grad"),
-        ("sparse embedding grad with zero 1", t + GPT + QUICK + ["--sparse-embedding-grad", "--zero", "1"], 2,
+        ("sparse embedding grad with zero 1", t + GPT + ["--sparse-embedding-grad", "--zero", "1"], 2,
          "--zero 1"),
-        ("sparse embedding grad with cuda graph", t + GPT + QUICK + ["--sparse-embedding-grad", "--cuda-graph",
+        ("sparse embedding grad with cuda graph", t + GPT + ["--sparse-embedding-grad", "--cuda-graph",
                                                                      "--device", "cuda"], 2, "--cuda-graph"),
-        ("sparse embedding grad on the emulated link", t + GPT + QUICK + ["--sparse-embedding-grad", "--comm",
+        ("sparse embedding grad on the emulated link", t + GPT + ["--sparse-embedding-grad", "--comm",
                                                                           "emulated"], 2, "--comm emulated"),
         ("diverging loss", t + ["--steps", "60", "--hidden", "16", "--lr", "1e6", "--weight-decay", "1e6",
                                 "--check-finite", "--log-every", "1000"], 1, "the loss is"),

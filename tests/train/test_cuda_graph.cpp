@@ -29,17 +29,17 @@ train::Options optionsOf(const GraphCase& c) {
   o.device = "cuda";
   o.steps = 7;  // 2 eager warm-up steps, the captured step, 4 more replays
   if (std::string(c.model) == "gpt") {
-    o.gpt.layers = 2;
-    o.gpt.embd = 64;
-    o.gpt.heads = 2;  // head dim 32: the flash kernels (bf16 needs them)
-    o.gpt.context = 32;
+    o.modelFlags.set("layers", 2);
+    o.modelFlags.set("embd", 64);
+    o.modelFlags.set("heads", 2);  // head dim 32: the flash kernels (bf16 needs them)
+    o.modelFlags.set("context", 32);
     o.batchSize = 4;
     o.lr = 3e-3;
     o.lrSchedule = train::LrScheduleKind::Cosine;
     o.warmupSteps = 3;
     o.clipGradNorm = 0.5;
   } else {
-    o.hidden = {64, 32};
+    o.modelFlags.set("hidden", "64 32");
     o.batchSize = 32;
   }
   return o;

@@ -20,10 +20,10 @@ namespace {
 train::Options tinyGpt() {
   train::Options o;
   o.model = "gpt";
-  o.gpt.layers = 1;
-  o.gpt.embd = 16;
-  o.gpt.heads = 2;
-  o.gpt.context = 16;
+  o.modelFlags.set("layers", 1);
+  o.modelFlags.set("embd", 16);
+  o.modelFlags.set("heads", 2);
+  o.modelFlags.set("context", 16);
   o.batchSize = 4;
   o.steps = 6;
   return o;
@@ -47,17 +47,15 @@ TEST_F(TrainerLoop, ShardedValidationEqualsTheGlobalBatches) {
   EXPECT_TRUE(std::isnan(e.accuracy));
   // One process, the whole global batch (batch x world rows) of the same validation windows.
   const TokenCorpus corpus = loadFortunes();
-  models::GptConfig c = o.gpt;
-  c.vocab = corpus.vocab;
-  models::GPT model(c, o.seed);
-  const int64_t rows = o.batchSize * session_.world();
-  auto source = windowBatches(corpus.val, rows, static_cast<int>(c.context), 0, 1, 7);
-  std::vector<int32_t> inputs(rows * c.context), targets(inputs.size());
+  const auto model = models::findModel(o.model).make(train::modelArgs(o, 0, corpus.vocab));
+  const int64_t rows = o.batchSize * session_.world(), context = o.context();
+  auto source = windowBatches(corpus.val, rows, static_cast<int>(context), 0, 1, 7);
+  std::vector<int32_t> inputs(rows * context), targets(inputs.size());
   NoGradGuard noGrad;
   double total = 0;
   for (int b = 0; b < 3; ++b) {
     source->fill(inputs.data(), targets.data());
-    total += model.loss(Tensor::fromVector(inputs, {rows, c.context}), Tensor::fromVector(targets, {rows, c.context}))
+    total += model->loss(Tensor::fromVector(inputs, {rows, context}), Tensor::fromVector(targets, {rows, context}))
                  .data()
                  .toVector<float>()[0];
   }

@@ -9,6 +9,7 @@
 #include "data/text.h"
 #include "framework/distributed/communicator.h"
 #include "framework/runtime/device.h"
+#include "models/mlp.h"
 #include "models/registry.h"
 #include "train/run_checks.h"
 #include "train/trainer.h"
@@ -16,13 +17,14 @@
 namespace minidp {
 namespace {
 
-train::Options gpt(int64_t layers, int64_t heads, int64_t embd, int64_t context, int64_t batch) {
+train::Options gpt(int64_t layers, int64_t heads, int64_t embd, int64_t context, int64_t batch,
+                   const std::string& model = "gpt") {
   train::Options o;
-  o.model = "gpt";
-  o.gpt.layers = layers;
-  o.gpt.heads = heads;
-  o.gpt.embd = embd;
-  o.gpt.context = context;
+  o.model = model;
+  o.modelFlags.set("layers", layers);
+  o.modelFlags.set("heads", heads);
+  o.modelFlags.set("embd", embd);
+  o.modelFlags.set("context", context);
   o.batchSize = batch;
   return o;
 }
@@ -30,18 +32,37 @@ train::Options gpt(int64_t layers, int64_t heads, int64_t embd, int64_t context,
 int64_t builtParameters(const train::Options& o, int64_t vocab) {
   const models::ModelEntry& entry = models::findModel(o.model);
   const bool tokens = entry.data == models::DataKind::Tokens;
-  models::ModelArgs args{1, tokens ? 0 : 28 * 28, tokens ? vocab : 10, tokens ? o.gpt.context : 0, o.hidden,
-                         o.gpt.layers, o.gpt.heads, o.gpt.embd, DType::F32};
-  return entry.make(args)->numParameters();
+  return entry.make(train::modelArgs(o, tokens ? 0 : 28 * 28, tokens ? vocab : 10))->numParameters();
 }
 
 TEST(MemoryEstimate, CountsTheBuiltModelsParameters) {
   const train::Options small = gpt(2, 2, 32, 24, 4);
   EXPECT_EQ(train::estimateMemory(small, 300, Device::CPU, DType::F32, DType::F32).parameters,
             builtParameters(small, 300));
+  train::Options llama = gpt(3, 4, 32, 24, 4, "llama");
+  llama.modelFlags.set("kv-heads", 2);
+  llama.modelFlags.set("hidden", 40);
+  EXPECT_EQ(train::estimateMemory(llama, 300, Device::CPU, DType::F32, DType::F32).parameters,
+            builtParameters(llama, 300));
   train::Options mlp;
-  mlp.hidden = {48, 16};
+  mlp.modelFlags.set("hidden", "48 16");
   EXPECT_EQ(train::estimateMemory(mlp, 0, Device::CPU, DType::F32, DType::F32).parameters, builtParameters(mlp, 0));
+}
+
+// A registered model without a memory count of its own: the parameters of the built model.
+TEST(MemoryEstimate, AModelWithoutItsOwnCountIsBuiltAndCounted) {
+  models::ModelEntry e;
+  e.flags = {models::ModelFlag{"width", models::FlagKind::Integer, "6", "width"}};
+  e.make = [](const models::ModelArgs& a) {
+    return std::make_unique<models::MLP>(std::vector<int64_t>{a.inputs, a.flags.integer("width"), a.classes}, 1);
+  };
+  models::registerModel("memory-test-mlp", e);
+  train::Options o;
+  o.model = "memory-test-mlp";
+  o.modelFlags.set("width", 5);
+  const train::MemoryEstimate m = train::estimateMemory(o, 0, Device::CPU, DType::F32, DType::F32);
+  EXPECT_EQ(m.parameters, (28 * 28 * 5 + 5) + (5 * 10 + 10));
+  EXPECT_EQ(m.flagsToLower, std::vector<std::string>{"--width"});
 }
 
 TEST(MemoryEstimate, AdmitsTheProjectsRuns) {
@@ -51,6 +72,12 @@ TEST(MemoryEstimate, AdmitsTheProjectsRuns) {
     const train::MemoryEstimate e = train::estimateMemory(gpt2, 50257, Device::CUDA, DType::F32, compute);
     EXPECT_LT(e.total(), 120e9) << dtypeName(compute);
   }
+  // The llama of the speed target (width 1024, 8 query and 4 key/value heads, SwiGLU 2816, 12 layers, context
+  // 1024, vocabulary 32000) at batch 8, materialised attention in fp32.
+  train::Options llama = gpt(12, 8, 1024, 1024, 8, "llama");
+  llama.modelFlags.set("kv-heads", 4);
+  llama.modelFlags.set("hidden", 2816);
+  EXPECT_LT(train::estimateMemory(llama, 32000, Device::CUDA, DType::F32, DType::F32).total(), 120e9);
   // The fortunes GPT of the README on the CPU: two ranks on a small machine.
   const train::Options fortunes = gpt(6, 6, 384, 256, 32);
   EXPECT_LT(train::estimateMemory(fortunes, 256, Device::CPU, DType::F32, DType::F32).total(), 5e9);

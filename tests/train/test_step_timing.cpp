@@ -29,10 +29,10 @@ constexpr int64_t kWarmup = 2, kTraced = 2;
 train::Options tinyGpt(bool overlap) {
   train::Options o;
   o.model = "gpt";
-  o.gpt.layers = 3;
-  o.gpt.embd = 48;
-  o.gpt.heads = 4;
-  o.gpt.context = 32;
+  o.modelFlags.set("layers", 3);
+  o.modelFlags.set("embd", 48);
+  o.modelFlags.set("heads", 4);
+  o.modelFlags.set("context", 32);
   o.batchSize = 8;
   o.ddp.bucketCapBytes = o.ddp.firstBucketCapBytes = distributed::mibToBytes(0.02);
   o.ddp.overlap = overlap ? distributed::Overlap::DuringBackward : distributed::Overlap::AfterBackward;
