@@ -639,13 +639,14 @@ def measured_runs(results=RESULTS):
                 if world == 2:
                     skipped.append((os.path.join(rel, name), "PyTorch DDP: no one-GPU profile of its fp32 step"))
                 continue
-            if world != 2 or "step_ms_median" not in (data["rows"] or [{}])[0]:
-                continue
+            if world != 2 or config.get("emulated") or "step_ms_median" not in (data["rows"] or [{}])[0]:
+                continue  # one GPU, or one process modelling a link: no two-GPU measurement
             if rel not in jobs:
                 raise SystemExit(f"planner: {path} is a two-GPU run of no job in MEASURED_JOBS")
             job = jobs[rel]
             zero = bool(config.get("zero"))
-            method = Method(name[:-5], wire=config.get("grad_comm", "fp32"), zero=zero,
+            wire = "bf16" if "bf16" in (config.get("grad_comm"), config.get("comm_hook")) else "fp32"
+            method = Method(name[:-5], wire=wire, zero=zero,
                             sparse="sparse" in name, gather=config.get("zero_gather", "end"))
             for r in data["rows"]:
                 if r["repeat"] == "all":
