@@ -21,6 +21,7 @@
 #include "tests/distributed/dist_test_env.h"
 #include "tests/support/gradcheck.h"
 #include "tests/support/parameters.h"
+#include "tests/support/reference_models.h"
 
 namespace minidp {
 namespace {
@@ -28,30 +29,6 @@ namespace {
 using distributed::DdpOptions;
 using distributed::DistributedDataParallel;
 using distributed::Overlap;
-
-std::string fixturePath(const std::string& name) {
-  const char* root = std::getenv("MINIDP_SOURCE_DIR");
-  return std::string(root ? root : ".") + "/tests/fixtures/" + name;
-}
-
-std::vector<int64_t> parseList(const std::string& s) {
-  std::vector<int64_t> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoll(item));
-  return out;
-}
-
-std::unique_ptr<models::Model> buildModel(const SafeTensorFile& f) {
-  const auto& meta = f.metadata;
-  if (meta.at("model") == "mlp") return std::make_unique<models::MLP>(parseList(meta.at("dims")), 0);
-  models::GptConfig c;
-  c.vocab = std::stoll(meta.at("vocab_size"));
-  c.context = std::stoll(meta.at("block_size"));
-  c.layers = std::stoll(meta.at("n_layer"));
-  c.heads = std::stoll(meta.at("n_head"));
-  c.embd = std::stoll(meta.at("n_embd"));
-  return std::make_unique<models::GPT>(c, 0);
-}
 
 /// Rows [rank * B, (rank + 1) * B) of step `step` of a fixture's (steps, world * B, ...) tensor.
 Tensor rowsOf(const Tensor& all, int64_t step, int rank, int64_t B, Device device) {
@@ -67,10 +44,10 @@ class PowerSgd : public testing::CommunicatorTest {};
 TEST_P(PowerSgd, MatchesPyTorchsPowerSgdHook) {
   for (const std::string fixture : {"powersgd_mlp.safetensors", "powersgd_gpt.safetensors"}) {
     SCOPED_TRACE(fixture);
-    const SafeTensorFile f = readSafetensors(fixturePath(fixture));
+    const SafeTensorFile f = readSafetensors(testing::fixturePath(fixture));
     const auto& meta = f.metadata;
     if (world_ != std::stoi(meta.at("world"))) GTEST_SKIP() << "the fixture was made on " << meta.at("world") << " ranks";
-    auto model = buildModel(f);
+    auto model = testing::buildReferenceModel(f);
     nn::loadParameters(*model, f, "param.");
     model->to(GetParam(), DType::F32);
     DdpOptions opts;

@@ -13,52 +13,11 @@
 #include "models/mlp.h"
 #include "models/registry.h"
 #include "tests/support/gradcheck.h"
+#include "tests/support/reference_models.h"
 
 namespace minidp {
 namespace {
 
-std::string fixturePath(const std::string& name) {
-  const char* root = std::getenv("MINIDP_SOURCE_DIR");
-  return std::string(root ? root : ".") + "/tests/fixtures/" + name;
-}
-
-std::vector<int64_t> parseList(const std::string& s) {
-  std::vector<int64_t> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoll(item));
-  return out;
-}
-
-std::unique_ptr<models::Model> buildModel(const SafeTensorFile& f) {
-  const auto& meta = f.metadata;
-  if (meta.at("model") == "mlp") return std::make_unique<models::MLP>(parseList(meta.at("dims")), 0);
-  if (meta.at("model") == "llama") {
-    models::FlagValues given;
-    for (const auto& [flag, key] : std::vector<std::pair<std::string, std::string>>{{"layers", "n_layer"},
-                                                                                     {"heads", "n_head"},
-                                                                                     {"kv-heads", "n_kv_head"},
-                                                                                     {"embd", "n_embd"},
-                                                                                     {"hidden", "hidden"},
-                                                                                     {"context", "block_size"},
-                                                                                     {"rope-theta", "rope_theta"},
-                                                                                     {"norm-eps", "rms_norm_eps"}}) {
-      given.set(flag, meta.at(key));
-    }
-    const models::ModelEntry& entry = models::findModel("llama");
-    models::ModelArgs args;
-    args.classes = std::stoll(meta.at("vocab_size"));
-    args.flags = models::flagValues("llama", entry, given);
-    args.context = args.flags.integer("context");
-    return entry.make(args);
-  }
-  models::GptConfig c;
-  c.vocab = std::stoll(meta.at("vocab_size"));
-  c.context = std::stoll(meta.at("block_size"));
-  c.layers = std::stoll(meta.at("n_layer"));
-  c.heads = std::stoll(meta.at("n_head"));
-  c.embd = std::stoll(meta.at("n_embd"));
-  return std::make_unique<models::GPT>(c, 0);
-}
 
 struct Case {
   std::string fixture;
@@ -76,8 +35,8 @@ class Reference : public ::testing::TestWithParam<Case> {};
 TEST_P(Reference, LossAndEveryGradientMatchPyTorch) {
   const Case& c = GetParam();
   if (c.device == Device::CUDA && !runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
-  const SafeTensorFile f = readSafetensors(fixturePath(c.fixture));
-  auto model = buildModel(f);
+  const SafeTensorFile f = readSafetensors(testing::fixturePath(c.fixture));
+  auto model = testing::buildReferenceModel(f);
   std::string order;
   for (auto& [name, p] : model->namedParameters()) order += (order.empty() ? "" : ",") + name;
   EXPECT_EQ(order, f.metadata.at("param_order")) << "parameter names or order differ from PyTorch";
