@@ -16,6 +16,7 @@
 #include "models/registry.h"
 #include "train/metrics.h"
 #include "train/run_checks.h"
+#include "train/stop_signal.h"
 #include "train/trace.h"
 #include "train/trainer.h"
 
@@ -72,6 +73,10 @@ int runTraining(int argc, char** argv, const std::string& program) {
     if (printer && firstStep > 1) {
       std::printf("resumed from %s after step %lld\n", opts.resume.c_str(), static_cast<long long>(firstStep - 1));
     }
+    // SIGTERM / SIGINT from here on: the ranks stop together at a step boundary (train/stop_signal.h).
+    StopSignals signals;
+    StopAgreement stopping(session.mpi.get());
+    int64_t savedStep = firstStep - 1;
     for (int64_t step = firstStep; step <= opts.steps; ++step) {
       trainer.timer().setDetailed(!opts.trace.empty() && step > opts.steps - opts.traceSteps);
       Tensor loss = trainer.step();
@@ -127,7 +132,13 @@ int runTraining(int argc, char** argv, const std::string& program) {
         windowStart = Clock::now();
         windowSteps = 0;
       }
-      if (opts.saveEvery > 0 && step % opts.saveEvery == 0 && step < opts.steps) trainer.saveState(opts.save, step);
+      if (opts.saveEvery > 0 && step % opts.saveEvery == 0 && step < opts.steps) {
+        trainer.saveState(opts.save, step);
+        savedStep = step;
+      }
+      if (const int signal = stopping.atStepEnd(step == opts.steps)) {
+        return endStoppedRun(trainer, opts, session.rank(), step, savedStep, signal, program);
+      }
     }
     // Peak GPU memory held by tensors over the training steps (before evaluation's own allocations).
     const double peakMib = runtime::allocatorStats().peakAllocatedBytes / 1048576.0;

@@ -20,15 +20,30 @@
 // from one waiting in it.) It cannot hang: it posts nonblocking sends and receives on a communicator of
 // its own, polls the receives for the grace alone, never waits for a send, and the job is aborted right
 // after, so nothing it leaves pending matters. It costs nothing while no deadline expires.
+//
+// Ending the job (endJob, abortAll): a rank that must end the job (an error, an expired deadline) does not
+// call MPI_Abort, whose banner buries the one line that says what went wrong. It sends a note on a third
+// communicator to every other rank and waits, for at most the grace, to hear from each. Every rank's
+// listener thread polls for notes (every 20 ms, with MPI_THREAD_MULTIPLE) and, on another rank's failure,
+// answers and waits for the line to be printed. Of the ranks that failed, the lowest prints one line (the
+// message alone when every rank failed alike, else naming its rank) and tells the others; every process then
+// exits with the code, without MPI_Finalize, from wherever it was (inside a collective too). A rank that
+// never answers (stopped, or stuck outside MPI) is ended by mpirun, which ends a job one of whose processes
+// exits non-zero (after SIGCONT and SIGTERM, SIGKILL); under another launcher, or where mpirun was told
+// not to (orte_abort_on_non_zero_status 0), MPI_Abort ends it instead.
 #pragma once
 
 #include <mpi.h>
 
 #include <array>
 #include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/check.h"
@@ -89,6 +104,10 @@ class MpiEnvironment {
   std::vector<std::string> allGather(const std::string& bytes);
   /// Copies `bytes` bytes at `data` from rank `root` to every rank.
   void broadcastBytes(void* data, size_t bytes, int root);
+  /// Starts the greatest of every rank's `value` on the MPI thread, in order with what was posted before
+  /// (an exchange under the deadline, named `tag`), and returns at once: once the work completes,
+  /// `*result` holds it.
+  std::shared_ptr<CpuWork> allReduceMax(int value, std::shared_ptr<int> result, const std::string& tag);
   /// The thread level MPI granted (MPI_THREAD_MULTIPLE or MPI_THREAD_SERIALIZED).
   int threadLevel() const { return threadLevel_; }
   /// The failure path, after `waitingIn` (the stuck operation) outlived its deadline: the census above.
@@ -99,10 +118,17 @@ class MpiEnvironment {
   /// the grace.
   std::string census(const std::string& waitingIn);
 
+  /// The failure path of this rank when the job must end ("Ending the job" above); any thread may call it.
+  /// `message` says what failed (ranks that failed alike print it once); `line(alike)` is the line this rank
+  /// prints if it is the lowest rank that failed, `alike` when every rank failed with the same message; an
+  /// empty `line` prints nothing (the caller printed already). Ends this process with `code`.
+  [[noreturn]] void endJob(int code, const std::string& message, const std::function<std::string(bool alike)>& line);
+
   /// True when this process was started by mpirun, srun or a PMI launcher (launcher.h).
   static bool launchedByMpirun();
-  /// Ends every rank of the job with `code` (MPI_Abort where this thread may call it; std::abort when
-  /// MPI is not running, or from another thread under MPI_THREAD_SERIALIZED).
+  /// Ends every rank of the job with `code`: endJob of the live environment, printing nothing; without one
+  /// (or without the listener), MPI_Abort where this thread may call it, std::abort when MPI is not running
+  /// or from another thread under MPI_THREAD_SERIALIZED.
   [[noreturn]] static void abortAll(int code);
 
  private:
@@ -114,11 +140,47 @@ class MpiEnvironment {
   double deadlineSeconds_;
   long long exchanges_ = 0;  // exchanges so far (MPI thread only): numbers them in messages
   MPI_Comm comm_ = MPI_COMM_NULL;
-  MPI_Comm censusComm_ = MPI_COMM_NULL;  // a second duplicate, for the census messages alone
+  MPI_Comm censusComm_ = MPI_COMM_NULL;   // a second duplicate, for the census messages alone
   std::atomic<bool> censusTaken_{false};  // one census per process: the job ends after it
   using CensusNote = std::array<char, 160>;
   std::vector<CensusNote> censusNotes_;  // the census messages, by rank (this rank's: what it waits in)
   std::unique_ptr<CommThread> thread_;
+
+  // Ending the job: the notes ranks send each other, what this rank heard, and the listener.
+  struct Note {
+    int32_t kind = 0;               // kFailed, kQuit or kDone (mpi_environment.cpp)
+    int32_t code = 0;               // the exit code
+    std::array<char, 1016> text{};  // a failure's message, truncated
+  };
+  struct Heard {
+    int kind = 0;  // kFailed or kQuit, 0 while nothing came
+    std::string message;
+    bool done = false;  // the rank printed the job's line
+  };
+  /// The listener thread: receives notes; on another rank's failure, answers and ends this process.
+  void listen();
+  /// Sends a note to every other rank (nonblocking; the buffers live until the process ends).
+  void sendNote(int kind, int code, const std::string& text);
+  /// Waits, for at most `seconds`, until `ready` holds (checked whenever a note comes).
+  void waitForNotes(double seconds, const std::function<bool()>& ready);
+  /// Whether the sends of this rank's notes completed, trying for at most `seconds`.
+  void flushNotes(double seconds);
+  /// Ends the process with `code` once the line is out: _Exit, or MPI_Abort when a rank never answered
+  /// and mpirun will not end it (see above).
+  [[noreturn]] void exitProcess(int code, bool silentRanks);
+  double graceSeconds() const;
+  MPI_Comm notesComm_ = MPI_COMM_NULL;  // a third duplicate, for the notes alone
+  Note inbox_;
+  MPI_Request inboxRequest_ = MPI_REQUEST_NULL;
+  std::mutex notesMutex_;  // guards heard_, outbox_, sends_
+  std::condition_variable notesChanged_;
+  std::vector<Heard> heard_;        // by rank
+  std::vector<bool> censusSilent_;  // the ranks the census did not hear from
+  std::deque<Note> outbox_;         // the notes sent (their buffers stay put)
+  std::vector<MPI_Request> sends_;  // their requests
+  std::atomic<int> ending_{0};      // 0 running, 1 this rank failed, 2 another rank failed
+  std::atomic<bool> stopListening_{false};
+  std::thread listener_;
 };
 
 }  // namespace minidp::distributed

@@ -7,11 +7,12 @@
 
 namespace minidp::distributed {
 
-Watchdog::Watchdog(double timeoutSeconds, int rank, std::function<void()> onTimeout, std::function<void()> threadInit,
-                   std::function<std::string()> healthCheck, std::function<std::string(const std::string&)> census)
+Watchdog::Watchdog(double timeoutSeconds, int rank, std::function<void(const std::string&)> onFailure,
+                   std::function<void()> threadInit, std::function<std::string()> healthCheck,
+                   std::function<std::string(const std::string&)> census)
     : timeoutMs_(timeoutSeconds * 1000.0),
       rank_(rank),
-      onTimeout_(std::move(onTimeout)),
+      onFailure_(std::move(onFailure)),
       healthCheck_(std::move(healthCheck)),
       census_(std::move(census)),
       thread_([this, init = std::move(threadInit)] { loop(init); }) {}
@@ -39,11 +40,7 @@ std::string Watchdog::describeTimeout(const Work& work, int rank, double ageSeco
   return os.str();
 }
 
-void Watchdog::fail(const std::string& line) {
-  std::fprintf(stderr, "%s\n", line.c_str());
-  std::fflush(stderr);
-  onTimeout_();
-}
+void Watchdog::fail(const std::string& line) { onFailure_(line); }
 
 void Watchdog::scan(std::vector<std::shared_ptr<Work>>& works) {
   const double now = hostNowMs();
@@ -63,7 +60,7 @@ void Watchdog::scan(std::vector<std::shared_ptr<Work>>& works) {
     }
     if (!failure.empty()) {
       fail(failure);
-      continue;  // onTimeout returned: do not report this work again
+      continue;  // onFailure returned: do not report this work again
     }
     if (kept != i) works[kept] = std::move(works[i]);
     ++kept;
@@ -83,7 +80,7 @@ void Watchdog::loop(const std::function<void()>& threadInit) {
       std::lock_guard<std::mutex> lock(healthMutex_);
       if (healthCheck_ && !healthStopped_) {
         failure = healthCheck_();
-        healthStopped_ = !failure.empty();  // reported once; onTimeout may return
+        healthStopped_ = !failure.empty();  // reported once; onFailure may return
       }
     }
     if (!failure.empty()) fail(failure);
@@ -94,12 +91,23 @@ void Watchdog::loop(const std::function<void()>& threadInit) {
 Deadline::Deadline(double seconds, std::string line, std::function<void()> onExpire)
     : thread_([this, seconds, line = std::move(line), expire = std::move(onExpire)] {
         std::unique_lock<std::mutex> lock(mutex_);
-        if (seconds <= 0 || done_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return closed_; })) {
-          if (seconds <= 0) done_.wait(lock, [&] { return closed_; });
+        if (seconds <= 0) {
+          done_.wait(lock, [&] { return closed_; });
           return;
         }
-        std::fprintf(stderr, "%s\n", line.c_str());
-        std::fflush(stderr);
+        using Clock = std::chrono::steady_clock;
+        const auto span = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+        for (auto end = Clock::now() + span;; end = Clock::now() + span) {
+          if (done_.wait_until(lock, end, [&] { return closed_; })) return;
+          // Woken long after the deadline, this process was stopped meanwhile (SIGSTOP, Ctrl-Z): not the call's
+          // fault, and on mpirun's SIGCONT before it ends a job it would be a wrong line. The call gets its time
+          // again.
+          if (Clock::now() - end < std::chrono::seconds(1)) break;
+        }
+        if (!line.empty()) {
+          std::fprintf(stderr, "%s\n", line.c_str());
+          std::fflush(stderr);
+        }
         expire();
       }) {}
 

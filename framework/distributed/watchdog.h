@@ -16,8 +16,9 @@
 namespace minidp::distributed {
 
 /// A thread that polls the collectives it watches; when one has been running unfinished for longer
-/// than the timeout, or the backend's health check reports an error, it prints one line naming it and
-/// calls `onTimeout`, which is expected to end the process (MPI_Abort / ncclCommAbort).
+/// than the timeout, or the backend's health check reports an error, it calls `onFailure` with one line
+/// naming it; `onFailure` is expected to print the line (or have one rank print it) and end the process
+/// (MpiEnvironment::endJob / ncclCommAbort).
 class Watchdog {
  public:
   /// `timeoutSeconds` <= 0: no timeout (works are still held until they complete, and the health check
@@ -26,8 +27,8 @@ class Watchdog {
   /// and returns the line to print on a failure (e.g. NCCL's asynchronous error), empty while healthy.
   /// `census`, when set, runs on a timeout with the stuck collective's tag and returns the part of the
   /// line that names the ranks that did not arrive (MpiEnvironment::census), empty when it cannot tell.
-  Watchdog(double timeoutSeconds, int rank, std::function<void()> onTimeout, std::function<void()> threadInit = {},
-           std::function<std::string()> healthCheck = {},
+  Watchdog(double timeoutSeconds, int rank, std::function<void(const std::string& line)> onFailure,
+           std::function<void()> threadInit = {}, std::function<std::string()> healthCheck = {},
            std::function<std::string(const std::string&)> census = {});
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
@@ -40,7 +41,7 @@ class Watchdog {
 
   /// Runs `action` while no health check is running and stops the health checks for good: what
   /// `action` frees (ncclCommAbort frees the communicator) is never queried afterwards. Callable from
-  /// the watchdog thread itself (its onTimeout).
+  /// the watchdog thread itself (its onFailure).
   void runExclusive(const std::function<void()>& action);
 
   /// The line printed on a timeout; `missing` names the ranks that did not arrive (empty: unknown).
@@ -48,13 +49,13 @@ class Watchdog {
 
  private:
   void loop(const std::function<void()>& threadInit);
-  /// Prints `line` and calls onTimeout.
+  /// Calls onFailure with `line`.
   void fail(const std::string& line);
   /// Checks `works` outside the lock: drops the completed ones, reports a stuck or failed one.
   void scan(std::vector<std::shared_ptr<Work>>& works);
   const double timeoutMs_;
   const int rank_;
-  std::function<void()> onTimeout_;
+  std::function<void(const std::string&)> onFailure_;
   std::function<std::string()> healthCheck_;
   std::function<std::string(const std::string&)> census_;
   std::mutex healthMutex_;  // held while the health check runs, and by runExclusive
@@ -64,8 +65,9 @@ class Watchdog {
 };
 
 /// A deadline for one blocking call that the watchdog cannot see (MPI_Init_thread, MPI_Finalize,
-/// ncclCommInitRank): when the scope is still open after `seconds`, prints `line` and calls `onExpire`
-/// (which ends the process) on its own thread.
+/// ncclCommInitRank): when the scope is still open after `seconds`, prints `line` (unless empty: then
+/// `onExpire` says what happened) and calls `onExpire` (which ends the process) on its own thread. Time this
+/// process spent stopped does not count: woken more than a second after the deadline, it waits `seconds` more.
 class Deadline {
  public:
   Deadline(double seconds, std::string line, std::function<void()> onExpire);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -119,7 +120,7 @@ class StuckWork : public Work {
 
 TEST(Watchdog, ReportsAStuckCollectiveAndIgnoresFinishedOnes) {
   std::atomic<int> fired{0};
-  Watchdog watchdog(0.2, 3, [&] { ++fired; });
+  Watchdog watchdog(0.2, 3, [&](const std::string&) { ++fired; });
   auto done = std::make_shared<CompletedWork>("bucket 0", 8);
   watchdog.watch(done);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -152,7 +153,7 @@ class ControlledWork : public Work {
 
 TEST(Watchdog, HoldsAWorkItsOwnerReleasedUntilItCompletes) {
   std::atomic<bool> done{false};  // outlives the watchdog's thread
-  Watchdog watchdog(0.2, 0, [] {});
+  Watchdog watchdog(0.2, 0, [](const std::string&) {});
   auto work = std::make_shared<ControlledWork>(done);
   const std::weak_ptr<Work> observer = work;
   watchdog.watch(work);
@@ -170,7 +171,12 @@ TEST(Watchdog, ReportsAFailedHealthCheckOnce) {
   ::testing::internal::CaptureStderr();
   {
     Watchdog watchdog(
-        0.2, 1, [&] { ++fired; }, {}, [&]() -> std::string { return broken ? "link is down" : ""; });
+        0.2, 1,
+        [&](const std::string& line) {
+          std::fprintf(stderr, "%s\n", line.c_str());
+          ++fired;
+        },
+        {}, [&]() -> std::string { return broken ? "link is down" : ""; });
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     EXPECT_EQ(fired.load(), 0);
     broken = true;
@@ -204,7 +210,7 @@ class SlowQueryWork : public Work {
 
 TEST(Watchdog, WatchNeverWaitsForAScan) {
   std::atomic<bool> inQuery{false}, release{false};  // outlive the watchdog's thread
-  Watchdog watchdog(0.2, 0, [] {});
+  Watchdog watchdog(0.2, 0, [](const std::string&) {});
   watchdog.watch(std::make_shared<SlowQueryWork>(inQuery, release));
   for (int i = 0; i < 200 && !inQuery; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_TRUE(inQuery) << "the watchdog never scanned";
@@ -225,7 +231,7 @@ TEST(Watchdog, RunExclusiveWaitsForTheHealthCheckAndEndsIt) {
   std::atomic<int> checksAfter{0};
   std::atomic<bool> freed{false};  // what runExclusive's action frees (the NCCL communicator)
   Watchdog watchdog(
-      0.04, 0, [] {}, {},
+      0.04, 0, [](const std::string&) {}, {},
       [&]() -> std::string {
         checking = true;
         std::this_thread::sleep_for(std::chrono::milliseconds(30));

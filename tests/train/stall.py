@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """A rank that stops (SIGSTOP) anywhere must not hang the job: under mpirun -np 2 with --watchdog-s 3, rank 1
-is stopped at start-up, mid-training (also of 3 ranks), after the last step (in the trace gather) and, without a trace, in the
-evaluation, so that rank 0 waits in the barrier before MPI_Finalize;
-every time the job must end within the watchdog time plus a margin, non-zero, with a "minidp watchdog"
-line naming the operation and, once MPI is up, rank 1 as the rank that did not arrive (stopped before the
-collective or inside it).
+is stopped as soon as its process exists (rank 0 waits in MPI_Init), during the start-up checks, mid-training
+(also of 3 ranks), after the last step (in the trace gather, and without a trace in the evaluation, so that
+rank 0 waits in the barrier before MPI_Finalize) and while rank 0 writes the final --save; every time the job
+must end within the watchdog time plus a margin, non-zero, with a "minidp watchdog" line naming the operation
+and rank 1 as the rank that did not arrive (stopped before the collective or inside it; in MPI_Init, seen
+stopped in /proc), and no MPI_ABORT banner.
 
 Usage: stall.py MPIEXEC MINIDP_TRAIN
 """
@@ -17,31 +18,17 @@ import tempfile
 import threading
 import time
 
+from job_tools import rank_pid, write_fashion_mnist
+
 mpiexec, train = sys.argv[1:3]
 WATCHDOG = 3
-MARGIN = 12  # MPI_Abort's teardown and process start-up on a loaded 2-core machine
+MARGIN = 12  # the census, mpirun's teardown and process start-up on a loaded 2-core machine
 GPT = ["--model", "gpt", "--layers", "1", "--heads", "2", "--embd", "32", "--context", "32", "--batch-size", "8"]
 
 
-def rank_pid(parent, rank):
-    """The pid of `rank` among the processes mpirun `parent` started."""
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            if ppid != parent:
-                continue
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if f"OMPI_COMM_WORLD_RANK={rank}".encode() in f.read().split(b"\0"):
-                    return int(pid)
-        except (OSError, ValueError, IndexError):
-            continue
-    return None
-
-
 def scenario(name, args, trigger, names_rank=True, ranks=2):
-    """Runs minidp-train; stops rank 1 once `trigger` (a line of rank 0's output, or seconds) happens.
-    `names_rank`: the watchdog's line must name rank 1 (not at start-up: MPI_Init_thread cannot say)."""
+    """Runs minidp-train; stops rank 1 once `trigger` (a line of rank 0's output, seconds, or a function of
+    the run's folder that turns true) happens. `names_rank`: the watchdog's line must name rank 1."""
     with tempfile.TemporaryDirectory() as folder:
         command = [mpiexec, "-np", str(ranks), "--oversubscribe", train, "--watchdog-s", str(WATCHDOG), *args]
         job = subprocess.Popen(command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -57,8 +44,21 @@ def scenario(name, args, trigger, names_rank=True, ranks=2):
                     return
                 time.sleep(0.01)
 
+        def watch_folder():
+            pid = None
+            while job.poll() is None and not pid:
+                pid = rank_pid(job.pid, 1)
+            while job.poll() is None:
+                if trigger(folder):  # rank 1's pid is known already: the stop comes within a millisecond
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.append((pid, time.monotonic()))
+                    return
+                time.sleep(0.0005)
+
         if isinstance(trigger, float):
             threading.Timer(trigger, stop).start()
+        elif callable(trigger):
+            threading.Thread(target=watch_folder, daemon=True).start()
         killer = threading.Timer(WATCHDOG + MARGIN + 60, job.kill)  # a hang fails the test, not ctest's timeout
         killer.start()
         err = []
@@ -66,7 +66,7 @@ def scenario(name, args, trigger, names_rank=True, ranks=2):
         reader.start()
         for line in job.stdout:
             lines.append(line)
-            if not isinstance(trigger, float) and not stopped and trigger in line:
+            if isinstance(trigger, str) and not stopped and trigger in line:
                 stop()
         job.wait()
         killer.cancel()
@@ -93,14 +93,19 @@ def scenario(name, args, trigger, names_rank=True, ranks=2):
             problems.append("the watchdog's line does not name rank 1 as the one that did not arrive")
         elif any(re.search(r"rank\(s\) (?!1 did)[0-9, ]+ did not arrive", l) for l in watchdog):
             problems.append("a watchdog line names a rank that was not stopped")
+        if "MPI_ABORT" in stderr:
+            problems.append("OpenMPI's MPI_ABORT banner")
         verdict = "ok" if not problems else "FAIL: " + "; ".join(problems)
         print(f"{name:28s} {verdict} ({took:.1f} s after the stop)\n    {watchdog[0] if watchdog else stderr[-2000:]}")
         return not problems
 
 
 def main():
+    data = tempfile.TemporaryDirectory()
+    write_fashion_mnist(data.name)  # 64 training and 16 test images: the evaluation takes no time
     results = [
-        scenario("start-up", ["--model", "mlp", "--steps", "2000"], 0.5, names_rank=False),
+        scenario("MPI start-up", ["--model", "mlp", "--steps", "2000"], 0.0),
+        scenario("start-up checks", ["--model", "mlp", "--steps", "2000"], 0.5),
         scenario("mid-step", ["--model", "mlp", "--steps", "100000", "--log-every", "50"], "step 50/"),
         # Rank 2 waits with rank 0: it must not be named.
         scenario("mid-step, 3 ranks", ["--model", "mlp", "--steps", "100000", "--log-every", "50"], "step 50/",
@@ -109,7 +114,13 @@ def main():
                                                     "--trace", "t.json"], "step 20/"),
         scenario("barrier before MPI_Finalize", GPT + ["--steps", "20", "--log-every", "20", "--eval-batches", "300"],
                  "step 20/"),
+        # Rank 0 writes 39 MB (about 0.1 s); rank 1 waits for it in the barrier before MPI_Finalize (which can
+        # complete on rank 0 when rank 1 posted its part before it stopped: then MPI_Finalize waits).
+        scenario("final save", ["--model", "mlp", "--hidden", "4096", "--optimizer", "adamw", "--batch-size", "8",
+                                "--steps", "2", "--data-dir", data.name, "--save", "state"],
+                 lambda folder: any(n.startswith("state.tmp") and "probe" not in n for n in os.listdir(folder))),
     ]
+    data.cleanup()
     return 0 if all(results) else 1
 
 

@@ -42,7 +42,8 @@ void bf16SumOp(void* in, void* inout, int* length, MPI_Datatype*) {
 MpiCommunicator::MpiCommunicator(MpiEnvironment& env, double watchdogSeconds)
     : env_(env),
       watchdog_(
-          watchdogSeconds, env.rank(), [] { MpiEnvironment::abortAll(1); }, {}, {},
+          watchdogSeconds, env.rank(),
+          [&env](const std::string& line) { env.endJob(1, line, [line](bool) { return line; }); }, {}, {},
           [&env](const std::string& tag) { return env.census(tag); }) {
   env_.execute([this] { MPI_CHECK(MPI_Op_create(&bf16SumOp, 1, &bf16Sum_)); }, "bf16 sum op");
 }

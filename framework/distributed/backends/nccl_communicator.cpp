@@ -75,8 +75,13 @@ NcclCommunicator::NcclCommunicator(const CommOptions& opts, MpiEnvironment* env)
 
   const int device = device_;
   watchdog_ = std::make_unique<Watchdog>(
-      opts.watchdogSeconds, rank_, [this] { abort(); }, [device] { cudaSetDevice(device); },
-      [this] { return asyncError(); },
+      opts.watchdogSeconds, rank_,
+      [this](const std::string& line) {
+        std::fprintf(stderr, "%s\n", line.c_str());
+        std::fflush(stderr);
+        abort();
+      },
+      [device] { cudaSetDevice(device); }, [this] { return asyncError(); },
       [this](const std::string& tag) { return env_ ? env_->census(tag) : std::string(); });
 }
 

@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""SIGTERM and SIGINT stop a run cleanly: a 2-rank CPU run whose rank 1 alone gets SIGTERM mid-training stops
+on both ranks at one step, writes --save, says so in one line and exits 143; resumed from that file, it ends
+with the same bytes as the run that was never interrupted. Alone, SIGINT does the same with exit status 130,
+and a second SIGINT ends the process at once.
+
+Usage: signal_stop.py MPIEXEC MINIDP_TRAIN
+"""
+import json
+import os
+import re
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from job_tools import MPIRUN_EXIT_REPORT, rank_pid
+
+mpiexec, train = sys.argv[1:3]
+MLP = ["--model", "mlp", "--hidden", "32", "--batch-size", "8", "--log-every", "100"]
+STEPS = 3000
+
+
+def saved_step(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+    return json.loads(header["__metadata__"]["minidp"])["step"]
+
+
+def same_bytes(a, b):
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        return fa.read() == fb.read()
+
+
+def run(command, folder, trigger=None, send=None):
+    """Runs `command` in `folder`; when `trigger` shows on stdout, calls send(job). Returns the exit status,
+    stderr's lines (mpirun's exit-status banner left out) and the seconds from send to the end."""
+    job = subprocess.Popen(command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killer = threading.Timer(120, job.kill)  # a hang fails the test, not ctest's timeout
+    killer.start()
+    err = []
+    reader = threading.Thread(target=lambda: err.append(job.stderr.read()))
+    reader.start()
+    sent = None
+    for line in job.stdout:
+        if trigger and sent is None and trigger in line:
+            send(job)
+            sent = time.monotonic()
+    job.wait()
+    killer.cancel()
+    reader.join()
+    took = time.monotonic() - sent if sent else float("nan")
+    lines = [l for l in err[0].splitlines() if not MPIRUN_EXIT_REPORT.search(l)]
+    return job.returncode, lines, took
+
+
+def check(name, problems):
+    print(f"{name:55s} {'ok' if not problems else 'FAIL: ' + '; '.join(problems)}")
+    return not problems
+
+
+def stops_and_resumes(folder):
+    """2 ranks, SIGTERM to rank 1 alone at step ~1000: both stop at one step, save, exit 143; the resumed run
+    ends with the bytes of the uninterrupted one."""
+    p = lambda name: os.path.join(folder, name)
+    mpi = [mpiexec, "-np", "2", "--oversubscribe", train, *MLP, "--steps", str(STEPS)]
+    status, lines, _ = run(mpi + ["--save", p("full")], folder)
+    problems = [f"the uninterrupted run exited {status}: {lines}"] if status != 0 else []
+
+    def term_rank_1(job):
+        os.kill(rank_pid(job.pid, 1), signal.SIGTERM)
+
+    status, lines, took = run(mpi + ["--save", p("half")], folder, "step 1000/", term_rank_1)
+    if status != 128 + signal.SIGTERM:
+        problems.append(f"exit {status}, expected 143")
+    if len(lines) != 1 or not re.search(rf"stopped by SIGTERM after step \d+ of {STEPS}; the training state is saved",
+                                        lines[0]):
+        problems.append(f"stderr {lines}, expected one 'stopped by SIGTERM' line")
+    elif not 1000 <= saved_step(p("half")) < STEPS or f"after step {saved_step(p('half'))} " not in lines[0]:
+        problems.append(f"the file holds step {saved_step(p('half'))}; the line says {lines[0]!r}")
+    if took > 10:
+        problems.append(f"ended {took:.1f} s after the signal")
+    print(f"    {lines[0] if lines else ''} ({took:.2f} s after the signal)")
+    status, lines, _ = run(mpi + ["--resume", p("half"), "--save", p("resumed")], folder)
+    if status != 0:
+        problems.append(f"the resumed run exited {status}: {lines}")
+    elif not same_bytes(p("full"), p("resumed")):
+        problems.append("the resumed run does not end with the uninterrupted run's bytes")
+    left = sorted(set(os.listdir(folder)) - {"full", "half", "resumed"})
+    if left:
+        problems.append(f"files left behind: {left}")
+    return check("2 ranks, SIGTERM to rank 1, resumed == uninterrupted", problems)
+
+
+def sigint_alone(folder):
+    """One process: SIGINT stops it at a step boundary with the state saved, exit 130."""
+    p = lambda name: os.path.join(folder, name)
+
+    def interrupt(job):
+        job.send_signal(signal.SIGINT)
+
+    status, lines, took = run([train, *MLP, "--steps", "1000000", "--save", p("alone")], folder, "step 500/",
+                              interrupt)
+    problems = []
+    if status != 128 + signal.SIGINT:
+        problems.append(f"exit {status}, expected 130")
+    if len(lines) != 1 or "stopped by SIGINT after step" not in lines[0]:
+        problems.append(f"stderr {lines}, expected one 'stopped by SIGINT' line")
+    elif f"after step {saved_step(p('alone'))} " not in lines[0]:
+        problems.append(f"the file holds step {saved_step(p('alone'))}; the line says {lines[0]!r}")
+    if os.listdir(folder) != ["alone"]:
+        problems.append(f"files in the folder: {os.listdir(folder)}")
+    print(f"    {lines[0] if lines else ''} ({took:.2f} s after the signal)")
+    return check("alone, SIGINT: saved, exit 130", problems)
+
+
+def second_signal(folder):
+    """A second SIGINT, sent while the step the first one waits for runs, ends the process at once."""
+
+    def twice(job):
+        time.sleep(0.05)  # into step 3: the line comes right before step 2's boundary
+        job.send_signal(signal.SIGINT)
+        time.sleep(0.01)
+        job.send_signal(signal.SIGINT)
+
+    # Steps of ~0.3 s: both signals come well before step 3's boundary.
+    big = ["--model", "mlp", "--hidden", "1024", "1024", "--batch-size", "512", "--log-every", "1"]
+    status, lines, took = run([train, *big, "--steps", "1000"], folder, "step 2/", twice)
+    problems = []
+    if status != -signal.SIGINT:
+        problems.append(f"exit {status}, expected death by SIGINT ({-signal.SIGINT})")
+    if took > 2:
+        problems.append(f"ended {took:.1f} s after the second signal")
+    if lines:
+        problems.append(f"stderr {lines}")
+    return check("alone, a second SIGINT ends it at once", problems)
+
+
+def main():
+    results = []
+    for case in (stops_and_resumes, sigint_alone, second_signal):
+        with tempfile.TemporaryDirectory() as folder:
+            results.append(case(folder))
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
