@@ -22,10 +22,16 @@ int main(int argc, char** argv) {
   int iters = 20, warmup = 5;
   std::string jsonPath;
   train::addSessionOptions(app, opts);
-  app.add_option("--sizes-mb", sizesMb, "Buffer sizes in MB (MiB)")->capture_default_str();
-  app.add_option("--iters", iters, "Timed all-reduces per size")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--warmup", warmup, "Untimed all-reduces per size")->capture_default_str();
-  app.add_option("--json", jsonPath, "Also write the rows as JSON");
+  app.add_option("--sizes-mb", sizesMb, "Buffer sizes in MB (MiB)")
+      ->transform(train::numberIn(0, 1e5L, false, true))
+      ->capture_default_str();
+  app.add_option("--iters", iters, "Timed all-reduces per size")
+      ->transform(train::numberIn(1, 1e6L, true))
+      ->capture_default_str();
+  app.add_option("--warmup", warmup, "Untimed all-reduces per size")
+      ->transform(train::numberIn(0, 1e6L, true))
+      ->capture_default_str();
+  app.add_option("--json", jsonPath, "Also write the rows as JSON")->transform(train::nonEmptyPath());
   if (const int status = train::parseCommandLine(app, argc, argv, "minidp-bench-allreduce"); status >= 0) {
     return status;
   }

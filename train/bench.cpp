@@ -274,22 +274,24 @@ int runBench(int argc, char** argv, const std::string& program) {
   app.add_option("--bucket-mb-list", bench.bucketMbList,
                  "Bucket caps to sweep (MB), e.g. auto,1,5,25 (default: --bucket-mb); auto: the cost model's")
       ->delimiter(',')
-      ->transform([](std::string value) { return value == "auto" ? std::string("0") : value; });
+      ->transform(train::bucketMb(true));
   app.add_option("--nccl-max-ctas-list", bench.ncclMaxCtasList,
                  "NCCL maxCTAs values to sweep, a new communicator each (default: --nccl-max-ctas)")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->transform(train::numberIn(0, 1024, true));
   app.add_option("--comm-priority-list", bench.commPriorityList,
                  "Comm stream priorities to sweep, high and/or default, a new communicator each "
                  "(default: high, or default with --no-comm-priority)")
       ->delimiter(',')
       ->check(CLI::IsMember({"high", "default"}));
   app.add_option("--warmup", bench.warmup, "Untimed steps before each run's timed --steps")
-      ->check(CLI::NonNegativeNumber)
+      ->transform(train::numberIn(0, train::kMaxCount, true))
       ->capture_default_str();
   app.add_option("--repeats", bench.repeats, "Off/on pairs per bucket size, alternating")
-      ->check(CLI::PositiveNumber)
+      ->transform(train::numberIn(1, 1e6L, true))
       ->capture_default_str();
-  app.add_option("--json", bench.json, "Write every row and the configuration to this JSON file");
+  app.add_option("--json", bench.json, "Write every row and the configuration to this JSON file")
+      ->transform(train::nonEmptyPath());
   if (const int status = train::parseCommandLine(app, argc, argv, program.c_str()); status >= 0) return status;
   if (const int usage = train::checkUsage(opts, program)) return usage;
   if (bench.bucketMbList.empty()) bench.bucketMbList = {distributed::bytesToMib(opts.ddp.bucketCapBytes)};

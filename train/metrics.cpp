@@ -1,9 +1,14 @@
 #include "train/metrics.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 
 #include "base/check.h"
+#include "framework/io/atomic_file.h"
 
 namespace minidp::train {
 
@@ -62,18 +67,42 @@ std::string LogPoint::terminalLine() const {
   return out;
 }
 
-MetricsFile::MetricsFile(const std::string& path) : path_(path), file_(std::fopen(path.c_str(), "w")) {
-  MINIDP_CHECK(file_, "cannot write the metrics file " << path << ": " << std::strerror(errno));
-}
+MetricsFile::MetricsFile(const std::string& path) : path_(path) {}
 
 MetricsFile::~MetricsFile() {
-  if (file_) std::fclose(file_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void MetricsFile::append(const nlohmann::ordered_json& line) {
   const std::string text = line.dump() + "\n";
-  MINIDP_CHECK(std::fwrite(text.data(), 1, text.size(), file_) == text.size() && std::fflush(file_) == 0,
-               "cannot write the metrics file " << path_ << ": " << std::strerror(errno));
+  const bool first = fd_ < 0;
+  if (first) {
+    const std::string kind = notARegularFile(path_);
+    MINIDP_CHECK(kind.empty(), "the metrics file " << path_ << " is " << kind << ", not a regular file");
+    // Not following a link, not waiting for a FIFO's reader; emptied only once known to be a regular file.
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0666);
+    const int error = fd_ < 0 ? errno : 0;
+    MINIDP_CHECK(fd_ >= 0, "cannot write the metrics file " << path_ << ": " << errnoText(error));
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode) || ::ftruncate(fd_, 0) != 0) {
+      ::close(fd_);
+      fd_ = -1;
+      throwError("cannot write the metrics file " + path_ + ": not a regular file", __FILE__, __LINE__);
+    }
+  }
+  int error = 0;
+  for (size_t done = 0; done < text.size() && error == 0;) {
+    const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) error = n < 0 ? errno : EIO;
+    done += n > 0 ? static_cast<size_t>(n) : 0;
+  }
+  if (error != 0 && first) {  // nothing of this run's in it: no empty file stays behind
+    ::close(fd_);
+    fd_ = -1;
+    ::unlink(path_.c_str());
+  }
+  MINIDP_CHECK(error == 0, "cannot write the metrics file " << path_ << ": " << errnoText(error));
 }
 
 }  // namespace minidp::train

@@ -29,19 +29,22 @@ struct LogPoint {
   std::string terminalLine() const;
 };
 
-/// Appends one JSON line per call to a file created (truncated) at construction.
+/// Appends one JSON line per call to `path`, a regular file (or a new one) created, or emptied, by the first
+/// line: a run that fails before its first line leaves no file, and an earlier one untouched. A device,
+/// FIFO, link or folder at `path` is refused, never written.
 class MetricsFile {
  public:
   explicit MetricsFile(const std::string& path);
   ~MetricsFile();
   MetricsFile(const MetricsFile&) = delete;
   MetricsFile& operator=(const MetricsFile&) = delete;
-  /// Writes `line` and a newline in one write, then flushes.
+  /// Writes `line` and a newline in one write. An error names the file and the cause ("no space left on
+  /// device"); when the first line fails, the file it created or emptied is removed.
   void append(const nlohmann::ordered_json& line);
 
  private:
   std::string path_;
-  std::FILE* file_ = nullptr;
+  int fd_ = -1;
 };
 
 }  // namespace minidp::train

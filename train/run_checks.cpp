@@ -14,6 +14,7 @@
 #include "data/fashion_mnist.h"
 #include "data/idx.h"
 #include "data/text.h"
+#include "framework/distributed/bucket_plan.h"
 #include "framework/distributed/launcher.h"
 #include "framework/distributed/mpi_environment.h"
 #include "framework/io/atomic_file.h"
@@ -32,39 +33,11 @@ std::string shortNumber(long double v) {
   std::ostringstream os;
   os.precision(6);
   os << static_cast<double>(v);
-  return os.str();
-}
-
-/// A validator: the value parses as a number (an integer when `integer`) in [lo, hi]; `above` makes the
-/// lower bound exclusive. Messages print numbers short (no 300-digit doubles).
-CLI::Validator numberIn(long double lo, long double hi, bool integer, bool above = false) {
-  std::string range = (above ? "(" : "[") + shortNumber(lo) + ", " + shortNumber(hi) + "]";
-  return CLI::Validator(
-      [=](std::string& text) -> std::string {
-        char* end = nullptr;
-        errno = 0;
-        const long double v = std::strtold(text.c_str(), &end);
-        const bool parsed = end != text.c_str() && *end == '\0';
-        if (!parsed || !std::isfinite(v)) return "must be a finite number in " + range + ", got " + text;
-        if (integer && v != std::floor(v)) return "must be an integer in " + range + ", got " + text;
-        if (v < lo || v > hi || (above && v == lo)) return "must be in " + range + ", got " + shortNumber(v);
-        return "";
-      },
-      range);
-}
-
-// Replaces the flag's checks (CLI11's PositiveNumber prints the largest double in full) with `validator`.
-void check(CLI::App& app, const std::string& flag, const CLI::Validator& validator) {
-  CLI::Option* option = app.get_option_no_throw(flag);
-  if (!option) return;
-  for (int i = 0;; ++i) {
-    try {
-      option->get_validator(i)->active(false);
-    } catch (const CLI::OptionNotFound&) {
-      break;
-    }
+  // A whole bound %g cannot hold (2^64 - 1) prints in full: a range must read back as itself.
+  if (v == std::floor(v) && std::fabs(v) < 1e20L && std::strtold(os.str().c_str(), nullptr) != v) {
+    return v < 0 ? std::to_string(static_cast<long long>(v)) : std::to_string(static_cast<unsigned long long>(v));
   }
-  option->check(validator);
+  return os.str();
 }
 
 // The first rank under mpirun (or the only process) prints usage errors: every rank sees the same argv.
@@ -94,18 +67,14 @@ std::string withoutLocations(const std::string& text) {
   return std::regex_replace(text, location, "");
 }
 
-/// Creates and removes a file beside `path`, so an unwritable --save / --trace fails now, not after training.
+/// An output of `flag` can be written at `path` now, not only after hours of training: nothing or a regular
+/// file there (never a device, FIFO, link or folder), in a folder that takes a new file.
 void checkWritable(const std::string& flag, const std::string& path) {
-  MINIDP_CHECK(!fs::is_directory(path), flag << " " << path << " is a folder; give a file name");
-  const fs::path parent = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
-  MINIDP_CHECK(fs::is_directory(parent), flag << " " << path << ": the folder " << parent.string()
-                                              << " does not exist; create it or choose another path");
-  const std::string probe = path + ".tmp.probe." + std::to_string(::getpid());
-  std::FILE* f = std::fopen(probe.c_str(), "wb");
-  MINIDP_CHECK(f != nullptr,
-               flag << " " << path << ": cannot create files in " << parent.string() << "; choose a writable folder");
-  std::fclose(f);
-  std::remove(probe.c_str());
+  try {
+    checkWritableFile(path);
+  } catch (const Error& e) {
+    throw Error(flag + " " + e.what());
+  }
 }
 
 // Fortune folders hold each text file F beside its strfile index F.dat.
@@ -117,24 +86,20 @@ bool looksLikeFortunes(const fs::path& dir) {
   return false;
 }
 
+/// The window sampler's need: one window of --context inputs and its shifted target (any batch is drawn
+/// from the windows there are, with replacement).
 void checkTokens(const char* part, int64_t tokens, const Options& o, const std::string& fix) {
   const int64_t context = o.context();
-  MINIDP_CHECK(tokens > context + 1, "the " << part << " text holds " << tokens << " tokens, fewer than --context "
-                                            << context << " + 2; " << fix);
+  MINIDP_CHECK(tokens >= context + 1, "the " << part << " text holds " << tokens << " tokens, fewer than --context "
+                                             << context << " + 1 (one window and its target); " << fix);
 }
 
 /// Checks the data against the flags; returns the token data's vocabulary (0 for images).
 int64_t checkData(const Options& o, int world) {
   const models::ModelEntry& entry = models::findModel(o.model);
   const std::string data = o.data.empty() ? entry.defaultData : o.data;
-  const bool images = entry.data == models::DataKind::Images;
-  MINIDP_CHECK(!images || data == "fashion-mnist",
-               "--model " << o.model << " trains on --data fashion-mnist, not " << data);
-  MINIDP_CHECK(images || data != "fashion-mnist", "--model " << o.model << " trains on --data fortunes or llmc");
   const int64_t perStep = o.batchSize * o.gradAccum * world;  // samples of one optimizer step
   if (data == "llmc") {
-    MINIDP_CHECK(!o.llmcTrain.empty(), "--data llmc needs --llmc-train FILE (an llm.c .bin token file)");
-    MINIDP_CHECK(!o.llmcVal.empty(), "--data llmc needs --llmc-val FILE (an llm.c .bin token file)");
     int64_t vocab = 0;  // max token + 1 over both files, as loadLlmcTokens computes it
     const auto tokens = [&vocab](const char* flag, const std::string& path) {
       try {
@@ -151,10 +116,6 @@ int64_t checkData(const Options& o, int world) {
     if (o.evalBatches > 0) {
       checkTokens("--llmc-val", val, o, "give a longer token file, a shorter --context or --eval-batches 0");
     }
-    MINIDP_CHECK(perStep <= train - o.context(), "one step takes " << perStep
-                                                                     << " windows (--batch-size x "
-                                                                        "--grad-accum x ranks), more than --llmc-train "
-                                                                        "holds; lower them");
     return vocab;
   }
   const std::string dir = o.dataDir.empty() ? (data == "fashion-mnist" ? kFashionMnistDir : kFortunesDir) : o.dataDir;
@@ -187,10 +148,6 @@ int64_t checkData(const Options& o, int world) {
     checkTokens("validation", static_cast<int64_t>(corpus.val.size()), o,
                 "give more text, a shorter --context or --eval-batches 0");
   }
-  MINIDP_CHECK(perStep <= train - o.context(), "one step takes " << perStep
-                                                                   << " windows (--batch-size x "
-                                                                      "--grad-accum x ranks), more than the "
-                                                                   << train << "-token text holds; lower them");
   return corpus.vocab;
 }
 
@@ -275,20 +232,47 @@ MemoryEstimate estimateMemory(const Options& o, int64_t vocab, Device device, DT
   return e;
 }
 
-void addValueChecks(CLI::App& app) {
-  constexpr long double kMaxCount = 1e9L;  // steps, batches: beyond any run on one machine's clock
-  check(app, "--lr", numberIn(0, 1e6L, false, true));
-  check(app, "--weight-decay", numberIn(0, 1e6L, false));
-  check(app, "--steps", numberIn(0, kMaxCount, true));
-  check(app, "--eval-batches", numberIn(0, 1e6L, true));
-  check(app, "--sample", numberIn(0, 1e6L, true));
-  check(app, "--grad-accum", numberIn(1, 1e6L, true));
-  check(app, "--batch-size", numberIn(1, 1e7L, true));
-  check(app, "--log-every", numberIn(1, kMaxCount, true));
-  check(app, "--trace-steps", numberIn(1, 1e6L, true));
-  check(app, "--watchdog-s", numberIn(0, 1e7L, false, true));
-  check(app, "--nccl-max-ctas", numberIn(0, 1024, true));
-  check(app, "--hidden", numberIn(1, 1e6L, true));
+CLI::Validator numberIn(long double lo, long double hi, bool integer, bool openBelow) {
+  const std::string range = (openBelow ? "(" : "[") + shortNumber(lo) + ", " + shortNumber(hi) + "]";
+  const std::string kind = integer ? "an integer" : "a number";
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        char* end = nullptr;
+        const long double v = std::strtold(text.c_str(), &end);
+        const bool parsed = !text.empty() && end != text.c_str() && *end == '\0' && std::isfinite(v);
+        if (!parsed || (integer && v != std::floor(v)))
+          return "must be " + kind + " in " + range + ", got '" + text + "'";
+        if (v < lo || v > hi || (openBelow && v == lo)) {
+          return "must be in " + range + ", got " + (text.size() <= 24 ? text : shortNumber(v));
+        }
+        // CLI11 reads integers in decimal only: "1e9" becomes "1000000000" (exact: |v| < 2^64 here).
+        if (integer)
+          text = v < 0 ? std::to_string(static_cast<long long>(v)) : std::to_string(static_cast<unsigned long long>(v));
+        return "";
+      },
+      range);
+}
+
+CLI::Validator bucketMb(bool orAuto) {
+  const CLI::Validator number = numberIn(0, 1e6L, false, true);
+  return CLI::Validator(
+      [number, orAuto](std::string& value) -> std::string {
+        if (orAuto && value == "auto") {
+          value = "0";
+          return {};
+        }
+        const std::string problem = number(value);
+        const std::string must = "must be ";
+        if (!problem.empty()) return orAuto ? must + "auto or " + problem.substr(must.size()) : problem;
+        if (distributed::mibToBytes(std::stod(value)) == 0) return "must hold at least one byte, got " + value + " MB";
+        return problem;
+      },
+      orAuto ? "auto|(0, 1e+06]" : "(0, 1e+06]");
+}
+
+CLI::Validator nonEmptyPath() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string { return text.empty() ? "needs a path, got an empty string" : ""; }, "");
 }
 
 void addResumeOptions(CLI::App& app, Options& o) {
@@ -296,8 +280,10 @@ void addResumeOptions(CLI::App& app, Options& o) {
                  "Also write the full training state to --save every N steps (0: "
                  "only at the end)")
       ->capture_default_str()
-      ->check(numberIn(0, 1e9L, true));
-  app.add_option("--resume", o.resume, "Continue the run saved in this file (--steps counts the total)");
+      ->transform(numberIn(0, kMaxCount, true));
+  app.add_option("--resume", o.resume,
+                 "Continue the run saved in this file (--steps counts the total; not with --load)")
+      ->transform(nonEmptyPath());
   app.add_flag("--check-finite", o.checkFinite,
                "Check the loss for NaN/inf every step (synchronises); by default "
                "at --log-every steps");
@@ -315,6 +301,13 @@ int parseCommandLine(CLI::App& app, int argc, char** argv, const char* program) 
     }
     return kUsageExit;
   }
+}
+
+int checkUsage(const Options& o, const std::string& program) {
+  const std::string problem = usageProblem(o);
+  if (problem.empty()) return 0;
+  if (firstRank()) std::fprintf(stderr, "%s: usage error: %s\n", program.c_str(), problem.c_str());
+  return kUsageExit;
 }
 
 std::string userMessage(const std::string& what, bool verbose) {
@@ -357,12 +350,11 @@ void checkTrainingRun(const Options& o, Session& session) {
       if (!o.trace.empty()) checkWritable("--trace", o.trace);
       if (!o.metrics.empty()) checkWritable("--metrics", o.metrics);
     }
-    MINIDP_CHECK(o.saveEvery == 0 || !o.save.empty(), "--save-every needs --save FILE (the file it rewrites)");
     checkMemory(o, session, checkData(o, session.world()));
     if (!o.resume.empty()) checkResumeFile(o, o.resume, session.world());
     if (!o.load.empty()) {
       try {
-        readSafetensors(o.load);
+        readSafetensorsHeader(o.load);
       } catch (const Error& e) {
         throw Error("--load " + o.load + ": " + e.what());
       }

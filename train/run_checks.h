@@ -12,6 +12,7 @@
 
 namespace CLI {
 class App;
+class Validator;
 }
 
 namespace minidp::train {
@@ -25,9 +26,18 @@ class AgreedError : public Error {
   using Error::Error;
 };
 
-/// Adds range checks to the flags of addOptions / addSessionOptions that `app` has (lr finite > 0, weight
-/// decay >= 0, steps, grad-accum and sample bounded, watchdog > 0, ...), with short numbers in messages.
-void addValueChecks(CLI::App& app);
+/// Steps and batches a run may count to: beyond any run on one machine's clock.
+inline constexpr long double kMaxCount = 1e9L;
+/// The one check of a number flag, added where the flag is registered with `->transform(...)` (so that it
+/// runs before CLI11 converts the text): a finite number, a whole one when `integer`, in [lo, hi], or
+/// (lo, hi] when `openBelow`; NaN, infinities and text are refused. An integer is rewritten in decimal,
+/// so "1e9" reads as 1000000000. --help shows the range as the messages do, in short numbers.
+CLI::Validator numberIn(long double lo, long double hi, bool integer, bool openBelow = false);
+/// The check of a bucket cap flag (--bucket-mb, --first-bucket-mb): MB in (0, 1e6] holding at least one
+/// byte, or with `orAuto` the word "auto", rewritten as 0.
+CLI::Validator bucketMb(bool orAuto);
+/// The check of a file or folder flag: not an empty string.
+CLI::Validator nonEmptyPath();
 /// minidp-train's own flags: --save-every, --resume, --check-finite.
 void addResumeOptions(CLI::App& app, Options& opts);
 /// Parses the command line. Returns -1 to go on, else the exit status: 0 after --help, kUsageExit after

@@ -1,10 +1,13 @@
 #include "train/train_state.h"
 
+#include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "framework/nn/checkpoint.h"
 #include "models/registry.h"
+#include "train/run_checks.h"
 
 namespace minidp::train {
 
@@ -31,25 +34,109 @@ std::string modelDescription(const Options& o) {
   return os.str();
 }
 
-nlohmann::json readState(const SafeTensorFile& file, const std::string& path) {
+/// A training state's metadata ("minidp"), read whole and checked before any of it is used.
+struct SavedState {
+  std::string model, dtype, optimizer;
+  uint64_t seed = 0;
+  int64_t globalBatch = 0, gradAccum = 0, step = 0, microBatches = 0, optimizerSteps = 0;
+};
+
+/// The metadata of `file`: every entry present, of its type and within its bounds (a step in [0, 1e9], the
+/// micro-batches drawn exactly step x grad_accum, ...), else an error naming the file and the entry.
+SavedState readState(const SafeTensorFile& file, const std::string& path) {
   const auto it = file.metadata.find(kStateKey);
   MINIDP_CHECK(it != file.metadata.end(), "--resume " << path
                                                       << " holds parameters only (no training state); "
                                                          "start from them with --load instead");
-  const nlohmann::json state = nlohmann::json::parse(it->second, nullptr, false);
-  MINIDP_CHECK(state.is_object() && state.value("format", 0) == kStateFormat,
-               "--resume " << path << ": unknown training state format; it was written by another minidp version");
-  return state;
+  const nlohmann::json j = nlohmann::json::parse(it->second, nullptr, false);
+  const std::string where = "--resume " + path + ": the training state";
+  const std::string other = "; it was written by another minidp version, or altered";
+  MINIDP_CHECK(j.is_object(), where << " is not a JSON object" << other);
+  const auto field = [&](const char* key) -> const nlohmann::json& {
+    MINIDP_CHECK(j.contains(key), where << " has no \"" << key << "\"" << other);
+    return j[key];
+  };
+  const auto integer = [&](const char* key, int64_t lo, int64_t hi) {
+    const nlohmann::json& v = field(key);
+    const bool inRange = v.is_number_unsigned()  ? v.get<uint64_t>() <= uint64_t(hi) && int64_t(v.get<uint64_t>()) >= lo
+                         : v.is_number_integer() ? v.get<int64_t>() >= lo && v.get<int64_t>() <= hi
+                                                 : false;
+    MINIDP_CHECK(inRange, where << "'s \"" << key << "\" is " << v.dump() << ", not an integer in [" << lo << ", " << hi
+                                << "]" << other);
+    return v.get<int64_t>();
+  };
+  const auto text = [&](const char* key) {
+    const nlohmann::json& v = field(key);
+    MINIDP_CHECK(v.is_string(), where << "'s \"" << key << "\" is " << v.dump() << ", not a string" << other);
+    return v.get<std::string>();
+  };
+  MINIDP_CHECK(field("format") == kStateFormat,
+               where << " has format " << field("format").dump() << ", not " << kStateFormat << other);
+  SavedState s;
+  s.model = text("model");
+  s.dtype = text("dtype");
+  s.optimizer = text("optimizer");
+  const nlohmann::json& seed = field("seed");
+  MINIDP_CHECK(seed.is_number_unsigned() || (seed.is_number_integer() && seed.get<int64_t>() >= 0),
+               where << "'s \"seed\" is " << seed.dump() << ", not an integer in [0, 2^64)" << other);
+  s.seed = seed.get<uint64_t>();
+  constexpr int64_t kMaxSteps = static_cast<int64_t>(kMaxCount);
+  s.globalBatch = integer("global_batch", 1, int64_t(1) << 40);
+  s.gradAccum = integer("grad_accum", 1, 1000000);
+  s.step = integer("step", 0, kMaxSteps);
+  s.optimizerSteps = integer("optimizer_steps", 0, s.step);
+  // The sampler replays exactly this many draws: step x grad_accum, nothing else.
+  const nlohmann::json& drawn = field("micro_batches");
+  MINIDP_CHECK(drawn.is_number_integer() && drawn == s.step * s.gradAccum,
+               where << "'s \"micro_batches\" is " << drawn.dump() << ", not \"step\" " << s.step
+                     << " x \"grad_accum\" " << s.gradAccum << other);
+  s.microBatches = s.step * s.gradAccum;
+  return s;
 }
 
-template <typename T>
-void expectSame(const nlohmann::json& state, const char* key, const T& here, const std::string& path, const char* fix) {
-  const T there = state.at(key).get<T>();
+void expectSame(const std::string& key, const nlohmann::json& there, const nlohmann::json& here,
+                const std::string& path, const char* fix) {
   if (there == here) return;
   std::ostringstream os;
-  os << "--resume " << path << " was saved with " << key << " " << nlohmann::json(there).dump() << ", this run has "
-     << nlohmann::json(here).dump() << "; " << fix;
+  os << "--resume " << path << " was saved with " << key << " " << there.dump() << ", this run has " << here.dump()
+     << "; " << fix;
   throw Error(os.str());
+}
+
+/// Trainer::resume's filter: the parameters (nn::parameterFilter), the optimizer state of each (its shape),
+/// and comm hook state no larger than every rank's copy of the whole model; all checked from the header.
+SafeTensorFilter stateFilter(const models::Model& model, int64_t globalBatch) {
+  std::map<std::string, Shape> shapes;
+  double parameters = 0;
+  for (const auto& [name, p] : model.namedParameters()) {
+    shapes[name] = p.shape();
+    parameters += static_cast<double>(p.data().numel());
+  }
+  const SafeTensorFilter ofParameters = nn::parameterFilter(model);
+  const auto startsWith = [](const std::string& text, const char* prefix) {
+    return text.compare(0, std::strlen(prefix), prefix) == 0;
+  };
+  return [=](const std::string& name, const SafeTensor& header) {
+    if (startsWith(name, nn::kOptimizerPrefix)) {  // "optimizer.<parameter>.<kind>"
+      const std::string rest = name.substr(std::strlen(nn::kOptimizerPrefix));
+      const size_t dot = rest.rfind('.');
+      const auto it = dot == std::string::npos ? shapes.end() : shapes.find(rest.substr(0, dot));
+      MINIDP_CHECK(it != shapes.end(), "the file holds optimizer state '" << name << "' of no parameter of the model");
+      MINIDP_CHECK(header.shape == it->second, "optimizer state '"
+                                                   << name << "' has shape " << shapeString(header.shape)
+                                                   << ", not its parameter's " << shapeString(it->second));
+      return true;
+    }
+    if (startsWith(name, nn::kCommHookPrefix)) {
+      double elements = 1;
+      for (int64_t d : header.shape) elements *= static_cast<double>(d);
+      MINIDP_CHECK(elements <= static_cast<double>(globalBatch) * parameters + 1024 * parameters,
+                   "comm hook state '" << name << "' of shape " << shapeString(header.shape)
+                                       << " is larger than every rank's copy of the model");
+      return true;
+    }
+    return ofParameters(name, header);
+  };
 }
 
 }  // namespace
@@ -57,23 +144,19 @@ void expectSame(const nlohmann::json& state, const char* key, const T& here, con
 void checkResumeFile(const Options& o, const std::string& path, int world) {
   SafeTensorFile file;
   try {
-    file = readSafetensors(path);
+    file = readSafetensorsHeader(path);
   } catch (const Error& e) {
     throw Error("--resume " + path + ": " + e.what());
   }
-  const nlohmann::json state = readState(file, path);
-  try {
-    expectSame(state, "model", modelDescription(o), path, "pass the same model flags");
-    expectSame(state, "dtype", o.dtype, path, "pass the same --dtype");
-    expectSame(state, "optimizer", optimizerName(o), path, "pass the same --optimizer");
-    expectSame<uint64_t>(state, "seed", o.seed, path, "pass the same --seed");
-    expectSame<int64_t>(state, "global_batch", o.batchSize * world, path,
-                        "--batch-size x ranks must equal it (any rank count continues the same batches)");
-    expectSame<int64_t>(state, "grad_accum", o.gradAccum, path, "pass the same --grad-accum");
-  } catch (const nlohmann::json::exception&) {
-    throw Error("--resume " + path + ": the training state lacks an entry; it was written by another minidp version");
-  }
-  const int64_t step = state.at("step").get<int64_t>();
+  const SavedState state = readState(file, path);
+  expectSame("model", state.model, modelDescription(o), path, "pass the same model flags");
+  expectSame("dtype", state.dtype, o.dtype, path, "pass the same --dtype");
+  expectSame("optimizer", state.optimizer, optimizerName(o), path, "pass the same --optimizer");
+  expectSame("seed", state.seed, o.seed, path, "pass the same --seed");
+  expectSame("global_batch", state.globalBatch, o.batchSize * world, path,
+             "--batch-size x ranks must equal it (any rank count continues the same batches)");
+  expectSame("grad_accum", state.gradAccum, o.gradAccum, path, "pass the same --grad-accum");
+  const int64_t step = state.step;
   MINIDP_CHECK(step < o.steps, "--resume " << path << " is at step " << step << " already and --steps is " << o.steps
                                            << " (--steps counts the total): raise --steps");
 }
@@ -99,9 +182,15 @@ void Trainer::saveState(const std::string& path, int64_t step) {
 }
 
 int64_t Trainer::resume(const std::string& path) {
-  const SafeTensorFile file = readSafetensors(path);
-  const nlohmann::json meta = readState(file, path);
+  SafeTensorFile file;
   try {
+    file = readSafetensorsHeader(path);
+  } catch (const Error& e) {
+    throw Error("--resume " + path + ": " + e.what());
+  }
+  const SavedState state = readState(file, path);  // before anything of the file is read or replayed
+  try {
+    file = readSafetensors(path, stateFilter(*model_, state.globalBatch));
     nn::loadParameters(*model_, file);
     optimizer_->restoreState([&file](const std::string& name) {
       const std::string key = nn::kOptimizerPrefix + name;
@@ -117,9 +206,9 @@ int64_t Trainer::resume(const std::string& path) {
   } catch (const Error& e) {
     throw Error("--resume " + path + ": " + e.what());
   }
-  optimizer_->setStepCount(meta.at("optimizer_steps").get<int64_t>());
-  batches_->skip(meta.at("micro_batches").get<int64_t>());
-  return meta.at("step").get<int64_t>();
+  optimizer_->setStepCount(state.optimizerSteps);
+  batches_->skip(state.microBatches);
+  return state.step;
 }
 
 }  // namespace minidp::train

@@ -21,21 +21,6 @@ namespace minidp::train {
 
 namespace {
 
-/// --bucket-mb: a positive number (of at least one byte), or "auto" (stored as 0).
-const CLI::Validator autoBucketCap(
-    [](std::string& value) -> std::string {
-      if (value == "auto") {
-        value = "0";
-        return {};
-      }
-      try {
-        if (distributed::mibToBytes(std::stod(value)) > 0) return {};
-      } catch (const std::exception&) {
-      }
-      return "bucket cap must be a positive number of MB or auto, not '" + value + "'";
-    },
-    "MB|auto");
-
 /// A cap in bytes as the flags spell it (MiB, e.g. "25"), for --help's defaults.
 std::string mibText(size_t bytes) {
   char text[32];
@@ -165,31 +150,39 @@ void addOptions(CLI::App& app, Options& o) {
                  "Dataset: fashion-mnist (image models), fortunes or llmc (token models); default: the model's" +
                      modelDefault(known ? entry->defaultData : ""))
       ->check(CLI::IsMember({"fashion-mnist", "fortunes", "llmc"}));
-  app.add_option("--data-dir", o.dataDir, "Dataset folder (default: the Debian package's folder)");
-  app.add_option("--llmc-train", o.llmcTrain, "llm.c token file for training (--data llmc)");
-  app.add_option("--llmc-val", o.llmcVal, "llm.c token file for validation (--data llmc)");
+  app.add_option("--data-dir", o.dataDir, "Dataset folder (default: the Debian package's folder)")
+      ->transform(nonEmptyPath());
+  app.add_option("--llmc-train", o.llmcTrain, "llm.c token file for training (--data llmc)")->transform(nonEmptyPath());
+  app.add_option("--llmc-val", o.llmcVal, "llm.c token file for validation (--data llmc)")->transform(nonEmptyPath());
   app.add_option("--dtype", o.dtype, "Precision: fp32, fp64, or bf16 (fp32 parameters, bf16 activations; CUDA)")
       ->check(CLI::IsMember({"fp32", "fp64", "bf16"}))
       ->capture_default_str();
   app.add_flag("--tf32", o.tf32, "CUDA fp32 GEMMs on TF32 tensor cores (default: exact fp32)");
   app.add_option("--steps", o.steps,
                  "Optimizer steps (0: the model's default" + modelDefault(known ? std::to_string(entry->defaultSteps) : "") + ")")
-      ->check(CLI::NonNegativeNumber)
+      ->transform(numberIn(0, kMaxCount, true))
       ->capture_default_str();
   app.add_option("--batch-size", o.batchSize, "Samples per rank per micro-batch (global batch = this x ranks)")
-      ->check(CLI::PositiveNumber)
+      ->transform(numberIn(1, 1e7L, true))
       ->capture_default_str();
-  app.add_option("--lr", o.lr, "Learning rate (0: the model's default" + modelDefault(lrText.str()) + ")")
-      ->capture_default_str();
+  app.add_option("--lr", o.lr, "Learning rate (default: the model's" + modelDefault(lrText.str()) + ")")
+      ->transform(numberIn(0, 1e6L, false, true))
+      ->default_str("");
   app.add_option("--optimizer", o.optimizer,
                  "sgd (momentum 0.9) or adamw; default: the model's" + modelDefault(known ? entry->defaultOptimizer : ""))
       ->check(CLI::IsMember({"sgd", "adamw"}));
-  app.add_option("--weight-decay", o.weightDecay, "Weight decay")->capture_default_str();
-  app.add_option("--seed", o.seed, "Seed of initialisation and data order")->capture_default_str();
-  app.add_option("--log-every", o.logEvery, "Print the loss every N steps (synchronises then)")
-      ->check(CLI::PositiveNumber)
+  app.add_option("--weight-decay", o.weightDecay, "Weight decay")
+      ->transform(numberIn(0, 1e6L, false))
       ->capture_default_str();
-  app.add_option("--eval-batches", o.evalBatches, "Validation batches of a token model")->capture_default_str();
+  app.add_option("--seed", o.seed, "Seed of initialisation and data order")
+      ->transform(numberIn(0, 18446744073709551615.0L, true))
+      ->capture_default_str();
+  app.add_option("--log-every", o.logEvery, "Print the loss every N steps (synchronises then)")
+      ->transform(numberIn(1, kMaxCount, true))
+      ->capture_default_str();
+  app.add_option("--eval-batches", o.evalBatches, "Validation batches of a token model")
+      ->transform(numberIn(0, 1e6L, true))
+      ->capture_default_str();
   // The DDP options, typed at the flags: a named overlap mode, MiB converted to bytes here, once.
   app.add_option("--overlap", o.ddp.overlap, "on: all-reduce buckets during backward; off: after it")
       ->transform(CLI::CheckedTransformer(distributed::overlapModes()).description(""))
@@ -199,36 +192,44 @@ void addOptions(CLI::App& app, Options& o) {
   app.add_option_function<double>(
          "--bucket-mb", [&o](double mb) { o.ddp.bucketCapBytes = distributed::mibToBytes(mb); },
          "Gradient bucket cap (MB), or auto: chosen after the first step from the measured link and backward")
-      ->transform(autoBucketCap)
+      ->transform(bucketMb(true))
       ->default_str(mibText(o.ddp.bucketCapBytes));
   app.add_option_function<double>(
          "--first-bucket-mb", [&o](double mb) { o.ddp.firstBucketCapBytes = distributed::mibToBytes(mb); },
          "Cap of the first bucket launched (MB)")
-      ->check(CLI::PositiveNumber)
+      ->transform(bucketMb(false))
       ->default_str(mibText(o.ddp.firstBucketCapBytes));
   app.add_flag("--rebuild-buckets", o.ddp.rebuildBuckets,
                "After the first step, re-plan the buckets in rank 0's "
                "observed gradient ready order");
   app.add_option("--grad-accum", o.gradAccum, "Micro-batches per step; all-reduce on the last only")
-      ->check(CLI::PositiveNumber)
+      ->transform(numberIn(1, 1e6L, true))
       ->capture_default_str();
-  app.add_option("--save", o.save, "Write the parameters to this safetensors file at the end");
-  app.add_option("--load", o.load, "Start from the parameters in this safetensors file");
+  app.add_option("--save", o.save,
+                 "Write the parameters (and the training state) to this safetensors file at the end: a new file or "
+                 "a regular one, replaced whole")
+      ->transform(nonEmptyPath());
+  app.add_option("--load", o.load,
+                 "Start from the parameters in this safetensors file (F32 or F64, converted to --dtype's "
+                 "parameters: bit for bit, or exactly widened from F32; F64 into fp32 rounds to nearest)")
+      ->transform(nonEmptyPath());
   app.add_option("--sample", o.sample, "Token models: print this many generated tokens at the end")
+      ->transform(numberIn(0, 1e6L, true))
       ->capture_default_str();
-  app.add_option("--trace", o.trace, "Write a Chrome trace (JSON) of the last --trace-steps steps to this file");
+  app.add_option("--trace", o.trace, "Write a Chrome trace (JSON) of the last --trace-steps steps to this file")
+      ->transform(nonEmptyPath());
   app.add_option("--trace-steps", o.traceSteps, "Steps in the trace")
-      ->check(CLI::PositiveNumber)
+      ->transform(numberIn(1, 1e6L, true))
       ->capture_default_str();
   app.add_option("--comm-hook", o.ddp.commHook.name, distributed::commHookHelp())
       ->check(CLI::IsMember(distributed::commHookNames()))
       ->capture_default_str();
   app.add_option("--powersgd-rank", o.ddp.commHook.powersgdRank, "--comm-hook powersgd: rank of the approximation")
-      ->check(CLI::Range(1, 1024))
+      ->transform(numberIn(1, 1024, true))
       ->capture_default_str();
   app.add_option("--powersgd-start-iter", o.ddp.commHook.powersgdStartIter,
                  "--comm-hook powersgd: steps averaged uncompressed before compression starts")
-      ->check(CLI::Range(int64_t(0), int64_t(1) << 40))
+      ->transform(numberIn(0, kMaxCount, true))
       ->capture_default_str();
   app.add_option("--zero", o.zero,
                  "ZeRO stage: 0 all-reduces gradients; 1 reduce-scatters them and shards the "
@@ -278,6 +279,26 @@ std::string hookUsageProblem(const Options& o) {
   return {};
 }
 
+/// The rules between the data, precision, bucket and file flags, as one line; empty when there is none.
+std::string runUsageProblem(const Options& o) {
+  const models::ModelEntry& entry = models::findModel(o.model);
+  const std::string data = o.data.empty() ? entry.defaultData : o.data;
+  if (entry.data == models::DataKind::Images && data != "fashion-mnist")
+    return "--model " + o.model + " trains on images: --data fashion-mnist, not " + data;
+  if (entry.data == models::DataKind::Tokens && data == "fashion-mnist")
+    return "--model " + o.model + " trains on tokens: --data fortunes or llmc, not fashion-mnist";
+  if (data == "llmc" && (o.llmcTrain.empty() || o.llmcVal.empty()))
+    return "--data llmc needs " + std::string(o.llmcTrain.empty() ? "--llmc-train" : "--llmc-val") +
+           " FILE (an llm.c .bin token file)";
+  if (o.dtype == "bf16" && o.device != "cuda") return "--dtype bf16 needs --device cuda (bf16 kernels are CUDA-only)";
+  if (o.ddp.bucketCapBytes == 0 && (o.zero != 0 || o.ddp.rebuildBuckets))
+    return "--bucket-mb auto re-plans after the first step: not with --zero 1 or --rebuild-buckets";
+  if (o.saveEvery > 0 && o.save.empty()) return "--save-every needs --save FILE (the file it rewrites)";
+  if (!o.resume.empty() && !o.load.empty())
+    return "--resume continues a saved run, its parameters included: not with --load";
+  return {};
+}
+
 }  // namespace
 
 std::string usageProblem(const Options& o) {
@@ -287,6 +308,7 @@ std::string usageProblem(const Options& o) {
   } catch (const Error& e) {
     return userMessage(e.what(), false);  // a flag the model does not have, or a value out of its range
   }
+  if (const std::string run = runUsageProblem(o); !run.empty()) return run;
   if (const std::string sparse = sparseUsageProblem(o); !sparse.empty()) return sparse;
   if (const std::string hook = hookUsageProblem(o); !hook.empty()) return hook;
   if (!o.cudaGraph) return {};
@@ -297,40 +319,34 @@ std::string usageProblem(const Options& o) {
   return {};
 }
 
-int checkUsage(const Options& o, const std::string& program) {
-  const std::string problem = usageProblem(o);
-  if (problem.empty()) return 0;
-  std::fprintf(stderr, "%s: usage error: %s\n", program.c_str(), problem.c_str());
-  return 2;
-}
-
 void addLoopOptions(CLI::App& app, Options& o) {
   app.add_option("--lr-schedule", o.lrSchedule, "Learning rate after the warm-up: constant, cosine or linear decay")
       ->transform(CLI::CheckedTransformer(lrScheduleNames()))
       ->default_str("constant");
   app.add_option("--warmup-steps", o.warmupSteps, "Linear warm-up from lr/N to lr over the first N steps")
-      ->check(CLI::NonNegativeNumber)
+      ->transform(numberIn(0, kMaxCount, true))
       ->capture_default_str();
   app.add_option("--min-lr-frac", o.minLrFrac, "cosine/linear: decay to lr x this at the last step")
-      ->check(CLI::Range(0.0, 1.0))
+      ->transform(numberIn(0, 1, false))
       ->capture_default_str();
   app.add_option("--clip-grad-norm", o.clipGradNorm,
                  "Clip the global norm of the averaged gradients to this "
                  "(0: no clipping)")
-      ->check(CLI::NonNegativeNumber)
+      ->transform(numberIn(0, 1e9L, false))
       ->capture_default_str();
   app.add_option("--eval-every", o.evalEvery, "Validate every N steps (0: at the end only)")
-      ->check(CLI::NonNegativeNumber)
+      ->transform(numberIn(0, kMaxCount, true))
       ->capture_default_str();
-  app.add_option("--metrics", o.metrics, "Write one JSON line per logged step to this file (rank 0)");
+  app.add_option("--metrics", o.metrics, "Write one JSON line per logged step to this file (rank 0)")
+      ->transform(nonEmptyPath());
   app.add_option("--peak-tflops", o.peakTflops, "Per-device peak TFLOP/s for MFU (default: H200 bf16 measured)")
-      ->check(CLI::PositiveNumber)
+      ->transform(numberIn(0, 1e9L, false, true))
       ->capture_default_str();
   app.add_option("--temperature", o.temperature, "Sampling temperature (0: greedy)")
-      ->check(CLI::NonNegativeNumber)
+      ->transform(numberIn(0, 1e6L, false))
       ->capture_default_str();
   app.add_option("--top-k", o.topK, "Sample from the K most likely tokens (0: all)")
-      ->check(CLI::NonNegativeNumber)
+      ->transform(numberIn(0, kMaxCount, true))
       ->capture_default_str();
 }
 
@@ -339,18 +355,26 @@ void addSessionOptions(CLI::App& app, Options& o) {
   app.add_option("--comm", o.comm.backend, distributed::commBackendHelp())
       ->check(CLI::IsMember(distributed::commBackendNames()))
       ->capture_default_str();
-  app.add_option("--nccl-max-ctas", o.comm.ncclMaxCtas, "NCCL maxCTAs (0: NCCL's default)")->capture_default_str();
+  app.add_option("--nccl-max-ctas", o.comm.ncclMaxCtas, "NCCL maxCTAs (0: NCCL's default)")
+      ->transform(numberIn(0, 1024, true))
+      ->capture_default_str();
   app.add_flag("!--no-comm-priority", o.comm.commHighPriority, "Create the comm stream at default priority");
-  app.add_option("--emulated-world", o.comm.emulatedWorld, "Emulated link: ranks modelled")->capture_default_str();
-  app.add_option("--emulated-gbps", o.comm.emulatedGBps, "Emulated link: bandwidth, GB/s")->capture_default_str();
+  app.add_option("--emulated-world", o.comm.emulatedWorld, "Emulated link: ranks modelled")
+      ->transform(numberIn(1, 1e6L, true))
+      ->capture_default_str();
+  app.add_option("--emulated-gbps", o.comm.emulatedGBps, "Emulated link: bandwidth, GB/s")
+      ->transform(numberIn(0, 1e6L, false, true))
+      ->capture_default_str();
   app.add_option("--emulated-latency-us", o.comm.emulatedLatencyUs, "Emulated link: latency, us")
+      ->transform(numberIn(0, 1e9L, false))
       ->capture_default_str();
   app.add_option("--gpu", o.comm.gpu, "CUDA device of this rank (-1: node-local rank modulo the visible devices)")
+      ->transform(numberIn(-1, 1e4L, true))
       ->capture_default_str();
   app.add_option("--watchdog-s", o.comm.watchdogSeconds, "Abort every rank if a collective takes longer")
+      ->transform(numberIn(0, 1e7L, false, true))
       ->capture_default_str();
   app.add_flag("--verbose", o.verbose, "Errors name the source file and line");
-  addValueChecks(app);
 }
 
 void openSession(Options& opts, Session& s) {
@@ -358,8 +382,7 @@ void openSession(Options& opts, Session& s) {
   s.device = opts.device == "cuda" ? Device::CUDA : Device::CPU;
   s.dtype = opts.dtype == "fp64" ? DType::F64 : DType::F32;
   s.compute = opts.dtype == "bf16" ? DType::BF16 : s.dtype;
-  MINIDP_CHECK(s.compute != DType::BF16 || s.device == Device::CUDA,
-               "--dtype bf16 needs --device cuda (bf16 kernels are CUDA-only)");
+  if (const std::string problem = usageProblem(opts); !problem.empty()) throw Error(problem);  // checkUsage's rules
   ops::setFp32Gemm(opts.tf32 ? ops::Fp32Gemm::Tf32 : ops::Fp32Gemm::Exact);
   // MPI first: any failure after it (on any rank) ends every rank through runGuarded.
   s.verbose = opts.verbose;
@@ -399,19 +422,18 @@ class StepTimerObserver : public distributed::ReducerObserver {
 
 Trainer::Trainer(const Options& o, Session& session)
     : opts_(o), session_(session), timer_(session.device), entry_(models::findModel(o.model)) {
+  if (const std::string problem = usageProblem(o); !problem.empty()) throw Error(problem);  // checkUsage's rules
   const models::ModelEntry& entry = entry_;
   const std::string data = o.data.empty() ? entry.defaultData : o.data;
   const std::string dir = o.dataDir.empty() ? defaultDir(data) : o.dataDir;
   const int rank = session.rank(), world = session.world();
   std::unique_ptr<BatchSource> source;
   if (entry.data == models::DataKind::Images) {
-    MINIDP_CHECK(data == "fashion-mnist", "--model " << o.model << " reads images: fashion-mnist, not " << data);
     trainImages_ = loadFashionMnist(dir, "train");
     testImages_ = loadFashionMnist(dir, "test");
     args_ = train::modelArgs(o, trainImages_.rows * trainImages_.cols, 10);
     source = imageBatches(trainImages_, o.batchSize, rank, world, o.seed, session.dtype);
   } else {
-    MINIDP_CHECK(data != "fashion-mnist", "--model " << o.model << " reads tokens: fortunes or llmc");
     corpus_ = data == "llmc" ? loadLlmcTokens(o.llmcTrain, o.llmcVal) : loadFortunes(dir);
     args_ = train::modelArgs(o, 0, std::max<int64_t>(corpus_.vocab, 1));
     source = windowBatches(corpus_.train, o.batchSize, static_cast<int>(args_.context), rank, world, o.seed);
@@ -419,8 +441,15 @@ Trainer::Trainer(const Options& o, Session& session)
   args_.compute = session.compute;
   args_.device = session.device;
   model_ = entry.make(args_);
-  if (!o.load.empty()) nn::loadCheckpoint(*model_, o.load);
   model_->to(session.device, session.dtype);
+  // Into the parameters' own dtype: an F64 file keeps every bit in an fp64 run.
+  std::string converted;
+  try {
+    if (!o.load.empty()) converted = nn::loadCheckpoint(*model_, o.load);
+  } catch (const Error& e) {
+    throw Error("--load " + std::string(e.what()));
+  }
+  if (!converted.empty() && rank == 0) std::printf("--load %s: %s\n", o.load.c_str(), converted.c_str());
   std::vector<std::string> names;
   for (const auto& [name, p] : model_->namedParameters()) names.push_back(name);
   timer_.setParameterNames(std::move(names));
@@ -432,8 +461,6 @@ Trainer::Trainer(const Options& o, Session& session)
   // and that step's backward.
   autoCapPending_ = o.ddp.bucketCapBytes == 0;
   if (autoCapPending_) {
-    MINIDP_CHECK(o.zero == 0 && !o.ddp.rebuildBuckets,
-                 "--bucket-mb auto re-plans after the first step: not with --zero 1 or --rebuild-buckets");
     ddpOptions.bucketCapBytes = distributed::DdpOptions{}.bucketCapBytes;
     link_ = distributed::measureLinkCost(*session.comm, session.device, 256 << 10, 32 << 20, 3);
   }

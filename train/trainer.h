@@ -97,10 +97,12 @@ models::ModelArgs modelArgs(const Options& opts, int64_t inputs, int64_t classes
 /// chunk table, --bucket-mb auto's and --rebuild-buckets' re-plans all happen in them.
 constexpr int kGraphWarmupSteps = 2;
 
-/// Flag combinations that are usage errors (exit status 2), as one line; empty when there is none.
+/// Flag combinations that are usage errors (exit status 2), as one line; empty when there is none. Every
+/// rule between flags is here, once (a single flag's range is checked where addOptions registers it).
 std::string usageProblem(const Options& opts);
-/// After parsing: prints "<program>: usage error: <problem>" to stderr and returns 2 when there is a
-/// problem, else 0.
+/// After parsing: prints "<program>: usage error: <problem>" to stderr (the first rank only, under mpirun)
+/// and returns 2 when there is a problem, else 0 (train/run_checks.cpp). openSession and the Trainer refuse
+/// the same problems (an Error), for programs that build them from Options of their own.
 int checkUsage(const Options& opts, const std::string& program);
 
 /// Registers the flags of `opts` on `app` (addSessionOptions included), with the flags of the model
@@ -212,10 +214,11 @@ class Trainer {
   Tensor graphLoss_;
 };
 
-/// Runs `body`; on an exception prints one line (train/run_checks.h's userMessage), aborts the
-/// communicator and, under mpirun with more than one rank, every rank (even when the communicator was
-/// never built), so other ranks do not hang; returns 1. An AgreedError, which every rank threw alike, is
-/// printed by rank 0 alone and ends no one: every rank returns 1 and finalises MPI cleanly.
+/// Runs `body`; on an exception, one line (train/run_checks.h's userMessage) and exit status 1. Under
+/// mpirun with more than one rank (even when the communicator was never built), every rank ends and one
+/// rank prints the line (distributed::MpiEnvironment::endJob: no MPI_Abort banner); before MPI started,
+/// the first rank prints it. An AgreedError, which every rank threw alike, is printed by rank 0 alone and
+/// ends no one: every rank returns 1 and finalises MPI cleanly.
 int runGuarded(const char* program, Session& session, const std::function<int()>& body);
 
 }  // namespace minidp::train

@@ -5,6 +5,7 @@ no MPI_ABORT banner) that names the flag or file, no source path, and no file le
 
 Usage: bad_input.py MPIEXEC MINIDP_TRAIN MINIDP_BENCH
 """
+import json
 import os
 import shutil
 import subprocess
@@ -44,6 +45,58 @@ def fixtures(root):
     # A real training state of a 16-wide MLP after 2 steps.
     paths["state"] = os.path.join(root, "state.safetensors")
     subprocess.run([train, *QUICK, "--save", paths["state"]], check=True, capture_output=True, cwd=root)
+    paths.update(checked_once_fixtures(root, paths["state"]))
+    return paths
+
+
+def read_header(path):
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        return json.loads(f.read(n)), n
+
+
+def write_header(path, header, rest=b"", size=None):
+    """A safetensors file of `header` and `rest`, grown to `size` bytes (a sparse file) when given."""
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + rest)
+        if size is not None:
+            f.truncate(8 + len(text) + size)
+
+
+def checked_once_fixtures(root, state):
+    """Training states with altered metadata, files claiming a terabyte, a FIFO, a device, a short token file."""
+    paths = {}
+    header, n = read_header(state)
+    with open(state, "rb") as f:
+        buffer = f.read()[8 + n:]
+    for name, change in (("negative_step", {"step": -1}), ("many_batches", {"micro_batches": 10 ** 15}),
+                         ("no_step", {"step": None}), ("text_format", {"format": "1"})):
+        meta = json.loads(header["__metadata__"]["minidp"])
+        meta.update(change)
+        meta = {k: v for k, v in meta.items() if v is not None}
+        altered = dict(header, __metadata__=dict(header["__metadata__"], minidp=json.dumps(meta)))
+        paths[name] = os.path.join(root, f"state_{name}.safetensors")
+        write_header(paths[name], altered, buffer)
+    tib = 1 << 40  # never written: sparse files
+    paths["huge_weights"] = os.path.join(root, "huge_weights.safetensors")
+    write_header(paths["huge_weights"], {"layers.0.weight": {"dtype": "F32", "shape": [1 << 18, 1 << 20],
+                                                             "data_offsets": [0, tib]}}, size=tib)
+    paths["huge_state"] = os.path.join(root, "huge_state.safetensors")
+    write_header(paths["huge_state"], {"__metadata__": header["__metadata__"],
+                                       "optimizer.layers.0.weight.momentum_buffer": {
+                                           "dtype": "F32", "shape": [tib // 4], "data_offsets": [0, tib]}}, size=tib)
+    paths["fifo"] = os.path.join(root, "fifo")
+    os.mkfifo(paths["fifo"])
+    paths["device"] = paths["fifo"]
+    if os.geteuid() == 0:  # a copy of /dev/null made here: the real one is never touched
+        paths["device"] = os.path.join(root, "null")
+        os.mknod(paths["device"], 0o666 | 0o020000, os.makedev(1, 3))
+    # llm.c tokens one short of a window of --context 8 and its target.
+    paths["short_tokens"] = os.path.join(root, "short.bin")
+    with open(paths["short_tokens"], "wb") as f:
+        f.write(b"".join(v.to_bytes(4, "little") for v in (20240520, 1, 8)) + bytes(4 * 253) + bytes(2 * 8))
     return paths
 
 
@@ -86,15 +139,15 @@ def cases(p):
         ("save onto a folder", t + QUICK + ["--save", p["empty"]], 1, "--save"),
         ("trace in a missing folder", t + QUICK + ["--trace", "/nonexistent/t.json"], 1, "--trace"),
         ("metrics in a missing folder", t + QUICK + ["--metrics", "/nonexistent/m.jsonl"], 1, "--metrics"),
-        ("save-every without save", t + QUICK + ["--save-every", "1"], 1, "--save-every"),
+        ("save-every without save", t + QUICK + ["--save-every", "1"], 2, "--save-every"),
         ("data-dir is a file", t + GPT + ["--data-dir", p["notst"]], 1, "--data-dir"),
         ("data-dir missing", t + GPT + ["--data-dir", "/nonexistent"], 1, "--data-dir"),
         ("data-dir of unrelated files", t + GPT + ["--data-dir", p["junk"]], 1, "--data-dir"),
         ("data-dir without fashion-mnist", t + QUICK + ["--data-dir", p["empty"]], 1, "--data-dir"),
         ("validation shorter than context", t + GPT + ["--context", "64", "--data-dir", p["short"]], 1,
          "--eval-batches 0"),
-        ("mlp on text", t + QUICK + ["--data", "fortunes"], 1, "--data"),
-        ("llmc without files", t + GPT + ["--data", "llmc"], 1, "--llmc-train"),
+        ("mlp on text", t + QUICK + ["--data", "fortunes"], 2, "--data"),
+        ("llmc without files", t + GPT + ["--data", "llmc"], 2, "--llmc-train"),
         ("llmc train not a token file", t + GPT + ["--data", "llmc", "--llmc-train", p["notst"], "--llmc-val",
                                                            p["notst"]], 1, "--llmc-train"),
         ("batch larger than the data", t + ["--steps", "2", "--batch-size", "70000"], 1, "--batch-size"),
@@ -133,6 +186,53 @@ def cases(p):
                                                                           "emulated"], 2, "--comm emulated"),
         ("diverging loss", t + ["--steps", "60", "--hidden", "16", "--lr", "1e6", "--weight-decay", "1e6",
                                 "--check-finite", "--log-every", "1000"], 1, "the loss is"),
+        # Each flag checked once, where it is registered: NaN and values outside a flag's meaning, empty paths,
+        # short ranges (no 309-digit DBL_MAX); rules between flags; outputs that are not regular files; training
+        # states whose metadata or sizes are absurd, refused before anything is allocated or replayed; a token
+        # file one short of a window.
+        ("nan min-lr-frac", t + QUICK + ["--min-lr-frac", "nan"], 2, "--min-lr-frac"),
+        ("nan clip-grad-norm", t + QUICK + ["--clip-grad-norm", "nan"], 2, "--clip-grad-norm"),
+        ("nan bucket-mb", t + QUICK + ["--bucket-mb", "nan"], 2, "--bucket-mb"),
+        ("nan temperature", t + QUICK + ["--temperature", "nan"], 2, "--temperature"),
+        ("nan first-bucket-mb", t + QUICK + ["--first-bucket-mb", "nan"], 2, "--first-bucket-mb"),
+        ("nan weight decay", t + QUICK + ["--weight-decay", "nan"], 2, "--weight-decay"),
+        ("nan watchdog", t + QUICK + ["--watchdog-s", "nan"], 2, "--watchdog-s"),
+        ("inf emulated bandwidth", t + QUICK + ["--emulated-gbps", "inf"], 2, "--emulated-gbps"),
+        ("negative bucket-mb", t + QUICK + ["--bucket-mb", "-1"], 2, "--bucket-mb"),
+        ("bucket-mb under a byte", t + QUICK + ["--bucket-mb", "1e-9"], 2, "at least one byte"),
+        ("negative seed", t + QUICK + ["--seed", "-1"], 2, "--seed"),
+        ("seed beyond 64 bits", t + QUICK + ["--seed", "18446744073709551616"], 2, "--seed"),
+        ("log-every beyond its range", t + QUICK + ["--log-every", "1e10"], 2, "[1, 1e+09]"),
+        ("negative warm-up, a short range", t + QUICK + ["--warmup-steps", "-1"], 2, "[0, 1e+09]"),
+        ("negative peak-tflops, a short range", t + QUICK + ["--peak-tflops", "-1"], 2, "(0, 1e+09]"),
+        ("negative top-k, a short range", t + QUICK + ["--top-k", "-2"], 2, "[0, 1e+09]"),
+        ("fractional gpu", t + QUICK + ["--gpu", "0.5"], 2, "--gpu"),
+        ("empty save", t + QUICK + ["--save", ""], 2, "--save"),
+        ("empty resume", t + QUICK + ["--resume", ""], 2, "--resume"),
+        ("empty metrics", t + QUICK + ["--metrics", ""], 2, "--metrics"),
+        ("empty load", t + QUICK + ["--load", ""], 2, "--load"),
+        ("empty trace", t + QUICK + ["--trace", ""], 2, "--trace"),
+        ("resume with load", t + ["--steps", "4"] + QUICK[2:] + ["--resume", p["state"], "--load", p["state"]], 2,
+         "not with --load"),
+        ("bucket-mb auto with zero 1", t + QUICK + ["--bucket-mb", "auto", "--zero", "1"], 2, "--zero 1"),
+        ("save onto a FIFO", t + QUICK + ["--save", p["fifo"]], 1, "--save " + p["fifo"] + " is a FIFO"),
+        ("save onto a device", t + QUICK + ["--save", p["device"]], 1, "--save " + p["device"] + " is a"),
+        ("metrics onto a FIFO", t + QUICK + ["--metrics", p["fifo"]], 1, "--metrics " + p["fifo"] + " is a FIFO"),
+        ("trace onto a device", t + QUICK + ["--trace", p["device"]], 1, "--trace " + p["device"] + " is a"),
+        ("diverging loss with metrics", t + ["--steps", "60", "--hidden", "16", "--lr", "1e6", "--weight-decay", "1e6",
+                                             "--check-finite", "--log-every", "1000", "--metrics", "m.jsonl"], 1,
+         "the loss is"),
+        ("resume a negative step", t + ["--steps", "4"] + QUICK[2:] + ["--resume", p["negative_step"]], 1, '"step" is -1'),
+        ("resume without a step", t + ["--steps", "4"] + QUICK[2:] + ["--resume", p["no_step"]], 1, 'has no "step"'),
+        ("resume an absurd count of batches", t + ["--steps", "4"] + QUICK[2:] + ["--resume", p["many_batches"]], 1,
+         '"micro_batches" is 1000000000000000'),
+        ("resume a format of text", t + ["--steps", "4"] + QUICK[2:] + ["--resume", p["text_format"]], 1, 'format "1"'),
+        ("load a terabyte tensor", t + QUICK + ["--load", p["huge_weights"]], 1, "has shape [262144, 1048576]"),
+        ("resume a terabyte of optimizer state", t + ["--steps", "4"] + QUICK[2:] + ["--resume", p["huge_state"]], 1,
+         "optimizer state 'optimizer.layers.0.weight.momentum_buffer'"),
+        ("token file one short of a window", t + GPT + ["--context", "8", "--data", "llmc", "--llmc-train",
+                                                        p["short_tokens"], "--llmc-val", p["short_tokens"]], 1,
+         "holds 8 tokens, fewer than --context 8 + 1"),
     ]
 
 

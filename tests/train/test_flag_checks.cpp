@@ -1,0 +1,117 @@
+// The flags of minidp-train, each checked once where it is registered: every number flag refuses NaN,
+// infinities and values outside its range, in a short message; the range --help prints parses (its ends
+// included, "1e+09" for an integer flag too); path flags refuse an empty string.
+#include <gtest/gtest.h>
+
+#include <CLI/CLI.hpp>
+#include <limits>
+#include <regex>
+
+#include "train/run_checks.h"
+#include "train/trainer.h"
+
+namespace minidp {
+namespace {
+
+/// Parses `args` into `o` with minidp-train's flags; the CLI11 error's text, or "" when it parsed.
+std::string parse(const std::vector<std::string>& args, train::Options& o) {
+  CLI::App app;
+  train::addOptions(app, o);
+  train::addResumeOptions(app, o);
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes argv reversed
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string parse(const std::vector<std::string>& args) {
+  train::Options o;
+  return parse(args, o);
+}
+
+/// Every flag whose value is a number, with the range its help shows ("[1, 1e+09]"; empty for model flags,
+/// which the model's registry entry checks).
+std::vector<std::pair<std::string, std::string>> numberFlags() {
+  train::Options o;
+  CLI::App app;
+  train::addOptions(app, o);
+  train::addResumeOptions(app, o);
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const CLI::Option* option : app.get_options()) {
+    const std::string type = option->get_type_name();
+    if (type.rfind("INT", 0) != 0 && type.rfind("UINT", 0) != 0 && type.rfind("FLOAT", 0) != 0) continue;
+    if (type.find('{') != std::string::npos) continue;  // a choice of words or numbers (--zero {0,1})
+    std::smatch range;
+    const std::string text = type;
+    out.emplace_back(option->get_name(), std::regex_search(text, range, std::regex(R"([\[(][^\])]*\])")) ? range.str()
+                                                                                                         : "");
+  }
+  return out;
+}
+
+TEST(FlagChecks, EveryNumberFlagRefusesNaNInfinityAndHugeValuesInAShortLine) {
+  const auto flags = numberFlags();
+  ASSERT_GT(flags.size(), 25u);
+  for (const auto& [flag, range] : flags) {
+    for (const std::string bad : {"nan", "-nan", "inf", "-inf", "1e400", "-1e300", "x"}) {
+      const std::string error = parse({flag, bad});
+      EXPECT_NE(error.find(flag), std::string::npos) << flag << " " << bad << ": " << error;
+      EXPECT_LT(error.size(), 200u) << flag << " " << bad << ": " << error;
+      EXPECT_FALSE(std::regex_search(error, std::regex("[0-9]{21}"))) << flag << " " << bad << ": " << error;
+    }
+  }
+}
+
+TEST(FlagChecks, TheRangeHelpPrintsParses) {
+  for (const auto& [flag, range] : numberFlags()) {
+    if (range.empty()) continue;
+    const std::string inner = range.substr(1, range.size() - 2);
+    const std::string lo = inner.substr(0, inner.find(',')), hi = inner.substr(inner.find(", ") + 2);
+    EXPECT_EQ(parse({flag, hi}), "") << flag << " " << hi << " is the top of " << range;
+    if (range[0] == '[') EXPECT_EQ(parse({flag, lo}), "") << flag << " " << lo << " is the bottom of " << range;
+    if (range[0] == '(') EXPECT_NE(parse({flag, lo}), "") << flag << " " << lo << " lies outside " << range;
+  }
+}
+
+TEST(FlagChecks, IntegersInExponentNotationAndTheWholeSeedRange) {
+  train::Options o;
+  ASSERT_EQ(parse({"--log-every", "1e9", "--steps", "2.5e3", "--seed", "18446744073709551615"}, o), "");
+  EXPECT_EQ(o.logEvery, 1000000000);
+  EXPECT_EQ(o.steps, 2500);
+  EXPECT_EQ(o.seed, std::numeric_limits<uint64_t>::max());
+  for (const std::string seed : {"-1", "18446744073709551616", "1e20", "0.5"}) {
+    EXPECT_NE(parse({"--seed", seed}), "") << seed;
+  }
+  EXPECT_NE(parse({"--log-every", "1.5"}).find("must be an integer in [1, 1e+09]"), std::string::npos);
+  EXPECT_NE(parse({"--bucket-mb", "-1"}), "");
+  EXPECT_NE(parse({"--bucket-mb", "1e-9"}).find("at least one byte"), std::string::npos);
+  ASSERT_EQ(parse({"--bucket-mb", "auto"}, o), "");
+  EXPECT_EQ(o.ddp.bucketCapBytes, 0u);
+}
+
+TEST(FlagChecks, PathFlagsRefuseAnEmptyString) {
+  for (const std::string flag : {"--save", "--load", "--resume", "--metrics", "--trace", "--data-dir", "--llmc-train",
+                                 "--llmc-val"}) {
+    EXPECT_NE(parse({flag, ""}).find("empty"), std::string::npos) << flag;
+  }
+}
+
+TEST(FlagChecks, RulesBetweenFlagsAreUsageProblems) {
+  const auto problem = [](const std::vector<std::string>& args) {
+    train::Options o;
+    EXPECT_EQ(parse(args, o), "");
+    return train::usageProblem(o);
+  };
+  EXPECT_NE(problem({"--resume", "a", "--load", "b"}).find("not with --load"), std::string::npos);
+  EXPECT_NE(problem({"--save-every", "2"}).find("--save"), std::string::npos);
+  EXPECT_NE(problem({"--data", "fortunes"}).find("--data"), std::string::npos);
+  EXPECT_NE(problem({"--dtype", "bf16"}).find("--device cuda"), std::string::npos);
+  EXPECT_NE(problem({"--bucket-mb", "auto", "--rebuild-buckets"}).find("--rebuild-buckets"), std::string::npos);
+  EXPECT_EQ(problem({"--save-every", "2", "--save", "x"}), "");
+}
+
+}  // namespace
+}  // namespace minidp
