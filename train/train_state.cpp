@@ -36,7 +36,7 @@ std::string modelDescription(const Options& o) {
 
 /// A training state's metadata ("minidp"), read whole and checked before any of it is used.
 struct SavedState {
-  std::string model, dtype, optimizer;
+  std::string model, dtype, optimizer, commHook;
   uint64_t seed = 0;
   int64_t globalBatch = 0, gradAccum = 0, step = 0, microBatches = 0, optimizerSteps = 0;
 };
@@ -76,6 +76,9 @@ SavedState readState(const SafeTensorFile& file, const std::string& path) {
   s.model = text("model");
   s.dtype = text("dtype");
   s.optimizer = text("optimizer");
+  // The comm hook and the settings its state depends on (CommHook::signature); a state written before hooks
+  // had one was all-reduced.
+  s.commHook = j.contains("comm_hook") ? text("comm_hook") : "allreduce";
   const nlohmann::json& seed = field("seed");
   MINIDP_CHECK(seed.is_number_unsigned() || (seed.is_number_integer() && seed.get<int64_t>() >= 0),
                where << "'s \"seed\" is " << seed.dump() << ", not an integer in [0, 2^64)" << other);
@@ -156,6 +159,8 @@ void checkResumeFile(const Options& o, const std::string& path, int world) {
   expectSame("global_batch", state.globalBatch, o.batchSize * world, path,
              "--batch-size x ranks must equal it (any rank count continues the same batches)");
   expectSame("grad_accum", state.gradAccum, o.gradAccum, path, "pass the same --grad-accum");
+  expectSame("comm_hook", state.commHook, distributed::makeCommHook(o.ddp.commHook)->signature(), path,
+             "pass the same --comm-hook and its flags (its state, such as PowerSGD's error feedback, continues)");
   const int64_t step = state.step;
   MINIDP_CHECK(step < o.steps, "--resume " << path << " is at step " << step << " already and --steps is " << o.steps
                                            << " (--steps counts the total): raise --steps");
@@ -177,7 +182,8 @@ void Trainer::saveState(const std::string& path, int64_t step) {
                                {"optimizer", optimizerName(opts_)},
                                {"seed", opts_.seed},
                                {"global_batch", opts_.batchSize * session_.world()},
-                               {"grad_accum", opts_.gradAccum}};
+                               {"grad_accum", opts_.gradAccum},
+                               {"comm_hook", ddp_->reducer().hook().signature()}};
   nn::saveCheckpoint(*model_, path, {{"format", "pt"}, {kStateKey, meta.dump()}}, state);
 }
 

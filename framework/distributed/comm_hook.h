@@ -59,6 +59,8 @@ class CommHook {
   virtual ~CommHook() = default;
   /// Its --comm-hook name.
   virtual std::string name() const = 0;
+  /// What a saved state must match to continue exactly: the name, and the settings its state depends on.
+  virtual std::string signature() const { return name(); }
   /// The reducer's plan (construction, rebuild): per-bucket buffers are allocated here, once per plan, and
   /// live as long as the hook (a comm stream never reads memory the allocator reused). A hook that cannot
   /// serve `buckets` (a reduction it does not do) throws, naming what.

@@ -136,6 +136,16 @@ def main():
         print(f"fp64 run saves {sorted(set(dtypes.values()))}")
         if set(dtypes.values()) != {"F64"} or "layers.0.weight" not in dtypes:
             failures.append("fp64 dtype")
+        # A PowerSGD state continues only under the same hook and settings: other ones are refused, in one line.
+        psgd = GPT + ["--comm-hook", "powersgd", "--powersgd-rank", "2", "--powersgd-start-iter", "3"]
+        run(1, psgd + ["--steps", "6", "--save", p("psgd")])
+        for other in (["--comm-hook", "allreduce"], ["--comm-hook", "powersgd", "--powersgd-rank", "4"]):
+            refused = subprocess.run([train, *GPT, "--steps", "8", "--resume", p("psgd"), *other],
+                                     capture_output=True, text=True)
+            said = refused.stderr.strip()
+            print(f"resume of a powersgd state with {' '.join(other)}: exit {refused.returncode}: {said}")
+            if refused.returncode == 0 or "comm_hook" not in said or len(said.splitlines()) != 1:
+                failures.append("comm hook change on resume")
     print("FAILED: " + ", ".join(failures) if failures else "all resume checks pass")
     return 1 if failures else 0
 

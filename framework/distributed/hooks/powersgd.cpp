@@ -70,6 +70,10 @@ class PowerSgdHook : public CommHook {
                  "PowerSGD minimum compression rate " << opts.powersgdMinCompression);
   }
   std::string name() const override { return "powersgd"; }
+  std::string signature() const override {
+    return "powersgd --powersgd-rank " + std::to_string(opts_.powersgdRank) + " --powersgd-start-iter " +
+           std::to_string(opts_.powersgdStartIter);
+  }
 
   void setup(const std::vector<GradBucket>& buckets, Communicator&) override {
     // The state moves to the new plan by parameter name: e and Q keep their values across a re-plan.

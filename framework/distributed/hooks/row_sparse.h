@@ -22,6 +22,7 @@ class RowSparseHook : public CommHook {
   /// `param`: the row-sparse parameter's registration index; `inner` reduces every other bucket.
   RowSparseHook(std::unique_ptr<CommHook> inner, int param);
   std::string name() const override { return "rows+" + inner_->name(); }
+  std::string signature() const override { return inner_->signature(); }
   /// Finds the parameter's bucket (which it must have alone, under all-reduce) and sets up the inner hook.
   void setup(const std::vector<GradBucket>& buckets, Communicator& comm) override;
   void beginStep() override;
