@@ -679,13 +679,15 @@ int runGuarded(const char* program, Session& session, const std::function<int()>
     }
     return 1;
   } catch (const std::exception& e) {
-    const bool many = session.comm && session.world() > 1;
-    std::fprintf(stderr, "%s: error: %s%s\n", program,
-                 many ? ("rank " + std::to_string(session.rank()) + ": ").c_str() : "",
-                 userMessage(e.what(), session.verbose).c_str());
-    std::fflush(stderr);
-    if (session.comm && session.world() > 1) session.comm->abort();  // NCCL: ncclCommAbort, then MPI_Abort
-    if (session.mpi && session.mpi->worldSize() > 1) distributed::MpiEnvironment::abortAll(1);
+    const std::string head = std::string(program) + ": error: ", message = userMessage(e.what(), session.verbose);
+    if (session.mpi && session.mpi->worldSize() > 1) {
+      // Found on one rank or on several: every rank ends, and one line says why (MpiEnvironment::endJob): the
+      // message alone when every rank failed alike, else naming the lowest rank that failed.
+      const std::string rank = "rank " + std::to_string(session.mpi->rank()) + ": ";
+      session.mpi->endJob(1, message, [&](bool alike) { return head + (alike ? "" : rank) + message; });
+    }
+    // Alone, or before MPI started (from the flags, which every rank shares): the first rank says it.
+    if (distributed::detectLauncher().rank <= 0) std::fprintf(stderr, "%s%s\n", head.c_str(), message.c_str());
     return 1;
   }
 }

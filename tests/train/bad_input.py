@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Bad input, as a new user would type it, against the built programs: every case must end with the
-expected exit status (2: usage, 1: runtime), exactly one line on stderr (one minidp line under mpirun, and
-no MPI_ABORT banner) that names the flag or file, no source path, and no file left behind.
+"""Bad input, as a new user would type it, against the built programs: every case runs alone and under
+`mpirun -np 2` and must end with the expected exit status (2: usage, 1: runtime), exactly one line on stderr
+(under mpirun: besides mpirun's own report of a non-zero exit status, which it prints for any such job; no
+MPI_ABORT banner, no ORTE lines, one line from one rank) that names the flag or file, no source path, and no
+file left behind.
 
 Usage: bad_input.py MPIEXEC MINIDP_TRAIN MINIDP_BENCH
 """
@@ -11,6 +13,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+
+from job_tools import MPIRUN_EXIT_REPORT, write_fashion_mnist
 
 mpiexec, train, bench = sys.argv[1:4]
 QUICK = ["--steps", "2", "--hidden", "16", "--batch-size", "8", "--eval-batches", "1"]
@@ -46,6 +50,19 @@ def fixtures(root):
     paths["state"] = os.path.join(root, "state.safetensors")
     subprocess.run([train, *QUICK, "--save", paths["state"]], check=True, capture_output=True, cwd=root)
     paths.update(checked_once_fixtures(root, paths["state"]))
+    paths.update(found_at_run_time_fixtures(root))
+    return paths
+
+
+def found_at_run_time_fixtures(root):
+    """Mistakes found after MPI started, where the ranks must agree on one line: an F16 tensor, Fashion-MNIST
+    files whose counts disagree."""
+    paths = {"f16": os.path.join(root, "f16.safetensors"), "counts": os.path.join(root, "counts")}
+    header = json.dumps({"layers.0.weight": {"dtype": "F16", "shape": [16, 784], "data_offsets": [0, 16 * 784 * 2]}})
+    header += " " * (-len(header) % 8)
+    with open(paths["f16"], "wb") as f:
+        f.write(len(header).to_bytes(8, "little") + header.encode() + bytes(16 * 784 * 2))
+    write_fashion_mnist(paths["counts"], train=(64, 63))
     return paths
 
 
@@ -233,7 +250,32 @@ def cases(p):
         ("token file one short of a window", t + GPT + ["--context", "8", "--data", "llmc", "--llmc-train",
                                                         p["short_tokens"], "--llmc-val", p["short_tokens"]], 1,
          "holds 8 tokens, fewer than --context 8 + 1"),
+        # Found after MPI started, on every rank: one line under mpirun too, no abort banner.
+        ("width not divisible by the heads", t + ["--model", "gpt", "--layers", "1", "--heads", "3", "--embd", "16",
+                                                  "--steps", "2", "--batch-size", "8", "--eval-batches", "1"], 2,
+         "not divisible by --heads 3"),
+        ("load a checkpoint of another shape", t + ["--steps", "2", "--hidden", "32", "--batch-size", "8", "--load",
+                                                    p["state"]], 1, "the model expects [32, 784]"),
+        ("load an F16 tensor", t + QUICK + ["--load", p["f16"]], 1, "F16"),
+        ("fashion-mnist counts disagree", t + QUICK + ["--data-dir", p["counts"]], 1, "64 images but 63 labels"),
+        ("emulated link under mpirun", mpi2 + QUICK + ["--comm", "emulated"], 1, "--comm emulated"),
+        ("bf16 on the cpu", t + QUICK + ["--dtype", "bf16", "--device", "cpu"], 2, "--dtype bf16"),
     ]
+
+
+# Cases whose mistake is another under mpirun -np 2: the training state fixture holds one rank's global batch
+# (2 ranks of --batch-size 8 are refused for that first), 2 x 60000 images are more than Fashion-MNIST holds,
+# --comm emulated is itself refused under mpirun.
+ALONE = {"resume with steps already done", "resume a terabyte of optimizer state",
+         "mlp batch x width larger than memory", "sparse embedding grad on the emulated link"}
+
+
+def launches(name, command, env):
+    """The case alone and under mpirun -np 2; a case that names its launcher (or sets the launcher's variables),
+    or is in ALONE, as it is."""
+    if command[0] == mpiexec or env or name in ALONE:
+        return [command]
+    return [command, [mpiexec, "-np", "2", "--oversubscribe", *command]]
 
 
 def has_gpu():
@@ -249,8 +291,10 @@ def main():
     root = tempfile.mkdtemp()
     try:
         paths = fixtures(root)
-        all_cases = cases(paths)
-        assert len(all_cases) >= 30
+        all_cases = [(name + (" (mpirun)" if launch[0] == mpiexec and command[0] != mpiexec else ""), launch, status,
+                      text, *env)
+                     for name, command, status, text, *env in cases(paths) for launch in launches(name, command, env)]
+        assert len(all_cases) >= 60
         for name, command, status, text, *env in all_cases:
             if "--device" in command and "cuda" in command and has_gpu():
                 continue  # a GPU is there: not a bad input
@@ -260,7 +304,7 @@ def main():
                                     env={**os.environ, **(env[0] if env else {})})
             under_mpirun = command[0] == mpiexec
             lines = [l for l in result.stderr.splitlines() if l.strip()]
-            ours = [l for l in lines if l.startswith("minidp")] if under_mpirun else lines
+            ours = [l for l in lines if not MPIRUN_EXIT_REPORT.search(l)] if under_mpirun else lines
             problems = []
             if result.returncode != status:
                 problems.append(f"exit {result.returncode}, expected {status}")
