@@ -199,8 +199,6 @@ def cases(p):
          "--zero 1"),
         ("sparse embedding grad with cuda graph", t + GPT + ["--sparse-embedding-grad", "--cuda-graph",
                                                                      "--device", "cuda"], 2, "--cuda-graph"),
-        ("sparse embedding grad on the emulated link", t + GPT + ["--sparse-embedding-grad", "--comm",
-                                                                          "emulated"], 2, "--comm emulated"),
         ("diverging loss", t + ["--steps", "60", "--hidden", "16", "--lr", "1e6", "--weight-decay", "1e6",
                                 "--check-finite", "--log-every", "1000"], 1, "the loss is"),
         # Each flag checked once, where it is registered: NaN and values outside a flag's meaning, empty paths,
@@ -264,10 +262,9 @@ def cases(p):
 
 
 # Cases whose mistake is another under mpirun -np 2: the training state fixture holds one rank's global batch
-# (2 ranks of --batch-size 8 are refused for that first), 2 x 60000 images are more than Fashion-MNIST holds,
-# --comm emulated is itself refused under mpirun.
+# (2 ranks of --batch-size 8 are refused for that first), 2 x 60000 images are more than Fashion-MNIST holds.
 ALONE = {"resume with steps already done", "resume a terabyte of optimizer state",
-         "mlp batch x width larger than memory", "sparse embedding grad on the emulated link"}
+         "mlp batch x width larger than memory"}
 
 
 def launches(name, command, env):
