@@ -5,10 +5,10 @@ import os
 import re
 import struct
 
-# mpirun's report of a job one of whose ranks exited non-zero, which it prints for every such job.
+# mpirun's (or mpiexec's) report of a job one of whose ranks exited non-zero, which it prints for every such job.
 MPIRUN_EXIT_REPORT = re.compile(r"^-+$|^Primary job +terminated normally, but|^a non-zero exit code\. Per user-direction"
-                                r"|^mpirun detected that one or more processes exited|^the job to be terminated\. The first"
-                                r"|^ *Process name: |^ *Exit code: |^\s*$")
+                                r"|^(mpirun|mpiexec|orterun) detected that one or more processes exited"
+                                r"|^the job to be terminated\. The first|^ *Process name: |^ *Exit code: |^\s*$")
 
 
 def rank_pid(parent, rank):
