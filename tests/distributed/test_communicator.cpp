@@ -96,7 +96,7 @@ TEST(EmulatedCommunicator, CpuLinkKeepsBitsTakesTheModelledTimeAndDoesNotBlockTh
   const auto start = std::chrono::steady_clock::now();
   auto work = comm.allReduce(x, distributed::ReduceOp::Avg, "bucket 0");
   const double launchMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_LT(launchMs, modelledMs / 2) << "allReduceAverage must return before the link is done";
+  EXPECT_LT(launchMs, modelledMs / 2) << "allReduce must return before the link is done";
   work->wait();
   const WorkTiming t = work->timing();
   EXPECT_GE(t.finishedMs - t.startedMs, modelledMs);
