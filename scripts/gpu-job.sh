@@ -148,6 +148,17 @@ step_hooks_emulated() {
       >"$out/$name.txt" 2>&1; echo "$name"; tail -$((2 * $(echo ${HOOK_CAPS:-5,25,100} | tr ',' '\n' | wc -l) + 1)) "$out/$name.txt"
   done
 }
+# Where PowerSGD's comm-stream time goes: ncu kernel durations of compressed steps of GPT-2 small, bf16, on the
+# emulated 2-rank 3 GB/s link (the link's own kernel is emulatedLink).
+step_psgd_profile() {
+  [ -f "$out/tokens/train.bin" ] || py scripts/make-random-tokens.py "$out/tokens"
+  ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip ${NCU_SKIP:-6000} \
+    --launch-count ${NCU_COUNT:-3000} build/bin/minidp-train "${gpt2[@]}" --batch-size 8 --dtype bf16 --steps 10 \
+    --log-every 10 --eval-batches 1 --comm emulated --emulated-world 2 --emulated-gbps 3 --emulated-latency-us 100 \
+    --comm-hook powersgd --powersgd-rank ${PSGD_RANK:-8} --powersgd-start-iter 2 --bucket-mb 100 \
+    >"$out/ncu_psgd.csv" 2>"$out/ncu_psgd.err"
+  py scripts/ncu-summary.py "$out/ncu_psgd.csv" 40
+}
 # The fortunes GPT (10.8 M) with PowerSGD rank 4 against dense all-reduce, equal steps, warm-up + cosine + clip,
 # on the emulated 2-rank link (identical ranks: the compression of the whole batch's gradient); run together
 # (loss, not speed); both curves in one picture.
