@@ -1,6 +1,10 @@
+#include <algorithm>
+#include <type_traits>
+
 #include "base/cuda_check.h"
 #include "kernels/cuda_utils.cuh"
 #include "kernels/low_rank.h"
+#include "kernels/matmul.h"
 
 namespace minidp::kernels::cuda {
 
@@ -55,90 +59,195 @@ __global__ void orthogonalizeKernel(float* m, int64_t rows, int64_t cols) {
 }
 
 constexpr int kMaxGramCols = static_cast<int>(kGramMaxCols);
-constexpr int kGramBlock = 128;
+constexpr int kMaxPairs = kMaxGramCols * (kMaxGramCols + 1) / 2;  // the upper triangle of a Gram matrix
+constexpr int kGramThreads = 256, kTileRows = 128, kBatchMax = 64;
+constexpr int kSlotsPerThread = (kMaxPairs + kGramThreads - 1) / kGramThreads;
 
-/// Partial Gram matrices: block b sums m[r, i] m[r, j] (i <= j) over its rows, in row order, in double.
-__global__ void gramPartialsKernel(const float* m, int64_t rows, int cols, double* partials) {
-  __shared__ double acc[kGramBlock][kMaxGramCols];  // one column's products per thread, then reduced
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kGramRowsPerBlock;
-  const int64_t last = min(rows, first + kGramRowsPerBlock);
-  double* out = partials + static_cast<int64_t>(blockIdx.x) * cols * cols;
-  for (int i = 0; i < cols; ++i) {
-    double local[kMaxGramCols];
-    for (int j = 0; j < cols; ++j) local[j] = 0;
-    for (int64_t r = first + threadIdx.x; r < last; r += kGramBlock) {
-      const double vi = m[r * cols + i];
-      for (int j = i; j < cols; ++j) local[j] += vi * m[r * cols + j];
+/// Up to kBatchMax factors of at most kMaxGramCols columns, passed by value: block b of the Gram and apply
+/// launches serves rows [(b - firstBlock[t]) * kGramRowsPerBlock, ...) of the factor t with
+/// firstBlock[t] <= b < firstBlock[t + 1]; factor t's scratch starts at scratch[offset[t]] (its blocks' Gram
+/// triangles, then R^{-1} as floats).
+struct CholeskyBatch {
+  Factor factors[kBatchMax];
+  int64_t offset[kBatchMax];
+  int firstBlock[kBatchMax + 1];
+  int count;
+};
+
+__device__ int factorOfBlock(const CholeskyBatch& batch, int block) {
+  int lo = 0, hi = batch.count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (batch.firstBlock[mid] <= block) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
     }
-    for (int j = i; j < cols; ++j) acc[threadIdx.x][j] = local[j];
+  }
+  return lo;
+}
+
+/// Pair p of the upper triangle (row by row: (0,0), (0,1), ..., (1,1), ...) of a cols x cols matrix.
+__device__ void pairOf(int p, int cols, int& i, int& j) {
+  i = 0;
+  while (p >= cols - i) p -= cols - i++;
+  j = i + p;
+}
+
+/// Each block: the Gram triangle of its rows of one factor, in double. The rows go through shared memory a
+/// tile at a time; thread slot s sums pair s % pairs over the tile rows congruent to s / pairs, in row order,
+/// and the slots of a pair are added in slot order: a fixed order, whatever the timing.
+__global__ void gramBatchKernel(CholeskyBatch batch, double* scratch) {
+  __shared__ float tile[kTileRows * kMaxGramCols];
+  __shared__ double slotSums[kMaxPairs > kGramThreads ? kMaxPairs : kGramThreads];
+  const int t = factorOfBlock(batch, blockIdx.x);
+  const Factor f = batch.factors[t];
+  const int cols = static_cast<int>(f.cols), pairs = cols * (cols + 1) / 2;
+  const int groups = max(1, kGramThreads / pairs), slots = groups * pairs;
+  const int local = blockIdx.x - batch.firstBlock[t];
+  const int64_t first = static_cast<int64_t>(local) * kGramRowsPerBlock;
+  const int64_t last = min(f.rows, first + kGramRowsPerBlock);
+  double acc[kSlotsPerThread];
+  int pi[kSlotsPerThread], pj[kSlotsPerThread];
+#pragma unroll
+  for (int k = 0; k < kSlotsPerThread; ++k) {
+    acc[k] = 0;
+    const int s = threadIdx.x + k * kGramThreads;
+    if (s < slots) pairOf(s % pairs, cols, pi[k], pj[k]);
+  }
+  for (int64_t base = first; base < last; base += kTileRows) {
+    const int n = static_cast<int>(min(static_cast<int64_t>(kTileRows), last - base));
+    for (int e = threadIdx.x; e < n * cols; e += kGramThreads) tile[e] = f.m[base * cols + e];
     __syncthreads();
-    // Column j's sum over the threads, by thread j of the block: a fixed order.
-    if (threadIdx.x >= i && threadIdx.x < cols) {
-      double sum = 0;
-      for (int t = 0; t < kGramBlock; ++t) sum += acc[t][threadIdx.x];
-      out[i * cols + threadIdx.x] = sum;
+#pragma unroll
+    for (int k = 0; k < kSlotsPerThread; ++k) {
+      const int s = threadIdx.x + k * kGramThreads;
+      if (s >= slots) continue;
+      for (int r = s / pairs; r < n; r += groups) {
+        acc[k] += static_cast<double>(tile[r * cols + pi[k]]) * tile[r * cols + pj[k]];
+      }
     }
     __syncthreads();
+  }
+#pragma unroll
+  for (int k = 0; k < kSlotsPerThread; ++k) {
+    const int s = threadIdx.x + k * kGramThreads;
+    if (s < slots) slotSums[s] = acc[k];
+  }
+  __syncthreads();
+  double* out = scratch + batch.offset[t] + static_cast<int64_t>(local) * pairs;
+  for (int p = threadIdx.x; p < pairs; p += kGramThreads) {
+    double sum = 0;
+    for (int g = 0; g < groups; ++g) sum += slotSums[g * pairs + p];
+    out[p] = sum;
   }
 }
 
-/// One thread: adds the partials in block order into G (upper triangle), factors G = R^T R (Cholesky), and
-/// writes R^{-1} (upper triangular) as float.
-__global__ void choleskyInverseKernel(const double* partials, int blocks, int cols, float* rinv) {
-  double g[kMaxGramCols][kMaxGramCols], r[kMaxGramCols][kMaxGramCols], inv[kMaxGramCols][kMaxGramCols];
-  for (int i = 0; i < cols; ++i) {
-    for (int j = i; j < cols; ++j) {
-      double sum = 0;
-      for (int b = 0; b < blocks; ++b) sum += partials[static_cast<int64_t>(b) * cols * cols + i * cols + j];
-      g[i][j] = sum;
-    }
+/// One warp per factor: adds its blocks' triangles in block order into G, factors G = R^T R (Cholesky, lane j
+/// computing row i's entry j), and writes R^{-1} (upper triangular, lane j back-substituting column j) as
+/// float after the triangles.
+__global__ void choleskyBatchKernel(CholeskyBatch batch, double* scratch) {
+  __shared__ double g[kMaxGramCols][kMaxGramCols + 1], r[kMaxGramCols][kMaxGramCols + 1];
+  __shared__ double inv[kMaxGramCols][kMaxGramCols + 1];
+  __shared__ bool dropped[kMaxGramCols];
+  const int t = blockIdx.x, lane = threadIdx.x;
+  const int cols = static_cast<int>(batch.factors[t].cols), pairs = cols * (cols + 1) / 2;
+  const int blocks = batch.firstBlock[t + 1] - batch.firstBlock[t];
+  const double* partials = scratch + batch.offset[t];
+  for (int p = lane; p < pairs; p += 32) {
+    double sum = 0;
+    for (int b = 0; b < blocks; ++b) sum += partials[static_cast<int64_t>(b) * pairs + p];
+    int i, j;
+    pairOf(p, cols, i, j);
+    g[i][j] = sum;
   }
-  for (int i = 0; i < cols; ++i) {
-    for (int j = 0; j < cols; ++j) r[i][j] = 0, inv[i][j] = 0;
-  }
+  __syncwarp();
   // A column (numerically) in the span of the earlier ones has no direction of its own: its pivot is at
   // most 1e-12 of its squared norm (or the column is zero). It comes out zero (R^{-1}'s row and column i
   // zero), where Gram-Schmidt would normalise rounding noise and Cholesky would take a square root of a
   // negative number.
-  bool dropped[kMaxGramCols];
   for (int i = 0; i < cols; ++i) {
     double d = g[i][i];
     for (int k = 0; k < i; ++k) d -= r[k][i] * r[k][i];
-    dropped[i] = !(d > 1e-12 * g[i][i]);
-    r[i][i] = dropped[i] ? 1.0 : sqrt(d);
-    for (int j = i + 1; j < cols; ++j) {
-      double v = g[i][j];
-      for (int k = 0; k < i; ++k) v -= r[k][i] * r[k][j];
-      r[i][j] = dropped[i] ? 0.0 : v / r[i][i];
+    const bool drop = !(d > 1e-12 * g[i][i]);
+    const double rii = drop ? 1.0 : sqrt(d);
+    if (lane > i && lane < cols) {
+      double v = g[i][lane];
+      for (int k = 0; k < i; ++k) v -= r[k][i] * r[k][lane];
+      r[i][lane] = drop ? 0.0 : v / rii;
     }
+    if (lane == i) {
+      r[i][i] = rii;
+      dropped[i] = drop;
+    }
+    __syncwarp();
   }
   // Back substitution, column by column: R inv = I (dropped columns and rows stay zero).
-  for (int j = 0; j < cols; ++j) {
+  if (lane < cols) {
+    const int j = lane;
+    for (int i = cols - 1; i > j; --i) inv[i][j] = 0;
     for (int i = j; i >= 0; --i) {
       double v = i == j ? 1.0 : 0.0;
       for (int k = i + 1; k <= j; ++k) v -= r[i][k] * inv[k][j];
       inv[i][j] = dropped[i] || dropped[j] ? 0.0 : v / r[i][i];
     }
   }
-  for (int i = 0; i < cols; ++i) {
-    for (int j = 0; j < cols; ++j) rinv[i * cols + j] = static_cast<float>(inv[i][j]);
+  __syncwarp();
+  float* rinv = reinterpret_cast<float*>(scratch + batch.offset[t] + static_cast<int64_t>(blocks) * pairs);
+  for (int e = lane; e < cols * cols; e += 32) rinv[e] = static_cast<float>(inv[e / cols][e % cols]);
+}
+
+/// Each block: its rows of one factor times R^{-1}, one row per thread at a time.
+__global__ void applyBatchKernel(CholeskyBatch batch, const double* scratch) {
+  __shared__ float inv[kMaxGramCols * kMaxGramCols];
+  const int t = factorOfBlock(batch, blockIdx.x);
+  const Factor f = batch.factors[t];
+  const int cols = static_cast<int>(f.cols), pairs = cols * (cols + 1) / 2;
+  const int blocks = batch.firstBlock[t + 1] - batch.firstBlock[t];
+  const float* rinv = reinterpret_cast<const float*>(scratch + batch.offset[t] + static_cast<int64_t>(blocks) * pairs);
+  for (int e = threadIdx.x; e < cols * cols; e += blockDim.x) inv[e] = rinv[e];
+  __syncthreads();
+  const int64_t first = static_cast<int64_t>(blockIdx.x - batch.firstBlock[t]) * kGramRowsPerBlock;
+  const int64_t last = min(f.rows, first + kGramRowsPerBlock);
+  for (int64_t row = first + threadIdx.x; row < last; row += blockDim.x) {
+    float* m = f.m + row * cols;
+    float x[kMaxGramCols], y[kMaxGramCols];
+#pragma unroll
+    for (int k = 0; k < kMaxGramCols; ++k) x[k] = k < cols ? m[k] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < kMaxGramCols; ++j) {
+      double v = 0;
+#pragma unroll
+      for (int k = 0; k <= j; ++k) v += static_cast<double>(x[k]) * (j < cols ? inv[k * cols + j] : 0.0f);
+      y[j] = static_cast<float>(v);
+    }
+#pragma unroll
+    for (int j = 0; j < kMaxGramCols; ++j) {
+      if (j < cols) m[j] = y[j];
+    }
   }
 }
 
-/// m (rows, cols) = m R^{-1}, one row per thread.
-__global__ void applyInverseKernel(float* m, int64_t rows, int cols, const float* rinv) {
-  __shared__ float inv[kMaxGramCols * kMaxGramCols];
-  for (int k = threadIdx.x; k < cols * cols; k += blockDim.x) inv[k] = rinv[k];
-  __syncthreads();
-  for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < rows;
-       r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float row[kMaxGramCols];
-    for (int j = 0; j < cols; ++j) row[j] = m[r * cols + j];
-    for (int j = 0; j < cols; ++j) {
-      double v = 0;
-      for (int k = 0; k <= j; ++k) v += static_cast<double>(row[k]) * inv[k * cols + j];
-      m[r * cols + j] = static_cast<float>(v);
-    }
+/// Up to kBatchMax runs by value; blockIdx.y picks the run, the x blocks stride over its elements.
+struct RunBatch {
+  CopyRun runs[kBatchMax];
+  int count;
+};
+
+__global__ void copyRunsKernel(const float* src, float* dst, RunBatch batch, float divisor) {
+  const CopyRun run = batch.runs[blockIdx.y];
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < run.count;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    dst[run.to + k] = src[run.from + k] / divisor;
+  }
+}
+
+__global__ void addAndKeepKernel(float* grad, float* error, int64_t n) {
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float v = grad[k] + error[k];
+    grad[k] = v;
+    error[k] = v;
   }
 }
 
@@ -149,35 +258,242 @@ __global__ void subtractKernel(const float* a, const float* b, float* out, int64
   }
 }
 
+
+// ---- the products of a rank-r factor, r <= 32: R is r rounded up to a power of two ----
+
+constexpr int kProjectRowsPerWarp = 4, kProductThreads = 256, kPTile = 64, kExpandRows = 16;
+
+/// P = M Q: a warp per kProjectRowsPerWarp rows of M, lanes striding over its columns (coalesced), each
+/// Q row read once for all of the warp's rows; the lanes' sums added by a butterfly.
+template <int R>
+__global__ void projectRowsKernel(const float* M, const float* Q, float* P, int64_t n, int64_t m, int r) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row0 =
+      (static_cast<int64_t>(blockIdx.x) * (kProductThreads / 32) + threadIdx.x / 32) * kProjectRowsPerWarp;
+  if (row0 >= n) return;
+  float acc[kProjectRowsPerWarp][R];
+#pragma unroll
+  for (int i = 0; i < kProjectRowsPerWarp; ++i) {
+#pragma unroll
+    for (int j = 0; j < R; ++j) acc[i][j] = 0;
+  }
+  for (int64_t k = lane; k < m; k += 32) {
+    float q[R];
+#pragma unroll
+    for (int j = 0; j < R; ++j) q[j] = j < r ? __ldg(Q + k * r + j) : 0.0f;
+#pragma unroll
+    for (int i = 0; i < kProjectRowsPerWarp; ++i) {
+      const float x = row0 + i < n ? __ldg(M + (row0 + i) * m + k) : 0.0f;
+#pragma unroll
+      for (int j = 0; j < R; ++j) acc[i][j] = fmaf(x, q[j], acc[i][j]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kProjectRowsPerWarp; ++i) {
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      float v = acc[i][j];
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+      if (lane == 0 && j < r && row0 + i < n) P[(row0 + i) * r + j] = v;
+    }
+  }
+}
+
+/// Q = M^T P: block (x, y) sums rows [y * rowsPerBlock, ...) of M for columns [256 x, ...), a thread per
+/// column, the rows in order, P's rows from shared memory; with several row blocks each writes its partial
+/// (m, r) to the scratch and projectColumnsSumKernel adds them in block order.
+template <int R>
+__global__ void projectColumnsKernel(const float* M, const float* P, float* out, int64_t n, int64_t m, int r,
+                                     int64_t rowsPerBlock) {
+  __shared__ float p[kPTile][R];
+  const int64_t k = static_cast<int64_t>(blockIdx.x) * kProductThreads + threadIdx.x;
+  const int64_t first = blockIdx.y * rowsPerBlock, last = min(n, first + rowsPerBlock);
+  float acc[R];
+#pragma unroll
+  for (int j = 0; j < R; ++j) acc[j] = 0;
+  for (int64_t base = first; base < last; base += kPTile) {
+    const int rows = static_cast<int>(min(static_cast<int64_t>(kPTile), last - base));
+    for (int e = threadIdx.x; e < kPTile * R; e += kProductThreads) {
+      const int i = e / R, j = e % R;
+      p[i][j] = i < rows && j < r ? P[(base + i) * r + j] : 0.0f;
+    }
+    __syncthreads();
+    if (k < m) {
+      for (int i = 0; i < rows; ++i) {
+        const float x = __ldg(M + (base + i) * m + k);
+#pragma unroll
+        for (int j = 0; j < R; ++j) acc[j] = fmaf(x, p[i][j], acc[j]);
+      }
+    }
+    __syncthreads();
+  }
+  if (k >= m) return;
+  float* dst = out + (static_cast<int64_t>(blockIdx.y) * m + k) * r;
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    if (j < r) dst[j] = acc[j];
+  }
+}
+
+__global__ void projectColumnsSumKernel(const float* partials, float* Q, int64_t count, int64_t blocks) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < count;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float sum = 0;
+    for (int64_t b = 0; b < blocks; ++b) sum += partials[b * count + e];
+    Q[e] = sum;
+  }
+}
+
+/// M = P Q^T: block (x, y) writes rows [kExpandRows y, ...) x columns [256 x, ...), a thread per column
+/// holding its Q row, P's rows from shared memory.
+template <int R>
+__global__ void expandKernel(const float* P, const float* Q, float* M, int64_t n, int64_t m, int r) {
+  __shared__ float p[kExpandRows][R];
+  const int64_t k = static_cast<int64_t>(blockIdx.x) * kProductThreads + threadIdx.x;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kExpandRows;
+  const int rows = static_cast<int>(min(static_cast<int64_t>(kExpandRows), n - row0));
+  for (int e = threadIdx.x; e < kExpandRows * R; e += kProductThreads) {
+    const int i = e / R, j = e % R;
+    p[i][j] = i < rows && j < r ? P[(row0 + i) * r + j] : 0.0f;
+  }
+  __syncthreads();
+  if (k >= m) return;
+  float q[R];
+#pragma unroll
+  for (int j = 0; j < R; ++j) q[j] = j < r ? __ldg(Q + k * r + j) : 0.0f;
+  for (int i = 0; i < rows; ++i) {
+    float v = 0;
+#pragma unroll
+    for (int j = 0; j < R; ++j) v = fmaf(p[i][j], q[j], v);
+    M[(row0 + i) * m + k] = v;
+  }
+}
+
+/// Calls launch(std::integral_constant<int, R>) with R = r rounded up to a power of two (r <= 32).
+template <typename Launch>
+void withRankTile(int64_t r, Launch&& launch) {
+  if (r <= 1) {
+    launch(std::integral_constant<int, 1>{});
+  } else if (r <= 2) {
+    launch(std::integral_constant<int, 2>{});
+  } else if (r <= 4) {
+    launch(std::integral_constant<int, 4>{});
+  } else if (r <= 8) {
+    launch(std::integral_constant<int, 8>{});
+  } else if (r <= 16) {
+    launch(std::integral_constant<int, 16>{});
+  } else {
+    launch(std::integral_constant<int, 32>{});
+  }
+}
+
 }  // namespace
 
-void orthogonalizeColumns(float* m, int64_t rows, int64_t cols, void* scratch, cudaStream_t stream) {
-  if (rows == 0 || cols == 0) return;
-  MINIDP_CHECK(cols <= kOrthoMaxCols,
-               "orthogonalizeColumns: " << cols << " columns (at most " << kOrthoMaxCols << ")");
-  if (cols > kMaxGramCols) {
-    // Wide factors: one block, Gram-Schmidt as the CPU twin (its column loop costs r^2 / 2 block reductions).
-    orthogonalizeKernel<<<1, kOrthoBlock, 0, stream>>>(m, rows, cols);
+void orthogonalizeBatch(const Factor* factors, int64_t count, void* scratch, cudaStream_t stream) {
+  double* doubles = static_cast<double*>(scratch);
+  int64_t offset = 0;
+  CholeskyBatch batch{};
+  const auto flush = [&] {
+    if (batch.count == 0) return;
+    const int blocks = batch.firstBlock[batch.count];
+    gramBatchKernel<<<blocks, kGramThreads, 0, stream>>>(batch, doubles);
     CUDA_CHECK_LAUNCH();
-    return;
+    choleskyBatchKernel<<<batch.count, 32, 0, stream>>>(batch, doubles);
+    CUDA_CHECK_LAUNCH();
+    applyBatchKernel<<<blocks, kGramThreads, 0, stream>>>(batch, doubles);
+    CUDA_CHECK_LAUNCH();
+    batch = CholeskyBatch{};
+  };
+  for (int64_t k = 0; k < count; ++k) {
+    const Factor& f = factors[k];
+    if (f.rows == 0 || f.cols == 0) continue;
+    MINIDP_CHECK(f.cols <= kOrthoMaxCols,
+                 "orthogonalizeBatch: " << f.cols << " columns (at most " << kOrthoMaxCols << ")");
+    if (f.cols > kMaxGramCols) {
+      // Wide factors: one block, Gram-Schmidt as the CPU twin (its column loop costs r^2 / 2 block reductions).
+      orthogonalizeKernel<<<1, kOrthoBlock, 0, stream>>>(f.m, f.rows, f.cols);
+      CUDA_CHECK_LAUNCH();
+      continue;
+    }
+    // The thin QR's Q by Cholesky, R^T R = M^T M in double, then M R^{-1}: the same Q as Gram-Schmidt
+    // (upper-triangular R, positive diagonal) up to rounding.
+    const int blocks = static_cast<int>((f.rows + kGramRowsPerBlock - 1) / kGramRowsPerBlock);
+    batch.factors[batch.count] = f;
+    batch.offset[batch.count] = offset;
+    batch.firstBlock[batch.count + 1] = batch.firstBlock[batch.count] + blocks;
+    ++batch.count;
+    offset += choleskyScratchDoubles(f.rows, f.cols);
+    if (batch.count == kBatchMax) flush();
   }
-  // The thin QR's Q by Cholesky, R^T R = M^T M in double, then M R^{-1}: the same Q as Gram-Schmidt
-  // (upper-triangular R, positive diagonal) up to rounding, in three launches at any rank, with the rows
-  // spread over the GPU. The caller's scratch: the partial Gram matrices, then R^{-1}.
-  const int blocks = static_cast<int>((rows + kGramRowsPerBlock - 1) / kGramRowsPerBlock);
-  double* partials = static_cast<double*>(scratch);
-  float* rinv = reinterpret_cast<float*>(partials + static_cast<int64_t>(blocks) * cols * cols);
-  gramPartialsKernel<<<blocks, kGramBlock, 0, stream>>>(m, rows, static_cast<int>(cols), partials);
-  CUDA_CHECK_LAUNCH();
-  choleskyInverseKernel<<<1, 1, 0, stream>>>(partials, blocks, static_cast<int>(cols), rinv);
-  CUDA_CHECK_LAUNCH();
-  applyInverseKernel<<<gridFor(rows, 256), 256, 0, stream>>>(m, rows, static_cast<int>(cols), rinv);
+  flush();
+}
+
+void copyRuns(const float* src, float* dst, const CopyRun* runs, int64_t count, float divisor, cudaStream_t stream) {
+  for (int64_t first = 0; first < count; first += kBatchMax) {
+    RunBatch batch{};
+    int64_t longest = 0;
+    for (int64_t k = first; k < std::min<int64_t>(count, first + kBatchMax); ++k) {
+      batch.runs[batch.count++] = runs[k];
+      longest = std::max(longest, runs[k].count);
+    }
+    if (longest == 0) continue;
+    const dim3 grid(std::min<unsigned>(gridFor(longest, 256), 64), batch.count);
+    copyRunsKernel<<<grid, 256, 0, stream>>>(src, dst, batch, divisor);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+void addAndKeep(float* grad, float* error, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  addAndKeepKernel<<<gridFor(n, 256), 256, 0, stream>>>(grad, error, n);
   CUDA_CHECK_LAUNCH();
 }
 
 void subtract(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   subtractKernel<<<gridFor(n, 256), 256, 0, stream>>>(a, b, out, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void projectRows(const float* M, const float* Q, float* P, int64_t n, int64_t m, int64_t r, cudaStream_t stream) {
+  if (n == 0 || r == 0) return;
+  if (r > kGramMaxCols) return gemm<float>(false, false, n, r, m, 1.0f, M, 0, Q, 0, 0.0f, P, 0, 1, stream);
+  const int64_t rowsPerBlock = kProjectRowsPerWarp * (kProductThreads / 32);
+  const unsigned blocks = static_cast<unsigned>((n + rowsPerBlock - 1) / rowsPerBlock);
+  withRankTile(r, [&](auto tile) {
+    constexpr int R = decltype(tile)::value;
+    projectRowsKernel<R><<<blocks, kProductThreads, 0, stream>>>(M, Q, P, n, m, static_cast<int>(r));
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+void projectColumns(const float* M, const float* P, float* Q, int64_t n, int64_t m, int64_t r, void* scratch,
+                    cudaStream_t stream) {
+  if (m == 0 || r == 0) return;
+  if (r > kGramMaxCols) return gemm<float>(true, false, m, r, n, 1.0f, M, 0, P, 0, 0.0f, Q, 0, 1, stream);
+  const int64_t rowBlocks = projectColumnsRowBlocks(n, m), rowsPerBlock = (n + rowBlocks - 1) / rowBlocks;
+  float* out = rowBlocks == 1 ? Q : static_cast<float*>(scratch);
+  const dim3 grid(static_cast<unsigned>((m + kProductThreads - 1) / kProductThreads), static_cast<unsigned>(rowBlocks));
+  withRankTile(r, [&](auto tile) {
+    constexpr int R = decltype(tile)::value;
+    projectColumnsKernel<R><<<grid, kProductThreads, 0, stream>>>(M, P, out, n, m, static_cast<int>(r), rowsPerBlock);
+  });
+  CUDA_CHECK_LAUNCH();
+  if (rowBlocks == 1) return;
+  projectColumnsSumKernel<<<gridFor(m * r, 256), 256, 0, stream>>>(out, Q, m * r, rowBlocks);
+  CUDA_CHECK_LAUNCH();
+}
+
+void expand(const float* P, const float* Q, float* M, int64_t n, int64_t m, int64_t r, cudaStream_t stream) {
+  if (n == 0 || m == 0) return;
+  if (r > kGramMaxCols) return gemm<float>(false, true, n, m, r, 1.0f, P, 0, Q, 0, 0.0f, M, 0, 1, stream);
+  const dim3 grid(static_cast<unsigned>((m + kProductThreads - 1) / kProductThreads),
+                  static_cast<unsigned>((n + kExpandRows - 1) / kExpandRows));
+  withRankTile(r, [&](auto tile) {
+    constexpr int R = decltype(tile)::value;
+    expandKernel<R><<<grid, kProductThreads, 0, stream>>>(P, Q, M, n, m, static_cast<int>(r));
+  });
   CUDA_CHECK_LAUNCH();
 }
 

@@ -2,20 +2,13 @@
 #include <vector>
 
 #include "kernels/low_rank.h"
-
-namespace minidp::kernels {
-
-size_t orthogonalizeScratchBytes(int64_t rows, int64_t cols) {
-  if (cols > kGramMaxCols || rows == 0 || cols == 0) return 0;
-  const int64_t blocks = (rows + kGramRowsPerBlock - 1) / kGramRowsPerBlock;
-  return static_cast<size_t>(blocks * cols * cols) * sizeof(double) + static_cast<size_t>(cols * cols) * sizeof(float);
-}
-
-}  // namespace minidp::kernels
+#include "kernels/matmul.h"
 
 namespace minidp::kernels::cpu {
 
-void orthogonalizeColumns(float* m, int64_t rows, int64_t cols, void*) {
+namespace {
+
+void orthogonalizeColumns(float* m, int64_t rows, int64_t cols) {
   const auto squaredNorm = [&](int64_t i) {
     double squares = 0;
     for (int64_t r = 0; r < rows; ++r) squares += static_cast<double>(m[r * cols + i]) * m[r * cols + i];
@@ -43,8 +36,36 @@ void orthogonalizeColumns(float* m, int64_t rows, int64_t cols, void*) {
   }
 }
 
+}  // namespace
+
+void orthogonalizeBatch(const Factor* factors, int64_t count, void*) {
+  for (int64_t k = 0; k < count; ++k) orthogonalizeColumns(factors[k].m, factors[k].rows, factors[k].cols);
+}
+
+void copyRuns(const float* src, float* dst, const CopyRun* runs, int64_t count, float divisor) {
+  for (int64_t k = 0; k < count; ++k) {
+    for (int64_t e = 0; e < runs[k].count; ++e) dst[runs[k].to + e] = src[runs[k].from + e] / divisor;
+  }
+}
+
+void addAndKeep(float* grad, float* error, int64_t n) {
+  for (int64_t k = 0; k < n; ++k) error[k] = grad[k] = grad[k] + error[k];
+}
+
 void subtract(const float* a, const float* b, float* out, int64_t n) {
   for (int64_t k = 0; k < n; ++k) out[k] = a[k] - b[k];
+}
+
+void projectRows(const float* M, const float* Q, float* P, int64_t n, int64_t m, int64_t r) {
+  gemm<float>(false, false, n, r, m, 1.0f, M, 0, Q, 0, 0.0f, P, 0, 1);
+}
+
+void projectColumns(const float* M, const float* P, float* Q, int64_t n, int64_t m, int64_t r, void*) {
+  gemm<float>(true, false, m, r, n, 1.0f, M, 0, P, 0, 0.0f, Q, 0, 1);
+}
+
+void expand(const float* P, const float* Q, float* M, int64_t n, int64_t m, int64_t r) {
+  gemm<float>(false, true, n, m, r, 1.0f, P, 0, Q, 0, 0.0f, M, 0, 1);
 }
 
 }  // namespace minidp::kernels::cpu

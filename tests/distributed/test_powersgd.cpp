@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "framework/distributed/ddp.h"
 #include "framework/nn/checkpoint.h"
@@ -233,51 +234,72 @@ double relativeError(const std::vector<float>& got, const std::vector<double>& w
   return error / scale;
 }
 
-// Both CUDA paths: the Cholesky QR (up to 32 columns, here up to 20000 x 4 and 9000 x 32) and one block's
-// Gram-Schmidt (more columns: 100 x 40).
-TEST(LowRank, OrthogonalizeColumnsMatchesFloat64GramSchmidtOnCpuAndCuda) {
-  for (const auto [rows, cols] :
-       {std::pair<int64_t, int64_t>{7, 1}, {50, 4}, {3000, 3}, {20000, 4}, {9000, 32}, {100, 40}}) {
-    const Tensor m = testing::randomTensor({rows, cols}, 77 + rows, -1, 1, DType::F32);
-    const std::vector<float> x = m.toVector<float>();
-    const std::vector<double> want = gramSchmidt(std::vector<double>(x.begin(), x.end()), rows, cols);
-    std::vector<float> cpu = x;
-    kernels::cpu::orthogonalizeColumns(cpu.data(), rows, cols, nullptr);
-    EXPECT_LE(relativeError(cpu, want), 1e-5) << "cpu " << rows << "x" << cols;
+/// Orthogonalises each matrix of `inputs` (row-major (rows, cols) each) as ONE batch: on the CPU, then (when a
+/// GPU is there) on CUDA. Returns the results per device, each a list in the order of `inputs`.
+std::vector<std::vector<std::vector<float>>> orthogonalizeAsOneBatch(
+    const std::vector<std::vector<float>>& inputs, const std::vector<std::pair<int64_t, int64_t>>& shapes) {
+  std::vector<std::vector<std::vector<float>>> results(1, inputs);
+  std::vector<kernels::Factor> factors;
+  for (size_t k = 0; k < inputs.size(); ++k) factors.push_back({results[0][k].data(), shapes[k].first, shapes[k].second});
+  kernels::cpu::orthogonalizeBatch(factors.data(), static_cast<int64_t>(factors.size()), nullptr);
 #if MINIDP_WITH_CUDA
-    if (!runtime::cudaAvailable()) continue;
-    Tensor device = m.to(Device::CUDA);
-    const Tensor scratch =
-        Tensor::empty({static_cast<int64_t>(kernels::orthogonalizeScratchBytes(rows, cols) / 8 + 1)}, DType::F64,
-                      Device::CUDA);
-    kernels::cuda::orthogonalizeColumns(device.data<float>(), rows, cols, scratch.raw(), runtime::computeStream());
-    EXPECT_LE(relativeError(device.toVector<float>(), want), 1e-5) << "cuda " << rows << "x" << cols;
+  if (runtime::cudaAvailable()) {
+    std::vector<Tensor> device;
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      device.push_back(Tensor::fromVector(inputs[k], {shapes[k].first, shapes[k].second}).to(Device::CUDA));
+      factors[k].m = device.back().data<float>();
+    }
+    const size_t bytes = kernels::orthogonalizeScratchBytes(factors.data(), static_cast<int64_t>(factors.size()));
+    const Tensor scratch = Tensor::empty({static_cast<int64_t>(bytes / 8 + 1)}, DType::F64, Device::CUDA);
+    kernels::cuda::orthogonalizeBatch(factors.data(), static_cast<int64_t>(factors.size()), scratch.raw(),
+                                      runtime::computeStream());
+    results.emplace_back();
+    for (const Tensor& t : device) results.back().push_back(t.toVector<float>());
+  }
 #endif
+  return results;
+}
+
+// Both CUDA paths in one batch: the Cholesky QR (up to 32 columns, here up to 20000 x 4, spread over ten
+// blocks, and 9000 x 32) and one block's Gram-Schmidt (more columns: 100 x 40), each factor against float64
+// Gram-Schmidt. 70 factors: more than one launch of the batch (64 factors each).
+TEST(LowRank, OrthogonalizeBatchMatchesFloat64GramSchmidtOnCpuAndCuda) {
+  std::vector<std::pair<int64_t, int64_t>> shapes = {{7, 1}, {50, 4}, {3000, 3}, {20000, 4}, {9000, 32}, {100, 40}};
+  for (int64_t k = 0; shapes.size() < 70; ++k) shapes.push_back({30 + 97 * k, 1 + k % 16});
+  std::vector<std::vector<float>> inputs;
+  std::vector<std::vector<double>> want;
+  for (const auto& [rows, cols] : shapes) {
+    inputs.push_back(testing::randomTensor({rows, cols}, 77 + rows, -1, 1, DType::F32).toVector<float>());
+    want.push_back(gramSchmidt(std::vector<double>(inputs.back().begin(), inputs.back().end()), rows, cols));
+  }
+  const auto results = orthogonalizeAsOneBatch(inputs, shapes);
+  for (size_t d = 0; d < results.size(); ++d) {
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      EXPECT_LE(relativeError(results[d][k], want[k]), 1e-5)
+          << (d == 0 ? "cpu " : "cuda ") << shapes[k].first << "x" << shapes[k].second;
+    }
   }
 }
 
 // A factor of lower rank than its columns (a small batch's gradient): a zero column and a copy of an earlier
 // one come out zero, the others orthonormal, nothing NaN, on both devices and both CUDA paths.
 TEST(LowRank, DependentColumnsComeOutZero) {
+  const int64_t rows = 200;
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  std::vector<std::vector<float>> inputs;
   for (const int64_t cols : {4, 36}) {
-    const int64_t rows = 200;
     std::vector<float> x = testing::randomTensor({rows, cols}, 5 + cols, -1, 1, DType::F32).toVector<float>();
     for (int64_t r = 0; r < rows; ++r) {
       x[r * cols + 1] = 0;                   // zero
       x[r * cols + 3] = 2 * x[r * cols + 0];  // a multiple of column 0
     }
-    std::vector<std::vector<float>> results(1, x);
-    kernels::cpu::orthogonalizeColumns(results[0].data(), rows, cols, nullptr);
-#if MINIDP_WITH_CUDA
-    if (runtime::cudaAvailable()) {
-      Tensor device = Tensor::fromVector(x, {rows, cols}).to(Device::CUDA);
-      const Tensor scratch = Tensor::empty(
-          {static_cast<int64_t>(kernels::orthogonalizeScratchBytes(rows, cols) / 8 + 1)}, DType::F64, Device::CUDA);
-      kernels::cuda::orthogonalizeColumns(device.data<float>(), rows, cols, scratch.raw(), runtime::computeStream());
-      results.push_back(device.toVector<float>());
-    }
-#endif
-    for (const std::vector<float>& m : results) {
+    shapes.push_back({rows, cols});
+    inputs.push_back(x);
+  }
+  for (const auto& device : orthogonalizeAsOneBatch(inputs, shapes)) {
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      const std::vector<float>& m = device[k];
+      const int64_t cols = shapes[k].second;
       for (int64_t i = 0; i < cols; ++i) {
         for (int64_t j = i; j < cols; ++j) {
           double dot = 0;
@@ -289,6 +311,82 @@ TEST(LowRank, DependentColumnsComeOutZero) {
       }
     }
   }
+}
+
+// The three products of a factor, CUDA (our kernels up to rank 32, cuBLAS above) against the CPU's GEMM, at
+// ranks of every tile width and shapes that are multiples of nothing (one and several row blocks).
+TEST(LowRank, ProductsMatchTheCpu) {
+#if MINIDP_WITH_CUDA
+  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  for (const auto& [n, m, r] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {1, 5, 1}, {37, 300, 2}, {300, 37, 3}, {1000, 769, 8}, {5000, 333, 13}, {77, 3001, 32}, {90, 70, 40}}) {
+    SCOPED_TRACE(std::to_string(n) + "x" + std::to_string(m) + " rank " + std::to_string(r));
+    const Tensor M = testing::randomTensor({n, m}, 1 + n, -1, 1, DType::F32);
+    const Tensor Q = testing::randomTensor({m, r}, 2 + m, -1, 1, DType::F32);
+    const Tensor P = testing::randomTensor({n, r}, 3 + r, -1, 1, DType::F32);
+    std::vector<float> p(n * r), q(m * r), e(n * m);
+    kernels::cpu::projectRows(M.data<float>(), Q.data<float>(), p.data(), n, m, r);
+    kernels::cpu::projectColumns(M.data<float>(), P.data<float>(), q.data(), n, m, r, nullptr);
+    kernels::cpu::expand(P.data<float>(), Q.data<float>(), e.data(), n, m, r);
+    const Tensor dM = M.to(Device::CUDA), dQ = Q.to(Device::CUDA), dP = P.to(Device::CUDA);
+    Tensor gp = Tensor::empty({n, r}, DType::F32, Device::CUDA), gq = Tensor::empty({m, r}, DType::F32, Device::CUDA);
+    Tensor ge = Tensor::empty({n, m}, DType::F32, Device::CUDA);
+    const Tensor scratch = Tensor::empty(
+        {static_cast<int64_t>(kernels::projectColumnsScratchBytes(n, m, r) / 4 + 1)}, DType::F32, Device::CUDA);
+    const cudaStream_t s = runtime::computeStream();
+    kernels::cuda::projectRows(dM.data<float>(), dQ.data<float>(), gp.data<float>(), n, m, r, s);
+    kernels::cuda::projectColumns(dM.data<float>(), dP.data<float>(), gq.data<float>(), n, m, r, scratch.raw(), s);
+    kernels::cuda::expand(dP.data<float>(), dQ.data<float>(), ge.data<float>(), n, m, r, s);
+    // fp32 sums of m, n and r products of numbers in [-1, 1]: within 1e-5 of the sum's size bound.
+    const auto near = [](const std::vector<float>& got, const std::vector<float>& want, double bound) {
+      double worst = 0;
+      for (size_t k = 0; k < want.size(); ++k) worst = std::max(worst, std::abs(double(got[k]) - want[k]));
+      EXPECT_LE(worst, 1e-5 * bound);
+    };
+    near(gp.toVector<float>(), p, double(m));
+    near(gq.toVector<float>(), q, double(n));
+    near(ge.toVector<float>(), e, double(r));
+  }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+// The packing of the uncompressed gradients and the error feedback, CUDA against the CPU twin bit for bit
+// (one rounding each: a sum, a quotient, a difference). 70 runs: more than one launch.
+TEST(LowRank, CopyRunsAndErrorFeedbackMatchTheCpu) {
+  const Tensor src = testing::randomTensor({5000}, 3, -2, 2, DType::F32);
+  std::vector<kernels::CopyRun> runs;
+  int64_t to = 0;
+  for (int64_t k = 0; k < 70; ++k) {
+    const int64_t count = (k * 37) % 61;
+    runs.push_back({k * 70, to, count});
+    to += count;
+  }
+  std::vector<float> cpuOut(to, -1.0f), grad = src.toVector<float>(), error(5000);
+  const std::vector<float> x = src.toVector<float>();
+  for (int64_t k = 0; k < 5000; ++k) error[k] = x[(k * 7) % 5000];
+  kernels::cpu::copyRuns(x.data(), cpuOut.data(), runs.data(), static_cast<int64_t>(runs.size()), 3.0f);
+  for (const kernels::CopyRun& run : runs) {
+    for (int64_t e = 0; e < run.count; ++e) ASSERT_EQ(cpuOut[run.to + e], x[run.from + e] / 3.0f);
+  }
+  std::vector<float> cpuGrad = grad, cpuError = error;
+  kernels::cpu::addAndKeep(cpuGrad.data(), cpuError.data(), 5000);
+  for (int64_t k = 0; k < 5000; ++k) {
+    ASSERT_EQ(cpuGrad[k], grad[k] + error[k]);
+    ASSERT_EQ(cpuError[k], cpuGrad[k]);
+  }
+#if MINIDP_WITH_CUDA
+  if (!runtime::cudaAvailable()) return;  // the CPU twin checked above
+  Tensor dsrc = src.to(Device::CUDA), dout = Tensor::fromVector(std::vector<float>(to, -1.0f), {to}).to(Device::CUDA);
+  kernels::cuda::copyRuns(dsrc.data<float>(), dout.data<float>(), runs.data(), static_cast<int64_t>(runs.size()),
+                          3.0f, runtime::computeStream());
+  EXPECT_EQ(dout.toVector<float>(), cpuOut);
+  Tensor dgrad = Tensor::fromVector(grad, {5000}).to(Device::CUDA), derror = Tensor::fromVector(error, {5000}).to(Device::CUDA);
+  kernels::cuda::addAndKeep(dgrad.data<float>(), derror.data<float>(), 5000, runtime::computeStream());
+  EXPECT_EQ(dgrad.toVector<float>(), cpuGrad);
+  EXPECT_EQ(derror.toVector<float>(), cpuError);
+#endif
 }
 
 }  // namespace

@@ -3,12 +3,15 @@
 // gradient viewed as a matrix M (n = its first extent, m = the rest) of rank r' = min(n, m, r) is compressed
 // when (n + m) r' x min_rate < n m; the others (all 1-D ones) travel uncompressed. For the first start_iter
 // steps every bucket is averaged as it is. Then, per bucket and step, on the comm stream (thread):
-//   1. error feedback: bucket += e; keep a copy of it;
-//   2. the uncompressed gradients packed into U, all-reduced (average);
-//   3. per matrix: Q orthogonalised (Gram-Schmidt), P = M Q; every P all-reduced (sum);
+//   1. error feedback: bucket += e, and e keeps a copy of it;
+//   2. the uncompressed gradients packed into U; per matrix, Q orthogonalised, P = M Q;
+//   3. U and every P all-reduced as one sum (U and P are contiguous);
 //   4. P orthogonalised, Q = M^T P; every Q all-reduced (average), kept as next step's warm start;
-//   5. M = P Q^T and U written back into the bucket; e = copy - bucket (over the whole bucket).
+//   5. M = P Q^T and U / world written back into the bucket; e = e - bucket (over the whole bucket).
 // Every rank ends with the same bits: P, Q and U are reduced, and the decompression is the same everywhere.
+// The local work is batched per bucket (kernels/low_rank.h): one orthogonalisation of all its factors, one
+// packing of U, one pass of error feedback in and one out; the three products are kernels of our own per
+// matrix (each reads or writes M once).
 // The state (e per rank, Q, the step) is the hook's and goes into checkpoints, keyed by parameter name.
 #include <algorithm>
 #include <cmath>
@@ -19,7 +22,6 @@
 #include "framework/tensor/dispatch.h"
 #include "kernels/elementwise.h"
 #include "kernels/low_rank.h"
-#include "kernels/matmul.h"
 
 namespace minidp::distributed {
 
@@ -39,10 +41,12 @@ struct Matrix {
 /// A bucket's plan and its buffers (allocated once per plan).
 struct BucketState {
   std::vector<Matrix> matrices;
-  Tensor p, q, u;   // packed factors and uncompressed gradients
-  Tensor scratch;   // the orthogonalisation's (kernels::orthogonalizeScratchBytes of the largest factor)
-  Tensor copy;      // the bucket after error feedback
+  Tensor up;        // U (the uncompressed gradients, packed), then every P: one all-reduce
+  Tensor u, p, q;   // views: U and P in up; the packed Q factors
+  Tensor scratch;   // the orthogonalisation's (kernels::orthogonalizeScratchBytes of the larger batch)
   Tensor error;     // e, the error feedback (zero until the first compressed step)
+  std::vector<kernels::Factor> ps, qs;  // the P and Q factors, for the batched orthogonalisation
+  std::vector<kernels::CopyRun> pack;   // bucket -> U; unpacking swaps from and to
 };
 
 /// N(0, 1) draws from a generator seeded by (seed, name): the same matrix on every rank.
@@ -78,7 +82,8 @@ class PowerSgdHook : public CommHook {
   void setup(const std::vector<GradBucket>& buckets, Communicator&) override {
     // The state moves to the new plan by parameter name: e and Q keep their values across a re-plan.
     std::map<std::string, Tensor> errors, qs;
-    for (const BucketState& b : buckets_) {
+    for (const std::shared_ptr<BucketState>& held : buckets_) {
+      const BucketState& b = *held;
       for (const Matrix& mx : b.matrices) {
         errors[mx.entry.name] = Tensor::alias(b.error, mx.entry.offset, mx.entry.shape).clone();
         if (mx.r > 0) qs[mx.entry.name] = Tensor::alias(b.q, mx.q, {mx.m, mx.r}).clone();
@@ -91,7 +96,8 @@ class PowerSgdHook : public CommHook {
       MINIDP_CHECK(g.buffer.dtype() == DType::F32,
                    "--comm-hook powersgd needs fp32 gradients, bucket " << g.index << " holds "
                                                                         << dtypeName(g.buffer.dtype()));
-      BucketState b;
+      auto held = std::make_shared<BucketState>();
+      BucketState& b = *held;
       int64_t p = 0, q = 0, u = 0;
       for (const BucketEntry& e : g.entries) {
         Matrix mx{e};
@@ -113,18 +119,27 @@ class PowerSgdHook : public CommHook {
         b.matrices.push_back(mx);
       }
       const Device device = g.buffer.device();
-      size_t scratchBytes = 0;
+      b.up = Tensor::empty({u + p}, DType::F32, device);
+      b.u = Tensor::alias(b.up, 0, {u});
+      b.p = Tensor::alias(b.up, u, {p});
+      b.q = Tensor::zeros({q}, DType::F32, device);
+      b.error = Tensor::zeros({g.buffer.numel()}, DType::F32, device);
       for (const Matrix& mx : b.matrices) {
-        if (mx.r == 0) continue;
-        scratchBytes = std::max({scratchBytes, kernels::orthogonalizeScratchBytes(mx.n, mx.r),
-                                 kernels::orthogonalizeScratchBytes(mx.m, mx.r)});
+        if (mx.r == 0) {
+          b.pack.push_back({mx.entry.offset, mx.u, mx.entry.numel()});
+          continue;
+        }
+        b.ps.push_back({b.p.data<float>() + mx.p, mx.n, mx.r});
+        b.qs.push_back({b.q.data<float>() + mx.q, mx.m, mx.r});
+      }
+      // The stream runs one of them at a time: the scratch is the largest.
+      size_t scratchBytes =
+          std::max(kernels::orthogonalizeScratchBytes(b.ps.data(), static_cast<int64_t>(b.ps.size())),
+                   kernels::orthogonalizeScratchBytes(b.qs.data(), static_cast<int64_t>(b.qs.size())));
+      for (const Matrix& mx : b.matrices) {
+        if (mx.r > 0) scratchBytes = std::max(scratchBytes, kernels::projectColumnsScratchBytes(mx.n, mx.m, mx.r));
       }
       b.scratch = Tensor::empty({static_cast<int64_t>((scratchBytes + 7) / 8)}, DType::F64, device);
-      b.p = Tensor::empty({p}, DType::F32, device);
-      b.q = Tensor::zeros({q}, DType::F32, device);
-      b.u = Tensor::empty({u}, DType::F32, device);
-      b.copy = Tensor::empty({g.buffer.numel()}, DType::F32, device);
-      b.error = Tensor::zeros({g.buffer.numel()}, DType::F32, device);
       for (Matrix& mx : b.matrices) {
         if (auto it = errors.find(mx.entry.name); it != errors.end()) {
           Tensor::alias(b.error, mx.entry.offset, mx.entry.shape).copyFrom(it->second);
@@ -137,59 +152,55 @@ class PowerSgdHook : public CommHook {
           q.copyFrom(Tensor::fromVector(normalDraws(opts_.seed, mx.entry.name, mx.m * mx.r), q.shape()).to(device));
         }
       }
-      buckets_.push_back(std::move(b));
+      buckets_.push_back(std::move(held));
     }
   }
 
   std::shared_ptr<Work> reduce(const GradBucket& bucket, Communicator& comm) override {
     const std::string tag = "bucket " + std::to_string(bucket.index);
     if (step_ < opts_.powersgdStartIter) return comm.allReduce(bucket.buffer, ReduceOp::Avg, tag);
-    const BucketState& b = buckets_.at(bucket.index);
-    Tensor grad = bucket.buffer, p = b.p, q = b.q, u = b.u, copy = b.copy, error = b.error, scratch = b.scratch;
-    const std::vector<Matrix> matrices = b.matrices;
-    const bool anyCompressed = p.numel() > 0;
+    const std::shared_ptr<const BucketState> plan = buckets_.at(bucket.index);
+    const BucketState& b = *plan;
+    Tensor grad = bucket.buffer, up = b.up, u = b.u, p = b.p, q = b.q, error = b.error, scratch = b.scratch;
+    const int world = comm.worldSize();
     std::vector<std::shared_ptr<Work>> works;
     works.push_back(comm.enqueue(tag + " compress", grad, [=](cudaStream_t s) mutable {
-      MINIDP_LAUNCH_ON(s, grad, addInPlace<float>, grad.data<float>(), error.data<float>(), grad.numel());
-      copy.copyFrom(grad, s);
-      for (const Matrix& mx : matrices) {
-        if (mx.r == 0) {
-          Tensor::alias(u, mx.u, {mx.entry.numel()}).copyFrom(Tensor::alias(grad, mx.entry.offset, {mx.entry.numel()}), s);
-          continue;
-        }
-        float* qm = q.data<float>() + mx.q;
-        MINIDP_LAUNCH_ON(s, grad, orthogonalizeColumns, qm, mx.m, mx.r, scratch.raw());
-        // P (n, r) = M (n, m) @ Q (m, r)
-        MINIDP_LAUNCH_ON(s, grad, gemm<float>, false, false, mx.n, mx.r, mx.m, 1.0f,
-                         grad.data<float>() + mx.entry.offset, 0, qm, 0, 0.0f, p.data<float>() + mx.p, 0, 1);
+      MINIDP_LAUNCH_ON(s, grad, addAndKeep, grad.data<float>(), error.data<float>(), grad.numel());
+      MINIDP_LAUNCH_ON(s, grad, copyRuns, grad.data<float>(), u.data<float>(), plan->pack.data(),
+                       static_cast<int64_t>(plan->pack.size()), 1.0f);
+      MINIDP_LAUNCH_ON(s, grad, orthogonalizeBatch, plan->qs.data(), static_cast<int64_t>(plan->qs.size()),
+                       scratch.raw());
+      for (const Matrix& mx : plan->matrices) {
+        if (mx.r == 0) continue;
+        MINIDP_LAUNCH_ON(s, grad, projectRows, grad.data<float>() + mx.entry.offset, q.data<float>() + mx.q,
+                         p.data<float>() + mx.p, mx.n, mx.m, mx.r);
       }
     }));
-    if (u.numel() > 0) works.push_back(comm.allReduce(u, ReduceOp::Avg, tag + " uncompressed"));
-    if (anyCompressed) {
-      works.push_back(comm.allReduce(p, ReduceOp::Sum, tag + " P"));
+    // PyTorch sums U and divides it afterwards (unpacking below), and sums P before orthogonalising it.
+    if (up.numel() > 0) works.push_back(comm.allReduce(up, ReduceOp::Sum, tag + " U and P"));
+    if (!plan->ps.empty()) {
       works.push_back(comm.enqueue(tag + " Q", grad, [=](cudaStream_t s) mutable {
-        for (const Matrix& mx : matrices) {
+        MINIDP_LAUNCH_ON(s, grad, orthogonalizeBatch, plan->ps.data(), static_cast<int64_t>(plan->ps.size()),
+                         scratch.raw());
+        for (const Matrix& mx : plan->matrices) {
           if (mx.r == 0) continue;
-          float* pm = p.data<float>() + mx.p;
-          MINIDP_LAUNCH_ON(s, grad, orthogonalizeColumns, pm, mx.n, mx.r, scratch.raw());
-          // Q (m, r) = M^T (m, n) @ P (n, r)
-          MINIDP_LAUNCH_ON(s, grad, gemm<float>, true, false, mx.m, mx.r, mx.n, 1.0f,
-                           grad.data<float>() + mx.entry.offset, 0, pm, 0, 0.0f, q.data<float>() + mx.q, 0, 1);
+          MINIDP_LAUNCH_ON(s, grad, projectColumns, grad.data<float>() + mx.entry.offset, p.data<float>() + mx.p,
+                           q.data<float>() + mx.q, mx.n, mx.m, mx.r, scratch.raw());
         }
       }));
       works.push_back(comm.allReduce(q, ReduceOp::Avg, tag + " Q"));
     }
     works.push_back(comm.enqueue(tag + " decompress", grad, [=](cudaStream_t s) mutable {
-      for (const Matrix& mx : matrices) {
-        if (mx.r == 0) {
-          Tensor::alias(grad, mx.entry.offset, {mx.entry.numel()}).copyFrom(Tensor::alias(u, mx.u, {mx.entry.numel()}), s);
-          continue;
-        }
-        // M (n, m) = P (n, r) @ Q^T (r, m)
-        MINIDP_LAUNCH_ON(s, grad, gemm<float>, false, true, mx.n, mx.m, mx.r, 1.0f, p.data<float>() + mx.p, 0,
-                         q.data<float>() + mx.q, 0, 0.0f, grad.data<float>() + mx.entry.offset, 0, 1);
+      for (const Matrix& mx : plan->matrices) {
+        if (mx.r == 0) continue;
+        MINIDP_LAUNCH_ON(s, grad, expand, p.data<float>() + mx.p, q.data<float>() + mx.q,
+                         grad.data<float>() + mx.entry.offset, mx.n, mx.m, mx.r);
       }
-      MINIDP_LAUNCH_ON(s, grad, subtract, copy.data<float>(), grad.data<float>(), error.data<float>(), grad.numel());
+      std::vector<kernels::CopyRun> unpack = plan->pack;
+      for (kernels::CopyRun& run : unpack) std::swap(run.from, run.to);
+      MINIDP_LAUNCH_ON(s, grad, copyRuns, u.data<float>(), grad.data<float>(), unpack.data(),
+                       static_cast<int64_t>(unpack.size()), static_cast<float>(world));
+      MINIDP_LAUNCH_ON(s, grad, subtract, error.data<float>(), grad.data<float>(), error.data<float>(), grad.numel());
     }));
     return std::make_shared<WorkChain>(tag, grad.nbytes(), std::move(works));
   }
@@ -201,7 +212,7 @@ class PowerSgdHook : public CommHook {
     HookState out;
     out.emplace_back(kStep, Tensor::fromVector(std::vector<double>{static_cast<double>(step_)}, {1}));
     for (size_t k = 0; k < buckets_.size(); ++k) {
-      const BucketState& b = buckets_[k];
+      const BucketState& b = *buckets_[k];
       // Every rank's error feedback, for rank 0 to write: (world, bucket) in rank order.
       Tensor errors = Tensor::empty({world * b.error.numel()}, DType::F32, b.error.device());
       comm.allGather(b.error, errors, "gather powersgd error " + std::to_string(k))->wait();
@@ -225,7 +236,8 @@ class PowerSgdHook : public CommHook {
     const Tensor step = find(kStep);
     if (step.defined()) step_ = static_cast<int64_t>(step.toDType(DType::F64).toVector<double>()[0]);
     const int world = comm.worldSize(), rank = comm.rank();
-    for (BucketState& b : buckets_) {
+    for (const std::shared_ptr<BucketState>& held : buckets_) {
+      BucketState& b = *held;
       for (const Matrix& mx : b.matrices) {
         const Tensor e = find(errorName(mx.entry.name));
         if (e.defined()) {
@@ -251,7 +263,7 @@ class PowerSgdHook : public CommHook {
  private:
   CommHookOptions opts_;
   int64_t step_ = 0;
-  std::vector<BucketState> buckets_;
+  std::vector<std::shared_ptr<BucketState>> buckets_;  // shared with the work in flight
 };
 
 }  // namespace
