@@ -197,34 +197,37 @@ __global__ void choleskyBatchKernel(CholeskyBatch batch, double* scratch) {
   for (int e = lane; e < cols * cols; e += 32) rinv[e] = static_cast<float>(inv[e / cols][e % cols]);
 }
 
-/// Each block: its rows of one factor times R^{-1}, one row per thread at a time.
+/// Each block: kGramRowsPerBlock / kApplySplit rows of one factor times R^{-1}, a row per thread; R is the
+/// batch's widest factor rounded up to a power of two.
+constexpr int kApplySplit = kGramRowsPerBlock / kGramThreads;
+
+template <int R>
 __global__ void applyBatchKernel(CholeskyBatch batch, const double* scratch) {
-  __shared__ float inv[kMaxGramCols * kMaxGramCols];
-  const int t = factorOfBlock(batch, blockIdx.x);
+  __shared__ float inv[R * R];
+  const int gramBlock = blockIdx.x / kApplySplit, part = blockIdx.x % kApplySplit;
+  const int t = factorOfBlock(batch, gramBlock);
   const Factor f = batch.factors[t];
   const int cols = static_cast<int>(f.cols), pairs = cols * (cols + 1) / 2;
   const int blocks = batch.firstBlock[t + 1] - batch.firstBlock[t];
   const float* rinv = reinterpret_cast<const float*>(scratch + batch.offset[t] + static_cast<int64_t>(blocks) * pairs);
-  for (int e = threadIdx.x; e < cols * cols; e += blockDim.x) inv[e] = rinv[e];
+  for (int e = threadIdx.x; e < R * R; e += blockDim.x) {
+    const int k = e / R, j = e % R;
+    inv[e] = k < cols && j < cols ? rinv[k * cols + j] : 0.0f;
+  }
   __syncthreads();
-  const int64_t first = static_cast<int64_t>(blockIdx.x - batch.firstBlock[t]) * kGramRowsPerBlock;
-  const int64_t last = min(f.rows, first + kGramRowsPerBlock);
-  for (int64_t row = first + threadIdx.x; row < last; row += blockDim.x) {
-    float* m = f.m + row * cols;
-    float x[kMaxGramCols], y[kMaxGramCols];
+  const int64_t row = static_cast<int64_t>(gramBlock - batch.firstBlock[t]) * kGramRowsPerBlock +
+                      static_cast<int64_t>(part) * kGramThreads + threadIdx.x;
+  if (row >= f.rows) return;
+  float* m = f.m + row * cols;
+  float x[R];
 #pragma unroll
-    for (int k = 0; k < kMaxGramCols; ++k) x[k] = k < cols ? m[k] : 0.0f;
+  for (int k = 0; k < R; ++k) x[k] = k < cols ? m[k] : 0.0f;
 #pragma unroll
-    for (int j = 0; j < kMaxGramCols; ++j) {
-      double v = 0;
+  for (int j = 0; j < R; ++j) {
+    double v = 0;
 #pragma unroll
-      for (int k = 0; k <= j; ++k) v += static_cast<double>(x[k]) * (j < cols ? inv[k * cols + j] : 0.0f);
-      y[j] = static_cast<float>(v);
-    }
-#pragma unroll
-    for (int j = 0; j < kMaxGramCols; ++j) {
-      if (j < cols) m[j] = y[j];
-    }
+    for (int k = 0; k <= j; ++k) v += static_cast<double>(x[k]) * inv[k * R + j];
+    if (j < cols) m[j] = static_cast<float>(v);
   }
 }
 
@@ -234,27 +237,13 @@ struct RunBatch {
   int count;
 };
 
-__global__ void copyRunsKernel(const float* src, float* dst, RunBatch batch, float divisor) {
+__global__ void copyRunsKernel(const float* src, float* dst, RunBatch batch, float divisor, float* error) {
   const CopyRun run = batch.runs[blockIdx.y];
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < run.count;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    dst[run.to + k] = src[run.from + k] / divisor;
-  }
-}
-
-__global__ void addAndKeepKernel(float* grad, float* error, int64_t n) {
-  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
-       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float v = grad[k] + error[k];
-    grad[k] = v;
-    error[k] = v;
-  }
-}
-
-__global__ void subtractKernel(const float* a, const float* b, float* out, int64_t n) {
-  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
-       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    out[k] = a[k] - b[k];
+    const float v = src[run.from + k] / divisor;
+    dst[run.to + k] = v;
+    if (error) error[run.to + k] -= v;
   }
 }
 
@@ -277,7 +266,31 @@ __global__ void projectRowsKernel(const float* M, const float* Q, float* P, int6
 #pragma unroll
     for (int j = 0; j < R; ++j) acc[i][j] = 0;
   }
-  for (int64_t k = lane; k < m; k += 32) {
+  // kUnroll columns per lane per pass: the loads of a pass are issued before its products.
+  constexpr int kUnroll = R >= 32 ? 1 : R >= 16 ? 2 : 4;  // within 255 registers
+  int64_t k = lane;
+  for (; k + 32 * (kUnroll - 1) < m; k += 32 * kUnroll) {
+    float x[kUnroll][kProjectRowsPerWarp];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int i = 0; i < kProjectRowsPerWarp; ++i) {
+        x[u][i] = row0 + i < n ? __ldg(M + (row0 + i) * m + k + 32 * u) : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      float q[R];
+#pragma unroll
+      for (int j = 0; j < R; ++j) q[j] = j < r ? __ldg(Q + (k + 32 * u) * r + j) : 0.0f;
+#pragma unroll
+      for (int i = 0; i < kProjectRowsPerWarp; ++i) {
+#pragma unroll
+        for (int j = 0; j < R; ++j) acc[i][j] = fmaf(x[u][i], q[j], acc[i][j]);
+      }
+    }
+  }
+  for (; k < m; k += 32) {
     float q[R];
 #pragma unroll
     for (int j = 0; j < R; ++j) q[j] = j < r ? __ldg(Q + k * r + j) : 0.0f;
@@ -320,7 +333,19 @@ __global__ void projectColumnsKernel(const float* M, const float* P, float* out,
     }
     __syncthreads();
     if (k < m) {
-      for (int i = 0; i < rows; ++i) {
+      // Four rows per pass, their loads issued first; the products still in row order.
+      int i = 0;
+      for (; i + 4 <= rows; i += 4) {
+        float x[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) x[u] = __ldg(M + (base + i + u) * m + k);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+#pragma unroll
+          for (int j = 0; j < R; ++j) acc[j] = fmaf(x[u], p[i + u][j], acc[j]);
+        }
+      }
+      for (; i < rows; ++i) {
         const float x = __ldg(M + (base + i) * m + k);
 #pragma unroll
         for (int j = 0; j < R; ++j) acc[j] = fmaf(x, p[i][j], acc[j]);
@@ -348,7 +373,7 @@ __global__ void projectColumnsSumKernel(const float* partials, float* Q, int64_t
 /// M = P Q^T: block (x, y) writes rows [kExpandRows y, ...) x columns [256 x, ...), a thread per column
 /// holding its Q row, P's rows from shared memory.
 template <int R>
-__global__ void expandKernel(const float* P, const float* Q, float* M, int64_t n, int64_t m, int r) {
+__global__ void expandKernel(const float* P, const float* Q, float* M, float* error, int64_t n, int64_t m, int r) {
   __shared__ float p[kExpandRows][R];
   const int64_t k = static_cast<int64_t>(blockIdx.x) * kProductThreads + threadIdx.x;
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kExpandRows;
@@ -367,6 +392,7 @@ __global__ void expandKernel(const float* P, const float* Q, float* M, int64_t n
 #pragma unroll
     for (int j = 0; j < R; ++j) v = fmaf(p[i][j], q[j], v);
     M[(row0 + i) * m + k] = v;
+    if (error) error[(row0 + i) * m + k] -= v;
   }
 }
 
@@ -401,7 +427,12 @@ void orthogonalizeBatch(const Factor* factors, int64_t count, void* scratch, cud
     CUDA_CHECK_LAUNCH();
     choleskyBatchKernel<<<batch.count, 32, 0, stream>>>(batch, doubles);
     CUDA_CHECK_LAUNCH();
-    applyBatchKernel<<<blocks, kGramThreads, 0, stream>>>(batch, doubles);
+    int widest = 1;
+    for (int k = 0; k < batch.count; ++k) widest = std::max(widest, static_cast<int>(batch.factors[k].cols));
+    withRankTile(widest, [&](auto tile) {
+      constexpr int R = decltype(tile)::value;
+      applyBatchKernel<R><<<blocks * kApplySplit, kGramThreads, 0, stream>>>(batch, doubles);
+    });
     CUDA_CHECK_LAUNCH();
     batch = CholeskyBatch{};
   };
@@ -429,7 +460,8 @@ void orthogonalizeBatch(const Factor* factors, int64_t count, void* scratch, cud
   flush();
 }
 
-void copyRuns(const float* src, float* dst, const CopyRun* runs, int64_t count, float divisor, cudaStream_t stream) {
+void copyRuns(const float* src, float* dst, const CopyRun* runs, int64_t count, float divisor, float* error,
+              cudaStream_t stream) {
   for (int64_t first = 0; first < count; first += kBatchMax) {
     RunBatch batch{};
     int64_t longest = 0;
@@ -439,21 +471,9 @@ void copyRuns(const float* src, float* dst, const CopyRun* runs, int64_t count, 
     }
     if (longest == 0) continue;
     const dim3 grid(std::min<unsigned>(gridFor(longest, 256), 64), batch.count);
-    copyRunsKernel<<<grid, 256, 0, stream>>>(src, dst, batch, divisor);
+    copyRunsKernel<<<grid, 256, 0, stream>>>(src, dst, batch, divisor, error);
     CUDA_CHECK_LAUNCH();
   }
-}
-
-void addAndKeep(float* grad, float* error, int64_t n, cudaStream_t stream) {
-  if (n == 0) return;
-  addAndKeepKernel<<<gridFor(n, 256), 256, 0, stream>>>(grad, error, n);
-  CUDA_CHECK_LAUNCH();
-}
-
-void subtract(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream) {
-  if (n == 0) return;
-  subtractKernel<<<gridFor(n, 256), 256, 0, stream>>>(a, b, out, n);
-  CUDA_CHECK_LAUNCH();
 }
 
 void projectRows(const float* M, const float* Q, float* P, int64_t n, int64_t m, int64_t r, cudaStream_t stream) {
@@ -485,14 +505,19 @@ void projectColumns(const float* M, const float* P, float* Q, int64_t n, int64_t
   CUDA_CHECK_LAUNCH();
 }
 
-void expand(const float* P, const float* Q, float* M, int64_t n, int64_t m, int64_t r, cudaStream_t stream) {
+void expand(const float* P, const float* Q, float* M, float* error, int64_t n, int64_t m, int64_t r,
+            cudaStream_t stream) {
   if (n == 0 || m == 0) return;
-  if (r > kGramMaxCols) return gemm<float>(false, true, n, m, r, 1.0f, P, 0, Q, 0, 0.0f, M, 0, 1, stream);
+  if (r > kGramMaxCols) {
+    gemm<float>(false, true, n, m, r, 1.0f, P, 0, Q, 0, 0.0f, M, 0, 1, stream);
+    if (error) gemm<float>(false, true, n, m, r, -1.0f, P, 0, Q, 0, 1.0f, error, 0, 1, stream);
+    return;
+  }
   const dim3 grid(static_cast<unsigned>((m + kProductThreads - 1) / kProductThreads),
                   static_cast<unsigned>((n + kExpandRows - 1) / kExpandRows));
   withRankTile(r, [&](auto tile) {
     constexpr int R = decltype(tile)::value;
-    expandKernel<R><<<grid, kProductThreads, 0, stream>>>(P, Q, M, n, m, static_cast<int>(r));
+    expandKernel<R><<<grid, kProductThreads, 0, stream>>>(P, Q, M, error, n, m, static_cast<int>(r));
   });
   CUDA_CHECK_LAUNCH();
 }

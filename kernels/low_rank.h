@@ -55,19 +55,17 @@ inline size_t projectColumnsScratchBytes(int64_t n, int64_t m, int64_t r) {
 #define MINIDP_LOW_RANK_DECLARATIONS(...)                                                                    \
   /* Orthonormalises the columns of every factor in place (the array itself is host memory). */            \
   void orthogonalizeBatch(const Factor* factors, int64_t count, void* scratch __VA_ARGS__);                 \
-  /* The runs (host memory) of dst = src / divisor, element by element (divisor 1: a copy). */              \
-  void copyRuns(const float* src, float* dst, const CopyRun* runs, int64_t count, float divisor __VA_ARGS__); \
-  /* Error feedback in: grad += error, then error = grad (the bucket as it will be compressed). */         \
-  void addAndKeep(float* grad, float* error, int64_t n __VA_ARGS__);                                        \
-  /* out = a - b, element by element (out may be a). */                                                     \
-  void subtract(const float* a, const float* b, float* out, int64_t n __VA_ARGS__);                          \
+  /* The runs (host memory) of dst = src / divisor, element by element (divisor 1: a copy); where error */  \
+  /* is not null, also error[to + k] -= the value written. */                                                \
+  void copyRuns(const float* src, float* dst, const CopyRun* runs, int64_t count, float divisor, float* error \
+                __VA_ARGS__);                                                                               \
   /* P (n, r) = M (n, m) Q (m, r), all row-major. */                                                        \
   void projectRows(const float* M, const float* Q, float* P, int64_t n, int64_t m, int64_t r __VA_ARGS__);   \
   /* Q (m, r) = M^T P for M (n, m), P (n, r); scratch: projectColumnsScratchBytes(n, m, r) bytes. */         \
   void projectColumns(const float* M, const float* P, float* Q, int64_t n, int64_t m, int64_t r, void* scratch \
                       __VA_ARGS__);                                                                         \
-  /* M (n, m) = P (n, r) Q^T for Q (m, r). */                                                               \
-  void expand(const float* P, const float* Q, float* M, int64_t n, int64_t m, int64_t r __VA_ARGS__);
+  /* M (n, m) = P (n, r) Q^T for Q (m, r); where error is not null (laid out as M), error -= M too. */      \
+  void expand(const float* P, const float* Q, float* M, float* error, int64_t n, int64_t m, int64_t r __VA_ARGS__);
 
 namespace cpu {
 /// Each factor as PyTorch's _orthogonalize_gram_schmidt with epsilon 0: for each column i in turn,

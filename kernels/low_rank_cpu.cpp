@@ -42,18 +42,13 @@ void orthogonalizeBatch(const Factor* factors, int64_t count, void*) {
   for (int64_t k = 0; k < count; ++k) orthogonalizeColumns(factors[k].m, factors[k].rows, factors[k].cols);
 }
 
-void copyRuns(const float* src, float* dst, const CopyRun* runs, int64_t count, float divisor) {
+void copyRuns(const float* src, float* dst, const CopyRun* runs, int64_t count, float divisor, float* error) {
   for (int64_t k = 0; k < count; ++k) {
-    for (int64_t e = 0; e < runs[k].count; ++e) dst[runs[k].to + e] = src[runs[k].from + e] / divisor;
+    for (int64_t e = runs[k].to; e < runs[k].to + runs[k].count; ++e) {
+      dst[e] = src[runs[k].from + e - runs[k].to] / divisor;
+      if (error) error[e] -= dst[e];
+    }
   }
-}
-
-void addAndKeep(float* grad, float* error, int64_t n) {
-  for (int64_t k = 0; k < n; ++k) error[k] = grad[k] = grad[k] + error[k];
-}
-
-void subtract(const float* a, const float* b, float* out, int64_t n) {
-  for (int64_t k = 0; k < n; ++k) out[k] = a[k] - b[k];
 }
 
 void projectRows(const float* M, const float* Q, float* P, int64_t n, int64_t m, int64_t r) {
@@ -64,8 +59,10 @@ void projectColumns(const float* M, const float* P, float* Q, int64_t n, int64_t
   gemm<float>(true, false, m, r, n, 1.0f, M, 0, P, 0, 0.0f, Q, 0, 1);
 }
 
-void expand(const float* P, const float* Q, float* M, int64_t n, int64_t m, int64_t r) {
+void expand(const float* P, const float* Q, float* M, float* error, int64_t n, int64_t m, int64_t r) {
   gemm<float>(false, true, n, m, r, 1.0f, P, 0, Q, 0, 0.0f, M, 0, 1);
+  if (!error) return;
+  for (int64_t k = 0; k < n * m; ++k) error[k] -= M[k];
 }
 
 }  // namespace minidp::kernels::cpu

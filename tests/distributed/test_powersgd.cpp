@@ -327,16 +327,18 @@ TEST(LowRank, ProductsMatchTheCpu) {
     std::vector<float> p(n * r), q(m * r), e(n * m);
     kernels::cpu::projectRows(M.data<float>(), Q.data<float>(), p.data(), n, m, r);
     kernels::cpu::projectColumns(M.data<float>(), P.data<float>(), q.data(), n, m, r, nullptr);
-    kernels::cpu::expand(P.data<float>(), Q.data<float>(), e.data(), n, m, r);
+    std::vector<float> err(n * m, 0.5f);
+    kernels::cpu::expand(P.data<float>(), Q.data<float>(), e.data(), err.data(), n, m, r);
     const Tensor dM = M.to(Device::CUDA), dQ = Q.to(Device::CUDA), dP = P.to(Device::CUDA);
     Tensor gp = Tensor::empty({n, r}, DType::F32, Device::CUDA), gq = Tensor::empty({m, r}, DType::F32, Device::CUDA);
     Tensor ge = Tensor::empty({n, m}, DType::F32, Device::CUDA);
+    Tensor gerr = Tensor::fromVector(std::vector<float>(n * m, 0.5f), {n, m}).to(Device::CUDA);
     const Tensor scratch = Tensor::empty(
         {static_cast<int64_t>(kernels::projectColumnsScratchBytes(n, m, r) / 4 + 1)}, DType::F32, Device::CUDA);
     const cudaStream_t s = runtime::computeStream();
     kernels::cuda::projectRows(dM.data<float>(), dQ.data<float>(), gp.data<float>(), n, m, r, s);
     kernels::cuda::projectColumns(dM.data<float>(), dP.data<float>(), gq.data<float>(), n, m, r, scratch.raw(), s);
-    kernels::cuda::expand(dP.data<float>(), dQ.data<float>(), ge.data<float>(), n, m, r, s);
+    kernels::cuda::expand(dP.data<float>(), dQ.data<float>(), ge.data<float>(), gerr.data<float>(), n, m, r, s);
     // fp32 sums of m, n and r products of numbers in [-1, 1]: within 1e-5 of the sum's size bound.
     const auto near = [](const std::vector<float>& got, const std::vector<float>& want, double bound) {
       double worst = 0;
@@ -346,14 +348,15 @@ TEST(LowRank, ProductsMatchTheCpu) {
     near(gp.toVector<float>(), p, double(m));
     near(gq.toVector<float>(), q, double(n));
     near(ge.toVector<float>(), e, double(r));
+    near(gerr.toVector<float>(), err, double(r));
   }
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif
 }
 
-// The packing of the uncompressed gradients and the error feedback, CUDA against the CPU twin bit for bit
-// (one rounding each: a sum, a quotient, a difference). 70 runs: more than one launch.
+// The packing and unpacking of the uncompressed gradients (with the error feedback), CUDA against the CPU
+// twin bit for bit (one rounding each: a quotient, a difference). 70 runs: more than one launch.
 TEST(LowRank, CopyRunsAndErrorFeedbackMatchTheCpu) {
   const Tensor src = testing::randomTensor({5000}, 3, -2, 2, DType::F32);
   std::vector<kernels::CopyRun> runs;
@@ -363,28 +366,28 @@ TEST(LowRank, CopyRunsAndErrorFeedbackMatchTheCpu) {
     runs.push_back({k * 70, to, count});
     to += count;
   }
-  std::vector<float> cpuOut(to, -1.0f), grad = src.toVector<float>(), error(5000);
+  std::vector<float> cpuOut(to, -1.0f);
   const std::vector<float> x = src.toVector<float>();
-  for (int64_t k = 0; k < 5000; ++k) error[k] = x[(k * 7) % 5000];
-  kernels::cpu::copyRuns(x.data(), cpuOut.data(), runs.data(), static_cast<int64_t>(runs.size()), 3.0f);
+  kernels::cpu::copyRuns(x.data(), cpuOut.data(), runs.data(), static_cast<int64_t>(runs.size()), 3.0f, nullptr);
   for (const kernels::CopyRun& run : runs) {
     for (int64_t e = 0; e < run.count; ++e) ASSERT_EQ(cpuOut[run.to + e], x[run.from + e] / 3.0f);
   }
-  std::vector<float> cpuGrad = grad, cpuError = error;
-  kernels::cpu::addAndKeep(cpuGrad.data(), cpuError.data(), 5000);
-  for (int64_t k = 0; k < 5000; ++k) {
-    ASSERT_EQ(cpuGrad[k], grad[k] + error[k]);
-    ASSERT_EQ(cpuError[k], cpuGrad[k]);
-  }
+  // With error feedback: error[to + k] -= the value written.
+  std::vector<float> cpuOut2(to, -1.0f), cpuError(to);
+  for (int64_t k = 0; k < to; ++k) cpuError[k] = x[(k * 7) % 5000];
+  const std::vector<float> error0 = cpuError;
+  kernels::cpu::copyRuns(x.data(), cpuOut2.data(), runs.data(), static_cast<int64_t>(runs.size()), 3.0f,
+                         cpuError.data());
+  for (int64_t k = 0; k < to; ++k) ASSERT_EQ(cpuError[k], error0[k] - cpuOut2[k]);
 #if MINIDP_WITH_CUDA
   if (!runtime::cudaAvailable()) return;  // the CPU twin checked above
   Tensor dsrc = src.to(Device::CUDA), dout = Tensor::fromVector(std::vector<float>(to, -1.0f), {to}).to(Device::CUDA);
   kernels::cuda::copyRuns(dsrc.data<float>(), dout.data<float>(), runs.data(), static_cast<int64_t>(runs.size()),
-                          3.0f, runtime::computeStream());
+                          3.0f, nullptr, runtime::computeStream());
   EXPECT_EQ(dout.toVector<float>(), cpuOut);
-  Tensor dgrad = Tensor::fromVector(grad, {5000}).to(Device::CUDA), derror = Tensor::fromVector(error, {5000}).to(Device::CUDA);
-  kernels::cuda::addAndKeep(dgrad.data<float>(), derror.data<float>(), 5000, runtime::computeStream());
-  EXPECT_EQ(dgrad.toVector<float>(), cpuGrad);
+  Tensor derror = Tensor::fromVector(error0, {to}).to(Device::CUDA);
+  kernels::cuda::copyRuns(dsrc.data<float>(), dout.data<float>(), runs.data(), static_cast<int64_t>(runs.size()),
+                          3.0f, derror.data<float>(), runtime::computeStream());
   EXPECT_EQ(derror.toVector<float>(), cpuError);
 #endif
 }

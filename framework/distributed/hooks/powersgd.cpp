@@ -3,15 +3,15 @@
 // gradient viewed as a matrix M (n = its first extent, m = the rest) of rank r' = min(n, m, r) is compressed
 // when (n + m) r' x min_rate < n m; the others (all 1-D ones) travel uncompressed. For the first start_iter
 // steps every bucket is averaged as it is. Then, per bucket and step, on the comm stream (thread):
-//   1. error feedback: bucket += e, and e keeps a copy of it;
+//   1. error feedback: M = bucket + e (kept in e's buffer);
 //   2. the uncompressed gradients packed into U; per matrix, Q orthogonalised, P = M Q;
 //   3. U and every P all-reduced as one sum (U and P are contiguous);
 //   4. P orthogonalised, Q = M^T P; every Q all-reduced (average), kept as next step's warm start;
-//   5. M = P Q^T and U / world written back into the bucket; e = e - bucket (over the whole bucket).
+//   5. P Q^T and U / world written into the bucket, and e = M - bucket (over the whole bucket).
 // Every rank ends with the same bits: P, Q and U are reduced, and the decompression is the same everywhere.
 // The local work is batched per bucket (kernels/low_rank.h): one orthogonalisation of all its factors, one
-// packing of U, one pass of error feedback in and one out; the three products are kernels of our own per
-// matrix (each reads or writes M once).
+// packing of U, one pass of error feedback in; the three products are kernels of our own per matrix (each
+// reads M once; the last writes the bucket and e together).
 // The state (e per rank, Q, the step) is the hook's and goes into checkpoints, keyed by parameter name.
 #include <algorithm>
 #include <cmath>
@@ -46,7 +46,7 @@ struct BucketState {
   Tensor scratch;   // the orthogonalisation's (kernels::orthogonalizeScratchBytes of the larger batch)
   Tensor error;     // e, the error feedback (zero until the first compressed step)
   std::vector<kernels::Factor> ps, qs;  // the P and Q factors, for the batched orthogonalisation
-  std::vector<kernels::CopyRun> pack;   // bucket -> U; unpacking swaps from and to
+  std::vector<kernels::CopyRun> pack, unpack;  // bucket -> U, U -> bucket
 };
 
 /// N(0, 1) draws from a generator seeded by (seed, name): the same matrix on every rank.
@@ -127,6 +127,7 @@ class PowerSgdHook : public CommHook {
       for (const Matrix& mx : b.matrices) {
         if (mx.r == 0) {
           b.pack.push_back({mx.entry.offset, mx.u, mx.entry.numel()});
+          b.unpack.push_back({mx.u, mx.entry.offset, mx.entry.numel()});
           continue;
         }
         b.ps.push_back({b.p.data<float>() + mx.p, mx.n, mx.r});
@@ -164,15 +165,17 @@ class PowerSgdHook : public CommHook {
     Tensor grad = bucket.buffer, up = b.up, u = b.u, p = b.p, q = b.q, error = b.error, scratch = b.scratch;
     const int world = comm.worldSize();
     std::vector<std::shared_ptr<Work>> works;
+    // M = grad + e is kept in e's buffer: the products read it there, and the decompression writes the
+    // bucket and takes what it wrote off e in the same pass.
     works.push_back(comm.enqueue(tag + " compress", grad, [=](cudaStream_t s) mutable {
-      MINIDP_LAUNCH_ON(s, grad, addAndKeep, grad.data<float>(), error.data<float>(), grad.numel());
-      MINIDP_LAUNCH_ON(s, grad, copyRuns, grad.data<float>(), u.data<float>(), plan->pack.data(),
-                       static_cast<int64_t>(plan->pack.size()), 1.0f);
+      MINIDP_LAUNCH_ON(s, grad, addInPlace<float>, error.data<float>(), grad.data<float>(), grad.numel());
+      MINIDP_LAUNCH_ON(s, grad, copyRuns, error.data<float>(), u.data<float>(), plan->pack.data(),
+                       static_cast<int64_t>(plan->pack.size()), 1.0f, nullptr);
       MINIDP_LAUNCH_ON(s, grad, orthogonalizeBatch, plan->qs.data(), static_cast<int64_t>(plan->qs.size()),
                        scratch.raw());
       for (const Matrix& mx : plan->matrices) {
         if (mx.r == 0) continue;
-        MINIDP_LAUNCH_ON(s, grad, projectRows, grad.data<float>() + mx.entry.offset, q.data<float>() + mx.q,
+        MINIDP_LAUNCH_ON(s, grad, projectRows, error.data<float>() + mx.entry.offset, q.data<float>() + mx.q,
                          p.data<float>() + mx.p, mx.n, mx.m, mx.r);
       }
     }));
@@ -184,7 +187,7 @@ class PowerSgdHook : public CommHook {
                          scratch.raw());
         for (const Matrix& mx : plan->matrices) {
           if (mx.r == 0) continue;
-          MINIDP_LAUNCH_ON(s, grad, projectColumns, grad.data<float>() + mx.entry.offset, p.data<float>() + mx.p,
+          MINIDP_LAUNCH_ON(s, grad, projectColumns, error.data<float>() + mx.entry.offset, p.data<float>() + mx.p,
                            q.data<float>() + mx.q, mx.n, mx.m, mx.r, scratch.raw());
         }
       }));
@@ -194,13 +197,11 @@ class PowerSgdHook : public CommHook {
       for (const Matrix& mx : plan->matrices) {
         if (mx.r == 0) continue;
         MINIDP_LAUNCH_ON(s, grad, expand, p.data<float>() + mx.p, q.data<float>() + mx.q,
-                         grad.data<float>() + mx.entry.offset, mx.n, mx.m, mx.r);
+                         grad.data<float>() + mx.entry.offset, error.data<float>() + mx.entry.offset, mx.n, mx.m,
+                         mx.r);
       }
-      std::vector<kernels::CopyRun> unpack = plan->pack;
-      for (kernels::CopyRun& run : unpack) std::swap(run.from, run.to);
-      MINIDP_LAUNCH_ON(s, grad, copyRuns, u.data<float>(), grad.data<float>(), unpack.data(),
-                       static_cast<int64_t>(unpack.size()), static_cast<float>(world));
-      MINIDP_LAUNCH_ON(s, grad, subtract, error.data<float>(), grad.data<float>(), error.data<float>(), grad.numel());
+      MINIDP_LAUNCH_ON(s, grad, copyRuns, u.data<float>(), grad.data<float>(), plan->unpack.data(),
+                       static_cast<int64_t>(plan->unpack.size()), static_cast<float>(world), error.data<float>());
     }));
     return std::make_shared<WorkChain>(tag, grad.nbytes(), std::move(works));
   }
