@@ -2,9 +2,10 @@
 # Every test: install what is missing, build, run the whole ctest suite (CUDA tests skip without a GPU;
 # distributed tests run under mpirun -np 2 and -np 3). Then, as a user would: install minidp into a
 # temporary prefix, build examples/custom_layer and examples/custom_hook against that installation alone, and
-# run their tests (the RMSNorm layer with minidp::testing, a 2-rank training run whose loss must fall, and a
-# 2-rank run with the example's top-k comm hook, overlap on and off byte-identical). Last, the CPU suite
-# again, built with AddressSanitizer and UndefinedBehaviorSanitizer in build-asan/ (MINIDP_SANITIZE=0 skips it).
+# run their tests (the RMSNorm layer with minidp::testing, a 2-rank training run whose loss must fall, and
+# 2-rank runs with the example's top-k comm hook: overlap on and off byte-identical, 10 + resume + 10 steps
+# byte-identical to 20). Last, the CPU suite again, built with AddressSanitizer and
+# UndefinedBehaviorSanitizer in build-asan/ (MINIDP_SANITIZE=0 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH="/usr/local/cuda/bin:$PATH"

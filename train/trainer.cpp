@@ -267,16 +267,15 @@ std::string sparseUsageProblem(const Options& o) {
   return {};
 }
 
-/// --comm-hook's refusals, as one line; empty when there is none.
+/// --comm-hook's refusals (the chosen hook's registry entry), as one line; empty when there is none.
 std::string hookUsageProblem(const Options& o) {
-  if (o.ddp.commHook.name != "powersgd") return {};
-  if (o.zero != 0) return "--comm-hook powersgd with --zero 1 is not supported (its factors are all-reduced, not sharded)";
-  if (o.cudaGraph) {
-    return "--comm-hook powersgd with --cuda-graph is not supported (its step counter chooses the collectives on the "
-           "host)";
-  }
-  if (o.dtype == "fp64") return "--comm-hook powersgd needs fp32 gradients: not with --dtype fp64";
-  return {};
+  distributed::HookUsage usage;
+  usage.zeroStage = o.zero;
+  usage.cudaGraph = o.cudaGraph;
+  usage.gradDType = o.dtype == "fp64" ? DType::F64 : DType::F32;  // --dtype bf16: fp32 parameters and gradients
+  usage.device = o.device == "cuda" ? Device::CUDA : Device::CPU;
+  usage.rowSparse = o.sparseEmbeddingGrad;
+  return distributed::findCommHook(o.ddp.commHook.name).usageProblem(usage);
 }
 
 /// The rules between the data, precision, bucket and file flags, as one line; empty when there is none.
@@ -549,9 +548,11 @@ void Trainer::chooseBucketCap() {
   for (const distributed::ParamInfo& p : ddp_->parameterInfos()) names.push_back(p.name);
   const distributed::BackwardProfile profile = distributed::profileFromStep(timer_.peek(true).back(), names);
   std::string report;
-  const double wire = opts_.ddp.commHook.name == "bf16" ? 0.5 : 1.0;
-  std::vector<distributed::ParamInfo> infos = ddp_->parameterInfos();
   const distributed::Reducer& reducer = ddp_->reducer();
+  // The bytes a bucket's byte puts on the wire, as its hook says (bf16: half).
+  const double wire = static_cast<double>(dtypeSize(reducer.hook().wireDType(session_.dtype))) /
+                      static_cast<double>(dtypeSize(session_.dtype));
+  std::vector<distributed::ParamInfo> infos = ddp_->parameterInfos();
   if (const int row = ddp_->rowBucket(); row >= 0) {
     // The row gather of the first step: each rank's rows (bytes in the gradient's dtype) all-gathered, the
     // (world - 1) x rows that an all-reduce of world / 2 x rows moves, plus the ids' gather's latency.

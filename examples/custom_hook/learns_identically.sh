@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Trains the MLP under `mpirun -np 2` with --comm-hook topk, overlap on and off: the two checkpoints are
 # byte-identical (every rank applies the same bits, whenever the buckets are launched), and the run learned
-# (test accuracy over 0.6; chance 0.1). Usage: learns_identically.sh MPIEXEC CUSTOM_HOOK_TRAIN
+# (test accuracy over 0.6; chance 0.1). Then 10 steps, --save, and --resume to 20 end with the bytes of 20
+# steps straight: the hook's error feedback continues from the checkpoint (a resume that restarted it from
+# zero would send other entries from step 11 on). Usage: learns_identically.sh MPIEXEC CUSTOM_HOOK_TRAIN
 set -euo pipefail
 mpiexec=$1 program=$2
 dir=$(mktemp -d)
@@ -15,4 +17,13 @@ cmp "$dir/on.safetensors" "$dir/off.safetensors" || { echo "FAIL: overlap on and
 grep -q '"world":2' "$dir/on.log" || { echo "FAIL: not a 2-rank run"; exit 1; }
 accuracy=$(grep -o '"test_accuracy":[0-9.e-]*' "$dir/on.log" | cut -d: -f2)
 awk -v acc="$accuracy" 'BEGIN { exit !(acc > 0.6) }' || { echo "FAIL: test accuracy $accuracy"; exit 1; }
-echo "PASS: overlap on == off to the byte, test accuracy $accuracy"
+resumable() {
+  "$mpiexec" -np 2 --oversubscribe "$program" --model mlp --comm-hook topk --hidden 64 --batch-size 32 \
+    --log-every 10 "$@" > /dev/null
+}
+resumable --steps 20 --save "$dir/full.safetensors"
+resumable --steps 10 --save "$dir/half.safetensors"
+resumable --steps 20 --resume "$dir/half.safetensors" --save "$dir/resumed.safetensors"
+grep -aq '"comm_hook.topk.error.' "$dir/half.safetensors" || { echo "FAIL: no topk error in the checkpoint"; exit 1; }
+cmp "$dir/full.safetensors" "$dir/resumed.safetensors" || { echo "FAIL: 10 + resume + 10 != 20 steps"; exit 1; }
+echo "PASS: overlap on == off to the byte, test accuracy $accuracy, 10 + resume + 10 == 20 steps to the byte"

@@ -3,12 +3,15 @@
 // largest magnitude (ids and values, all-gathered), keeps the rest as the next step's error, and every rank
 // adds all ranks' entries in rank order into zeros and divides by the world size: the same bits on every
 // rank, whenever the bucket is launched. This example selects on the host, so it serves CPU buckets (a CUDA
-// version would launch a selection kernel on the stream Communicator::enqueue hands its task).
+// version would launch a selection kernel on the stream Communicator::enqueue hands its task); its registry
+// entry refuses the runs it cannot serve before any work. Every rank's error goes into checkpoints, keyed by
+// parameter name, so a --resume continues exactly.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -38,6 +41,7 @@ class TopKHook : public dist::CommHook {
       const int64_t n = b.buffer.numel();
       const int64_t k = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(fraction_ * n)), 1, n);
       State s;
+      s.entries = b.entries;
       s.error = Tensor::zeros({n}, DType::F32, minidp::Device::CPU);
       s.ids = Tensor::empty({k}, DType::I32, minidp::Device::CPU);
       s.values = Tensor::empty({k}, DType::F32, minidp::Device::CPU);
@@ -84,18 +88,69 @@ class TopKHook : public dist::CommHook {
     return std::make_shared<dist::WorkChain>(tag, grad.nbytes(), std::move(works));
   }
 
+  /// Every rank's error, gathered for rank 0 to write: "topk.error.<parameter>", (world, its size) in rank
+  /// order. A collective: every rank calls it.
+  dist::HookState checkpointState(dist::Communicator& comm) override {
+    const int world = comm.worldSize();
+    dist::HookState out;
+    for (size_t b = 0; b < state_.size(); ++b) {
+      const State& s = state_[b];
+      const int64_t n = s.error.numel();
+      Tensor all = Tensor::empty({world * n}, DType::F32, minidp::Device::CPU);
+      comm.allGather(s.error, all, "gather topk error " + std::to_string(b))->wait();
+      if (comm.rank() != 0) continue;  // rank 0 writes the checkpoint
+      for (const dist::BucketEntry& e : s.entries) {
+        Tensor error = Tensor::empty({world, e.numel()}, DType::F32, minidp::Device::CPU);
+        for (int r = 0; r < world; ++r) {
+          Tensor::alias(error, r * e.numel(), {e.numel()}).copyFrom(Tensor::alias(all, r * n + e.offset, {e.numel()}));
+        }
+        out.emplace_back(errorName(e.name), error);
+      }
+    }
+    return out;
+  }
+
+  /// This rank's row of each saved error; a parameter the file holds none for keeps a zero error.
+  void restoreState(const std::function<Tensor(const std::string&)>& find, dist::Communicator& comm) override {
+    const int world = comm.worldSize(), rank = comm.rank();
+    for (State& s : state_) {
+      for (const dist::BucketEntry& e : s.entries) {
+        const Tensor saved = find(errorName(e.name));
+        if (!saved.defined()) continue;
+        MINIDP_CHECK(saved.numel() == world * e.numel(), "topk error of '"
+                                                             << e.name << "' was saved for "
+                                                             << saved.numel() / std::max<int64_t>(e.numel(), 1)
+                                                             << " ranks, this run has " << world);
+        Tensor::alias(s.error, e.offset, {e.numel()})
+            .copyFrom(Tensor::alias(saved.toDType(DType::F32), rank * e.numel(), {e.numel()}));
+      }
+    }
+  }
+
  private:
   struct State {
+    std::vector<dist::BucketEntry> entries;  // the bucket's parameters: where each one's error lives
     Tensor error, ids, values, allIds, allValues;
   };
+  static std::string errorName(const std::string& param) { return "topk.error." + param; }
   double fraction_;
   std::vector<State> state_;
 };
 
+/// The runs --comm-hook topk refuses, checked with the other flags (TopKHook::setup checks its buckets too,
+/// for a program that builds DDP itself).
+inline std::string topKUsageProblem(const dist::HookUsage& usage) {
+  if (usage.device != minidp::Device::CPU) return "--comm-hook topk selects on the host: not with --device cuda";
+  if (usage.gradDType != DType::F32) return "--comm-hook topk needs fp32 gradients: not with --dtype fp64";
+  if (usage.zeroStage != 0) return "--comm-hook topk all-gathers: not with --zero 1";
+  return {};
+}
+
 /// Makes --comm-hook topk available (call before the flags are parsed).
 inline void registerTopKHook(double fraction) {
   dist::registerCommHook({"topk", "the largest entries of each bucket, error feedback (examples/custom_hook)",
-                          [fraction](const dist::CommHookOptions&) { return std::make_unique<TopKHook>(fraction); }});
+                          [fraction](const dist::CommHookOptions&) { return std::make_unique<TopKHook>(fraction); },
+                          topKUsageProblem});
 }
 
 }  // namespace custom

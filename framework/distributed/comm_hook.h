@@ -61,6 +61,9 @@ class CommHook {
   virtual std::string name() const = 0;
   /// What a saved state must match to continue exactly: the name, and the settings its state depends on.
   virtual std::string signature() const { return name(); }
+  /// The dtype its collectives send gradients of dtype `grad` in (bf16 for bf16's fp32 buckets): what a
+  /// wrapping hook (rows) packs its own values in, and what --bucket-mb auto weighs a bucket's bytes by.
+  virtual DType wireDType(DType grad) const { return grad; }
   /// The reducer's plan (construction, rebuild): per-bucket buffers are allocated here, once per plan, and
   /// live as long as the hook (a comm stream never reads memory the allocator reused). A hook that cannot
   /// serve `buckets` (a reduction it does not do) throws, naming what.
@@ -102,18 +105,38 @@ struct CommHookOptions {
   uint64_t seed = 0;
 };
 
-/// One hook: its name, a one-line description for --help, and its factory.
+/// What a program knows of a run when it checks its flags, before any rank starts (so not the world size:
+/// a hook that depends on it refuses in setup()).
+struct HookUsage {
+  /// ZeRO stage (--zero): 1 reduce-scatters the buckets (Reduction::ReduceScatter).
+  int zeroStage = 0;
+  /// --cuda-graph: one captured step replayed, so choices the host makes per step are not replayed.
+  bool cudaGraph = false;
+  /// The gradients' dtype: F32, or F64 (--dtype fp64; --dtype bf16 keeps fp32 parameters and gradients).
+  DType gradDType = DType::F32;
+  /// Where the gradients live.
+  Device device = Device::CPU;
+  /// --sparse-embedding-grad: one parameter's bucket goes by rows (hooks/row_sparse.h), the rest to the hook.
+  bool rowSparse = false;
+};
+
+/// One hook: its name, a one-line description for --help, its factory, and the runs it refuses.
 struct CommHookEntry {
   std::string name;
   std::string description;
   std::function<std::unique_ptr<CommHook>(const CommHookOptions&)> make;
+  /// A run the hook cannot serve, as one line naming the flags; empty when it can. Checked with the other
+  /// flags, before any work (a usage error). Default: none refused.
+  std::function<std::string(const HookUsage&)> usageProblem;
 };
 
-/// Adds a hook to the table --comm-hook chooses from (a user's hook, before the flags are parsed); a name
-/// already taken is an error.
+/// Adds a hook to the table --comm-hook chooses from (a user's hook, before the flags are parsed), filling
+/// an empty usageProblem with the default; a name already taken is an error.
 void registerCommHook(CommHookEntry entry);
 /// The table: the built-in hooks, then the registered ones.
 const std::vector<CommHookEntry>& commHooks();
+/// The entry of `name`; an unknown name is an error listing the known ones.
+const CommHookEntry& findCommHook(const std::string& name);
 /// --comm-hook's allowed values and help.
 std::vector<std::string> commHookNames();
 std::string commHookHelp();

@@ -96,6 +96,7 @@ class Reducer {
   void unsubscribe(uint64_t handle);
   /// The comm hook that reduces the buckets.
   CommHook& hook() { return *hook_; }
+  const CommHook& hook() const { return *hook_; }
 
   /// Between steps: replaces the plan, allocates its buckets and moves every parameter's gradient, with
   /// its current values, into its new view; the old buckets go back once nothing uses them.

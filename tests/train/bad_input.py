@@ -199,6 +199,14 @@ def cases(p):
          "--zero 1"),
         ("sparse embedding grad with cuda graph", t + GPT + ["--sparse-embedding-grad", "--cuda-graph",
                                                                      "--device", "cuda"], 2, "--cuda-graph"),
+        # A comm hook's refusals come from its registry entry (PowerSGD's: hooks/powersgd.cpp), word for word.
+        ("powersgd with zero 1", t + QUICK + ["--comm-hook", "powersgd", "--zero", "1"], 2,
+         "--comm-hook powersgd with --zero 1 is not supported (its factors are all-reduced, not sharded)"),
+        ("powersgd with cuda graph", t + QUICK + ["--comm-hook", "powersgd", "--cuda-graph", "--device", "cuda"], 2,
+         "--comm-hook powersgd with --cuda-graph is not supported (its step counter chooses the collectives on the "
+         "host)"),
+        ("powersgd with fp64", t + QUICK + ["--comm-hook", "powersgd", "--dtype", "fp64"], 2,
+         "--comm-hook powersgd needs fp32 gradients: not with --dtype fp64"),
         ("diverging loss", t + ["--steps", "60", "--hidden", "16", "--lr", "1e6", "--weight-decay", "1e6",
                                 "--check-finite", "--log-every", "1000"], 1, "the loss is"),
         # Each flag checked once, where it is registered: NaN and values outside a flag's meaning, empty paths,

@@ -7,6 +7,7 @@
 #include <limits>
 #include <regex>
 
+#include "framework/distributed/comm_hook.h"
 #include "train/run_checks.h"
 #include "train/trainer.h"
 
@@ -111,6 +112,35 @@ TEST(FlagChecks, RulesBetweenFlagsAreUsageProblems) {
   EXPECT_NE(problem({"--dtype", "bf16"}).find("--device cuda"), std::string::npos);
   EXPECT_NE(problem({"--bucket-mb", "auto", "--rebuild-buckets"}).find("--rebuild-buckets"), std::string::npos);
   EXPECT_EQ(problem({"--save-every", "2", "--save", "x"}), "");
+}
+
+TEST(FlagChecks, TheChosenCommHooksRefusalIsTheUsageProblem) {
+  // A registered hook that refuses every run, in a line that spells what the trainer told it.
+  distributed::registerCommHook({"test-says-its-usage", "refuses every run, naming it",
+                                 [](const distributed::CommHookOptions&) { return distributed::makeCommHook({}); },
+                                 [](const distributed::HookUsage& u) {
+                                   return "zero " + std::to_string(u.zeroStage) + " graph " +
+                                          std::to_string(u.cudaGraph) + " " + dtypeName(u.gradDType) + " " +
+                                          (u.device == Device::CUDA ? "cuda" : "cpu") + " rows " +
+                                          std::to_string(u.rowSparse);
+                                 }});
+  const auto problem = [](const std::vector<std::string>& args) {
+    train::Options o;
+    EXPECT_EQ(parse(args, o), "");
+    return train::usageProblem(o);
+  };
+  const std::string hook[] = {"--comm-hook", "test-says-its-usage"};
+  EXPECT_EQ(problem({hook[0], hook[1]}), "zero 0 graph 0 F32 cpu rows 0");
+  EXPECT_EQ(problem({hook[0], hook[1], "--zero", "1", "--dtype", "fp64"}), "zero 1 graph 0 F64 cpu rows 0");
+  EXPECT_EQ(problem({hook[0], hook[1], "--device", "cuda", "--cuda-graph", "--dtype", "bf16"}),
+            "zero 0 graph 1 F32 cuda rows 0");
+  EXPECT_EQ(problem({hook[0], hook[1], "--model", "gpt", "--sparse-embedding-grad"}), "zero 0 graph 0 F32 cpu rows 1");
+  // PowerSGD's, in its own words.
+  EXPECT_EQ(problem({"--comm-hook", "powersgd", "--zero", "1"}),
+            "--comm-hook powersgd with --zero 1 is not supported (its factors are all-reduced, not sharded)");
+  EXPECT_EQ(problem({"--comm-hook", "powersgd", "--dtype", "fp64"}),
+            "--comm-hook powersgd needs fp32 gradients: not with --dtype fp64");
+  EXPECT_EQ(problem({"--comm-hook", "powersgd"}), "");
 }
 
 }  // namespace

@@ -12,6 +12,7 @@ namespace {
 class Bf16Hook : public CommHook {
  public:
   std::string name() const override { return "bf16"; }
+  DType wireDType(DType) const override { return DType::BF16; }  // setup refuses all but fp32 buckets
 
   void setup(const std::vector<GradBucket>& buckets, Communicator&) override {
     wires_.clear();

@@ -269,6 +269,19 @@ class PowerSgdHook : public CommHook {
 
 }  // namespace
 
+/// The runs PowerSGD refuses (its CommHookEntry::usageProblem), one line each.
+std::string powerSgdUsageProblem(const HookUsage& usage) {
+  if (usage.zeroStage != 0) {
+    return "--comm-hook powersgd with --zero 1 is not supported (its factors are all-reduced, not sharded)";
+  }
+  if (usage.cudaGraph) {
+    return "--comm-hook powersgd with --cuda-graph is not supported (its step counter chooses the collectives on the "
+           "host)";
+  }
+  if (usage.gradDType == DType::F64) return "--comm-hook powersgd needs fp32 gradients: not with --dtype fp64";
+  return {};
+}
+
 std::unique_ptr<CommHook> makePowerSgdHook(const CommHookOptions& opts) {
   return std::make_unique<PowerSgdHook>(opts);
 }

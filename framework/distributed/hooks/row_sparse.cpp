@@ -100,8 +100,11 @@ std::shared_ptr<Work> RowSparseHook::reduce(const GradBucket& bucket, Communicat
   // there is nothing to send: the wrapped hook (a bf16 round trip at most) is the cheaper one.
   if (world == 1 || K * world >= 2 * V) return inner_->reduce(bucket, comm);
   const Device device = grad.device();
-  const DType wireType = inner_->name() == "bf16" ? DType::BF16 : grad.dtype();
-  MINIDP_CHECK(wireType == grad.dtype() || grad.dtype() == DType::F32, "bf16 rows need an fp32 gradient");
+  const DType wireType = inner_->wireDType(grad.dtype());
+  MINIDP_CHECK(wireType == grad.dtype() || (wireType == DType::BF16 && grad.dtype() == DType::F32),
+               "row-sparse parameter '" << entry.name << "': its rows travel in the gradient's dtype or in bf16 from "
+                                        << "fp32, not in " << dtypeName(wireType) << " from " << dtypeName(grad.dtype())
+                                        << " (--comm-hook " << inner_->name() << ")");
   if (!rowList_.defined() || rowList_.numel() != K || rowMarks_.numel() != V || packed_.dtype() != wireType) {
     rowMarks_ = Tensor::empty({V}, DType::I32, device);
     rowList_ = Tensor::empty({K}, DType::I32, device);

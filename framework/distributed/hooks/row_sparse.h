@@ -3,7 +3,7 @@
 // (ParamInfo::solo); every other bucket goes to the wrapped hook. Every micro-batch, addRowIds keeps a copy
 // of this rank's token ids. When its bucket is reduced, this rank lists its distinct rows (increasing; padded
 // with -1 to K, its number of ids in the step, which every rank shares) and packs them into (K, C) in the
-// wire's type (fp32, or bf16 when the wrapped hook is bf16), on the comm stream (thread). The lists and the
+// wrapped hook's wire type (CommHook::wireDType: bf16 under bf16), on the comm stream (thread). The lists and the
 // packed rows are all-gathered; then every rank adds all ranks' rows into the zeroed gradient in rank order
 // and scales it by 1 / world: the same bits on every rank, with overlap on or off. Each rank receives
 // (world - 1) x K rows, where a ring all-reduce of the whole gradient moves 2 (world - 1) / world x V: when
@@ -23,6 +23,8 @@ class RowSparseHook : public CommHook {
   RowSparseHook(std::unique_ptr<CommHook> inner, int param);
   std::string name() const override { return "rows+" + inner_->name(); }
   std::string signature() const override { return inner_->signature(); }
+  /// The wrapped hook's: the rows travel in it too.
+  DType wireDType(DType grad) const override { return inner_->wireDType(grad); }
   /// Finds the parameter's bucket (which it must have alone, under all-reduce) and sets up the inner hook.
   void setup(const std::vector<GradBucket>& buckets, Communicator& comm) override;
   void beginStep() override;
