@@ -1,4 +1,6 @@
-// Kernels of the composable ops (grid-stride maps; one block per row for the sums), then their launchers.
+// Kernels of the composable ops (grid-stride maps; one block per row for the last-dimension sums, the
+// two-stage column reduction of cuda_utils.cuh for the leading-dimension sums), then their launchers.
+// Each element is loaded into AccumOf<T>, computed there and rounded once to T (bf16: float math).
 #include <cmath>
 
 #include "kernels/composite.h"
@@ -12,70 +14,104 @@ namespace {
 constexpr int kBlock = 256;
 
 template <typename T>
-__global__ void unaryForwardKernel(UnaryOp op, const T* x, T p, T* y, int64_t n) {
+__global__ void unaryForwardKernel(UnaryOp op, const T* x, AccumOf<T> p, T* y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    y[i] = unaryValue(op, x[i], p);
+    y[i] = fromAccum<T>(unaryValue(op, toAccum(x[i]), p));
 }
 
 template <typename T>
-__global__ void unaryBackwardKernel(UnaryOp op, const T* x, T p, const T* dy, T* dx, int64_t n) {
+__global__ void unaryBackwardKernel(UnaryOp op, const T* x, AccumOf<T> p, const T* dy, T* dx, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    dx[i] = dy[i] * unaryDerivative(op, x[i], p);
+    dx[i] = fromAccum<T>(toAccum(dy[i]) * unaryDerivative(op, toAccum(x[i]), p));
 }
 
-template <typename T>
-__global__ void binaryKernel(BinaryOp op, Broadcast broadcast, const T* a, const T* b, T* out, int64_t n,
+template <typename T, typename B>
+__global__ void binaryKernel(BinaryOp op, Broadcast broadcast, const T* a, const B* b, T* out, int64_t n,
                              int64_t cols) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = binaryValue(op, a ? a[i] : T(0), b[broadcastIndex(broadcast, i, cols)]);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const AccumOf<T> bv = toAccum(b[broadcastIndex(broadcast, i, cols)]);
+    out[i] = fromAccum<T>(binaryValue(op, a ? toAccum(a[i]) : AccumOf<T>(0), bv));
+  }
+}
+
+template <typename T>
+__global__ void divBackwardKernel(const T* a, const T* b, const T* g, T* da, T* db, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const AccumOf<T> bv = toAccum(b[i]), q = toAccum(g[i]) / bv;
+    da[i] = fromAccum<T>(q);
+    db[i] = fromAccum<T>(-(q * (toAccum(a[i]) / bv)));
+  }
 }
 
 // One block per row: strided partial sums, then blockReduce's fixed order (deterministic).
-template <typename T>
-__global__ void sumLastDimKernel(const T* x, T* out, int64_t rows, int64_t cols) {
+template <typename T, typename O>
+__global__ void sumLastDimKernel(const T* x, const T* y, AccumOf<T> scale, O* out, int64_t rows, int64_t cols) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const T* row = x + r * cols;  // (cols)
-    T s = 0;
-    for (int64_t c = threadIdx.x; c < cols; c += kBlock) s += row[c];
+    const int64_t row = r * cols;  // x[row .. row + cols), y likewise
+    AccumOf<T> s = 0;
+    for (int64_t c = threadIdx.x; c < cols; c += kBlock)
+      s += y ? toAccum(x[row + c]) * toAccum(y[row + c]) : toAccum(x[row + c]);
     s = blockReduce<kBlock>(s, SumOp());
-    if (threadIdx.x == 0) out[r] = s;
+    if (threadIdx.x == 0) out[r] = fromAccum<O>(s * scale);
   }
 }
+
+// The term of row n, column c of a leading-dimension sum: x, or x * y.
+template <typename T>
+struct ProductTerm {
+  const T* x;
+  const T* y;  // null: plain sums
+  int64_t C;
+  __device__ void operator()(int64_t n, int64_t c, AccumOf<T> (&acc)[1]) const {
+    const int64_t i = n * C + c;
+    acc[0] += y ? toAccum(x[i]) * toAccum(y[i]) : toAccum(x[i]);
+  }
+};
 
 template <typename T>
 __global__ void gatherRowsKernel(const T* table, const int32_t* index, T* out, int64_t n, int64_t C, int64_t V) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * C; i += int64_t(gridDim.x) * blockDim.x) {
     const int32_t v = index[i / C];
-    out[i] = v >= 0 && v < V ? table[v * C + i % C] : T(NAN);
+    out[i] = v >= 0 && v < V ? table[v * C + i % C] : fromAccum<T>(NAN);
   }
 }
 
 }  // namespace
 
 template <typename T>
-void unaryForward(UnaryOp op, const T* x, T p, T* y, int64_t n, cudaStream_t s) {
+void unaryForward(UnaryOp op, const T* x, AccumOf<T> p, T* y, int64_t n, cudaStream_t s) {
   if (n == 0) return;
   unaryForwardKernel<<<gridFor(n, kBlock), kBlock, 0, s>>>(op, x, p, y, n);
   CUDA_CHECK_LAUNCH();
 }
 template <typename T>
-void unaryBackward(UnaryOp op, const T* x, T p, const T* dy, T* dx, int64_t n, cudaStream_t s) {
+void unaryBackward(UnaryOp op, const T* x, AccumOf<T> p, const T* dy, T* dx, int64_t n, cudaStream_t s) {
   if (n == 0) return;
   unaryBackwardKernel<<<gridFor(n, kBlock), kBlock, 0, s>>>(op, x, p, dy, dx, n);
   CUDA_CHECK_LAUNCH();
 }
-template <typename T>
-void binaryForward(BinaryOp op, Broadcast broadcast, const T* a, const T* b, T* out, int64_t rows, int64_t cols,
+template <typename T, typename B>
+void binaryForward(BinaryOp op, Broadcast broadcast, const T* a, const B* b, T* out, int64_t rows, int64_t cols,
                    cudaStream_t s) {
   if (rows * cols == 0) return;
   binaryKernel<<<gridFor(rows * cols, kBlock), kBlock, 0, s>>>(op, broadcast, a, b, out, rows * cols, cols);
   CUDA_CHECK_LAUNCH();
 }
 template <typename T>
-void sumLastDim(const T* x, T* out, int64_t rows, int64_t cols, cudaStream_t s) {
-  if (rows == 0) return;
-  sumLastDimKernel<<<gridFor(rows, 1), kBlock, 0, s>>>(x, out, rows, cols);
+void divBackward(const T* a, const T* b, const T* g, T* da, T* db, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  divBackwardKernel<<<gridFor(n, kBlock), kBlock, 0, s>>>(a, b, g, da, db, n);
   CUDA_CHECK_LAUNCH();
+}
+template <typename T, typename O>
+void sumLastDim(const T* x, const T* y, AccumOf<T> scale, O* out, int64_t rows, int64_t cols, cudaStream_t s) {
+  if (rows == 0) return;
+  sumLastDimKernel<<<gridFor(rows, 1), kBlock, 0, s>>>(x, y, scale, out, rows, cols);
+  CUDA_CHECK_LAUNCH();
+}
+template <typename T, typename O>
+void sumLeadingDims(const T* x, const T* y, O* out, AccumOf<T>* scratch, int64_t rows, int64_t cols, cudaStream_t s) {
+  reduceColumns<1>(ProductTerm<T>{x, y, cols}, ColumnOutputs<1, O>{{out}, {false}}, scratch, rows, cols, s);
 }
 template <typename T>
 void gatherRows(const T* table, const int32_t* index, T* out, int64_t n, int64_t C, int64_t V, cudaStream_t s) {
@@ -84,14 +120,22 @@ void gatherRows(const T* table, const int32_t* index, T* out, int64_t n, int64_t
   CUDA_CHECK_LAUNCH();
 }
 
-#define MINIDP_INSTANTIATE(T)                                                                                  \
-  template void unaryForward<T>(UnaryOp, const T*, T, T*, int64_t, cudaStream_t);                              \
-  template void unaryBackward<T>(UnaryOp, const T*, T, const T*, T*, int64_t, cudaStream_t);                   \
-  template void binaryForward<T>(BinaryOp, Broadcast, const T*, const T*, T*, int64_t, int64_t, cudaStream_t); \
-  template void sumLastDim<T>(const T*, T*, int64_t, int64_t, cudaStream_t);                                   \
-  template void gatherRows<T>(const T*, const int32_t*, T*, int64_t, int64_t, int64_t, cudaStream_t);
+// Activations T with the second operand (or sum output) O: T itself, or fp32 beside bf16.
+#define MINIDP_INSTANTIATE_PAIR(T, O)                                                                             \
+  template void binaryForward<T, O>(BinaryOp, Broadcast, const T*, const O*, T*, int64_t, int64_t, cudaStream_t); \
+  template void sumLastDim<T, O>(const T*, const T*, AccumOf<T>, O*, int64_t, int64_t, cudaStream_t);             \
+  template void sumLeadingDims<T, O>(const T*, const T*, O*, AccumOf<T>*, int64_t, int64_t, cudaStream_t);
+#define MINIDP_INSTANTIATE(T)                                                                         \
+  template void unaryForward<T>(UnaryOp, const T*, AccumOf<T>, T*, int64_t, cudaStream_t);            \
+  template void unaryBackward<T>(UnaryOp, const T*, AccumOf<T>, const T*, T*, int64_t, cudaStream_t); \
+  template void divBackward<T>(const T*, const T*, const T*, T*, T*, int64_t, cudaStream_t);          \
+  template void gatherRows<T>(const T*, const int32_t*, T*, int64_t, int64_t, int64_t, cudaStream_t); \
+  MINIDP_INSTANTIATE_PAIR(T, T)
 MINIDP_INSTANTIATE(float)
 MINIDP_INSTANTIATE(double)
+MINIDP_INSTANTIATE(bf16)
+MINIDP_INSTANTIATE_PAIR(bf16, float)
 #undef MINIDP_INSTANTIATE
+#undef MINIDP_INSTANTIATE_PAIR
 
 }  // namespace minidp::kernels::cuda

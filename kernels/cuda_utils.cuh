@@ -186,7 +186,7 @@ __global__ void columnPartialsKernel(Terms terms, A* partial, int64_t N, int64_t
   }
 }
 
-// Stage two: each (value, column) adds its slices' partials in slice order into its output.
+// Stage two: each (value, column) adds its slices' partials in slice order into its output, rounded once.
 template <int kValues, typename A, typename P>
 __global__ void columnFinishKernel(const A* partial, ColumnOutputs<kValues, P> outs, int64_t slices, int64_t C) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < kValues * C;
@@ -197,7 +197,7 @@ __global__ void columnFinishKernel(const A* partial, ColumnOutputs<kValues, P> o
 #pragma unroll 8
     for (int64_t sl = 0; sl < slices; ++sl) s += partial[(k * slices + sl) * C + c];
     P* o = outs.out[k] + c;
-    *o = outs.accumulate[k] ? static_cast<P>(*o + s) : static_cast<P>(s);
+    *o = fromAccum<P>(outs.accumulate[k] ? toAccum(*o) + s : s);  // P may be bf16
   }
 }
 

@@ -1,4 +1,5 @@
-// The rotary embedding kernel (one thread per channel pair, grid-stride), then its launcher.
+// The rotary embedding kernel (one thread per channel pair, grid-stride), then its launcher. A pair is turned
+// in AccumOf<T> (float for bf16) and each output rounded once to T.
 #include <cmath>
 
 #include "kernels/cuda_utils.cuh"
@@ -18,12 +19,12 @@ __global__ void rotaryKernel(const T* x, T* y, int64_t pairs, int64_t seqLen, in
   for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < pairs; p += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = p % half, rowIndex = p / half, t = (rowIndex / H) % seqLen;
     const double angle = rotaryAngle(t, i, d, theta);
-    const T c = static_cast<T>(cos(angle));
-    const T s = static_cast<T>(inverse ? -sin(angle) : sin(angle));
+    const AccumOf<T> c = static_cast<AccumOf<T>>(cos(angle));
+    const AccumOf<T> s = static_cast<AccumOf<T>>(inverse ? -sin(angle) : sin(angle));
     const int64_t row = rowIndex * d;
-    const T x1 = x[row + i], x2 = x[row + i + half];
-    y[row + i] = x1 * c - x2 * s;
-    y[row + i + half] = x2 * c + x1 * s;
+    const AccumOf<T> x1 = toAccum(x[row + i]), x2 = toAccum(x[row + i + half]);
+    y[row + i] = fromAccum<T>(x1 * c - x2 * s);
+    y[row + i + half] = fromAccum<T>(x2 * c + x1 * s);
   }
 }
 
@@ -40,5 +41,6 @@ void rotary(const T* x, T* y, int64_t B, int64_t seqLen, int64_t H, int64_t d, d
 
 template void rotary<float>(const float*, float*, int64_t, int64_t, int64_t, int64_t, double, bool, cudaStream_t);
 template void rotary<double>(const double*, double*, int64_t, int64_t, int64_t, int64_t, double, bool, cudaStream_t);
+template void rotary<bf16>(const bf16*, bf16*, int64_t, int64_t, int64_t, int64_t, double, bool, cudaStream_t);
 
 }  // namespace minidp::kernels::cuda

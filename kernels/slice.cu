@@ -30,5 +30,6 @@ void copyBlocks(const T* src, int64_t srcStride, T* dst, int64_t dstStride, int6
 
 template void copyBlocks<float>(const float*, int64_t, float*, int64_t, int64_t, int64_t, cudaStream_t);
 template void copyBlocks<double>(const double*, int64_t, double*, int64_t, int64_t, int64_t, cudaStream_t);
+template void copyBlocks<bf16>(const bf16*, int64_t, bf16*, int64_t, int64_t, int64_t, cudaStream_t);
 
 }  // namespace minidp::kernels::cuda

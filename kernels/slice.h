@@ -1,11 +1,12 @@
 // Strided block copies, the kernel of narrow, split and cat: `blocks` runs of `blockLen` contiguous
 // elements, run o read at src + o * srcStride and written at dst + o * dstStride. A slice of dimension k
 // of a contiguous tensor is such a copy with blocks = the product of the extents before k. CPU twins
-// share the signatures, minus the stream. Instantiated for float and double.
+// share the signatures, minus the stream. Instantiated for float and double, and on CUDA for bf16.
 #pragma once
 
 #include <cstdint>
 
+#include "base/bf16.h"
 #include "base/stream.h"
 
 namespace minidp::kernels {

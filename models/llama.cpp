@@ -98,8 +98,8 @@ Llama::Llama(const LlamaConfig& c, uint64_t seed) : config_(c) {
   const std::string problem = llamaConfigProblem(c);
   MINIDP_CHECK(problem.empty(), problem);
   MINIDP_CHECK(c.compute != DType::BF16,
-               "--model llama has no bf16 kernels yet (its RMSNorm, SwiGLU, rotary and attention ops run float32 "
-               "and float64); use --dtype fp32");
+               "--model llama has no bf16 kernel yet for its grouped-query attention (float32 and float64 only); "
+               "use --dtype fp32");
   nn::Rng rng(seed);
   auto trunk = registerModule("model", std::make_shared<Trunk>());
   embed_ = trunk->add("embed_tokens", std::make_shared<nn::Embedding>(nn::normal({c.vocab, c.embd}, 0.02, rng)));

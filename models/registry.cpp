@@ -235,8 +235,8 @@ ModelEntry llamaEntry() {
   e.make = [](const ModelArgs& a) { return std::make_unique<Llama>(llamaConfig(a), a.seed); };
   e.refuse = [](const ModelArgs& a) -> std::string {
     if (a.compute == DType::BF16) {
-      return "--model llama has no bf16 kernels yet (its RMSNorm, SwiGLU, rotary and grouped-query attention ops "
-             "run float32 and float64): use --dtype fp32";
+      return "--model llama has no bf16 kernel yet for its grouped-query attention (float32 and float64 only): "
+             "use --dtype fp32";
     }
     LlamaConfig c = llamaConfig(a);
     c.vocab = std::max<int64_t>(c.vocab, 1);  // no data read yet

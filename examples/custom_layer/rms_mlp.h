@@ -6,28 +6,38 @@
 
 #include "framework/nn/linear.h"
 #include "framework/nn/sequential.h"
+#include "models/model.h"
 #include "models/registry.h"
 #include "rms_norm.h"
 
 namespace custom {
 
 /// inputs float (B, in) -> logits (B, classes). Parameters: layers.0.{weight,bias}, layers.1.weight,
-/// layers.3.{weight,bias} (index 2 is the SiLU step, as in torch.nn.Sequential).
+/// layers.3.{weight,bias} (index 2 is the SiLU step, as in torch.nn.Sequential). `compute`: the activations'
+/// dtype (--dtype; BF16 on CUDA: bf16 activations over the fp32 parameters, which Linear and RMSNorm's
+/// mulBroadcast take as they are).
 class RmsMlp : public minidp::models::Model {
  public:
-  RmsMlp(int64_t in, int64_t hidden, int64_t classes, uint64_t seed, double eps = 1e-6) {
+  RmsMlp(int64_t in, int64_t hidden, int64_t classes, uint64_t seed, double eps = 1e-6,
+         minidp::DType compute = minidp::DType::F32)
+      : compute_(compute) {
     minidp::nn::Rng rng(seed);
     layers_ = registerModule("layers", std::make_shared<minidp::nn::Sequential>());
-    layers_->add(std::make_shared<minidp::nn::Linear>(in, hidden, true, rng));
+    first_ = std::make_shared<minidp::nn::Linear>(in, hidden, true, rng);
+    layers_->add(first_);
     layers_->add(std::make_shared<RMSNorm>(hidden, eps));
     layers_->add([](const minidp::Variable& x) { return minidp::ops::silu(x); });
     layers_->add(std::make_shared<minidp::nn::Linear>(hidden, classes, true, rng));
   }
   minidp::Variable forward(const minidp::Tensor& inputs) const override {
-    return layers_->forward(minidp::Variable(inputs));
+    // The compute dtype over fp32 parameters; an fp64 model (--dtype fp64) computes in fp64.
+    const minidp::DType dtype = minidp::models::activationDType(compute_, first_->weight.dtype());
+    return layers_->forward(minidp::ops::cast(minidp::Variable(inputs), dtype));
   }
 
  private:
+  minidp::DType compute_;
+  std::shared_ptr<minidp::nn::Linear> first_;
   std::shared_ptr<minidp::nn::Sequential> layers_;
 };
 
@@ -49,7 +59,8 @@ inline void registerRmsMlp() {
   eps.max = 1;
   e.flags = {ModelFlag{"hidden", FlagKind::Integer, "128", "Width of the hidden layer"}, eps};
   e.make = [](const minidp::models::ModelArgs& a) {
-    return std::make_unique<RmsMlp>(a.inputs, a.flags.integer("hidden"), a.classes, a.seed, a.flags.number("norm-eps"));
+    return std::make_unique<RmsMlp>(a.inputs, a.flags.integer("hidden"), a.classes, a.seed, a.flags.number("norm-eps"),
+                                    a.compute);
   };
   // The memory check's count (optional; without it the model is built to count its parameters): the two
   // Linear layers and the norm's gain, and per row the input, the hidden activations (Linear, RMSNorm,

@@ -1,5 +1,7 @@
 // Composable differentiable ops: enough elementwise, broadcast and last-dimension reductions that a layer
-// such as RMSNorm or SwiGLU is a few lines of ops, on the CPU and on CUDA, float32 and float64.
+// such as RMSNorm or SwiGLU is a few lines of ops, on the CPU and on CUDA, float32 and float64, and bf16 on
+// CUDA (mixed precision: each kernel loads bf16 into fp32, computes, rounds once to bf16; sums accumulate in
+// fp32 in a fixed order). Another dtype, or bf16 on the CPU, is an error naming the op.
 // Shapes: x (..., C); "rows" are the leading dimensions. Included by framework/ops/ops.h.
 #pragma once
 
@@ -30,6 +32,8 @@ Variable sigmoid(const Variable& x);
 Variable silu(const Variable& x);
 
 // ---- broadcast: x (..., C) with y (C) (per column) or (..., 1) (per row) ----
+// y has x's dtype; beside a BF16 x it may be F32 (an fp32 master parameter such as RMSNorm's weight, as
+// linear and layerNorm take theirs): the output is BF16 and y's gradient F32, summed in fp32.
 /// x + y, y broadcast over x's rows (y (C)) or columns (y (..., 1)).
 Variable addBroadcast(const Variable& x, const Variable& y);
 /// x * y, y broadcast as in addBroadcast.
@@ -42,7 +46,9 @@ Variable sumLastDim(const Variable& x, bool keepdim = true);
 Variable meanLastDim(const Variable& x, bool keepdim = true);
 
 // ---- lookup ----
-/// table[index]: table (V, C), index int32 (...) -> (..., C). Deterministic backward (no atomics).
+/// table[index]: table (V, C), index int32 (...) -> (..., C) in the table's dtype. Deterministic backward (no
+/// atomics; a BF16 table's gradient summed in fp32). An fp32 parameter table under mixed precision: cast the
+/// output to BF16 (ops::cast), whose backward hands the table an fp32 gradient.
 Variable gatherRows(const Variable& table, const Tensor& index);
 
 }  // namespace minidp::ops

@@ -28,6 +28,7 @@ enum class Activation { Relu, Gelu };
 /// y = relu(x) or gelu(x), and its backward dx = g * f'(x): one body, the kernels chosen by `kind`.
 Variable activation(const Variable& v, Activation kind) {
   Tensor x = v.data();
+  checkActivation(kind == Activation::Relu ? "relu" : "gelu", x);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   if (kind == Activation::Relu) {
     MINIDP_LAUNCH_ACTIVATION(x, T, reluForward, x.data<T>(), y.data<T>(), x.numel());

@@ -92,10 +92,10 @@ Variable causalSelfAttentionMaterialized(const Variable& qkv, int numHeads);
 Variable causalAttention(const Variable& q, const Variable& k, const Variable& v);
 /// Rotary position embedding, rotate-half form (GPT-NeoX, Hugging Face LLaMA): x (B, T, H, d), d even;
 /// channels i and i + d/2 of a head at position t (0 .. T-1) turn by t / theta^(2i/d) (angles in double,
-/// kernels/rotary.h). Float and double, CPU and CUDA.
+/// kernels/rotary.h). Float and double, CPU and CUDA; BF16 on CUDA (each pair turned in fp32, rounded once).
 Variable rotary(const Variable& x, double theta);
 
-// ---- slices (framework/ops/slice.cpp) ----
+// ---- slices (framework/ops/slice.cpp): float and double, CPU and CUDA; BF16 on CUDA ----
 /// Entries [start, start + length) of dimension `dim` (negative counts from the end), copied.
 Variable narrow(const Variable& x, int dim, int64_t start, int64_t length);
 /// x cut along `dim` into consecutive pieces of `sizes` (they add up to the extent), each copied.

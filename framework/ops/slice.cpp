@@ -1,5 +1,5 @@
 // Slices along one dimension: narrow, split and cat, each a strided block copy (kernels/slice.h) whose
-// backward is the opposite copy.
+// backward is the opposite copy. F32, F64, and BF16 on CUDA.
 #include <numeric>
 
 #include "framework/ops/ops.h"
@@ -34,14 +34,15 @@ Along along(const Shape& shape, int dim) {
 // Copies `length` entries of dimension dim: src's from srcStart into dst's from dstStart (extents differ).
 void copySlice(const Tensor& src, const Along& s, int64_t srcStart, Tensor& dst, const Along& d, int64_t dstStart,
                int64_t length) {
-  MINIDP_LAUNCH_FLOAT(src, T, copyBlocks, src.data<T>() + srcStart * s.inner, s.extent * s.inner,
-                      dst.data<T>() + dstStart * d.inner, d.extent * d.inner, s.outer, length * s.inner);
+  MINIDP_LAUNCH_ACTIVATION(src, T, copyBlocks, src.data<T>() + srcStart * s.inner, s.extent * s.inner,
+                           dst.data<T>() + dstStart * d.inner, d.extent * d.inner, s.outer, length * s.inner);
 }
 
 }  // namespace
 
 Variable narrow(const Variable& xVar, int dim, int64_t start, int64_t length) {
   const Tensor& x = xVar.data();
+  checkActivation("narrow", x);
   dim = normalizedDim("narrow", x.shape(), dim);
   const Along in = along(x.shape(), dim);
   MINIDP_CHECK(start >= 0 && length >= 0 && start + length <= in.extent,
@@ -76,6 +77,7 @@ std::vector<Variable> split(const Variable& x, int dim, const std::vector<int64_
 Variable cat(const std::vector<Variable>& xs, int dim) {
   MINIDP_CHECK(!xs.empty(), "cat: no tensors");
   const Tensor& first = xs.front().data();
+  checkActivation("cat", first);
   dim = normalizedDim("cat", first.shape(), dim);
   Shape shape = first.shape();
   shape[dim] = 0;

@@ -51,6 +51,9 @@ namespace minidp::ops {
 
 /// Checks that all tensors share device and dtype with the first, naming the op.
 void checkSame(const char* op, const Tensor& a, const Tensor& b);
+/// Checks that x is an activation the float ops run: F32 or F64 on either device, BF16 on CUDA; otherwise
+/// a one-line error naming the op, the dtype and the device.
+void checkActivation(const char* op, const Tensor& x);
 
 }  // namespace minidp::ops
 

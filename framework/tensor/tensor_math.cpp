@@ -21,10 +21,18 @@ void checkSame(const char* op, const Tensor& a, const Tensor& b) {
                   << deviceName(b.device()) << "/" << dtypeName(b.dtype()));
 }
 
+void checkActivation(const char* op, const Tensor& x) {
+  const DType t = x.dtype();
+  MINIDP_CHECK(
+      t == DType::F32 || t == DType::F64 || (t == DType::BF16 && x.isCuda()),
+      op << ": takes F32 or F64 tensors, or BF16 on CUDA; got " << dtypeName(t) << " on " << deviceName(x.device()));
+}
+
 namespace {
 
 void checkSameShape(const char* op, const Tensor& a, const Tensor& b) {
   checkSame(op, a, b);
+  checkActivation(op, a);
   MINIDP_CHECK(a.shape() == b.shape(),
                op << ": shapes " << shapeString(a.shape()) << " and " << shapeString(b.shape()));
 }
@@ -51,6 +59,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor scale(const Tensor& x, double s) {
+  checkActivation("scale", x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   MINIDP_LAUNCH_ACTIVATION(x, T, scale, x.data<T>(), static_cast<AccumOf<T>>(s), out.data<T>(), x.numel());
   return out;

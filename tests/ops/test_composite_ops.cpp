@@ -1,6 +1,7 @@
 // Composable ops (framework/ops/composite.h): forward against std:: math in float64, every backward against
-// float64 finite differences, RMSNorm and SwiGLU composed from them, the shape errors, an op with a CPU
-// kernel only (OpKernels), and CUDA against the CPU twin in float32 and float64.
+// float64 finite differences, RMSNorm and SwiGLU composed from them, the shape and dtype errors, an op with a
+// CPU kernel only (OpKernels), CUDA against the CPU twin in float32 and float64, and bf16 on CUDA against the
+// fp32 run: each composable op, the elementwise, slice and rotary ops, and a block composed from them.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,8 @@
 
 #include "framework/ops/op_kernels.h"
 #include "framework/ops/ops.h"
+#include "framework/runtime/device.h"
+#include "framework/tensor/tensor_math.h"
 #include "framework/testing/device_compare.h"
 #include "framework/testing/gradcheck.h"
 
@@ -20,6 +23,8 @@ using testing::compareDevices;
 using testing::gradcheckPasses;
 using testing::randomIndices;
 using testing::randomTensor;
+using testing::relativeError;
+using testing::relativeL2;
 using testing::roundingEps;
 using testing::sumTolerance;
 using Fn = std::function<Variable(const std::vector<Variable>&)>;
@@ -115,6 +120,39 @@ TEST(CompositeOps, BroadcastShapeErrorsNameTheOp) {
     }
   }
   EXPECT_THROW(ops::sub(x, Variable(randomTensor({2, 3}, 13))), Error);
+}
+
+// A dtype an op cannot run is one line naming the op and the dtype: integers anywhere, BF16 on the CPU
+// (its kernels are CUDA-only), and a broadcast operand in another float dtype.
+TEST(CompositeOps, DtypeErrorsNameTheOpAndDtype) {
+  const auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const auto expectNames = [](const std::string& what, const char* op, const char* dtype) {
+    EXPECT_NE(what.find(op), std::string::npos) << what;
+    EXPECT_NE(what.find(dtype), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  };
+  const Variable ints(Tensor::fromVector<int32_t>({1, 2, 3, 4}, {2, 2}));
+  const Variable bf16Cpu(randomTensor({2, 2}, 14).toDType(DType::BF16));
+  const Variable f64(randomTensor({2, 2}, 15)), f32Col(randomTensor({2}, 16, -1, 1, DType::F32));
+  expectNames(message([&] { ops::silu(ints); }), "silu", "I32");
+  expectNames(message([&] { ops::sumLastDim(ints); }), "sumLastDim", "I32");
+  expectNames(message([&] { ops::mul(ints, ints); }), "mul", "I32");
+  expectNames(message([&] { ops::rsqrt(bf16Cpu); }), "rsqrt", "BF16");
+  expectNames(message([&] { ops::meanLastDim(bf16Cpu); }), "meanLastDim", "BF16");
+  expectNames(message([&] { ops::gatherRows(bf16Cpu, Tensor::fromVector<int32_t>({0}, {1})); }), "gatherRows", "BF16");
+  expectNames(message([&] {
+                ops::rotary(Variable(randomTensor({1, 2, 1, 2}, 17).toDType(DType::BF16)), 1e4);
+              }),
+              "rotary", "BF16");
+  expectNames(message([&] { ops::narrow(bf16Cpu, 0, 0, 1); }), "narrow", "BF16");
+  expectNames(message([&] { ops::mulBroadcast(f64, f32Col); }), "mulBroadcast", "F32");
 }
 
 TEST(CompositeOps, LastDimSumAndMean) {
@@ -252,6 +290,182 @@ TEST_P(CompositeCudaVsCpu, LastDimSumsRmsNormAndGather) {
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CompositeCudaVsCpu, ::testing::Values(DType::F32, DType::F64),
                          [](const ::testing::TestParamInfo<DType>& info) { return dtypeName(info.param); });
+
+// ---- bf16 on CUDA against the fp32 run ----
+//
+// Every input and the upstream gradient are bf16-representable (float64 values rounded to bf16), so both runs
+// start from the same numbers. A bf16 kernel loads them into fp32, computes as the fp32 kernel does and
+// rounds once; its sums add the same fp32 terms in the same fixed order as the fp32 kernel's. So each op
+// differs from its fp32 twin by one rounding to bf16, whatever the number of terms it sums: reductions need
+// no sqrt(C) allowance. The tolerances, on relativeError (the worst element against the largest):
+
+// Rounding to bf16 (7 stored mantissa bits) moves a value by at most half a step: 2^-8 of its magnitude.
+constexpr double kBf16Round = 1.0 / 256;
+// One rounding, with a quarter more for what may differ between the two fp32 computations (the compiler may
+// contract a * b + c into an FMA in one instantiation and not the other: ~1e-7). A second rounding (a bf16
+// intermediate) would reach up to 2 kBf16Round.
+constexpr double kOneRounding = 1.25 * kBf16Round;
+// Copies (narrow, split, cat, gatherRows forward, sumLastDim backward) move bits: exact.
+constexpr double kExact = 0.0;
+
+// float64 values in [lo, hi) rounded to bf16: the same numbers in bf16, fp32 and fp64.
+Tensor bf16Exact(const Shape& shape, uint64_t seed, double lo = -1.0, double hi = 1.0) {
+  return randomTensor(shape, seed, lo, hi).toDType(DType::BF16).toDType(DType::F64);
+}
+
+// The bf16 kernels are CUDA-only: skip, with the reason, where there is no GPU.
+class CompositeBf16 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device (bf16 kernels run on CUDA only)";
+  }
+};
+
+using Metric = std::function<double(const Tensor&, const Tensor&)>;
+
+// Runs f on CUDA twice on the same bf16-representable `inputs`: in fp32, and with the activations as BF16
+// leaves and the parameters (params[i]) as F32 leaves (the fp32 masters of a mixed-precision run); backward
+// with the same upstream gradient. Checks the dtypes (a BF16 output, BF16 activation gradients, F32
+// parameter gradients) and returns the errors of the bf16 run against the fp32 run by `metric`.
+testing::DeviceComparison compareBf16(const Fn& f, const std::vector<Tensor>& inputs, const std::vector<bool>& params,
+                                      const Metric& metric = relativeError) {
+  std::vector<Variable> v32, v16;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor t = inputs[i].toDType(DType::F32).to(Device::CUDA);
+    v32.emplace_back(t, true);
+    v16.emplace_back(params[i] ? t.clone() : ops::cast(t, DType::BF16), true);
+  }
+  Variable y32 = f(v32), y16 = f(v16);
+  EXPECT_EQ(y16.dtype(), DType::BF16) << "output";
+  const Tensor g = bf16Exact(y32.shape(), 77).toDType(DType::F32).to(Device::CUDA);
+  y32.backward(g);
+  y16.backward(ops::cast(g, DType::BF16));
+  testing::DeviceComparison c;
+  c.output = metric(y16.data(), y32.data());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    EXPECT_EQ(v16[i].grad().dtype(), params[i] ? DType::F32 : DType::BF16) << "gradient of input " << i;
+    c.grads.push_back(metric(v16[i].grad(), v32[i].grad()));
+  }
+  return c;
+}
+
+// Every error of `c` at most `output` (forward) and grads[i] (gradient of input i).
+void expectWithin(const testing::DeviceComparison& c, double output, const std::vector<double>& grads) {
+  EXPECT_LE(c.output, output) << "forward";
+  ASSERT_EQ(c.grads.size(), grads.size());
+  for (size_t i = 0; i < grads.size(); ++i) EXPECT_LE(c.grads[i], grads[i]) << "gradient of input " << i;
+}
+
+TEST_F(CompositeBf16, UnaryOpsRoundOnce) {
+  // 1000 elements in [0.5, 2) (sqrt, rsqrt and pow defined): forward f(x) and backward dy * f'(x), each
+  // computed in fp32 from the same values and rounded once.
+  for (const Unary& u : unaryOps()) {
+    SCOPED_TRACE(u.name);
+    const Fn f = [&u](const std::vector<Variable>& in) { return u.op(in[0]); };
+    expectWithin(compareBf16(f, {bf16Exact({8, 125}, 40, 0.5, 2.0)}, {false}), kOneRounding, {kOneRounding});
+  }
+}
+
+TEST_F(CompositeBf16, ElementwiseSubDivRoundOnce) {
+  // add and mul (framework/ops/elementwise.cpp), sub, div: a rounded result, gradients g, -g, g * b, g / b and
+  // -(g / b)(a / b) each rounded once (div's backward in one kernel, not a bf16 g / b times a bf16 a / b).
+  const Tensor a = bf16Exact({3, 37, 80}, 41), b = bf16Exact({3, 37, 80}, 42, 0.5, 2.0);
+  using V = std::vector<Variable>;
+  for (const Fn& f :
+       {Fn([](const V& in) { return ops::add(in[0], in[1]); }), Fn([](const V& in) { return ops::mul(in[0], in[1]); }),
+        Fn([](const V& in) { return ops::sub(in[0], in[1]); }),
+        Fn([](const V& in) { return ops::div(in[0], in[1]); })}) {
+    expectWithin(compareBf16(f, {a, b}, {false, false}), kOneRounding, {kOneRounding, kOneRounding});
+  }
+}
+
+TEST_F(CompositeBf16, BroadcastsWithBf16AndFp32Operands) {
+  // x (3, 37, 80) with y (80) per column or (3, 37, 1) per row, y in BF16 (an activation) or F32 (a parameter).
+  // Forward and dx = g (or g * y): one rounding. dy sums 111 (column) or 80 (row) terms of g (g * x) in fp32
+  // in the same order as the fp32 run: a BF16 y gets one rounding of that sum; an F32 y gets the fp32 run's
+  // sum itself, up to the FMA contraction of its terms (sumTolerance).
+  const Tensor x = bf16Exact({3, 37, 80}, 43), col = bf16Exact({80}, 44), row = bf16Exact({3, 37, 1}, 45);
+  using V = std::vector<Variable>;
+  const Fn add = [](const V& in) { return ops::addBroadcast(in[0], in[1]); };
+  const Fn mul = [](const V& in) { return ops::mulBroadcast(in[0], in[1]); };
+  for (const Tensor& y : {col, row}) {
+    SCOPED_TRACE(shapeString(y.shape()));
+    const double f32Sum = testing::sumTolerance(DType::F32, 111);
+    for (const Fn& f : {add, mul}) {
+      expectWithin(compareBf16(f, {x, y}, {false, false}), kOneRounding, {kOneRounding, kOneRounding});
+      expectWithin(compareBf16(f, {x, y}, {false, true}), kOneRounding, {kOneRounding, f32Sum});
+    }
+  }
+}
+
+TEST_F(CompositeBf16, LastDimSumsAndGatherRows) {
+  // C = 1000 > a row block's 256 threads. The sums of 1000 bf16 values are the fp32 run's sums rounded once;
+  // sumLastDim's backward copies g, meanLastDim's rounds g / C once.
+  const Tensor x = bf16Exact({3, 37, 1000}, 46);
+  for (bool keepdim : {true, false}) {
+    const Fn sum = [keepdim](const std::vector<Variable>& in) { return ops::sumLastDim(in[0], keepdim); };
+    const Fn mean = [keepdim](const std::vector<Variable>& in) { return ops::meanLastDim(in[0], keepdim); };
+    expectWithin(compareBf16(sum, {x}, {false}), kOneRounding, {kExact});
+    expectWithin(compareBf16(mean, {x}, {false}), kOneRounding, {kOneRounding});
+  }
+  // A BF16 table (97, 40), 280 lookups with repeats: the rows copied; each table row's gradient the fp32
+  // sum of its lookups' rows (in position order, as the fp32 run's) rounded once.
+  Tensor index = randomIndices({4, 70}, 97, 47).to(Device::CUDA);
+  expectWithin(compareBf16([index](const std::vector<Variable>& in) { return ops::gatherRows(in[0], index); },
+                           {bf16Exact({97, 40}, 48)}, {false}),
+               kExact, {kOneRounding});
+}
+
+TEST_F(CompositeBf16, SlicesAreExactAndRotaryRoundsOnce) {
+  // narrow, split and cat copy bits both ways. rotary turns each pair in fp32 (the angle in double) and rounds
+  // each output once; its backward turns the gradient back the same way.
+  const Tensor x = bf16Exact({2, 6, 3, 16}, 49), y = bf16Exact({2, 6, 5, 16}, 50);
+  using V = std::vector<Variable>;
+  expectWithin(compareBf16([](const V& in) { return ops::narrow(in[0], 1, 2, 3); }, {x}, {false}), kExact, {kExact});
+  expectWithin(compareBf16(
+                   [](const V& in) {
+                     const std::vector<Variable> p = ops::split(in[0], 2, {2, 1, 2});
+                     return ops::cat({p[2], p[0], p[1]}, 2);
+                   },
+                   {y}, {false}),
+               kExact, {kExact});
+  expectWithin(compareBf16(
+                   [](const V& in) {
+                     return ops::cat({in[0], in[1]}, 2);
+                   },
+                   {x, y}, {false, false}),
+               kExact, {kExact, kExact});
+  expectWithin(compareBf16([](const V& in) { return ops::rotary(in[0], 1e4); }, {x}, {false}), kOneRounding,
+               {kOneRounding});
+}
+
+// A LLaMA-style block a user composes: RMSNorm with an fp32 weight (x * rsqrt(mean(x^2) + eps) * w), a
+// projection turned by rotary (as q and k are before attention), and SwiGLU with gate and up split from one
+// projection, both added to the residual. x (B, T, C) = (2, 8, 64), 4 heads of 16, hidden F = 96.
+Variable userBlock(const std::vector<Variable>& in) {
+  const Variable &x = in[0], &norm = in[1], &wq = in[2], &w13 = in[3], &w2 = in[4];
+  const Variable h = rmsNorm(x, norm, 1e-5);
+  const Variable q = ops::reshape(ops::rotary(ops::reshape(ops::linear(h, wq, {}), {2, 8, 4, 16}), 1e4), {2, 8, 64});
+  const std::vector<Variable> gateUp = ops::split(ops::linear(h, w13, {}), -1, {96, 96});
+  const Variable mlp = ops::linear(ops::mul(ops::silu(gateUp[0]), gateUp[1]), w2, {});
+  return ops::add(ops::add(x, q), mlp);
+}
+
+TEST_F(CompositeBf16, UserBlockMatchesF32) {
+  // Here roundings compound: about ten bf16 intermediates on the way forward and as many back (the GEMMs'
+  // outputs included), each at most 2^-8 and independent of the others, so the typical error grows as the
+  // square root of their number. Emulated on the CPU (this block in fp32 with every intermediate and every
+  // gradient between ops rounded to bf16, 20 seeds), the worst relativeL2 (the norm of the difference against
+  // the fp32 result's) was 6.9e-3 and the worst element 1.0e-2 of the largest. Bounds: 2e-2 and 4e-2, room
+  // for what the emulation leaves out (the backward engine adds a value's several bf16 gradients in bf16).
+  // A wrong kernel (a missed row, a wrong index, fp32 read as bf16) is off by O(1).
+  const std::vector<Tensor> inputs{bf16Exact({2, 8, 64}, 51, -2.0, 2.0), bf16Exact({64}, 52, 0.5, 1.5),
+                                   bf16Exact({64, 64}, 53, -0.125, 0.125), bf16Exact({192, 64}, 54, -0.125, 0.125),
+                                   bf16Exact({64, 96}, 55, -0.1, 0.1)};
+  const std::vector<bool> params{false, true, true, true, true};
+  expectWithin(compareBf16(userBlock, inputs, params, relativeL2), 2e-2, std::vector<double>(5, 2e-2));
+  expectWithin(compareBf16(userBlock, inputs, params), 4e-2, std::vector<double>(5, 4e-2));
+}
 
 }  // namespace
 }  // namespace minidp
