@@ -255,11 +255,15 @@ constexpr int kProjectRowsPerWarp = 4, kProductThreads = 256, kPTile = 64, kExpa
 /// P = M Q: a warp per kProjectRowsPerWarp rows of M, lanes striding over its columns (coalesced), each
 /// Q row read once for all of the warp's rows; the lanes' sums added by a butterfly.
 template <int R>
-__global__ void projectRowsKernel(const float* M, const float* Q, float* P, int64_t n, int64_t m, int r) {
+__global__ void projectRowsKernel(const float* M, const float* Q, float* out, int64_t n, int64_t m, int r,
+                                  int64_t columnsPerSplit) {
   const int lane = threadIdx.x & 31;
   const int64_t row0 =
       (static_cast<int64_t>(blockIdx.x) * (kProductThreads / 32) + threadIdx.x / 32) * kProjectRowsPerWarp;
   if (row0 >= n) return;
+  // This block's columns [begin, end): split blockIdx.y; its partial P goes to out + y * n * r.
+  const int64_t begin = blockIdx.y * columnsPerSplit, end = min(m, begin + columnsPerSplit);
+  float* P = out + static_cast<int64_t>(blockIdx.y) * n * r;
   float acc[kProjectRowsPerWarp][R];
 #pragma unroll
   for (int i = 0; i < kProjectRowsPerWarp; ++i) {
@@ -268,8 +272,8 @@ __global__ void projectRowsKernel(const float* M, const float* Q, float* P, int6
   }
   // kUnroll columns per lane per pass: the loads of a pass are issued before its products.
   constexpr int kUnroll = R >= 32 ? 1 : R >= 16 ? 2 : 4;  // within 255 registers
-  int64_t k = lane;
-  for (; k + 32 * (kUnroll - 1) < m; k += 32 * kUnroll) {
+  int64_t k = begin + lane;
+  for (; k + 32 * (kUnroll - 1) < end; k += 32 * kUnroll) {
     float x[kUnroll][kProjectRowsPerWarp];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -290,7 +294,7 @@ __global__ void projectRowsKernel(const float* M, const float* Q, float* P, int6
       }
     }
   }
-  for (; k < m; k += 32) {
+  for (; k < end; k += 32) {
     float q[R];
 #pragma unroll
     for (int j = 0; j < R; ++j) q[j] = j < r ? __ldg(Q + k * r + j) : 0.0f;
@@ -315,7 +319,7 @@ __global__ void projectRowsKernel(const float* M, const float* Q, float* P, int6
 
 /// Q = M^T P: block (x, y) sums rows [y * rowsPerBlock, ...) of M for columns [256 x, ...), a thread per
 /// column, the rows in order, P's rows from shared memory; with several row blocks each writes its partial
-/// (m, r) to the scratch and projectColumnsSumKernel adds them in block order.
+/// (m, r) to the scratch and partialSumKernel adds them in block order.
 template <int R>
 __global__ void projectColumnsKernel(const float* M, const float* P, float* out, int64_t n, int64_t m, int r,
                                      int64_t rowsPerBlock) {
@@ -361,12 +365,13 @@ __global__ void projectColumnsKernel(const float* M, const float* P, float* out,
   }
 }
 
-__global__ void projectColumnsSumKernel(const float* partials, float* Q, int64_t count, int64_t blocks) {
+/// out (count) = the sum of `blocks` partial arrays of count values each, in block order.
+__global__ void partialSumKernel(const float* partials, float* out, int64_t count, int64_t blocks) {
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < count;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float sum = 0;
     for (int64_t b = 0; b < blocks; ++b) sum += partials[b * count + e];
-    Q[e] = sum;
+    out[e] = sum;
   }
 }
 
@@ -476,15 +481,21 @@ void copyRuns(const float* src, float* dst, const CopyRun* runs, int64_t count, 
   }
 }
 
-void projectRows(const float* M, const float* Q, float* P, int64_t n, int64_t m, int64_t r, cudaStream_t stream) {
+void projectRows(const float* M, const float* Q, float* P, int64_t n, int64_t m, int64_t r, void* scratch,
+                 cudaStream_t stream) {
   if (n == 0 || r == 0) return;
   if (r > kGramMaxCols) return gemm<float>(false, false, n, r, m, 1.0f, M, 0, Q, 0, 0.0f, P, 0, 1, stream);
-  const int64_t rowsPerBlock = kProjectRowsPerWarp * (kProductThreads / 32);
-  const unsigned blocks = static_cast<unsigned>((n + rowsPerBlock - 1) / rowsPerBlock);
+  static_assert(kProjectRowsPerWarp * (kProductThreads / 32) == 32, "projectRowsSplits' row groups");
+  const int64_t splits = projectRowsSplits(n, m), columnsPerSplit = (m + splits - 1) / splits;
+  float* out = splits == 1 ? P : static_cast<float*>(scratch);
+  const dim3 grid(static_cast<unsigned>((n + 31) / 32), static_cast<unsigned>(splits));
   withRankTile(r, [&](auto tile) {
     constexpr int R = decltype(tile)::value;
-    projectRowsKernel<R><<<blocks, kProductThreads, 0, stream>>>(M, Q, P, n, m, static_cast<int>(r));
+    projectRowsKernel<R><<<grid, kProductThreads, 0, stream>>>(M, Q, out, n, m, static_cast<int>(r), columnsPerSplit);
   });
+  CUDA_CHECK_LAUNCH();
+  if (splits == 1) return;
+  partialSumKernel<<<gridFor(n * r, 256), 256, 0, stream>>>(out, P, n * r, splits);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -501,7 +512,7 @@ void projectColumns(const float* M, const float* P, float* Q, int64_t n, int64_t
   });
   CUDA_CHECK_LAUNCH();
   if (rowBlocks == 1) return;
-  projectColumnsSumKernel<<<gridFor(m * r, 256), 256, 0, stream>>>(out, Q, m * r, rowBlocks);
+  partialSumKernel<<<gridFor(m * r, 256), 256, 0, stream>>>(out, Q, m * r, rowBlocks);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -39,17 +39,26 @@ inline size_t orthogonalizeScratchBytes(const Factor* factors, int64_t count) {
   return static_cast<size_t>(doubles) * sizeof(double);
 }
 
-/// The CUDA products of a rank-r factor (r <= kGramMaxCols; wider ones go to cuBLAS): rows of M per block of
-/// the column projection's partial sums (chosen so that a matrix fills the GPU).
+/// The CUDA products of a rank-r factor (r <= kGramMaxCols; wider ones go to cuBLAS) split a matrix into
+/// about kProductBlocks blocks so that one matrix fills the GPU; each split writes partial sums to the
+/// scratch, added in split order. The column projection splits the rows (at least 32 per block); the row
+/// projection splits the columns (at least 256 per block) of its row groups (32 rows each).
+inline constexpr int64_t kProductBlocks = 528;
 inline int64_t projectColumnsRowBlocks(int64_t n, int64_t m) {
-  const int64_t columnBlocks = (m + 255) / 256, wanted = (264 + columnBlocks - 1) / columnBlocks;
-  return std::max<int64_t>(1, std::min<int64_t>(wanted, (n + 63) / 64));
+  const int64_t columnBlocks = (m + 255) / 256, wanted = (kProductBlocks + columnBlocks - 1) / columnBlocks;
+  return std::max<int64_t>(1, std::min<int64_t>(wanted, (n + 31) / 32));
 }
-/// Bytes of device scratch cuda::projectColumns needs for an (n, m) matrix at rank r.
-inline size_t projectColumnsScratchBytes(int64_t n, int64_t m, int64_t r) {
+inline int64_t projectRowsSplits(int64_t n, int64_t m) {
+  const int64_t rowGroups = (n + 31) / 32, wanted = (kProductBlocks + rowGroups - 1) / rowGroups;
+  return std::max<int64_t>(1, std::min<int64_t>(wanted, (m + 255) / 256));
+}
+/// Bytes of device scratch the CUDA products of an (n, m) matrix at rank r need (the larger of the two
+/// projections' partial sums).
+inline size_t productScratchBytes(int64_t n, int64_t m, int64_t r) {
   if (r > kGramMaxCols) return 0;
-  const int64_t blocks = projectColumnsRowBlocks(n, m);
-  return blocks == 1 ? 0 : static_cast<size_t>(blocks * m * r) * sizeof(float);
+  const int64_t columns = projectColumnsRowBlocks(n, m), rows = projectRowsSplits(n, m);
+  return static_cast<size_t>(std::max(columns == 1 ? 0 : columns * m * r, rows == 1 ? 0 : rows * n * r)) *
+         sizeof(float);
 }
 
 #define MINIDP_LOW_RANK_DECLARATIONS(...)                                                                    \
@@ -59,9 +68,10 @@ inline size_t projectColumnsScratchBytes(int64_t n, int64_t m, int64_t r) {
   /* is not null, also error[to + k] -= the value written. */                                                \
   void copyRuns(const float* src, float* dst, const CopyRun* runs, int64_t count, float divisor, float* error \
                 __VA_ARGS__);                                                                               \
-  /* P (n, r) = M (n, m) Q (m, r), all row-major. */                                                        \
-  void projectRows(const float* M, const float* Q, float* P, int64_t n, int64_t m, int64_t r __VA_ARGS__);   \
-  /* Q (m, r) = M^T P for M (n, m), P (n, r); scratch: projectColumnsScratchBytes(n, m, r) bytes. */         \
+  /* P (n, r) = M (n, m) Q (m, r), all row-major; scratch: productScratchBytes(n, m, r) bytes. */           \
+  void projectRows(const float* M, const float* Q, float* P, int64_t n, int64_t m, int64_t r, void* scratch   \
+                   __VA_ARGS__);                                                                            \
+  /* Q (m, r) = M^T P for M (n, m), P (n, r); scratch: productScratchBytes(n, m, r) bytes. */               \
   void projectColumns(const float* M, const float* P, float* Q, int64_t n, int64_t m, int64_t r, void* scratch \
                       __VA_ARGS__);                                                                         \
   /* M (n, m) = P (n, r) Q^T for Q (m, r); where error is not null (laid out as M), error -= M too. */      \

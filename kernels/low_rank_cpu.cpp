@@ -51,7 +51,7 @@ void copyRuns(const float* src, float* dst, const CopyRun* runs, int64_t count, 
   }
 }
 
-void projectRows(const float* M, const float* Q, float* P, int64_t n, int64_t m, int64_t r) {
+void projectRows(const float* M, const float* Q, float* P, int64_t n, int64_t m, int64_t r, void*) {
   gemm<float>(false, false, n, r, m, 1.0f, M, 0, Q, 0, 0.0f, P, 0, 1);
 }
 

@@ -325,7 +325,7 @@ TEST(LowRank, ProductsMatchTheCpu) {
     const Tensor Q = testing::randomTensor({m, r}, 2 + m, -1, 1, DType::F32);
     const Tensor P = testing::randomTensor({n, r}, 3 + r, -1, 1, DType::F32);
     std::vector<float> p(n * r), q(m * r), e(n * m);
-    kernels::cpu::projectRows(M.data<float>(), Q.data<float>(), p.data(), n, m, r);
+    kernels::cpu::projectRows(M.data<float>(), Q.data<float>(), p.data(), n, m, r, nullptr);
     kernels::cpu::projectColumns(M.data<float>(), P.data<float>(), q.data(), n, m, r, nullptr);
     std::vector<float> err(n * m, 0.5f);
     kernels::cpu::expand(P.data<float>(), Q.data<float>(), e.data(), err.data(), n, m, r);
@@ -334,9 +334,9 @@ TEST(LowRank, ProductsMatchTheCpu) {
     Tensor ge = Tensor::empty({n, m}, DType::F32, Device::CUDA);
     Tensor gerr = Tensor::fromVector(std::vector<float>(n * m, 0.5f), {n, m}).to(Device::CUDA);
     const Tensor scratch = Tensor::empty(
-        {static_cast<int64_t>(kernels::projectColumnsScratchBytes(n, m, r) / 4 + 1)}, DType::F32, Device::CUDA);
+        {static_cast<int64_t>(kernels::productScratchBytes(n, m, r) / 4 + 1)}, DType::F32, Device::CUDA);
     const cudaStream_t s = runtime::computeStream();
-    kernels::cuda::projectRows(dM.data<float>(), dQ.data<float>(), gp.data<float>(), n, m, r, s);
+    kernels::cuda::projectRows(dM.data<float>(), dQ.data<float>(), gp.data<float>(), n, m, r, scratch.raw(), s);
     kernels::cuda::projectColumns(dM.data<float>(), dP.data<float>(), gq.data<float>(), n, m, r, scratch.raw(), s);
     kernels::cuda::expand(dP.data<float>(), dQ.data<float>(), ge.data<float>(), gerr.data<float>(), n, m, r, s);
     // fp32 sums of m, n and r products of numbers in [-1, 1]: within 1e-5 of the sum's size bound.

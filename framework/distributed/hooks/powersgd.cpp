@@ -138,7 +138,7 @@ class PowerSgdHook : public CommHook {
           std::max(kernels::orthogonalizeScratchBytes(b.ps.data(), static_cast<int64_t>(b.ps.size())),
                    kernels::orthogonalizeScratchBytes(b.qs.data(), static_cast<int64_t>(b.qs.size())));
       for (const Matrix& mx : b.matrices) {
-        if (mx.r > 0) scratchBytes = std::max(scratchBytes, kernels::projectColumnsScratchBytes(mx.n, mx.m, mx.r));
+        if (mx.r > 0) scratchBytes = std::max(scratchBytes, kernels::productScratchBytes(mx.n, mx.m, mx.r));
       }
       b.scratch = Tensor::empty({static_cast<int64_t>((scratchBytes + 7) / 8)}, DType::F64, device);
       for (Matrix& mx : b.matrices) {
@@ -176,7 +176,7 @@ class PowerSgdHook : public CommHook {
       for (const Matrix& mx : plan->matrices) {
         if (mx.r == 0) continue;
         MINIDP_LAUNCH_ON(s, grad, projectRows, error.data<float>() + mx.entry.offset, q.data<float>() + mx.q,
-                         p.data<float>() + mx.p, mx.n, mx.m, mx.r);
+                         p.data<float>() + mx.p, mx.n, mx.m, mx.r, scratch.raw());
       }
     }));
     // PyTorch sums U and divides it afterwards (unpacking below), and sums P before orthogonalising it.
