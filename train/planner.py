@@ -39,19 +39,29 @@ every two-GPU median against the model.
 
 Methods: DDP with fp32 on the wire; bf16 on the wire (half the bytes; the cast kernels at the rate measured for
 the same kind of scalar cast kernel, CAST_GBPS); ZeRO-1 (reduce-scatter per bucket, the optimizer on 1/N, the
-parameters all-gathered after the update); PowerSGD at rank r (PyTorch's powerSGD_hook: a 2-D gradient n x m
-with (n + m) r * 2 < n m is sent as P (n r) and Q (m r), the rest dense; two all-reduces per bucket with its
-local products between them, the products costing PASSES passes over the gradient at the copy rate: an
-assumption, minidp has no PowerSGD yet).
+parameters all-gathered after the update); PowerSGD at rank r as minidp's hook (framework/distributed/hooks/
+powersgd.cpp) does it: each gradient viewed as n (its first extent) x m (the rest), compressed at r' = min(n, m, r)
+when (n + m) r' * 2 < n m; per bucket two collectives, U (the uncompressed gradients) with every P (n r'), then
+every Q (m r'); and between and around them its local work on the comm stream: passes over the bucket's fp32
+gradients (the error-feedback add, M Q, M^T P, the expansion P Q^T that also updates the error), the products'
+work per rank and a cost per bucket (launches, the batched Cholesky-QRs, the split products' partial sums),
+POWERSGD_FITTED, fitted to the overlap-off comm times of the hook on the emulated link.
+
+Emulated link (minidp-bench --comm emulated): one process modelling N ranks; each collective holds 16 CTAs on the
+comm stream for exactly latency + 2(N-1)/N * bytes / bandwidth (all-gathers (N-1)/N), so its alpha and B are the
+run's own flags (Level.emulated) and no ring-step latency is added. Backward slows beside the link's kernel by
+EMULATED_FITTED per ms of it, fitted to the emulated runs' compute_ms with overlap on minus off.
 
 Memory per GPU: the profile's measured peak, plus the bf16 wire copy (2 bytes per parameter), minus the
-(N-1)/N of the optimizer state that ZeRO-1 shards, plus PowerSGD's error feedback (4 bytes per compressed
-element) and P, Q.
+(N-1)/N of the optimizer state that ZeRO-1 shards, plus PowerSGD's error feedback (4 bytes per parameter: the
+hook keeps it for whole buckets) and U, P, Q.
 """
 import argparse
+import collections
 import json
 import math
 import os
+import re
 import statistics
 import sys
 
@@ -76,8 +86,25 @@ COPY_GBPS = 4270.1  # device-to-device copy rate of the H200 (docs/results/h200-
 # casts in the 30 ms profile (docs/results/h200-2026-11-30-s15/profile_gpt2_bf16_b8_30ms.txt: 97 casts per step,
 # 123.5 M elements read as fp32 and written as bf16, 741 MB, in 0.479 ms)
 CAST_GBPS = 1547.0
-POWERSGD_PASSES = 7  # error feedback add, M Q, M^T P, P Q^T, the new error: read/write passes over M (assumed)
-POWERSGD_MIN_RATE = 2.0  # powerSGD_hook's min_compression_rate default
+POWERSGD_MIN_RATE = 2.0  # the hook's minimum compression rate (powerSGD_hook's min_compression_rate default)
+# The hook's local work in fp32 passes (4 bytes read or written per element): a compressed gradient: error += grad
+# (3), M Q (1), M^T P (1), bucket = P Q^T with error -= it (3); an uncompressed one: the add (3), packed into U (2),
+# U / world unpacked into the bucket with the error update (4). The rate of a pass and the products' cost per rank
+# are POWERSGD_FITTED.
+POWERSGD_PASSES_COMPRESSED = 8
+POWERSGD_PASSES_DENSE = 9
+
+# Fitted by `planner.py --fit-emulated` (least squares over the emulated-link runs of EMULATED_JOBS; see
+# fit_emulated). tests/train/planner_check.py re-fits and fails when these drift from the fit.
+POWERSGD_FITTED = {
+    "pass_gbps": 2888.90,  # HBM rate of the hook's passes over the fp32 gradients
+    "ns_per_elem_rank": 0.00150586,  # the products' cost beyond their passes, per compressed element and unit of r'
+    "bucket_ms": 0.0610702,  # per bucket: launches, the batched Cholesky-QRs, partial sums, events
+    "slow_ms_per_gb": 0.230425,  # backward slows by this per GB of the hook's passes beside it
+}
+EMULATED_FITTED = {
+    "slow_ms_per_link_ms": 0.294381,  # backward slows by this per ms the emulated link's 16 CTAs run beside it
+}
 ADAMW_STATE_BYTES = 8  # exp_avg + exp_avg_sq, fp32, per parameter
 
 # Where a link cannot be measured here: (alpha ms, busbw GB/s per NIC, hop us, NICs per host, kind, why).
@@ -282,6 +309,14 @@ class Level:
         self.hop_ms = hop_us / 1e3
         self.nics_per_host, self.kind, self.source = nics_per_host, kind, source
 
+    @classmethod
+    def emulated(cls, config):
+        """The emulated link of a minidp-bench run, from its own flags (config["emulated_link"]): exact, no hops."""
+        link = config["emulated_link"]
+        return cls("emulated", link["latency_us"] / 1e3, link["gbps"], 0.0, 1, "emulated",
+                   f"GIVEN: the run's --emulated-gbps {link['gbps']:g} --emulated-latency-us {link['latency_us']:g} "
+                   f"(--emulated-world {link['world']})")
+
     def describe(self):
         return (f"{self.name}: alpha {self.alpha_ms * 1e3:.1f} us, busbw {self.busbw_gbps:.2f} GB/s"
                 f"{' per NIC, ' + str(self.nics_per_host) + ' NIC(s) per host' if self.kind == 'net' else ''}, "
@@ -305,8 +340,8 @@ def fit_allreduce(path):
 
 def parse_level(spec):
     """NAME=FILE.json[,key=value...] (fitted to a minidp-bench-allreduce JSON) or NAME=key=value,... (stated);
-    keys alpha_us, busbw_gbps, hop_us, nics_per_host, kind (nvlink | net), why. NAME alone: a built-in
-    assumption (ib, ethernet)."""
+    keys alpha_us, busbw_gbps, hop_us, nics_per_host, kind (nvlink | net | emulated: minidp's emulated link, whose
+    time per collective is exactly alpha + bytes term), why. NAME alone: a built-in assumption (ib, ethernet)."""
     name, _, rest = spec.partition("=")
     parts = [p for p in rest.split(",") if p] if rest else []
     values, source = {}, None
@@ -335,7 +370,9 @@ def parse_level(spec):
         raise SystemExit(f"planner: link '{spec}' lacks {sorted(missing)}")
     kind = values.get("kind", "net")
     hop = values.get("hop_us")
-    if hop is None:
+    if kind == "emulated":  # its flags are its time per collective: no ring steps
+        hop = 0.0
+    elif hop is None:
         hop = NVLINK_HOP_US if kind == "nvlink" else values["alpha_us"] / 2
         source += f"; hop {hop:.1f} us ASSUMED" + (" (half the measured intercept)" if kind != "nvlink" else "")
     return Level(name, values["alpha_us"] / 1e3, values["busbw_gbps"], hop, int(values.get("nics_per_host", 1)),
@@ -443,12 +480,39 @@ def method_from_spec(spec):
     raise SystemExit(f"planner: unknown method '{spec}' (ddp, bf16, zero1, powersgdR)")
 
 
-def should_compress(shape, r):
-    return len(shape) == 2 and (shape[0] + shape[1]) * r * POWERSGD_MIN_RATE < shape[0] * shape[1]
+def powersgd_view(shape, r):
+    """The hook's view of a gradient: (n, m, r'), n its first extent, m the rest, r' = 0 where it goes uncompressed."""
+    n = shape[0] if shape else 1
+    m = numel(shape) // n if n else 0
+    rr = min(n, m, r)
+    return n, m, (rr if (n + m) * rr * POWERSGD_MIN_RATE < n * m else 0)
 
 
-def bucket_costs(profile, buckets, method, topo):
-    """Per bucket: (comm-stream ms, HBM GB of its kernels, collectives, algorithm)."""
+def powersgd_bucket(profile, bucket, r):
+    """(U|P bytes, Q bytes, local-work features) of one bucket; the features, dotted with powersgd_coefs(), are its
+    local work in ms: (bytes of its fp32 passes, compressed elements x r', 1 per bucket)."""
+    views = [powersgd_view(profile.params[i][1], r) for i in bucket]
+    dense = sum(n * m for n, m, rr in views if not rr)
+    comp = [(n, m, rr) for n, m, rr in views if rr]
+    up = 4.0 * (dense + sum(n * rr for n, _, rr in comp))
+    q = 4.0 * sum(m * rr for _, m, rr in comp)
+    passes = 4.0 * (POWERSGD_PASSES_COMPRESSED * sum(n * m for n, m, _ in comp) + POWERSGD_PASSES_DENSE * dense)
+    return up, q, (passes, float(sum(n * m * rr for n, m, rr in comp)), 1.0)
+
+
+def powersgd_coefs(pf=None):
+    pf = POWERSGD_FITTED if pf is None else pf
+    return (1.0 / (pf["pass_gbps"] * 1e6) if pf["pass_gbps"] > 0 else 0.0, pf["ns_per_elem_rank"] * 1e-6,
+            pf["bucket_ms"])
+
+
+BucketCost = collections.namedtuple("BucketCost", "ms gb colls alg link_ms hook_gb")
+BucketCost.__doc__ = ("One bucket on the comm stream: its ms, HBM GB of its collectives and casts, collectives, "
+                      "algorithm, ms of the collectives alone, HBM GB of PowerSGD's local passes")
+
+
+def bucket_costs(profile, buckets, method, topo, pf=None):
+    """A BucketCost per bucket."""
     out = []
     for b in buckets:
         fp32 = sum(numel(profile.params[i][1]) for i in b) * 4.0
@@ -458,18 +522,15 @@ def bucket_costs(profile, buckets, method, topo):
             row_bytes = rows * profile.embd * (2 if method.wire == "bf16" else 4)
             gather = ring_half_ms(row_bytes * topo.n, topo) + ring_half_ms(rows * 4 * topo.n, topo)
             local = ms_for(fp32 + 2 * row_bytes * topo.n, COPY_GBPS)  # zero the dense gradient, add the rows
-            out.append((gather + local, (fp32 + 4 * row_bytes * topo.n) / 1e9, 2, "all-gather"))
+            out.append(BucketCost(gather + local, (fp32 + 4 * row_bytes * topo.n) / 1e9, 2, "all-gather", gather, 0.0))
             continue
         if method.rank:
-            comp = [profile.params[i][1] for i in b if should_compress(profile.params[i][1], method.rank)]
-            dense = fp32 - sum(numel(s) for s in comp) * 4.0
-            p_bytes = sum(s[0] for s in comp) * method.rank * 4.0
-            q_bytes = sum(s[1] for s in comp) * method.rank * 4.0
-            local_bytes = POWERSGD_PASSES * sum(numel(s) for s in comp) * 4.0
-            t1, alg = allreduce_ms(dense + p_bytes, topo)
-            t2, _ = allreduce_ms(q_bytes, topo)
-            hbm = 2 * link_bytes_allreduce(dense + p_bytes + q_bytes, topo.n) + local_bytes
-            out.append((t1 + t2 + ms_for(local_bytes, COPY_GBPS), hbm / 1e9, 2, alg))
+            up, q, feats = powersgd_bucket(profile, b, method.rank)
+            links = [allreduce_ms(x, topo) for x in (up, q) if x > 0]
+            link = sum(t for t, _ in links)
+            local = float(np.dot(feats, powersgd_coefs(pf)))
+            hbm = 2 * link_bytes_allreduce(up + q, topo.n)
+            out.append(BucketCost(link + local, hbm / 1e9, len(links), links[0][1], link, feats[0] / 1e9))
             continue
         wire = fp32 / 2 if method.wire == "bf16" else fp32
         cast = 3 * fp32 if method.wire == "bf16" else 0.0  # fp32 -> bf16 (4 + 2 bytes), back (2 + 4)
@@ -481,7 +542,7 @@ def bucket_costs(profile, buckets, method, topo):
         else:
             t, alg = allreduce_ms(wire, topo)
             hbm = 2 * link_bytes_allreduce(wire, topo.n) + cast
-        out.append((t + ms_for(cast, CAST_GBPS), hbm / 1e9, 1, alg))
+        out.append(BucketCost(t + ms_for(cast, CAST_GBPS), hbm / 1e9, 1, alg, t, 0.0))
     return out
 
 
@@ -489,36 +550,47 @@ def bucket_costs(profile, buckets, method, topo):
 # The step
 
 
-def simulate(profile, method, topo, cap_mb, overlap, first_mb=1.0, fitted=None):
-    """Modelled step of `method` on `topo` at bucket cap `cap_mb` (MiB): dict of step, exposed, comm, ..."""
+def method_buckets(profile, method, cap_mb, first_mb=1.0):
+    """minidp's bucket plan for `method` at cap `cap_mb` (MiB); the row-sparse wte in a bucket of its own."""
+    solo = ("wte.weight",) if method.sparse else ()
+    return plan_buckets(profile.params, round(cap_mb * MIB), round(min(first_mb, cap_mb) * MIB), solo)
+
+
+def simulate(profile, method, topo, cap_mb, overlap, first_mb=1.0, fitted=None, pf=None, ef=None):
+    """Modelled step of `method` on `topo` at bucket cap `cap_mb` (MiB): dict of step, exposed, comm, ...
+    fitted, pf, ef: FITTED, POWERSGD_FITTED and EMULATED_FITTED to use instead of the stored ones."""
     f = FITTED if fitted is None else fitted
+    ef = EMULATED_FITTED if ef is None else ef
     bwd, fwd, opt = profile.backward_ms, profile.forward_ms, profile.optimizer_ms
     if topo.n == 1:
         step = profile.step_ms
         return dict(step=step, exposed=0.0, comm=0.0, backward=bwd, slowdown=0.0, buckets=0, alg="-",
                     compute=step)
-    cap = cap_mb * MIB
-    solo = ("wte.weight",) if method.sparse else ()
-    buckets = plan_buckets(profile.params, round(cap), round(min(first_mb, cap_mb) * MIB), solo)
-    costs = bucket_costs(profile, buckets, method, topo)
+    buckets = method_buckets(profile, method, cap_mb, first_mb)
+    costs = bucket_costs(profile, buckets, method, topo, pf)
     ready = [max(profile.ready_ms[i] for i in b) for b in buckets]
-    comm = sum(c[0] for c in costs)
+    comm = sum(c.ms for c in costs)
     coll_cost = f["slow_ms_per_coll_nvlink"] if "nvlink" in topo.kinds() else 0.0
     per_gb = f["slow_ms_per_gb_bf16"] if profile.dtype == "bf16" else f["slow_ms_per_gb_fp32"]
+    link_cost = ef["slow_ms_per_link_ms"] if "emulated" in topo.kinds() else 0.0
+    hook_cost = (POWERSGD_FITTED if pf is None else pf)["slow_ms_per_gb"]
     fixed = f["bucket_ms"] * len(buckets)
-    slowdown, beside_gb, beside_colls = 0.0, 0.0, 0.0
+    slowdown, beside_gb, beside_colls, beside_link, beside_hook_gb = 0.0, 0.0, 0.0, 0.0, 0.0
     if overlap:
         for _ in range(50):  # the slowdown stretches backward, which changes what overlaps it: a fixed point
             stretch = 1 + slowdown / bwd
             end_bwd = bwd * stretch
-            t, beside_gb, beside_colls = 0.0, 0.0, 0.0
-            for r, (ms, hbm, colls, _) in zip(ready, costs):
+            t, beside_gb, beside_colls, beside_link, beside_hook_gb = 0.0, 0.0, 0.0, 0.0, 0.0
+            for r, c in zip(ready, costs):
                 start = max(r * stretch, t)
-                t = start + ms
-                share = 0.0 if ms <= 0 else min(max((end_bwd - start) / ms, 0.0), 1.0)
-                beside_gb += share * hbm
-                beside_colls += share * colls
-            new = per_gb * beside_gb + coll_cost * beside_colls
+                t = start + c.ms
+                share = 0.0 if c.ms <= 0 else min(max((end_bwd - start) / c.ms, 0.0), 1.0)
+                beside_gb += share * c.gb
+                beside_colls += share * c.colls
+                beside_link += share * c.link_ms
+                beside_hook_gb += share * c.hook_gb
+            new = (per_gb * beside_gb + coll_cost * beside_colls + link_cost * beside_link
+                   + hook_cost * beside_hook_gb)
             if abs(new - slowdown) < 1e-6:
                 break
             slowdown = new
@@ -541,10 +613,10 @@ def simulate(profile, method, topo, cap_mb, overlap, first_mb=1.0, fitted=None):
         step += tail
     else:
         step += opt
-    algs = sorted({c[3] for c in costs})
+    algs = sorted({c.alg for c in costs})
     return dict(step=step, exposed=exposed, comm=comm, backward=end_bwd, slowdown=slowdown,
                 buckets=len(buckets), alg="/".join(algs), compute=step - exposed, beside_gb=beside_gb,
-                beside_colls=beside_colls)
+                beside_colls=beside_colls, beside_link=beside_link, beside_hook_gb=beside_hook_gb)
 
 
 def hidden_share(profile, method, topo, cap_mb, first_mb=1.0, fitted=None):
@@ -563,9 +635,9 @@ def memory_mib(profile, method, n):
         extra += 2.0 * p
     if method.zero:
         extra -= (n - 1) / n * ADAMW_STATE_BYTES * p
-    if method.rank:
-        comp = [s for _, s in profile.params if should_compress(s, method.rank)]
-        extra += 4.0 * sum(numel(s) for s in comp) + 4.0 * method.rank * sum(s[0] + s[1] for s in comp)
+    if method.rank:  # the hook's error feedback covers whole buckets; then U|P and Q
+        views = [powersgd_view(s, method.rank) for _, s in profile.params]
+        extra += 4.0 * p + 4.0 * sum((n + m) * r if r else n * m for n, m, r in views)
     return profile.peak_mib + (extra / MIB if n > 1 else 0.0)
 
 
@@ -622,15 +694,9 @@ def measured_runs(results=RESULTS):
     runs, skipped = [], []
     for dirpath, _, files in sorted(os.walk(results)):
         for name in sorted(files):
-            if not name.endswith(".json"):
-                continue
             path = os.path.join(dirpath, name)
-            try:
-                with open(path) as f:
-                    data = json.load(f)
-            except (OSError, ValueError):
-                continue
-            if not isinstance(data, dict) or "rows" not in data:
+            data = bench_json(path)
+            if data is None:
                 continue
             config = data.get("config", {})
             rel = os.path.relpath(dirpath, results)
@@ -648,13 +714,91 @@ def measured_runs(results=RESULTS):
             wire = "bf16" if "bf16" in (config.get("grad_comm"), config.get("comm_hook")) else "fp32"
             method = Method(name[:-5], wire=wire, zero=zero,
                             sparse="sparse" in name, gather=config.get("zero_gather", "end"))
-            for r in data["rows"]:
-                if r["repeat"] == "all":
-                    continue
-                runs.append(dict(job=job, file=os.path.join(rel, name), method=method,
-                                 cap=r.get("bucket_mb_used") or r["bucket_mb"], cap_label=str(r["bucket_mb"]),
-                                 overlap=r["overlap"] == "on", measured=r, config=config))
+            runs += median_runs(job, os.path.join(rel, name), method, data)
     return runs, skipped
+
+
+# Emulated-link runs (minidp-bench --comm emulated): one process on one GPU modelling 2 ranks over a stated link, the
+# comm hooks' own work really running. A job: its directory, the comm hooks whose code there is the code modelled
+# here, its one-GPU run (hooks_one_gpu.json) as the profile, and the fp32 trace for the layer shares (no bf16 trace
+# exists).
+def emulated_job(directory, hooks):
+    return dict(dir=directory, kind="emulated", hooks=hooks, profile=f"{directory}/hooks_one_gpu.json",
+                trace=f"{_SECOND}/nvlink/trace_fp32.json")
+
+
+EMULATED_JOBS = [
+    emulated_job("h200-2026-12-01-b/final", ("powersgd",)),  # PowerSGD at d583825, ranks 4 and 8, caps 25 and 50
+    emulated_job("h200-2026-12-01-b/final/with100", ("powersgd",)),  # the same commit, caps 25, 50 and 100
+    emulated_job("h200-2026-12-01/hooks_a", ("bf16",)),  # dense bf16 on the wire (0d9273e; the hook unchanged since)
+]
+# The other emulated runs in docs/results, and why the check leaves them out.
+EMULATED_LEFT_OUT = {
+    "h200-2026-11-29": "8 emulated ranks at 10 us, GPT 85 M in fp32, no comm hook: not part of the hook check",
+    "h200-2026-11-29/run5": "8 emulated ranks at 10 us, GPT 85 M in fp32, no comm hook: not part of the hook check",
+    "h200-2026-12-01-b/before": "PowerSGD at 6f307c9 (per-matrix local work, cuBLAS products): not the hook modelled",
+    "h200-2026-12-01-b/batched": "PowerSGD at 7576fe0 (products not split into ~528 blocks): not the hook modelled",
+    "h200-2026-12-01/hooks_a": "PowerSGD before its local work was batched per bucket: not the hook modelled",
+    "h200-2026-12-01/hooks_b": "PowerSGD before its local work was batched per bucket: not the hook modelled",
+    "h200-2026-12-01/hooks_c": "PowerSGD before its local work was batched per bucket: not the hook modelled",
+}
+
+
+def emulated_method(name, config):
+    """The comm hook of an emulated run: its config names the hook, the file name its PowerSGD rank."""
+    hook = config.get("comm_hook")
+    sparse = "sparse" in name
+    if hook == "bf16":
+        return Method(name[:-5], wire="bf16", sparse=sparse)
+    if hook == "powersgd":
+        rank = re.search(r"powersgdrank_(\d+)", name)
+        if not rank:
+            raise SystemExit(f"planner: {name}: a PowerSGD run whose file name gives no rank")
+        return Method(name[:-5], rank=int(rank.group(1)), sparse=sparse)
+    return None
+
+
+def emulated_runs(results=RESULTS):
+    """Every emulated-link minidp-bench median of EMULATED_JOBS' hooks: dicts as measured_runs', plus the files left
+    out with why. Raises if an emulated run belongs to neither EMULATED_JOBS nor EMULATED_LEFT_OUT."""
+    jobs = {j["dir"]: j for j in EMULATED_JOBS}
+    runs, skipped = [], []
+    for dirpath, _, files in sorted(os.walk(results)):
+        for name in sorted(files):
+            data = bench_json(os.path.join(dirpath, name))
+            if data is None or not data.get("config", {}).get("emulated"):
+                continue
+            config = data["config"]
+            rel = os.path.relpath(dirpath, results)
+            method = emulated_method(name, config)
+            job = jobs.get(rel)
+            if job is None or method is None or config.get("comm_hook") not in job["hooks"]:
+                if rel not in EMULATED_LEFT_OUT:
+                    raise SystemExit(f"planner: {rel}/{name} is an emulated run of no job in EMULATED_JOBS and not in "
+                                     f"EMULATED_LEFT_OUT")
+                skipped.append((os.path.join(rel, name), EMULATED_LEFT_OUT[rel]))
+                continue
+            runs += median_runs(job, os.path.join(rel, name), method, data)
+    return runs, skipped
+
+
+def median_runs(job, path, method, data):
+    """One run per median row of a minidp-bench result: its job, file, method, cap, overlap, row and config."""
+    return [dict(job=job, file=path, method=method, cap=r.get("bucket_mb_used") or r["bucket_mb"],
+                 cap_label=str(r["bucket_mb"]), overlap=r["overlap"] == "on", measured=r, config=data["config"])
+            for r in data["rows"] if r["repeat"] != "all"]
+
+
+def bench_json(path):
+    """A minidp-bench result (a dict with rows), or None."""
+    if not path.endswith(".json"):
+        return None
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and "rows" in data else None
 
 
 _profiles = {}
@@ -667,11 +811,15 @@ def job_profile(job):
     return _profiles[key]
 
 
-def predict_run(run, fitted=None):
+def predict_run(run, fitted=None, pf=None, ef=None):
     profile = job_profile(run["job"])
-    topo = job_topology(run["job"])
+    if run["job"]["kind"] == "emulated":
+        n = run["config"]["emulated_link"]["world"]
+        topo = Topology(n, Level.emulated(run["config"]), None, n)
+    else:
+        topo = job_topology(run["job"])
     first = run["config"].get("first_bucket_mb", 1.0)
-    return simulate(profile, run["method"], topo, float(run["cap"]), run["overlap"], first, fitted)
+    return simulate(profile, run["method"], topo, float(run["cap"]), run["overlap"], first, fitted, pf, ef)
 
 
 def fit_parameters(results=RESULTS, verbose=False):
@@ -718,6 +866,59 @@ def fit_parameters(results=RESULTS, verbose=False):
         print(f"fit over {len(y)} overlap pairs: slowdown residual rms {np.sqrt(np.mean(resid ** 2)):.3f} ms, "
               f"largest {np.max(np.abs(resid)):.3f} ms; bucket_ms over {len(xs)} overlap-off runs")
     return {k: float(v) for k, v in fitted.items()}
+
+
+def fit_emulated(results=RESULTS, verbose=False):
+    """Least squares over the emulated-link runs (EMULATED_JOBS), in two parts:
+    POWERSGD_FITTED: the PowerSGD runs' overlap-off comm_ms minus their collectives (the link's exact time), against
+    the local-work features of their buckets summed (bytes of the fp32 passes, compressed elements x r', buckets);
+    EMULATED_FITTED: every run's compute_ms with overlap on minus its overlap-off partner's, less what the two-GPU
+    fit (FITTED) gives the HBM traffic beside backward, against the ms of the link's kernels beside backward
+    (through the origin; iterated because what overlaps depends on the slowdown)."""
+    runs, _ = emulated_runs(results)
+    zero_pf = {k: 0.0 for k in POWERSGD_FITTED}  # local work and its slowdown left out: the collectives alone
+    a, y = [], []
+    for run in runs:
+        if run["overlap"] or not run["method"].rank:
+            continue
+        profile = job_profile(run["job"])
+        buckets = method_buckets(profile, run["method"], float(run["cap"]), run["config"].get("first_bucket_mb", 1.0))
+        a.append(np.sum([powersgd_bucket(profile, b, run["method"].rank)[2] for b in buckets], axis=0))
+        y.append(run["measured"]["comm_ms"] - predict_run(run, pf=zero_pf)["comm"])
+    a, y = np.array(a), np.array(y)
+    coef = nnls(a, y)
+    pf = dict(pass_gbps=1.0 / (coef[0] * 1e6) if coef[0] > 0 else 0.0, ns_per_elem_rank=coef[1] * 1e6,
+              bucket_ms=coef[2], slow_ms_per_gb=0.0)
+    if verbose:
+        resid = a @ coef - y
+        print(f"PowerSGD's local work over {len(y)} overlap-off runs: residual rms {np.sqrt(np.mean(resid ** 2)):.3f} "
+              f"ms, largest {np.max(np.abs(resid)):.3f} ms")
+    pairs = {}
+    for run in runs:
+        pairs.setdefault((run["file"], run["cap_label"], run["measured"]["repeat"]), {})[run["overlap"]] = run
+    pairs = [p for _, p in sorted(pairs.items()) if True in p and False in p]
+    ef = {"slow_ms_per_link_ms": 0.0}
+    for _ in range(20):
+        xs, ys = [], []
+        for p in pairs:
+            on = predict_run(p[True], pf=pf, ef=ef)
+            per_gb = FITTED["slow_ms_per_gb_bf16" if job_profile(p[True]["job"]).dtype == "bf16" else
+                            "slow_ms_per_gb_fp32"]
+            xs.append([on["beside_hook_gb"], on["beside_link"]])
+            ys.append(p[True]["measured"]["compute_ms"] - p[False]["measured"]["compute_ms"] - per_gb * on["beside_gb"])
+        xs, ys = np.array(xs), np.array(ys)
+        coef = nnls(xs, ys)
+        new_pf, new_ef = dict(pf, slow_ms_per_gb=coef[0]), {"slow_ms_per_link_ms": coef[1]}
+        done = all(abs(new_pf[k] - pf[k]) < 1e-7 for k in pf) and \
+            abs(new_ef["slow_ms_per_link_ms"] - ef["slow_ms_per_link_ms"]) < 1e-7
+        pf, ef = new_pf, new_ef
+        if done:
+            break
+    if verbose:
+        resid = ys - xs @ coef
+        print(f"backward's slowdown beside the hooks on the emulated link over {len(ys)} pairs: residual rms "
+              f"{np.sqrt(np.mean(resid ** 2)):.3f} ms, largest {np.max(np.abs(resid)):.3f} ms")
+    return {k: float(v) for k, v in pf.items()}, ef
 
 
 def overlap_features(run, fitted):
@@ -769,9 +970,15 @@ def main(argv=None):
     ap.add_argument("--png", help="draw tokens/s against GPUs per link into this PNG")
     ap.add_argument("--json", help="also write every row as JSON")
     ap.add_argument("--fit", action="store_true", help="fit FITTED to the two-GPU runs in docs/results and print it")
+    ap.add_argument("--fit-emulated", action="store_true",
+                    help="fit POWERSGD_FITTED and EMULATED_FITTED to the emulated runs in docs/results; print them")
     args = ap.parse_args(argv)
     if args.fit:
         print(json.dumps(fit_parameters(verbose=True), indent=2))
+        return 0
+    if args.fit_emulated:
+        pf, ef = fit_emulated(verbose=True)
+        print(json.dumps(dict(POWERSGD_FITTED=pf, EMULATED_FITTED=ef), indent=2))
         return 0
     if not args.profile or not args.links:
         ap.error("--profile and --links are required (or --fit)")
@@ -797,10 +1004,20 @@ def main(argv=None):
           f"{FITTED['slow_ms_per_coll_nvlink'] * 1e3:.1f} us per NVLink collective; every step costs "
           f"{FITTED['bucket_ms'] * 1e3:.1f} us per bucket")
     print(f"- bf16 wire casts at {CAST_GBPS:.0f} GB/s (the scalar weight casts of the 30 ms profile, "
-          f"docs/results/h200-2026-11-30-s15/profile_gpt2_bf16_b8_30ms.txt); PowerSGD's local work at the device "
-          f"copy rate {COPY_GBPS:.0f} GB/s (measured, docs/results/h200-2026-11-30/bench_kernels.txt); PowerSGD: "
-          f"{POWERSGD_PASSES} passes over each compressed gradient (ASSUMED), min compression rate "
-          f"{POWERSGD_MIN_RATE:g}; optimizer AdamW (state 8 bytes/param)")
+          f"docs/results/h200-2026-11-30-s15/profile_gpt2_bf16_b8_30ms.txt); optimizer AdamW (state 8 bytes/param)")
+    pf = POWERSGD_FITTED
+    print(f"- PowerSGD as minidp's hook: two collectives per bucket (U|P, then Q), compressed when (n + m) r' x "
+          f"{POWERSGD_MIN_RATE:g} < n m; its local work per bucket FITTED to the overlap-off comm times of the hook on "
+          f"the emulated link (planner.py --fit-emulated; "
+          + ", ".join(f"{j['dir']}" for j in EMULATED_JOBS if "powersgd" in j["hooks"])
+          + f"): {POWERSGD_PASSES_COMPRESSED} fp32 passes per compressed element ({POWERSGD_PASSES_DENSE} per "
+          f"uncompressed) at {pf['pass_gbps']:.0f} GB/s, plus {pf['ns_per_elem_rank'] * 1e3:.2f} ps per compressed "
+          f"element and unit of rank, plus {pf['bucket_ms'] * 1e3:.0f} us per bucket; backward slows by "
+          f"{pf['slow_ms_per_gb']:.3f} ms per GB of those passes beside it (FITTED, overlap-on pairs); fitted at "
+          f"ranks 4 and 8 on one H200")
+    if any(lv.kind == "emulated" for lv in levels.values()):
+        print(f"- beside minidp's emulated link backward slows by {EMULATED_FITTED['slow_ms_per_link_ms']:.3f} ms "
+              f"per ms of the link's kernel (16 CTAs held for its modelled time; FITTED, planner.py --fit-emulated)")
     print(f"- collectives beside backward are not slowed themselves (NVLink buckets lose 13-63% of their bandwidth "
           f"beside backward, docs/benchmarks.md; they stay hidden on these shapes); the batch per GPU is fixed "
           f"({profile.batch} x {profile.context} tokens: weak scaling)")

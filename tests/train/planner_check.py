@@ -12,8 +12,13 @@
    is printed. Every prediction must be within 10% of the measured median, except the KNOWN_MISSES below: those
    are printed with what the link did in that run, and must still miss (so the list stays true).
    PyTorch DDP rows are listed as not modelled (no one-GPU profile of its fp32 step exists).
-4. Memory: the modelled memory per GPU against the measured peaks (within 3% where the cap was fixed, ZeRO off).
-5. The command: planner.py's table for 1, 2, 8 and 64 GPUs runs and prints.
+4. The comm hooks on the emulated link: for every median of the hooks modelled in the emulated-link jobs (PowerSGD
+   at ranks 4 and 8, dense bf16 on the wire with and without the row-sparse wte; each cap; overlap on and off) the
+   planner predicts the median step from the same job's one-GPU run, the link's own flags and the fitted
+   parameters (POWERSGD_FITTED and EMULATED_FITTED, re-fitted in 1); each error is printed, every prediction must
+   be within 10%. The emulated runs it leaves out are printed with why.
+5. Memory: the modelled memory per GPU against the measured peaks (within 3% where the cap was fixed, ZeRO off).
+6. The command: planner.py's table for 1, 2, 8 and 64 GPUs runs and prints.
 """
 import glob
 import io
@@ -49,17 +54,21 @@ KNOWN_MISSES = {
 
 
 def check_fit():
-    fitted = planner.fit_parameters()
-    print("fitted parameters (planner.py --fit) against planner.FITTED:")
-    bad = []
-    for key, value in fitted.items():
-        stored = planner.FITTED[key]
-        print(f"  {key:<26} fit {value:.6g}  stored {stored:.6g}")
-        if abs(value - stored) > 1e-4 * max(abs(value), 1e-6):
-            bad.append(key)
-    if bad:
-        print(f"FAIL: FITTED differs from the fit in {bad}: run train/planner.py --fit and store its output")
-    return not bad
+    pf, ef = planner.fit_emulated()
+    ok = True
+    for name, command, fitted, stored in (("FITTED", "--fit", planner.fit_parameters(), planner.FITTED),
+                                          ("POWERSGD_FITTED", "--fit-emulated", pf, planner.POWERSGD_FITTED),
+                                          ("EMULATED_FITTED", "--fit-emulated", ef, planner.EMULATED_FITTED)):
+        print(f"fitted parameters (planner.py {command}) against planner.{name}:")
+        bad = []
+        for key, value in fitted.items():
+            print(f"  {key:<26} fit {value:.6g}  stored {stored[key]:.6g}")
+            if abs(value - stored[key]) > 1e-4 * max(abs(value), 1e-6):
+                bad.append(key)
+        if bad:
+            print(f"FAIL: {name} differs from the fit in {bad}: run train/planner.py {command} and store its output")
+            ok = False
+    return ok
 
 
 def check_plans():
@@ -131,6 +140,42 @@ def check_steps():
     return ok
 
 
+def emulated_group(run):
+    m = run["method"]
+    if m.rank:
+        return f"PowerSGD rank {m.rank}"
+    return "bf16 wire, row-sparse wte" if m.sparse else "bf16 wire"
+
+
+def check_emulated():
+    runs, skipped = planner.emulated_runs()
+    print(f"\n{len(runs)} emulated-link medians of the comm hooks (one GPU modelling 2 ranks); error = predicted / "
+          f"measured - 1")
+    print(f"{'run (docs/results/...)':<72} {'cap':>5} {'ovl':>3} {'measured':>9} {'predicted':>9} {'error':>7}")
+    groups, failures = {}, []
+    for run in runs:
+        m = run["measured"]
+        predicted = planner.predict_run(run)["step"]
+        err = predicted / m["step_ms_median"] - 1
+        overlap = "on" if run["overlap"] else "off"
+        groups.setdefault(emulated_group(run), []).append(err)
+        note = ""
+        if abs(err) > BAR:
+            note = "  FAIL: beyond 10%"
+            failures.append((run["file"], run["cap_label"], overlap))
+        print(f"{run['file']:<72} {run['cap_label']:>5} {overlap:>3} {m['step_ms_median']:>9.2f} "
+              f"{predicted:>9.2f} {err * 100:>+6.1f}%{note}")
+    for path, why in skipped:
+        print(f"{path:<72} left out: {why}")
+    print(f"\n{'emulated runs':<28} {'medians':>7} {'within 10%':>10} {'largest':>8} {'mean |error|':>12}")
+    for name, errs in sorted(groups.items()):
+        print(f"{name:<28} {len(errs):>7} {sum(abs(e) <= BAR for e in errs):>10} "
+              f"{max(abs(e) for e in errs) * 100:>7.1f}% {sum(abs(e) for e in errs) / len(errs) * 100:>11.1f}%")
+    if failures:
+        print(f"FAIL: {len(failures)} emulated prediction(s) beyond 10%: {failures}")
+    return bool(runs) and not failures
+
+
 def check_memory():
     """The modelled memory per GPU against each run's measured peak (overlap-off rows). Asserted within 3% where the
     cap was fixed and ZeRO off; `--bucket-mb auto` runs hold the first plan's buckets through the re-plan and
@@ -175,7 +220,7 @@ def check_command():
 
 
 def main():
-    results = [check_fit(), check_plans(), check_steps(), check_memory(), check_command()]
+    results = [check_fit(), check_plans(), check_steps(), check_emulated(), check_memory(), check_command()]
     if not all(results):
         print("planner_check: FAILED")
         return 1
