@@ -186,6 +186,8 @@ step_mlp_graph() {
 # The two-link job on a machine with several GPUs (scripts/multi-gpu-job.sh): NVLink, and NCCL's socket transport.
 step_multi_nvlink() { scripts/multi-gpu-job.sh "$out/nvlink" nvlink 2>&1 | tail -30; }
 step_multi_socket() { scripts/multi-gpu-job.sh "$out/socket" socket 2>&1 | tail -30; }
+# SM-light collectives over NVLink: minidp-bench per NCCL CTA policy and buffer kind (multi-gpu-job.sh's smlight).
+step_multi_smlight() { SECTIONS=smlight scripts/multi-gpu-job.sh "$out/smlight" nvlink 2>&1 | tail -30; }
 for s in "$@"; do
   echo "== $s ($(date -u +%T))"
   "step_${s//-/_}"

@@ -2,8 +2,9 @@
 # The multi-GPU job: every figure docs/benchmarks.md needs from one host with N GPUs over one
 # link setting, in one run (about 7 minutes on 2 H200s over NVLink, 10 over the socket link).
 # Usage: [SECTIONS="..."] [STEPS=N] scripts/multi-gpu-job.sh OUTDIR [nvlink|socket]
-#   SECTIONS (default: all of them, in this order): tests allreduce fp32 bf16 sparse zero torch weak summary;
-#   a subset runs those only (the device's 10-minute calls: the socket link in two calls into one OUTDIR).
+#   SECTIONS (default: all of them but smlight, in this order): tests allreduce fp32 bf16 sparse zero torch weak
+#   summary, and smlight; a subset runs those only (the device's 10-minute calls: the socket link in two calls into
+#   one OUTDIR).
 #   STEPS: timed steps per minidp run (default 10 on nvlink, 20 on the slower, noisier socket link).
 #   DTYPE: compute precision, fp32 (default) or bf16 (minidp --dtype bf16; PyTorch autocast bf16 with
 #   F.scaled_dot_product_attention, its fastest eager form).
@@ -25,7 +26,10 @@
 #      waited on in the next forward (--zero-gather end|overlap|forward);
 #   5. PyTorch DDP (torch_bench.py) at the same shape, precision, batch and caps, fp32 and bf16_compress_hook;
 #   6. weak scaling: the same per-GPU batch on one GPU;
-#   7. the side-by-side table (train/dp_summary.py), printed last.
+#   7. the side-by-side table (train/dp_summary.py), printed last;
+#   smlight (only when named): SM-light collectives, GPT-2 small in bf16 (--dtype bf16) at batch 8 and 25 MB
+#      buckets, one minidp-bench run per NCCL setting: CTA policy default, efficiency, zero; symmetric buffers;
+#      zero with symmetric buffers (bench_smlight_<setting>.{txt,json}: comm_ms and slowdown_ms per overlap row).
 set -euo pipefail
 out=${1:?usage: multi-gpu-job.sh OUTDIR [nvlink|socket]}
 link=${2:-nvlink}
@@ -141,6 +145,22 @@ if want weak; then
   stamp "weak scaling: one GPU"
   "$build/bin/minidp-bench" "${gpt[@]}" "${bench[@]}" --bucket-mb-list 25 --json "$out/weak_np1.json" \
     | tee "$out/weak_np1.txt" || echo "FAILED: weak_np1"
+fi
+if want smlight; then
+  sm=("${gpt[@]}")
+  [ "$dtype" = bf16 ] || sm+=(--dtype bf16)
+  for setting in default efficiency zero symmetric zero+symmetric; do
+    case "$setting" in
+      symmetric) nccl=(--nccl-buffers symmetric) ;;
+      zero+symmetric) nccl=(--nccl-cta-policy zero --nccl-buffers symmetric) ;;
+      *) nccl=(--nccl-cta-policy "$setting") ;;
+    esac
+    stamp "minidp SM-light collectives: $setting"
+    "${mpi[@]}" "$build/bin/minidp-bench" "${sm[@]}" "${bench[@]}" --bucket-mb-list 25 --comm nccl "${nccl[@]}" \
+      --json "$out/bench_smlight_$setting.json" > "$out/bench_smlight_$setting.txt" 2>&1 ||
+      echo "FAILED: bench_smlight_$setting"
+    tail -n 4 "$out/bench_smlight_$setting.txt"
+  done
 fi
 if want summary; then
   stamp "trace pictures"

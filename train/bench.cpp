@@ -13,6 +13,9 @@
 //   H           (T_off - T_on) / min(T_comm, T_backward), T_comm and T_backward of the overlap-off run:
 //               the share of the hideable communication that was hidden (E cannot reach 1 when the
 //               all-reduce is longer than backward; H can)
+//   slowdown_ms compute_ms of the overlap-on run minus the off run's: what collectives running beside
+//               backward cost it in SMs and memory bandwidth (the quantity --nccl-cta-policy, --nccl-max-ctas
+//               and --nccl-buffers trade against comm_ms; one run per setting, the communicator line says which)
 //
 // The same flags as minidp-train, plus the sweep flags; --overlap, --log-every, --save and --sample are
 // not used. The first bucket's cap is min(--first-bucket-mb, bucket size). NCCL reads maxCTAs and the
@@ -73,7 +76,7 @@ struct Row {
   distributed::Overlap overlap = distributed::Overlap::AfterBackward;
   std::vector<StepSample> samples;
   double stepMs = 0, p90Ms = 0, computeMs = 0, commMs = 0, exposedMs = 0, backwardMs = 0;
-  double efficiency = NAN, speedup = NAN, hidden = NAN;  // overlap-on rows only
+  double efficiency = NAN, speedup = NAN, hidden = NAN, slowdownMs = NAN;  // overlap-on rows only
   double peakMib = NAN;  // this rank's peak GPU memory held by tensors during the run (CUDA only)
 };
 
@@ -111,6 +114,7 @@ void compare(const Row& off, Row& on) {
   on.efficiency = off.commMs > 0 ? 1.0 - (on.stepMs - off.computeMs) / off.commMs : NAN;
   const double hideable = std::min(off.commMs, off.backwardMs);
   on.hidden = hideable > 0 ? (off.stepMs - on.stepMs) / hideable : NAN;
+  on.slowdownMs = on.computeMs - off.computeMs;
 }
 
 /// Per timed step: max over ranks of the step time, mean over ranks of the rest.
@@ -194,12 +198,12 @@ std::string bucketCell(const Row& r) {
 }
 
 void printRow(const Row& r) {
-  std::printf("%8s %8s %9s %6s %7s %9.3f %9.3f %10.3f %9.3f %10.3f %7s %8s %6s %8s\n",
+  std::printf("%8s %8s %9s %6s %7s %9.3f %9.3f %10.3f %9.3f %10.3f %7s %8s %6s %8s %11s\n",
               priorityName(r.comm.highPriority), r.comm.ctas > 0 ? std::to_string(r.comm.ctas).c_str() : "default",
               bucketCell(r).c_str(), r.repeat < 0 ? "all" : std::to_string(r.repeat).c_str(),
               distributed::overlapName(r.overlap), r.stepMs, r.p90Ms, r.computeMs, r.commMs, r.exposedMs,
               cell(r.efficiency, "%.3f").c_str(), cell(r.speedup, "%.3f").c_str(), cell(r.hidden, "%.3f").c_str(),
-              cell(r.peakMib, "%.0f").c_str());
+              cell(r.peakMib, "%.0f").c_str(), cell(r.slowdownMs, "%.3f").c_str());
 }
 
 nlohmann::json nullable(double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); }
@@ -223,6 +227,7 @@ nlohmann::json rowJson(const Row& r) {
           {"peak_mib", nullable(r.peakMib)},
           {"backward_ms", r.backwardMs},
           {"H", nullable(r.hidden)},
+          {"compute_slowdown_ms", nullable(r.slowdownMs)},
           {"step_ms", steps}};
 }
 
@@ -322,7 +327,10 @@ int runBench(int argc, char** argv, const std::string& program) {
                              {"comm_hook", opts.ddp.commHook.name},
                              {"zero", opts.zero},
                              {"zero_gather", opts.zeroGather},
-                             {"cuda_graph", opts.cudaGraph}};
+                             {"cuda_graph", opts.cudaGraph},
+                             {"nccl", {{"min_ctas", opts.comm.ncclMinCtas},
+                                       {"cta_policy", distributed::ncclCtaPolicyName(opts.comm.ncclCtaPolicy)},
+                                       {"buffers", distributed::commBuffersName(opts.comm.ncclBuffers)}}}};
     config[opts.model] = modelFlagsJson(opts);  // the model's flags, under its name
     if (emulated) {
       config["emulated_link"] = {{"world", opts.comm.emulatedWorld},
@@ -353,9 +361,9 @@ int runBench(int argc, char** argv, const std::string& program) {
           std::printf("EMULATED: one process modelling %d ranks; comm times are the model's, not a real network's\n",
                       opts.comm.emulatedWorld);
         }
-        std::printf("%8s %8s %9s %6s %7s %9s %9s %10s %9s %10s %7s %8s %6s %8s\n", "priority", "maxCTAs", "bucket_mb",
-                    "repeat", "overlap", "step_ms", "p90_ms", "compute_ms", "comm_ms", "exposed_ms", "E", "speed-up",
-                    "H", "peak_mib");
+        std::printf("%8s %8s %9s %6s %7s %9s %9s %10s %9s %10s %7s %8s %6s %8s %11s\n", "priority", "maxCTAs",
+                    "bucket_mb", "repeat", "overlap", "step_ms", "p90_ms", "compute_ms", "comm_ms", "exposed_ms", "E",
+                    "speed-up", "H", "peak_mib", "slowdown_ms");
         std::fflush(stdout);
       }
       for (double bucketMb : bench.bucketMbList) {

@@ -89,6 +89,17 @@ void addModelOptions(CLI::App& app, Options& o, const std::string& name) {
   }
 }
 
+/// A flag whose value is one name of `modes`, kept as its enum in `target` (names only, not the enum's numbers).
+template <typename Mode>
+CLI::Option* addModeOption(CLI::App& app, const std::string& flag, Mode& target,
+                           const std::map<std::string, Mode>& modes, const std::string& help, const char* current) {
+  return app.add_option(flag, target, help)
+      ->transform(CLI::CheckedTransformer(modes).description(""))
+      ->transform(CLI::IsMember(modes))  // runs first
+      ->type_name("TEXT")
+      ->default_str(current);
+}
+
 /// --help's list of the registered models and their flags.
 std::string modelsHelp() {
   std::string text = "Models (--model NAME; --model NAME --help shows its flags and defaults):\n";
@@ -184,11 +195,8 @@ void addOptions(CLI::App& app, Options& o) {
       ->transform(numberIn(0, 1e6L, true))
       ->capture_default_str();
   // The DDP options, typed at the flags: a named overlap mode, MiB converted to bytes here, once.
-  app.add_option("--overlap", o.ddp.overlap, "on: all-reduce buckets during backward; off: after it")
-      ->transform(CLI::CheckedTransformer(distributed::overlapModes()).description(""))
-      ->transform(CLI::IsMember(distributed::overlapModes()))  // runs first: names only, not the enum's numbers
-      ->type_name("TEXT")
-      ->default_str(distributed::overlapName(o.ddp.overlap));
+  addModeOption(app, "--overlap", o.ddp.overlap, distributed::overlapModes(),
+                "on: all-reduce buckets during backward; off: after it", distributed::overlapName(o.ddp.overlap));
   app.add_option_function<double>(
          "--bucket-mb", [&o](double mb) { o.ddp.bucketCapBytes = distributed::mibToBytes(mb); },
          "Gradient bucket cap (MB), or auto: chosen after the first step from the measured link and backward")
@@ -278,6 +286,21 @@ std::string hookUsageProblem(const Options& o) {
   return distributed::findCommHook(o.ddp.commHook.name).usageProblem(usage);
 }
 
+/// The NCCL-only flags' refusals, as one line; empty when there is none. The communicator is resolved as
+/// makeCommunicator will (the launcher's world size; an unknown one counts as several ranks), which checks
+/// again with the real one.
+std::string ncclUsageProblem(const Options& o) {
+  distributed::CommOptions comm = o.comm;
+  comm.cuda = o.device == "cuda";
+  if (comm.ncclBuffers != distributed::CommBuffers::Plain && o.zero != 0)
+    return std::string("--nccl-buffers ") + distributed::commBuffersName(comm.ncclBuffers) +
+           " with --zero 1 is not supported (its in-place reduce-scatter and all-gather address each rank's "
+           "shard at another offset; registered and symmetric NCCL buffers want the same offset on every rank)";
+  const distributed::LaunchInfo launch = distributed::detectLauncher();
+  const int world = !launch.launched() ? 1 : launch.size > 0 ? launch.size : 2;
+  return distributed::ncclSettingsProblem(comm, distributed::resolveCommBackend(comm, world, launch.launched()));
+}
+
 /// The rules between the data, precision, bucket and file flags, as one line; empty when there is none.
 std::string runUsageProblem(const Options& o) {
   const models::ModelEntry& entry = models::findModel(o.model);
@@ -310,6 +333,7 @@ std::string usageProblem(const Options& o) {
   if (const std::string run = runUsageProblem(o); !run.empty()) return run;
   if (const std::string sparse = sparseUsageProblem(o); !sparse.empty()) return sparse;
   if (const std::string hook = hookUsageProblem(o); !hook.empty()) return hook;
+  if (const std::string nccl = ncclUsageProblem(o); !nccl.empty()) return nccl;
   if (!o.cudaGraph) return {};
   if (o.device != "cuda") return "--cuda-graph needs --device cuda";
   if (o.gradAccum != 1) return "--cuda-graph captures one micro-batch per step: not with --grad-accum > 1";
@@ -357,6 +381,17 @@ void addSessionOptions(CLI::App& app, Options& o) {
   app.add_option("--nccl-max-ctas", o.comm.ncclMaxCtas, "NCCL maxCTAs (0: NCCL's default)")
       ->transform(numberIn(0, 1024, true))
       ->capture_default_str();
+  app.add_option("--nccl-min-ctas", o.comm.ncclMinCtas, "NCCL minCTAs (0: NCCL's default; at most --nccl-max-ctas)")
+      ->transform(numberIn(0, 1024, true))
+      ->capture_default_str();
+  addModeOption(app, "--nccl-cta-policy", o.comm.ncclCtaPolicy, distributed::ncclCtaPolicies(),
+                "NCCL CTA policy: default (not set: NCCL's own, or NCCL_CTA_POLICY), efficiency (fewest CTAs "
+                "for decent bandwidth) or zero (no CTAs where NCCL can: copy engines on symmetric buffers)",
+                distributed::ncclCtaPolicyName(o.comm.ncclCtaPolicy));
+  addModeOption(app, "--nccl-buffers", o.comm.ncclBuffers, distributed::commBuffersModes(),
+                "Gradient bucket (and bf16 wire) buffers: plain (the caching allocator), registered "
+                "(ncclMemAlloc + ncclCommRegister) or symmetric (ncclMemAlloc + a symmetric NCCL window)",
+                distributed::commBuffersName(o.comm.ncclBuffers));
   app.add_flag("!--no-comm-priority", o.comm.commHighPriority, "Create the comm stream at default priority");
   app.add_option("--emulated-world", o.comm.emulatedWorld, "Emulated link: ranks modelled")
       ->transform(numberIn(1, 1e6L, true))

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -129,6 +130,13 @@ class Communicator {
   /// (casts, PowerSGD's products) goes here, so that it overlaps backward as the collectives do.
   virtual std::shared_ptr<Work> enqueue(const std::string& tag, Tensor keep,
                                         const std::function<void(cudaStream_t)>& task) = 0;
+  /// A flat buffer of `numel` elements for collectives to run on (a gradient bucket, a wire copy),
+  /// uninitialised. The default is an ordinary tensor; NCCL with --nccl-buffers registered or symmetric
+  /// allocates it with ncclMemAlloc and registers it, which is collective for symmetric windows: every rank
+  /// allocates the same sizes in the same order. Collectives on it are called as on any tensor.
+  virtual Tensor allocateCommBuffer(int64_t numel, DType dtype, Device device) {
+    return Tensor::empty({numel}, dtype, device);
+  }
   /// Copies rank `root`'s tensor into every rank's tensor; blocking (setup only).
   virtual void broadcast(Tensor& tensor, int root) = 0;
   /// Every rank's `bytes`, indexed by rank; blocking (setup and checks only).
@@ -144,6 +152,22 @@ class Communicator {
   virtual void watchReplay(const std::string& tag) { (void)tag; }
 };
 
+/// NCCL's CTA policy (ncclConfig_t::CTAPolicy, NCCL 2.27+). Default leaves the field unset (NCCL's default,
+/// or its NCCL_CTA_POLICY variable); Efficiency: the fewest CTAs that still reach decent bandwidth; Zero
+/// (2.28+): no CTAs wherever NCCL can (copy-engine collectives on symmetric buffers), even at some speed.
+enum class NcclCtaPolicy { Default, Efficiency, Zero };
+/// Where a communicator's collective buffers (Communicator::allocateCommBuffer) come from. Plain: the
+/// caching allocator. Registered: ncclMemAlloc, then ncclCommRegister (zero-copy where NCCL supports it).
+/// Symmetric: ncclMemAlloc, then ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC (NCCL 2.27+: its
+/// symmetric kernels, and the copy-engine paths of NcclCtaPolicy::Zero).
+enum class CommBuffers { Plain, Registered, Symmetric };
+/// Name -> policy (--nccl-cta-policy: default, efficiency, zero), and the name of a policy.
+const std::map<std::string, NcclCtaPolicy>& ncclCtaPolicies();
+const char* ncclCtaPolicyName(NcclCtaPolicy policy);
+/// Name -> buffers (--nccl-buffers: plain, registered, symmetric), and the name of a mode.
+const std::map<std::string, CommBuffers>& commBuffersModes();
+const char* commBuffersName(CommBuffers buffers);
+
 /// How to build the communicator (the command line's --comm, --nccl-max-ctas, ... flags).
 struct CommOptions {
   /// auto, single, mpi, nccl or emulated.
@@ -153,6 +177,9 @@ struct CommOptions {
   /// NCCL maxCTAs / minCTAs (0: NCCL's default); maxCTAs is also the emulated link's CTA count.
   int ncclMaxCtas = 0;
   int ncclMinCtas = 0;
+  /// NCCL only: the CTA policy and where the collective buffers come from; the defaults change nothing.
+  NcclCtaPolicy ncclCtaPolicy = NcclCtaPolicy::Default;
+  CommBuffers ncclBuffers = CommBuffers::Plain;
   /// Create the comm stream at the greatest priority, so collectives' CTAs get SMs ahead of backward.
   bool commHighPriority = true;
   /// Emulated link: ranks modelled, bandwidth in GB/s (1e9 bytes/s), latency in us.
@@ -179,9 +206,16 @@ std::vector<std::string> commBackendNames();
 /// --comm's help: the table's names with their descriptions, and what auto picks.
 std::string commBackendHelp();
 
+/// The backend makeCommunicator builds for `opts` in a world of `world` ranks, `launched` by mpirun (or
+/// another launcher): opts.backend, or what auto picks.
+std::string resolveCommBackend(const CommOptions& opts, int world, bool launched);
+/// The NCCL-only settings of `opts` (--nccl-min-ctas, --nccl-cta-policy, --nccl-buffers, when not their
+/// defaults) against each other and the `backend` they would run on, as one line; empty when they fit.
+std::string ncclSettingsProblem(const CommOptions& opts, const std::string& backend);
+
 /// Builds the backend `opts` names. auto: nccl for CUDA under mpirun with a world > 1, mpi for the CPU
 /// under mpirun, single otherwise. `env` is null when the process was not started by mpirun; it must
-/// outlive the communicator.
+/// outlive the communicator. NCCL-only settings on another backend are an error (ncclSettingsProblem).
 std::shared_ptr<Communicator> makeCommunicator(const CommOptions& opts, MpiEnvironment* env);
 
 }  // namespace minidp::distributed

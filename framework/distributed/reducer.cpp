@@ -50,7 +50,8 @@ void Reducer::installBuckets(bool keepGradients) {
         reduction_ == Reduction::ReduceScatter ? paddedNumel(b.numel, comm_->worldSize()) : b.numel;
     GradBucket bucket;
     bucket.index = k;
-    bucket.buffer = Tensor::zeros({numel}, b.dtype, device);
+    bucket.buffer = comm_->allocateCommBuffer(numel, b.dtype, device);  // NCCL: registered memory if asked
+    bucket.buffer.zero();
     bucket.reduction = reduction_;
     buckets.push_back(std::move(bucket));
   }

@@ -65,9 +65,10 @@ const std::map<std::string, Overlap>& overlapModes();
 /// reused) and launches their all-reduces.
 class Reducer {
  public:
-  /// Allocates the buckets of `plan` on the parameters' device and installs each parameter's gradient
-  /// as a view into its bucket (padded to a multiple of the world size under reduce-scatter); `overlap` says
-  /// when the buckets are launched; `hook` (default: allreduce) reduces each bucket.
+  /// Allocates the buckets of `plan` on the parameters' device (Communicator::allocateCommBuffer) and
+  /// installs each parameter's gradient as a view into its bucket (padded to a multiple of the world size
+  /// under reduce-scatter); `overlap` says when the buckets are launched; `hook` (default: allreduce)
+  /// reduces each bucket.
   Reducer(nn::NamedParameters params, BucketPlan plan, std::shared_ptr<Communicator> comm, Overlap overlap,
           Reduction reduction = Reduction::AllReduce, std::unique_ptr<CommHook> hook = nullptr);
   /// Destroyed between a launch and finalize() (an exception in backward or in finalize): CUDA makes the

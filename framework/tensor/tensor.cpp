@@ -4,6 +4,7 @@
 #include <cstring>
 #include <sstream>
 #include <type_traits>
+#include <utility>
 
 #include "framework/runtime/device.h"
 #include "kernels/convert.h"
@@ -59,8 +60,15 @@ Storage::Storage(size_t bytes_, Device device_) : bytes(bytes_), device(device_)
   }
 }
 
+Storage::Storage(void* ptr_, size_t bytes_, Device device_, std::function<void(void*)> release_)
+    : ptr(ptr_), bytes(bytes_), device(device_), release(std::move(release_)) {
+  MINIDP_CHECK(ptr != nullptr && release, "external storage needs memory and a function that releases it");
+}
+
 Storage::~Storage() {
-  if (device == Device::CUDA) {
+  if (release) {
+    release(ptr);
+  } else if (device == Device::CUDA) {
     runtime::deviceRelease(ptr, bytes);
   } else {
     std::free(ptr);
@@ -74,6 +82,17 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   t.dtype_ = dtype;
   t.device_ = device;
   t.storage_ = std::make_shared<Storage>(shapeNumel(shape) * dtypeSize(dtype), device);
+  return t;
+}
+
+Tensor Tensor::fromExternal(void* ptr, const Shape& shape, DType dtype, Device device,
+                            std::function<void(void*)> release) {
+  for (int64_t d : shape) MINIDP_CHECK(d >= 0, "negative extent in shape " << shapeString(shape));
+  Tensor t;
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  t.device_ = device;
+  t.storage_ = std::make_shared<Storage>(ptr, shapeNumel(shape) * dtypeSize(dtype), device, std::move(release));
   return t;
 }
 

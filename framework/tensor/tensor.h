@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,12 +46,16 @@ constexpr DType dtypeOf<bf16>() {
   return DType::BF16;
 }
 
-/// A block of memory returned to its allocator when the last tensor using it goes away.
+/// A block of memory returned to its allocator when the last tensor using it goes away: the caching
+/// allocator's (CUDA) or the host's, or, for memory allocated elsewhere, `release`.
 struct Storage {
   void* ptr = nullptr;
   size_t bytes = 0;
   Device device = Device::CPU;
+  /// Frees memory that came from another allocator (Tensor::fromExternal); empty for the built-in ones.
+  std::function<void(void*)> release;
   Storage(size_t bytes, Device device);
+  Storage(void* ptr, size_t bytes, Device device, std::function<void(void*)> release);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -72,6 +77,11 @@ class Tensor {
                  values.size() << " values for shape " << shapeString(shape));
     return fromHost(values.data(), shape, dtypeOf<T>(), device);
   }
+  /// A tensor over memory allocated elsewhere (`ptr`, at least numel(shape) elements on `device`, e.g. a
+  /// communicator's registered buffer); `release(ptr)` frees it when the last tensor using it goes away,
+  /// on whichever thread drops it, and must not throw.
+  static Tensor fromExternal(void* ptr, const Shape& shape, DType dtype, Device device,
+                             std::function<void(void*)> release);
   /// A tensor over `numel(shape)` elements of `base`'s storage starting at element `offset` (no copy).
   static Tensor alias(const Tensor& base, int64_t offset, const Shape& shape);
 

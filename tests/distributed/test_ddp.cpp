@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 
@@ -625,6 +626,65 @@ TEST(EmulatedDdp, SameBitsAsWorldOne) {
     };
     EXPECT_TRUE(train(single) == train(emulated)) << deviceName(device);
   }
+}
+
+/// The emulated link on the CPU, its collective buffers from elsewhere (Tensor::fromExternal over memory a
+/// release function holds), counted.
+class ExternalBuffers : public distributed::EmulatedCommunicator {
+ public:
+  struct Counts {
+    int allocated = 0;
+    std::atomic<int> released{0};
+  };
+  explicit ExternalBuffers(std::shared_ptr<Counts> counts)
+      : EmulatedCommunicator(4, 50, 5, false, 4, true), counts_(std::move(counts)) {}
+  Tensor allocateCommBuffer(int64_t numel, DType dtype, Device device) override {
+    ++counts_->allocated;
+    auto memory = std::make_shared<Tensor>(Tensor::empty({numel}, dtype, device));
+    return Tensor::fromExternal(memory->raw(), {numel}, dtype, device,
+                                [memory, counts = counts_](void*) mutable {
+                                  memory.reset();
+                                  ++counts->released;
+                                });
+  }
+
+ private:
+  std::shared_ptr<Counts> counts_;
+};
+
+// A communicator's collective buffers are ordinary tensors unless the backend says otherwise (NCCL's
+// registered and symmetric buffers: compiled, not run here); DDP takes its buckets from there, and training on
+// buffers from elsewhere gives the same bits, each buffer released once.
+TEST(CommBuffers, DdpOnTheCommunicatorsBuffersIsIdentical) {
+  distributed::CommOptions opts;
+  opts.backend = "single";
+  auto single = distributed::makeCommunicator(opts, nullptr);
+  const Tensor buffer = single->allocateCommBuffer(10, DType::F64, Device::CPU);
+  EXPECT_EQ(buffer.shape(), Shape{10});
+  EXPECT_EQ(buffer.dtype(), DType::F64);
+  EXPECT_EQ(buffer.device(), Device::CPU);
+  EXPECT_TRUE(buffer.ownsStorageAlone());
+
+  auto counts = std::make_shared<ExternalBuffers::Counts>();
+  size_t buckets = 0;
+  const auto train = [&](std::shared_ptr<Communicator> comm) {
+    auto m = std::make_unique<models::MLP>(kDims, 13);
+    DistributedDataParallel ddp(m->namedParameters(), comm, kSmallBuckets);
+    buckets = ddp.plan().buckets.size();
+    for (uint64_t step = 0; step < 3; ++step) {
+      const Batch b = rowsOf(globalBatch("mlp", kRowsPerRank, 40 + step, DType::F32), 0, kRowsPerRank, Device::CPU);
+      ddp.prepareStep();
+      m->loss(b.inputs, b.targets).backward();
+      ddp.finalize();
+      sgdStep(*m, 0.1);
+    }
+    return testing::parameterBytes(*m);
+  };
+  const std::string plain = train(std::make_shared<distributed::EmulatedCommunicator>(4, 50, 5, false, 4, true));
+  EXPECT_TRUE(plain == train(std::make_shared<ExternalBuffers>(counts)));
+  EXPECT_GE(buckets, 3u);
+  EXPECT_EQ(counts->allocated, static_cast<int>(buckets));
+  EXPECT_EQ(counts->released.load(), counts->allocated);
 }
 
 // CUDA collectives on the comm stream: the emulated link's events span the modelled time and the comm

@@ -207,6 +207,24 @@ def cases(p):
          "host)"),
         ("powersgd with fp64", t + QUICK + ["--comm-hook", "powersgd", "--dtype", "fp64"], 2,
          "--comm-hook powersgd needs fp32 gradients: not with --dtype fp64"),
+        # The NCCL-only flags: a usage error on any other communicator (auto is single alone and mpi under mpirun
+        # on the CPU), above --nccl-max-ctas, and registered or symmetric buffers with ZeRO-1.
+        ("unknown nccl cta policy", t + QUICK + ["--nccl-cta-policy", "fast"], 2, "--nccl-cta-policy"),
+        ("unknown nccl buffers", t + QUICK + ["--nccl-buffers", "pinned"], 2, "--nccl-buffers"),
+        ("nccl cta policy with mpi", t + QUICK + ["--comm", "mpi", "--nccl-cta-policy", "zero"], 2,
+         "--nccl-cta-policy zero is a setting of the nccl communicator; this run's is mpi"),
+        ("nccl buffers on the cpu", t + QUICK + ["--nccl-buffers", "symmetric"], 2,
+         "--nccl-buffers symmetric is a setting of the nccl communicator; this run's is "),
+        ("nccl min ctas on the emulated link", t + QUICK + ["--comm", "emulated", "--nccl-min-ctas", "4"], 2,
+         "--nccl-min-ctas 4 is a setting of the nccl communicator; this run's is emulated"),
+        ("nccl min ctas above max", t + QUICK + ["--nccl-max-ctas", "2", "--nccl-min-ctas", "4"], 2,
+         "--nccl-min-ctas 4 exceeds --nccl-max-ctas 2"),
+        ("symmetric buffers with zero 1", t + QUICK + ["--zero", "1", "--nccl-buffers", "symmetric"], 2,
+         "--nccl-buffers symmetric with --zero 1 is not supported (its in-place reduce-scatter and all-gather "
+         "address each rank's shard at another offset; registered and symmetric NCCL buffers want the same offset "
+         "on every rank)"),
+        ("bench nccl cta policy with mpi", b + ["--comm", "mpi", "--nccl-cta-policy", "efficiency"], 2,
+         "--nccl-cta-policy efficiency is a setting of the nccl communicator; this run's is mpi"),
         ("diverging loss", t + ["--steps", "60", "--hidden", "16", "--lr", "1e6", "--weight-decay", "1e6",
                                 "--check-finite", "--log-every", "1000"], 1, "the loss is"),
         # Each flag checked once, where it is registered: NaN and values outside a flag's meaning, empty paths,

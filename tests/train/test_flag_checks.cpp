@@ -114,6 +114,44 @@ TEST(FlagChecks, RulesBetweenFlagsAreUsageProblems) {
   EXPECT_EQ(problem({"--save-every", "2", "--save", "x"}), "");
 }
 
+// The NCCL-only flags: parsed into their named modes, the defaults changing nothing; refused, in one line
+// naming the flag, on any other communicator (here no launcher: auto is single), above --nccl-max-ctas, and
+// registered or symmetric buffers with ZeRO-1.
+TEST(FlagChecks, NcclSettingsParseAndAreRefusedOffNccl) {
+  train::Options o;
+  EXPECT_EQ(parse({"--nccl-cta-policy", "zero", "--nccl-buffers", "symmetric", "--nccl-min-ctas", "4"}, o), "");
+  EXPECT_EQ(o.comm.ncclCtaPolicy, distributed::NcclCtaPolicy::Zero);
+  EXPECT_EQ(o.comm.ncclBuffers, distributed::CommBuffers::Symmetric);
+  EXPECT_EQ(o.comm.ncclMinCtas, 4);
+  train::Options defaults;
+  EXPECT_EQ(parse({}, defaults), "");
+  EXPECT_EQ(defaults.comm.ncclCtaPolicy, distributed::NcclCtaPolicy::Default);
+  EXPECT_EQ(defaults.comm.ncclBuffers, distributed::CommBuffers::Plain);
+  EXPECT_NE(parse({"--nccl-cta-policy", "1"}, o), "");  // names only, not the enum's numbers
+  EXPECT_NE(parse({"--nccl-buffers", "pinned"}, o), "");
+  const auto problem = [](const std::vector<std::string>& args) {
+    train::Options o;
+    EXPECT_EQ(parse(args, o), "");
+    return train::usageProblem(o);
+  };
+  EXPECT_EQ(problem({"--comm", "mpi", "--nccl-cta-policy", "efficiency"}),
+            "--nccl-cta-policy efficiency is a setting of the nccl communicator; this run's is mpi");
+  EXPECT_EQ(problem({"--nccl-buffers", "registered"}),
+            "--nccl-buffers registered is a setting of the nccl communicator; this run's is single");
+  EXPECT_EQ(problem({"--device", "cuda", "--nccl-min-ctas", "2"}),
+            "--nccl-min-ctas 2 is a setting of the nccl communicator; this run's is single");
+  EXPECT_EQ(problem({"--comm", "nccl", "--device", "cuda", "--nccl-max-ctas", "2", "--nccl-min-ctas", "4"}),
+            "--nccl-min-ctas 4 exceeds --nccl-max-ctas 2");
+  EXPECT_EQ(problem({"--comm", "nccl", "--device", "cuda", "--zero", "1", "--nccl-buffers", "symmetric"}),
+            "--nccl-buffers symmetric with --zero 1 is not supported (its in-place reduce-scatter and all-gather "
+            "address each rank's shard at another offset; registered and symmetric NCCL buffers want the same "
+            "offset on every rank)");
+  EXPECT_EQ(problem({"--comm", "nccl", "--device", "cuda", "--nccl-cta-policy", "zero", "--nccl-buffers", "symmetric",
+                     "--nccl-min-ctas", "1"}),
+            "");
+  EXPECT_EQ(problem({"--comm", "mpi", "--nccl-cta-policy", "default", "--nccl-buffers", "plain"}), "");
+}
+
 TEST(FlagChecks, TheChosenCommHooksRefusalIsTheUsageProblem) {
   // A registered hook that refuses every run, in a line that spells what the trainer told it.
   distributed::registerCommHook({"test-says-its-usage", "refuses every run, naming it",

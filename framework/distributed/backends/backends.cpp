@@ -100,16 +100,16 @@ std::string commBackendHelp() {
   return help;
 }
 
+std::string resolveCommBackend(const CommOptions& opts, int world, bool launched) {
+  if (opts.backend != "auto") return opts.backend;
+  if (opts.cuda) return world > 1 ? "nccl" : "single";
+  return launched ? "mpi" : "single";
+}
+
 std::shared_ptr<Communicator> makeCommunicator(const CommOptions& opts, MpiEnvironment* env) {
-  const int world = env ? env->worldSize() : 1;
-  std::string backend = opts.backend;
-  if (backend == "auto") {
-    if (opts.cuda) {
-      backend = world > 1 ? "nccl" : "single";
-    } else {
-      backend = env ? "mpi" : "single";
-    }
-  }
+  const std::string backend = resolveCommBackend(opts, env ? env->worldSize() : 1, env != nullptr);
+  if (const std::string problem = ncclSettingsProblem(opts, backend); !problem.empty())
+    throwError(problem, __FILE__, __LINE__);
   for (const CommBackend& b : commBackends()) {
     if (b.name == backend) return b.make(opts, env);
   }

@@ -27,10 +27,34 @@ void checkCuda(const char* what, const Tensor& t) {
   MINIDP_CHECK(t.defined() && t.isCuda(), "nccl " << what << " needs a CUDA tensor");
 }
 
+/// ncclConfig_t::CTAPolicy's value for `policy` (not Default, which leaves the field unset); an error when the
+/// NCCL minidp was built with has no such policy.
+int ctaPolicyValue(NcclCtaPolicy policy) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+  return policy == NcclCtaPolicy::Zero ? NCCL_CTA_POLICY_ZERO : NCCL_CTA_POLICY_EFFICIENCY;
+#elif NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+  MINIDP_CHECK(policy == NcclCtaPolicy::Efficiency, "--nccl-cta-policy zero needs NCCL 2.28 or later; minidp was built with "
+                                                        << NCCL_MAJOR << "." << NCCL_MINOR);
+  return NCCL_CTA_POLICY_EFFICIENCY;
+#else
+  throwError(std::string("--nccl-cta-policy ") + ncclCtaPolicyName(policy) +
+                 " needs NCCL 2.27 or later; minidp was built with " + std::to_string(NCCL_MAJOR) + "." +
+                 std::to_string(NCCL_MINOR),
+             __FILE__, __LINE__);
+#endif
+}
+
+/// Whether the NCCL minidp was built with has symmetric windows (ncclCommWindowRegister, 2.27+).
+constexpr bool kHasWindows = NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0);
+
 }  // namespace
 
 NcclCommunicator::NcclCommunicator(const CommOptions& opts, MpiEnvironment* env)
-    : env_(env), maxCtas_(opts.ncclMaxCtas), minCtas_(opts.ncclMinCtas) {
+    : env_(env),
+      maxCtas_(opts.ncclMaxCtas),
+      minCtas_(opts.ncclMinCtas),
+      ctaPolicy_(opts.ncclCtaPolicy),
+      buffers_(opts.ncclBuffers) {
   if (env_) {
     rank_ = env_->rank();
     world_ = env_->worldSize();
@@ -45,6 +69,10 @@ NcclCommunicator::NcclCommunicator(const CommOptions& opts, MpiEnvironment* env)
     runtime::setDevice(device_);
     warnIfSerialisedStreams(rank_);
     stream_ = std::make_unique<CommStream>(opts.commHighPriority);
+    if (ctaPolicy_ != NcclCtaPolicy::Default) ctaPolicyValue(ctaPolicy_);  // the same error on every rank
+    MINIDP_CHECK(kHasWindows || buffers_ != CommBuffers::Symmetric,
+                 "--nccl-buffers symmetric needs NCCL 2.27 or later; minidp was built with " << NCCL_MAJOR << "."
+                                                                                          << NCCL_MINOR);
     if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
   } catch (const std::exception& e) {
     problem = e.what();
@@ -64,6 +92,9 @@ NcclCommunicator::NcclCommunicator(const CommOptions& opts, MpiEnvironment* env)
   } else if (minCtas_ > 0) {
     config.minCTAs = minCtas_;
   }
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+  if (ctaPolicy_ != NcclCtaPolicy::Default) config.CTAPolicy = ctaPolicyValue(ctaPolicy_);
+#endif
   {
     Deadline init(opts.watchdogSeconds,
                   "minidp watchdog: rank " + std::to_string(rank_) +
@@ -88,6 +119,7 @@ NcclCommunicator::NcclCommunicator(const CommOptions& opts, MpiEnvironment* env)
 NcclCommunicator::~NcclCommunicator() {
   stream_.reset();    // waits for the comm stream (the watchdog still ends a hang), releases its works
   watchdog_.reset();  // releases the works it held, complete by now
+  releasePendingBuffers(true);
   if (!aborted_) {
     const ncclResult_t status = ncclCommDestroy(comm_);
     if (status != ncclSuccess) std::fprintf(stderr, "minidp: ncclCommDestroy failed: %s\n", ncclGetErrorString(status));
@@ -107,8 +139,77 @@ std::string NcclCommunicator::asyncError() const {
 std::string NcclCommunicator::describe() const {
   std::ostringstream os;
   os << "nccl: rank " << rank_ << " of " << world_ << " on cuda:" << device_ << ", comm stream priority "
-     << stream_->priority() << ", maxCTAs " << (maxCtas_ > 0 ? std::to_string(maxCtas_) : "default") << ", ncclAvg";
+     << stream_->priority() << ", maxCTAs " << (maxCtas_ > 0 ? std::to_string(maxCtas_) : "default") << ", minCTAs "
+     << (minCtas_ > 0 ? std::to_string(minCtas_) : maxCtas_ > 0 ? "1" : "default") << ", CTA policy " << ncclCtaPolicyName(ctaPolicy_)
+     << ", buffers " << commBuffersName(buffers_) << ", ncclAvg";
   return os.str();
+}
+
+Tensor NcclCommunicator::allocateCommBuffer(int64_t numel, DType dtype, Device device) {
+  if (buffers_ == CommBuffers::Plain || device != Device::CUDA) {
+    return Communicator::allocateCommBuffer(numel, dtype, device);
+  }
+  releasePendingBuffers(false);
+  const size_t bytes = std::max<size_t>(static_cast<size_t>(numel) * dtypeSize(dtype), 1);
+  void* ptr = nullptr;
+  NCCL_CHECK(ncclMemAlloc(&ptr, bytes));
+  void* handle = nullptr;  // ncclCommRegister's handle, or the window
+  try {
+    if (buffers_ == CommBuffers::Registered) {
+      NCCL_CHECK(ncclCommRegister(comm_, ptr, bytes, &handle));
+    } else {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+      ncclWindow_t window = nullptr;
+      NCCL_CHECK(ncclCommWindowRegister(comm_, ptr, bytes, &window, NCCL_WIN_COLL_SYMMETRIC));
+      handle = window;
+#endif
+    }
+  } catch (...) {
+    ncclMemFree(ptr);
+    throw;
+  }
+  return Tensor::fromExternal(ptr, {numel}, dtype, device, [releases = releases_, handle](void* p) {
+    std::lock_guard<std::mutex> lock(releases->mutex);
+    if (!releases->closed) {
+      releases->pending.emplace_back(p, handle);
+      return;
+    }
+    const cudaError_t sync = cudaDeviceSynchronize();
+    const ncclResult_t status = sync == cudaSuccess ? ncclMemFree(p) : ncclSuccess;
+    if (sync != cudaSuccess || status != ncclSuccess) {
+      std::fprintf(stderr, "minidp: freeing an NCCL buffer failed: %s\n",
+                   sync != cudaSuccess ? cudaGetErrorString(sync) : ncclGetErrorString(status));
+    }
+  });
+}
+
+void NcclCommunicator::releasePendingBuffers(bool close) {
+  std::vector<std::pair<void*, void*>> pending;
+  {
+    std::lock_guard<std::mutex> lock(releases_->mutex);
+    pending.swap(releases_->pending);
+    releases_->closed = close;
+  }
+  if (pending.empty()) return;
+  // No collective or kernel may still use them. After an abort (or a device error) they stay allocated.
+  const cudaError_t sync = aborted_ ? cudaErrorUnknown : cudaDeviceSynchronize();
+  if (sync != cudaSuccess) {
+    std::fprintf(stderr, "minidp: %zu NCCL buffer(s) left allocated: the communicator was aborted or the device failed\n",
+                 pending.size());
+    return;
+  }
+  for (const auto& [ptr, handle] : pending) {
+    ncclResult_t status = ncclSuccess;
+    if (buffers_ == CommBuffers::Registered) {
+      status = ncclCommDeregister(comm_, handle);
+    } else {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+      status = ncclCommWindowDeregister(comm_, static_cast<ncclWindow_t>(handle));
+#endif
+    }
+    if (status == ncclSuccess) status = ncclMemFree(ptr);
+    if (status != ncclSuccess) std::fprintf(stderr, "minidp: releasing an NCCL buffer failed: %s\n", ncclGetErrorString(status));
+  }
 }
 
 std::shared_ptr<Work> NcclCommunicator::allReduce(Tensor buffer, ReduceOp op, const std::string& tag) {

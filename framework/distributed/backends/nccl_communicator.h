@@ -6,6 +6,9 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "framework/distributed/communicator.h"
 #include "framework/distributed/cuda_work.h"
@@ -15,6 +18,16 @@
 #define NCCL_CHECK(call) MINIDP_CHECK_STATUS(call, ncclSuccess, ncclGetErrorString)
 
 namespace minidp::distributed {
+
+/// NCCL buffers whose last tensor went away, waiting to be deregistered and freed on the thread that uses
+/// the communicator: a tensor can go on any thread (the watchdog drops the works it held), and NCCL's
+/// registration calls must not run beside collectives issued from another thread. Shared by the
+/// communicator and the buffers' release functions, so that a buffer may outlive its communicator.
+struct NcclBufferReleases {
+  std::mutex mutex;
+  std::vector<std::pair<void*, void*>> pending;  // (ncclMemAlloc memory, registration handle or window)
+  bool closed = false;  // the communicator is gone: a buffer released after that only frees its memory
+};
 
 /// One NCCL communicator per process on its GPU (--gpu, or the node-local rank modulo the visible
 /// devices). Averages with ncclAvg: ring and tree all-reduce both end with every rank holding the same
@@ -52,6 +65,11 @@ class NcclCommunicator : public Communicator {
   /// Watches the compute stream's progress past the replay just enqueued: a work on the comm stream that
   /// starts when the replay (and so every collective in it) is done.
   void watchReplay(const std::string& tag) override;
+  /// Plain: an ordinary tensor. Registered / symmetric (CommOptions::ncclBuffers): ncclMemAlloc, then
+  /// ncclCommRegister / ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC) (a collective: the same sizes in
+  /// the same order on every rank); when its last tensor goes, it is deregistered and freed at the next
+  /// allocation or when the communicator is destroyed (after a device synchronisation).
+  Tensor allocateCommBuffer(int64_t numel, DType dtype, Device device) override;
   /// The comm stream (for the benchmark's timeline).
   cudaStream_t stream() const { return stream_->stream(); }
 
@@ -62,9 +80,15 @@ class NcclCommunicator : public Communicator {
   std::shared_ptr<Work> reduce(Tensor buffer, ReduceOp op, bool scatter, const std::string& tag);
   /// Hands a work to the watchdog (CommStream::launch calls it before enqueueing the collective).
   std::function<void(const std::shared_ptr<Work>&)> watch();
+  /// Deregisters and frees the buffers released since the last call (synchronises the device first);
+  /// `close`: the communicator goes, and buffers released later only free their memory.
+  void releasePendingBuffers(bool close);
   MpiEnvironment* env_;
   int rank_ = 0, world_ = 1, device_ = 0;
   int maxCtas_ = 0, minCtas_ = 0;
+  NcclCtaPolicy ctaPolicy_ = NcclCtaPolicy::Default;
+  CommBuffers buffers_ = CommBuffers::Plain;
+  std::shared_ptr<NcclBufferReleases> releases_ = std::make_shared<NcclBufferReleases>();
   ncclComm_t comm_ = nullptr;
   std::atomic<bool> aborted_{false};
   std::unique_ptr<CommStream> stream_;

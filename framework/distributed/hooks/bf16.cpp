@@ -14,12 +14,12 @@ class Bf16Hook : public CommHook {
   std::string name() const override { return "bf16"; }
   DType wireDType(DType) const override { return DType::BF16; }  // setup refuses all but fp32 buckets
 
-  void setup(const std::vector<GradBucket>& buckets, Communicator&) override {
+  void setup(const std::vector<GradBucket>& buckets, Communicator& comm) override {
     wires_.clear();
     for (const GradBucket& b : buckets) {
       MINIDP_CHECK(b.buffer.dtype() == DType::F32, "--comm-hook bf16 needs fp32 gradients, bucket "
                                                        << b.index << " holds " << dtypeName(b.buffer.dtype()));
-      wires_.push_back(Tensor::empty({b.buffer.numel()}, DType::BF16, b.buffer.device()));
+      wires_.push_back(comm.allocateCommBuffer(b.buffer.numel(), DType::BF16, b.buffer.device()));
     }
   }
 
