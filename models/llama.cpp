@@ -5,6 +5,7 @@
 
 #include "framework/nn/module_list.h"
 #include "framework/ops/ops.h"
+#include "kernels/flash_attention.h"
 
 namespace minidp::models {
 
@@ -38,6 +39,11 @@ std::string llamaConfigProblem(const LlamaConfig& c) {
     os << "--kv-heads " << c.kvHeads << " does not divide --heads " << c.heads;
   } else if (c.ropeTheta <= 0 || c.normEps <= 0) {
     os << "--rope-theta and --norm-eps must be positive";
+  } else if (c.compute == DType::BF16 && !kernels::flashAttentionSupportsHeadDim(c.embd / c.heads)) {
+    // bf16 attention runs on the CUDA flash kernels alone (ops::causalAttention), as GPT's.
+    os << "llama head dim " << c.embd / c.heads << " (--embd " << c.embd << " / --heads " << c.heads
+       << ") has no bf16 attention kernel; choose --embd and --heads for a head dim of "
+       << kernels::flashAttentionHeadDims() << ", or --dtype fp32";
   }
   return os.str();
 }
@@ -97,9 +103,6 @@ struct Llama::Block : nn::Module {
 Llama::Llama(const LlamaConfig& c, uint64_t seed) : config_(c) {
   const std::string problem = llamaConfigProblem(c);
   MINIDP_CHECK(problem.empty(), problem);
-  MINIDP_CHECK(c.compute != DType::BF16,
-               "--model llama has no bf16 kernel yet for its grouped-query attention (float32 and float64 only); "
-               "use --dtype fp32");
   nn::Rng rng(seed);
   auto trunk = registerModule("model", std::make_shared<Trunk>());
   embed_ = trunk->add("embed_tokens", std::make_shared<nn::Embedding>(nn::normal({c.vocab, c.embd}, 0.02, rng)));
@@ -125,7 +128,10 @@ Variable Llama::features(const Tensor& tokens) const {
                "llama input must be int32 (B, T), got " << dtypeName(tokens.dtype()) << shapeString(tokens.shape()));
   MINIDP_CHECK(tokens.size(1) <= config_.context,
                "sequence length " << tokens.size(1) << " exceeds the context " << config_.context);
-  Variable x = embed_->forward(tokens);  // (B, T, C)
+  // The residual stream in the compute dtype (bf16 under mixed precision, as GPT's default); the embedding
+  // gathers the fp32 table's rows and is cast, so the table's gradient comes back fp32.
+  const DType compute = activationDType(config_.compute, embed_->weight.dtype());
+  Variable x = ops::cast(embed_->forward(tokens), compute);  // (B, T, C)
   for (const auto& block : blocks_) x = block->forward(x);
   return norm_->forward(x);
 }

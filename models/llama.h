@@ -28,10 +28,11 @@ struct LlamaConfig {
   int64_t hidden = 352;  // SwiGLU width: LLaMA takes about 8/3 embd, rounded up
   double ropeTheta = 10000;
   double normEps = 1e-5;
-  DType compute = DType::F32;  // activations over fp32 parameters; fp32 (no bf16 kernels yet) or fp64 runs
+  DType compute = DType::F32;  // activations over fp32 parameters: F32, or BF16 (CUDA); fp64 runs compute in fp64
 };
 
-/// The shape problems of `c` as one line naming the flags (--embd, --heads, --kv-heads); empty when fine.
+/// The shape problems of `c` as one line naming the flags (--embd, --heads, --kv-heads), a bf16 head dim
+/// without a flash attention kernel included; empty when fine.
 std::string llamaConfigProblem(const LlamaConfig& c);
 
 class Llama : public Model {

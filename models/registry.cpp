@@ -91,6 +91,13 @@ double transformerFlops(const Model& model, int64_t lookups, int64_t layers, int
   return 6.0 * asDouble(model.numParameters() - lookups) + 12.0 * asDouble(layers) * asDouble(width) * asDouble(context);
 }
 
+// Whether the run's attention takes the flash kernels (CUDA, fp32 or bf16, a head dim with a kernel), which
+// keep no (B, H, T, T) probabilities.
+bool flashAttentionRuns(const ModelArgs& a, int64_t embd, int64_t heads) {
+  return a.device == Device::CUDA && a.compute != DType::F64 &&
+         kernels::flashAttentionSupportsHeadDim(heads > 0 ? embd / heads : 0);
+}
+
 ModelEntry mlpEntry() {
   ModelEntry e;
   e.description = "MLP with ReLU (--hidden sizes) on Fashion-MNIST images";
@@ -191,9 +198,7 @@ ModelEntry gptEntry() {
     MemoryNeed need;
     need.parameters = 2 * c.vocab * c.embd + c.context * c.embd + c.layers * (12 * c.embd * c.embd + 13 * c.embd) +
                       2 * c.embd;
-    const bool flash = a.device == Device::CUDA && a.compute != DType::F64 &&
-                       kernels::flashAttentionSupportsHeadDim(c.heads > 0 ? c.embd / c.heads : 0);
-    const double scores = flash ? 0 : 2 * B * asDouble(c.heads) * T * T;
+    const double scores = flashAttentionRuns(a, c.embd, c.heads) ? 0 : 2 * B * asDouble(c.heads) * T * T;
     need.activations = asDouble(c.layers) * (32 * B * T * C + scores) + 8 * B * T * C + 2 * B * T * asDouble(c.vocab);
     need.flagsToLower = {"--context", "--embd", "--layers"};
     return need;
@@ -234,19 +239,16 @@ ModelEntry llamaEntry() {
              numberFlag("norm-eps", "1e-5", "RMSNorm epsilon", 1e-12, 1)};
   e.make = [](const ModelArgs& a) { return std::make_unique<Llama>(llamaConfig(a), a.seed); };
   e.refuse = [](const ModelArgs& a) -> std::string {
-    if (a.compute == DType::BF16) {
-      return "--model llama has no bf16 kernel yet for its grouped-query attention (float32 and float64 only): "
-             "use --dtype fp32";
-    }
     LlamaConfig c = llamaConfig(a);
     c.vocab = std::max<int64_t>(c.vocab, 1);  // no data read yet
     return llamaConfigProblem(c);
   };
   // Parameters 2VC + L (2 C^2 + 2 C Hkv d + 3 C F + 2 C) + C. Activations of B rows of T tokens, width C,
-  // key/value width K = Hkv d, SwiGLU width F: L (24 BTC + 6 BTF + 2 BHT^2) + 8 BTC + 2 BTV. A block keeps
-  // about 16 BTC (two RMSNorms' normalised and scaled outputs, q, k, v before and after the rotary and in
-  // the head layout, attention, projection and residual outputs) and 4 BTF (gate, SiLU, up, product), and
-  // the (B, H, T, T) probabilities; backward adds the gradients in flight and the scores' gradient.
+  // key/value width K = Hkv d, SwiGLU width F: L (24 BTC + 6 BTF [+ 2 BHT^2 without flash attention]) +
+  // 8 BTC + 2 BTV. A block keeps about 16 BTC (two RMSNorms' normalised and scaled outputs, q, k, v before
+  // and after the rotary and in the head layout or repeated and packed, attention, projection and residual
+  // outputs) and 4 BTF (gate, SiLU, up, product); the materialised attention keeps its (B, H, T, T)
+  // probabilities and backward makes the scores' gradient; backward adds the gradients in flight.
   e.memory = [](const ModelArgs& a, int64_t batch) {
     const LlamaConfig c = llamaConfig(a);
     const double B = asDouble(batch), T = asDouble(c.context), C = asDouble(c.embd), F = asDouble(c.hidden);
@@ -254,8 +256,9 @@ ModelEntry llamaEntry() {
     MemoryNeed need;
     need.parameters = 2 * c.vocab * c.embd +
                       c.layers * (2 * c.embd * c.embd + 2 * c.embd * kv + 3 * c.embd * c.hidden + 2 * c.embd) + c.embd;
-    need.activations = asDouble(c.layers) * (24 * B * T * C + 6 * B * T * F + 2 * B * asDouble(c.heads) * T * T) +
-                       8 * B * T * C + 2 * B * T * asDouble(c.vocab);
+    const double scores = flashAttentionRuns(a, c.embd, c.heads) ? 0 : 2 * B * asDouble(c.heads) * T * T;
+    need.activations =
+        asDouble(c.layers) * (24 * B * T * C + 6 * B * T * F + scores) + 8 * B * T * C + 2 * B * T * asDouble(c.vocab);
     need.flagsToLower = {"--context", "--embd", "--hidden", "--layers"};
     return need;
   };

@@ -1,13 +1,16 @@
-// Causal attention over separate q, k and v with grouped key/value heads (GQA), materialised through the
-// (B, H, T, T) probabilities. The G = H / Hkv query heads that share key/value head j are heads
-// j G .. j G + G - 1, so in the (B, H, T, d) head layout they are one (G T, d) matrix per (b, j): every
-// product is one batched GEMM over B Hkv matrices, and the ones that reduce over the G heads (dK, dV)
-// sum them inside the GEMM, in a fixed order.
+// Causal attention over separate q, k and v with grouped key/value heads (GQA), two ways.
+// Materialised through the (B, H, T, T) probabilities: the G = H / Hkv query heads that share key/value
+// head j are heads j G .. j G + G - 1, so in the (B, H, T, d) head layout they are one (G T, d) matrix per
+// (b, j): every product is one batched GEMM over B Hkv matrices, and the ones that reduce over the G heads
+// (dK, dV) sum them inside the GEMM, in a fixed order. Packed: k and v repeated to H heads and packed with
+// q into the (B, T, 3C) qkv of causalSelfAttention, so CUDA runs the flash kernels (bf16 included); the
+// repeat's backward sums each group's gradients in a fixed order.
 #include <cmath>
 
 #include "framework/ops/ops.h"
 #include "framework/tensor/dispatch.h"
 #include "kernels/attention.h"
+#include "kernels/flash_attention.h"
 #include "kernels/matmul.h"
 
 namespace minidp::ops {
@@ -43,21 +46,45 @@ void groupGemm(const GqaShape& s, bool transA, bool transB, int64_t M, int64_t N
                       K * N, T(0), C.data<T>(), M * N, s.B * s.Hkv);
 }
 
-}  // namespace
-
-Variable causalAttention(const Variable& qVar, const Variable& kVar, const Variable& vVar) {
-  const Tensor& q = qVar.data();
-  const Tensor& k = kVar.data();
-  const Tensor& v = vVar.data();
+// The shape of q (B, T, H, d), k and v (B, T, Hkv, d), checked: one dtype and device, Hkv dividing H.
+GqaShape gqaShape(const Tensor& q, const Tensor& k, const Tensor& v) {
   checkSame("causalAttention", q, k);
   checkSame("causalAttention", q, v);
-  MINIDP_CHECK(q.dtype() != DType::BF16, "causalAttention: no BF16 kernel (float32 and float64 only)");
   MINIDP_CHECK(q.ndim() == 4 && k.ndim() == 4 && k.shape() == v.shape() && k.size(0) == q.size(0) &&
                    k.size(1) == q.size(1) && k.size(3) == q.size(3) && k.size(2) > 0 && q.size(2) % k.size(2) == 0,
                "causalAttention: q " << shapeString(q.shape()) << ", k " << shapeString(k.shape()) << ", v "
                                      << shapeString(v.shape())
                                      << " must be (B, T, H, d), (B, T, Hkv, d) and (B, T, Hkv, d) with Hkv dividing H");
-  const GqaShape s{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3)};
+  return GqaShape{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3)};
+}
+
+}  // namespace
+
+Variable causalAttention(const Variable& q, const Variable& k, const Variable& v) {
+  const GqaShape s = gqaShape(q.data(), k.data(), v.data());
+  // The choice of causalSelfAttention: flash where CUDA has a kernel for the dtype and head dim.
+  if (q.data().isCuda() && q.dtype() != DType::F64 && kernels::flashAttentionSupportsHeadDim(s.d)) {
+    return causalAttentionPacked(q, k, v);
+  }
+  return causalAttentionMaterialized(q, k, v);
+}
+
+Variable causalAttentionPacked(const Variable& q, const Variable& k, const Variable& v) {
+  const GqaShape s = gqaShape(q.data(), k.data(), v.data());
+  const Shape packed{s.B, s.seqLen, s.H * s.d};  // (B, T, C) of each of q, k, v
+  const Variable qkv = cat({reshape(q, packed), reshape(repeatInterleave(k, 2, s.G()), packed),
+                            reshape(repeatInterleave(v, 2, s.G()), packed)},
+                           -1);  // (B, T, 3C)
+  return reshape(causalSelfAttention(qkv, static_cast<int>(s.H)), {s.B, s.seqLen, s.H, s.d});
+}
+
+Variable causalAttentionMaterialized(const Variable& qVar, const Variable& kVar, const Variable& vVar) {
+  const Tensor& q = qVar.data();
+  const Tensor& k = kVar.data();
+  const Tensor& v = vVar.data();
+  const GqaShape s = gqaShape(q, k, v);
+  MINIDP_CHECK(q.dtype() != DType::BF16, "causalAttention: BF16 needs the CUDA flash kernels, got head dim "
+                                             << s.d << " on " << deviceName(q.device()));
   const int64_t seq = s.seqLen, GT = s.G() * seq;
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
   Tensor qh = toHeads(s, q, s.H), kh = toHeads(s, k, s.Hkv), vh = toHeads(s, v, s.Hkv);

@@ -87,9 +87,18 @@ Variable causalSelfAttentionMaterialized(const Variable& qkv, int numHeads);
 // ---- attention over separate q, k, v and rotary embedding (framework/ops/attention.cpp, rotary.cpp) ----
 /// Causal attention with grouped key/value heads (GQA): q (B, T, H, d), k and v (B, T, Hkv, d) with Hkv
 /// dividing H; query head h attends with key/value head h / (H / Hkv) (PyTorch's repeat_interleave of k
-/// and v). softmax(q k^T / sqrt(d), causal) v -> (B, T, H, d). Materialised through (B, H, T, T), float and
-/// double, CPU and CUDA; with Hkv = H it is causalSelfAttentionMaterialized on q, k, v packed.
+/// and v). softmax(q k^T / sqrt(d), causal) v -> (B, T, H, d). CUDA F32 and BF16 at the flash kernels'
+/// head dims run causalAttentionPacked; the rest (the CPU, CUDA F64, other head dims) runs
+/// causalAttentionMaterialized.
 Variable causalAttention(const Variable& q, const Variable& k, const Variable& v);
+/// The same op through the (B, H, T, T) probabilities, k and v never repeated (the group's heads summed
+/// inside the GEMMs); float and double, CPU and CUDA. With Hkv = H it is causalSelfAttentionMaterialized
+/// on q, k, v packed, bit for bit.
+Variable causalAttentionMaterialized(const Variable& q, const Variable& k, const Variable& v);
+/// The same op as causalSelfAttention: k and v repeated to H heads (repeatInterleave), [q | k | v] packed
+/// along the last dim (B, T, 3 H d), the output reshaped to (B, T, H, d). Every dtype and head dim
+/// causalSelfAttention runs (BF16: CUDA at the flash kernels' head dims).
+Variable causalAttentionPacked(const Variable& q, const Variable& k, const Variable& v);
 /// Rotary position embedding, rotate-half form (GPT-NeoX, Hugging Face LLaMA): x (B, T, H, d), d even;
 /// channels i and i + d/2 of a head at position t (0 .. T-1) turn by t / theta^(2i/d) (angles in double,
 /// kernels/rotary.h). Float and double, CPU and CUDA; BF16 on CUDA (each pair turned in fp32, rounded once).
@@ -102,5 +111,9 @@ Variable narrow(const Variable& x, int dim, int64_t start, int64_t length);
 std::vector<Variable> split(const Variable& x, int dim, const std::vector<int64_t>& sizes);
 /// The pieces joined along `dim`; their other extents must be equal.
 Variable cat(const std::vector<Variable>& xs, int dim);
+/// Each entry of dimension `dim` repeated `repeats` times in a row (PyTorch's repeat_interleave): entry e
+/// of x is entries e R .. e R + R - 1 of the result. Backward sums the R copies' gradients in order
+/// r = 0 .. R - 1, in fp32 for BF16 (rounded once), deterministic. x itself when repeats is 1.
+Variable repeatInterleave(const Variable& x, int dim, int64_t repeats);
 
 }  // namespace minidp::ops

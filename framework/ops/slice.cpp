@@ -1,5 +1,6 @@
 // Slices along one dimension: narrow, split and cat, each a strided block copy (kernels/slice.h) whose
-// backward is the opposite copy. F32, F64, and BF16 on CUDA.
+// backward is the opposite copy; repeatInterleave, whose backward sums the copies. F32, F64, and BF16 on
+// CUDA.
 #include <numeric>
 
 #include "framework/ops/ops.h"
@@ -114,6 +115,26 @@ Variable cat(const std::vector<Variable>& xs, int dim) {
       grads.push_back(dx);
     }
     return grads;
+  });
+}
+
+Variable repeatInterleave(const Variable& xVar, int dim, int64_t repeats) {
+  const Tensor& x = xVar.data();
+  checkActivation("repeatInterleave", x);
+  dim = normalizedDim("repeatInterleave", x.shape(), dim);
+  MINIDP_CHECK(repeats >= 1, "repeatInterleave: repeats " << repeats << " must be at least 1");
+  if (repeats == 1) return xVar;
+  const Along a = along(x.shape(), dim);
+  const int64_t blocks = a.outer * a.extent;  // each of inner elements, written `repeats` times in a row
+  Shape shape = x.shape();
+  shape[dim] *= repeats;
+  Tensor y = Tensor::empty(shape, x.dtype(), x.device());
+  MINIDP_LAUNCH_ACTIVATION(x, T, repeatBlocks, x.data<T>(), y.data<T>(), blocks, repeats, a.inner);
+  const Shape xShape = x.shape();
+  return Variable::fromOp(y, {xVar}, [xShape, blocks, repeats, a](const Tensor& g) {
+    Tensor dx = Tensor::empty(xShape, g.dtype(), g.device());
+    MINIDP_LAUNCH_ACTIVATION(g, T, sumRepeatedBlocks, g.data<T>(), dx.data<T>(), blocks, repeats, a.inner);
+    return std::vector<Tensor>{dx};
   });
 }
 

@@ -1,6 +1,6 @@
-// A bf16 mixed-precision training step of the MLP and GPT on CUDA against the fp32 step from the same
+// A bf16 mixed-precision training step of the MLP, GPT and Llama on CUDA against the fp32 step from the same
 // parameters and batch: loss and every parameter gradient within bf16 tolerances; the parameters and
-// gradient buckets stay fp32.
+// gradient buckets stay fp32. Then training: bf16 learns a copy task as fast as fp32.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,7 +12,9 @@
 #include "framework/distributed/ddp.h"
 #include "framework/optim/optimizer.h"
 #include "framework/runtime/device.h"
+#include "kernels/flash_attention.h"
 #include "models/gpt.h"
+#include "models/llama.h"
 #include "models/mlp.h"
 #include "tests/support/gradcheck.h"
 
@@ -90,6 +92,57 @@ TEST(Bf16Step, GptWithAnFp32ResidualStreamMatchesF32) {
   expectGptBf16StepMatchesF32(true);
 }
 
+// A small llama: 4 query heads of 32 channels (a flash head dim) over `kvHeads` key/value heads.
+models::LlamaConfig smallLlama(int64_t kvHeads, int64_t context) {
+  models::LlamaConfig c;
+  c.vocab = 64;
+  c.context = context;
+  c.layers = 2;
+  c.heads = 4;
+  c.kvHeads = kvHeads;
+  c.embd = 128;
+  c.hidden = 352;
+  return c;
+}
+
+TEST(Bf16Step, LlamaMatchesF32) {
+  // Both runs take the packed attention on the flash kernels (fp32 and bf16), grouped heads repeated; RMSNorm,
+  // rotary, SwiGLU and the residual stream in bf16 over fp32 parameters, the loss in fp32.
+  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  for (int64_t kv : {2, 1}) {
+    SCOPED_TRACE(kv);
+    models::LlamaConfig c = smallLlama(kv, 32);
+    models::Llama f32(c, 7);
+    c.compute = DType::BF16;
+    models::Llama bf16(c, 7);
+    f32.to(Device::CUDA, DType::F32);
+    bf16.to(Device::CUDA, DType::F32);
+    const Tensor tokens = testing::randomIndices({4, 32}, 64, 8).to(Device::CUDA);
+    const Tensor targets = testing::randomIndices({4, 32}, 64, 9).to(Device::CUDA);
+    EXPECT_EQ(bf16.forward(tokens).dtype(), DType::BF16) << "logits";
+    expectBf16StepMatchesF32(f32, bf16, tokens, targets);
+  }
+}
+
+TEST(Bf16Step, LlamaWithoutAFlashHeadDimIsRefusedWhenBuilt) {
+  // bf16 attention runs on the flash kernels alone: another head dim is refused by the constructor (before
+  // any data or forward), in one line naming the flags; fp32 takes it.
+  models::LlamaConfig c = smallLlama(1, 32);
+  c.embd = 120;
+  c.heads = 2;  // head dim 60
+  c.compute = DType::BF16;
+  try {
+    models::Llama model(c, 1);
+    ADD_FAILURE() << "head dim 60 in bf16 was accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("(--embd 120 / --heads 2)"), std::string::npos) << what;
+    EXPECT_NE(what.find(kernels::flashAttentionHeadDims()), std::string::npos) << what;
+  }
+  c.compute = DType::F32;
+  EXPECT_NO_THROW(models::Llama(c, 1));
+}
+
 // ---- training, not one step: bf16 must learn as fast as fp32 ----
 
 // A batch of a task that attention must solve: each row is a random block of `period` tokens repeated,
@@ -110,14 +163,14 @@ std::pair<Tensor, Tensor> repeatedBlocks(int64_t batch, int64_t len, int64_t per
           Tensor::fromVector<int32_t>(out, {batch, len}, Device::CUDA)};
 }
 
-// `steps` AdamW steps of `model` under single-rank DDP on the copy task; the losses.
-struct TrainShape {
-  models::GptConfig config;
-  int64_t batch, period;
+// The copy task: `steps` batches of `batch` rows of `context` tokens out of `vocab`, blocks of `period`.
+struct CopyTask {
+  int64_t vocab, context, batch, period;
   int steps;
 };
 
-std::vector<double> train(models::GPT& model, const TrainShape& shape, uint64_t seed) {
+// `task.steps` AdamW steps of `model` under single-rank DDP on the copy task; the losses.
+std::vector<double> train(models::Model& model, const CopyTask& task, uint64_t seed) {
   distributed::CommOptions opts;
   opts.backend = "single";
   opts.cuda = true;
@@ -126,9 +179,8 @@ std::vector<double> train(models::GPT& model, const TrainShape& shape, uint64_t 
   optim::AdamW adam(model.namedParameters(), 1e-3, 0.9, 0.999, 1e-8, 0.01);
   std::mt19937 rng(seed);
   std::vector<double> losses;
-  const models::GptConfig& c = shape.config;
-  for (int s = 0; s < shape.steps; ++s) {
-    auto [x, y] = repeatedBlocks(shape.batch, c.context, shape.period, static_cast<int32_t>(c.vocab), rng);
+  for (int s = 0; s < task.steps; ++s) {
+    auto [x, y] = repeatedBlocks(task.batch, task.context, task.period, static_cast<int32_t>(task.vocab), rng);
     ddp.prepareStep();
     Variable loss = model.loss(x, y);
     loss.backward();
@@ -145,27 +197,21 @@ double meanOfLast(const std::vector<double>& v, size_t n) {
   return sum / static_cast<double>(n);
 }
 
-class Bf16Training : public ::testing::TestWithParam<TrainShape> {};
-
-TEST_P(Bf16Training, GptLearnsAsFastAsF32AndKeepsItsGradientsAtATrainedState) {
-  // Head dim 64 (the flash kernels' bf16 path), contexts over several key tiles, AdamW with the trainer's
-  // defaults. The task is learnable only through attention: fp32 must fall well below the unigram loss
-  // log(V) in the given steps, and bf16 must follow it (mean of the last 20 losses within 10% + 0.05
-  // nats). Then, from the fp32 model's trained parameters, one more step in each precision: every
-  // gradient within 5e-2 relative L2 (sharper attention and larger activations than at initialisation).
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
-  const TrainShape& shape = GetParam();
-  models::GptConfig c = shape.config;
-  models::GPT f32(c, 11);
-  c.compute = DType::BF16;
-  models::GPT bf16(c, 11);
+// Trains f32 and bf16 (the same model and seed; fp32 and bf16 compute) on the copy task, AdamW with the
+// trainer's defaults. The task is learnable only through attention: fp32 must fall well below the unigram
+// loss log(V) in the given steps, and bf16 must follow it (mean of the last 20 losses within 10% + 0.05
+// nats). Then, from the fp32 model's trained parameters, one more step in each precision: every gradient
+// within 5e-2 relative L2 (sharper attention and larger activations than at initialisation).
+void expectBf16LearnsAsFastAsF32(models::Model& f32, models::Model& bf16, const CopyTask& task) {
   f32.to(Device::CUDA, DType::F32);
   bf16.to(Device::CUDA, DType::F32);
-  const std::vector<double> l32 = train(f32, shape, 5), l16 = train(bf16, shape, 5);
-  for (int s = 0; s < shape.steps; s += shape.steps / 10) std::printf("step %3d: fp32 %.4f bf16 %.4f\n", s, l32[s], l16[s]);
+  const std::vector<double> l32 = train(f32, task, 5), l16 = train(bf16, task, 5);
+  for (int s = 0; s < task.steps; s += task.steps / 10)
+    std::printf("step %3d: fp32 %.4f bf16 %.4f\n", s, l32[s], l16[s]);
   const double end32 = meanOfLast(l32, 20), end16 = meanOfLast(l16, 20);
   std::printf("last 20: fp32 %.4f bf16 %.4f\n", end32, end16);
-  EXPECT_LT(end32, 0.5 * std::log(double(c.vocab))) << "the copy task was not learned in fp32: the test shows nothing";
+  EXPECT_LT(end32, 0.5 * std::log(double(task.vocab)))
+      << "the copy task was not learned in fp32: the test shows nothing";
   EXPECT_LT(end16, 1.1 * end32 + 0.05) << "bf16 training falls behind fp32";
 
   const nn::NamedParameters p32 = f32.namedParameters(), p16 = bf16.namedParameters();
@@ -174,7 +220,7 @@ TEST_P(Bf16Training, GptLearnsAsFastAsF32AndKeepsItsGradientsAtATrainedState) {
     p.data().copyFrom(p32[i].second.data());
   }
   std::mt19937 rng(99);
-  auto [x, y] = repeatedBlocks(shape.batch, c.context, shape.period, static_cast<int32_t>(c.vocab), rng);
+  auto [x, y] = repeatedBlocks(task.batch, task.context, task.period, static_cast<int32_t>(task.vocab), rng);
   const double loss32 = stepOnce(f32, x, y), loss16 = stepOnce(bf16, x, y);
   EXPECT_NEAR(loss16, loss32, 2e-2 * std::abs(loss32) + 1e-2);
   for (size_t i = 0; i < p32.size(); ++i) {
@@ -182,6 +228,25 @@ TEST_P(Bf16Training, GptLearnsAsFastAsF32AndKeepsItsGradientsAtATrainedState) {
     std::printf("%-28s %.3e\n", p16[i].first.c_str(), err);
     EXPECT_LT(err, kGradTolerance) << p16[i].first;
   }
+}
+
+struct TrainShape {
+  models::GptConfig config;
+  int64_t batch, period;
+  int steps;
+};
+
+class Bf16Training : public ::testing::TestWithParam<TrainShape> {};
+
+TEST_P(Bf16Training, GptLearnsAsFastAsF32AndKeepsItsGradientsAtATrainedState) {
+  // Head dim 64 (the flash kernels' bf16 path), contexts over several key tiles.
+  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  const TrainShape& shape = GetParam();
+  models::GptConfig c = shape.config;
+  models::GPT f32(c, 11);
+  c.compute = DType::BF16;
+  models::GPT bf16(c, 11);
+  expectBf16LearnsAsFastAsF32(f32, bf16, {c.vocab, c.context, shape.batch, shape.period, shape.steps});
 }
 
 // Width 128 over 2 layers. The fortunes GPT's shape (6 layers, width 384, 6 heads, context 256, batch 32,
@@ -193,6 +258,16 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Bf16Training, ::testing::Values(TrainShape{{64,
                            return "L" + std::to_string(info.param.config.layers) + "C" +
                                   std::to_string(info.param.config.embd);
                          });
+
+TEST(Bf16LlamaTraining, LearnsAsFastAsF32AndKeepsItsGradientsAtATrainedState) {
+  // 4 query heads of 32 over 2 key/value heads, context 128 (two key tiles), the GPT test's task and steps.
+  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  models::LlamaConfig c = smallLlama(2, 128);
+  models::Llama f32(c, 11);
+  c.compute = DType::BF16;
+  models::Llama bf16(c, 11);
+  expectBf16LearnsAsFastAsF32(f32, bf16, {c.vocab, c.context, 16, 24, 300});
+}
 
 }  // namespace
 }  // namespace minidp

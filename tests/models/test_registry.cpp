@@ -127,9 +127,17 @@ TEST(ModelRegistry, RefusalsNameTheFlags) {
   given.set("kv-heads", 1);
   args.flags = models::flagValues("llama", e, given);
   EXPECT_EQ(e.refuse(args), "");
+  // bf16 runs where the flash kernels have the head dim (the default 128 / 4 = 32); another head dim is
+  // refused before any work, naming the flags, as GPT's.
   args.compute = DType::BF16;
   args.device = Device::CUDA;
-  EXPECT_NE(e.refuse(args).find("use --dtype fp32"), std::string::npos);
+  EXPECT_EQ(e.refuse(args), "");
+  given.set("embd", 120);
+  given.set("heads", 2);
+  args.flags = models::flagValues("llama", e, given);
+  EXPECT_NE(e.refuse(args).find("(--embd 120 / --heads 2) has no bf16 attention kernel"), std::string::npos)
+      << e.refuse(args);
+  EXPECT_NE(e.refuse(args).find("--dtype fp32"), std::string::npos);
   // GPT: a head dim without a bf16 attention kernel, before any work.
   const models::ModelEntry& g = models::findModel("gpt");
   models::FlagValues gptGiven;

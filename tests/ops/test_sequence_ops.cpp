@@ -1,7 +1,7 @@
-// The ops a LLaMA-style block needs beyond the composable ones: narrow, split and cat; the rotary embedding;
-// causal attention over separate q, k and v with grouped key/value heads; the RMSNorm layer. Forward against
-// float64 references, every backward against float64 finite differences, and CUDA against the CPU twin in
-// float32 and float64.
+// The ops a LLaMA-style block needs beyond the composable ones: narrow, split, cat and repeatInterleave; the
+// rotary embedding; causal attention over separate q, k and v with grouped key/value heads, materialised and
+// packed; the RMSNorm layer. Forward against float64 references, every backward against float64 finite
+// differences, CUDA against the CPU twin in float32 and float64, and bf16 on CUDA against the CPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +11,7 @@
 
 #include "framework/nn/rms_norm.h"
 #include "framework/ops/ops.h"
+#include "framework/runtime/device.h"
 #include "framework/testing/device_compare.h"
 #include "framework/testing/gradcheck.h"
 
@@ -100,6 +101,60 @@ TEST(SliceOps, ShapeErrorsNameTheOp) {
   EXPECT_TRUE(fails([&] { ops::cat({}, 0); }, "cat"));
 }
 
+// x (2, 3, 4) repeated along `dim`, straight from the definition: entry e of dim is entries e R .. e R + R - 1.
+std::vector<double> repeatReference(const std::vector<double>& x, const Shape& shape, int dim, int64_t R) {
+  Shape out = shape;
+  out[dim] *= R;
+  std::vector<double> y(x.size() * R);
+  for (int64_t a = 0; a < out[0]; ++a)
+    for (int64_t b = 0; b < out[1]; ++b)
+      for (int64_t c = 0; c < out[2]; ++c) {
+        int64_t i[3] = {a, b, c};
+        i[dim] /= R;
+        y[(a * out[1] + b) * out[2] + c] = x[(i[0] * shape[1] + i[1]) * shape[2] + i[2]];
+      }
+  return y;
+}
+
+TEST(SliceOps, RepeatInterleaveCopiesAndItsBackwardSumsTheCopies) {
+  const Shape shape{2, 3, 4};
+  Tensor x = randomTensor(shape, 60);
+  for (int dim : {0, 1, 2}) {
+    SCOPED_TRACE(dim);
+    Variable in = leaf(x);
+    Variable y = ops::repeatInterleave(in, dim, 3);
+    Shape out = shape;
+    out[dim] *= 3;
+    ASSERT_EQ(y.shape(), out);
+    EXPECT_EQ(y.data().toVector<double>(), repeatReference(x.toVector<double>(), shape, dim, 3));
+    // dx[e] = g[3e] + g[3e + 1] + g[3e + 2], in that order: the same bits as the sum written out.
+    Tensor g = randomTensor(out, 61);
+    y.backward(g);
+    const std::vector<double> gv = g.toVector<double>(), dx = in.grad().toVector<double>();
+    std::vector<double> want(dx.size(), 0.0);  // g's entries added in order: r = 0, 1, 2 for each of dx's
+    for (size_t j = 0; j < gv.size(); ++j) {
+      int64_t i[3] = {static_cast<int64_t>(j) / (out[1] * out[2]), static_cast<int64_t>(j) / out[2] % out[1],
+                      static_cast<int64_t>(j) % out[2]};
+      i[dim] /= 3;
+      want[(i[0] * shape[1] + i[1]) * shape[2] + i[2]] += gv[j];
+    }
+    EXPECT_EQ(dx, want);
+  }
+  Variable same(x);
+  EXPECT_EQ(ops::repeatInterleave(same, -1, 1).data().data<double>(), x.data<double>());  // x itself
+  EXPECT_THROW(ops::repeatInterleave(same, 1, 0), Error);
+  EXPECT_THROW(ops::repeatInterleave(same, 3, 2), Error);
+  EXPECT_THROW(ops::repeatInterleave(Variable(x.toDType(DType::BF16)), 1, 2), Error);  // bf16 is CUDA's
+}
+
+TEST(SliceOps, RepeatInterleaveGradcheck) {
+  for (int dim : {0, 2, -1}) {
+    SCOPED_TRACE(dim);
+    EXPECT_TRUE(gradcheckPasses([dim](const std::vector<Variable>& in) { return ops::repeatInterleave(in[0], dim, 2); },
+                                {leaf(randomTensor({2, 3, 2, 3}, 62))}));
+  }
+}
+
 // ---- rotary embedding ----
 
 // y for x (B, T, H, d) in double, straight from the definition.
@@ -140,14 +195,6 @@ TEST(Rotary, Gradcheck) {
 
 // ---- causal attention with grouped key/value heads ----
 
-// Key/value heads (B, T, Hkv, d) repeated to (B, T, Hkv * group, d), head h from head h / group: PyTorch's
-// repeat_interleave, composed of narrow and cat (so its backward sums the group's gradients).
-Variable repeatHeads(const Variable& x, int64_t group) {
-  std::vector<Variable> heads;
-  for (int64_t h = 0; h < x.shape()[2] * group; ++h) heads.push_back(ops::narrow(x, 2, h / group, 1));
-  return ops::cat(heads, 2);
-}
-
 TEST(CausalAttention, EqualsThePackedOpWhenEveryHeadHasItsKeys) {
   const int64_t B = 2, T = 7, H = 3, d = 4, C = H * d;
   Tensor qkv = randomTensor({B, T, 3 * C}, 18);
@@ -175,7 +222,8 @@ TEST(CausalAttention, GroupedHeadsEqualRepeatedKeysAndValues) {
   Variable q1 = leaf(q), k1 = leaf(k), v1 = leaf(v), q2 = leaf(q), k2 = leaf(k), v2 = leaf(v);
   Variable grouped = ops::causalAttention(q1, k1, v1);
   grouped.backward(g);
-  Variable repeated = ops::causalAttention(q2, repeatHeads(k2, H / Hkv), repeatHeads(v2, H / Hkv));
+  Variable repeated =
+      ops::causalAttention(q2, ops::repeatInterleave(k2, 2, H / Hkv), ops::repeatInterleave(v2, 2, H / Hkv));
   repeated.backward(g);
   // dK and dV sum the group's heads inside a GEMM on one side, after it on the other: rounding apart.
   EXPECT_LT(relativeError(grouped.data(), repeated.data()), 1e-14);
@@ -185,11 +233,36 @@ TEST(CausalAttention, GroupedHeadsEqualRepeatedKeysAndValues) {
 }
 
 TEST(CausalAttention, Gradcheck) {
-  const Fn f = [](const std::vector<Variable>& in) { return ops::causalAttention(in[0], in[1], in[2]); };
+  const Fn materialized = [](const std::vector<Variable>& in) { return ops::causalAttention(in[0], in[1], in[2]); };
+  const Fn packed = [](const std::vector<Variable>& in) { return ops::causalAttentionPacked(in[0], in[1], in[2]); };
   for (int64_t kv : {4, 2, 1}) {
     SCOPED_TRACE(kv);
-    EXPECT_TRUE(gradcheckPasses(f, {leaf(randomTensor({2, 5, 4, 3}, 24)), leaf(randomTensor({2, 5, kv, 3}, 25)),
-                                    leaf(randomTensor({2, 5, kv, 3}, 26))}));
+    for (const Fn& f : {materialized, packed}) {
+      EXPECT_TRUE(gradcheckPasses(f, {leaf(randomTensor({2, 5, 4, 3}, 24)), leaf(randomTensor({2, 5, kv, 3}, 25)),
+                                      leaf(randomTensor({2, 5, kv, 3}, 26))}));
+    }
+  }
+}
+
+TEST(CausalAttention, PackedPathEqualsTheGroupedGemms) {
+  // The path CUDA takes at the flash kernels' head dims: k and v repeated to H heads, packed with q and run by
+  // causalSelfAttention (here on the CPU its materialised path; its flash twins are held to that path at
+  // 1e-12 in test_flash_attention). Against the grouped GEMMs, which never repeat k or v, in float64.
+  const int64_t B = 2, T = 9, H = 4, d = 8;
+  for (int64_t kv : {4, 2, 1}) {
+    SCOPED_TRACE(kv);
+    Tensor q = randomTensor({B, T, H, d}, 63), k = randomTensor({B, T, kv, d}, 64), v = randomTensor({B, T, kv, d}, 65);
+    Tensor g = randomTensor({B, T, H, d}, 66);
+    Variable q1 = leaf(q), k1 = leaf(k), v1 = leaf(v), q2 = leaf(q), k2 = leaf(k), v2 = leaf(v);
+    Variable grouped = ops::causalAttentionMaterialized(q1, k1, v1);
+    grouped.backward(g);
+    Variable packed = ops::causalAttentionPacked(q2, k2, v2);
+    ASSERT_EQ(packed.shape(), grouped.shape());
+    packed.backward(g);
+    EXPECT_LT(relativeError(packed.data(), grouped.data()), 1e-12);
+    EXPECT_LT(relativeError(q2.grad(), q1.grad()), 1e-12);
+    EXPECT_LT(relativeError(k2.grad(), k1.grad()), 1e-12);
+    EXPECT_LT(relativeError(v2.grad(), v1.grad()), 1e-12);
   }
 }
 
@@ -253,8 +326,91 @@ TEST_P(SequenceCudaVsCpu, GroupedQueryAttention) {
               sumTolerance(GetParam(), 4 * 45 * 16));
 }
 
+TEST_P(SequenceCudaVsCpu, RepeatInterleave) {
+  // Copies forward; backward adds each entry's 3 copies in the same order on both devices: exact.
+  expectClose(compareDevices([](const std::vector<Variable>& in) { return ops::repeatInterleave(in[0], 2, 3); },
+                             {randomTensor({2, 37, 3, 40}, 67)}, GetParam()),
+              0.0);
+}
+
+TEST_P(SequenceCudaVsCpu, GroupedQueryAttentionAtAFlashHeadDim) {
+  // Head dim 32: CUDA F32 runs the packed path on the flash kernels (online softmax, its own order), the CPU
+  // and CUDA F64 the grouped GEMMs. dK and dV sum G heads of 70 queries.
+  const Fn f = [](const std::vector<Variable>& in) { return ops::causalAttention(in[0], in[1], in[2]); };
+  for (int64_t kv : {2, 1}) {
+    SCOPED_TRACE(kv);
+    const double G = static_cast<double>(4 / kv);
+    expectClose(
+        compareDevices(
+            f, {randomTensor({2, 70, 4, 32}, 68), randomTensor({2, 70, kv, 32}, 69), randomTensor({2, 70, kv, 32}, 70)},
+            GetParam()),
+        4.0 * (G * 70 + 32 + 4) * roundingEps(GetParam()));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, SequenceCudaVsCpu, ::testing::Values(DType::F32, DType::F64),
                          [](const ::testing::TestParamInfo<DType>& info) { return dtypeName(info.param); });
+
+// ---- bf16 on CUDA ----
+
+// float64 values in [-1, 1) rounded to bf16: the same numbers in bf16, fp32 and fp64.
+Tensor bf16Exact(const Shape& shape, uint64_t seed) { return randomTensor(shape, seed).toDType(DType::BF16); }
+
+// The bf16 kernels are CUDA-only: skip, with the reason, where there is no GPU.
+class SequenceBf16 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device (bf16 kernels run on CUDA only)";
+  }
+};
+
+TEST_F(SequenceBf16, RepeatInterleaveCopiesBitsAndSumsInFp32) {
+  // Forward copies bf16 values: the CPU's fp32 result exactly. Backward adds each entry's 3 copies in fp32 in
+  // the CPU's order and rounds once: the CPU's fp32 sum rounded to bf16, exactly.
+  const Tensor x = bf16Exact({2, 37, 3, 40}, 71), g = bf16Exact({2, 37, 9, 40}, 72);
+  Variable cpu(x.toDType(DType::F32), true), cuda(x.to(Device::CUDA), true);
+  Variable yCpu = ops::repeatInterleave(cpu, 2, 3), yCuda = ops::repeatInterleave(cuda, 2, 3);
+  ASSERT_EQ(yCuda.dtype(), DType::BF16);
+  yCpu.backward(g.toDType(DType::F32));
+  yCuda.backward(g.to(Device::CUDA));
+  ASSERT_EQ(cuda.grad().dtype(), DType::BF16);
+  EXPECT_EQ(relativeError(yCuda.data(), yCpu.data()), 0);
+  EXPECT_EQ(relativeError(cuda.grad(), cpu.grad().toDType(DType::BF16)), 0);
+}
+
+TEST_F(SequenceBf16, GroupedQueryAttentionRunsTheFlashKernels) {
+  // BF16 q, k, v at the flash head dims, 4 query heads over 4, 2 or 1 key/value heads: bf16 outputs and
+  // gradients within the flash kernels' bf16 tolerance (relative L2 < 1e-2) of the float64 CPU op on the same
+  // rounded values. No flash kernel for the head dim: an error naming the op.
+  for (int64_t d : {32, 64}) {
+    for (int64_t kv : {4, 2, 1}) {
+      SCOPED_TRACE(std::to_string(d) + " " + std::to_string(kv));
+      const Tensor q = bf16Exact({2, 70, 4, d}, 73), k = bf16Exact({2, 70, kv, d}, 74);
+      const Tensor v = bf16Exact({2, 70, kv, d}, 75), g = bf16Exact({2, 70, 4, d}, 76);
+      std::vector<Variable> ref, bf;
+      for (const Tensor& t : {q, k, v}) {
+        ref.emplace_back(t.toDType(DType::F64), true);
+        bf.emplace_back(t.to(Device::CUDA), true);
+      }
+      Variable yRef = ops::causalAttention(ref[0], ref[1], ref[2]), y = ops::causalAttention(bf[0], bf[1], bf[2]);
+      ASSERT_EQ(y.dtype(), DType::BF16);
+      yRef.backward(g.toDType(DType::F64));
+      y.backward(g.to(Device::CUDA));
+      EXPECT_LT(testing::relativeL2(y.data(), yRef.data()), 1e-2);
+      for (int i = 0; i < 3; ++i) {
+        ASSERT_EQ(bf[i].grad().dtype(), DType::BF16);
+        EXPECT_LT(testing::relativeL2(bf[i].grad(), ref[i].grad()), 1e-2) << "gradient of input " << i;
+      }
+    }
+  }
+  Variable q(bf16Exact({1, 8, 2, 16}, 77).to(Device::CUDA)), k(bf16Exact({1, 8, 1, 16}, 78).to(Device::CUDA));
+  try {
+    ops::causalAttention(q, k, k);
+    ADD_FAILURE() << "bf16 at head dim 16 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("causalAttention"), std::string::npos) << e.what();
+  }
+}
 
 }  // namespace
 }  // namespace minidp
