@@ -183,6 +183,23 @@ step_mlp_graph() {
       --json "$out/mlp${g}.json" >"$out/mlp${g}.txt" 2>&1; tail -2 "$out/mlp${g}.txt"
   done
 }
+# The GPU tests and runs of code compiled but not yet run on a GPU (the llama model's packed flash attention
+# and bf16, the NCCL settings on one rank), plus compute-sanitizer memcheck over a short llama bf16 run.
+step_unverified() {
+  (cd build && ./tests/test_sequence_ops --gtest_brief=1 >"$out/unverified_sequence.log" 2>&1; tail -3 "$out/unverified_sequence.log"
+   ./tests/test_bf16_step --gtest_brief=1 >"$out/unverified_bf16_step.log" 2>&1; tail -3 "$out/unverified_bf16_step.log"
+   ./tests/test_loop --gtest_filter='MemoryEstimate.*' --gtest_brief=1 >"$out/unverified_memory.log" 2>&1
+   tail -3 "$out/unverified_memory.log")
+  local llama=(--model llama --data fortunes --device cuda --layers 2 --embd 256 --heads 4 --kv-heads 2 --context 128
+               --batch-size 8 --steps 60 --log-every 20 --eval-batches 2)
+  build/bin/minidp-train "${llama[@]}" --dtype bf16 2>&1 | tail -3
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 build/bin/minidp-train "${llama[@]}" --dtype bf16 \
+    --steps 4 >"$out/memcheck_llama_bf16.log" 2>&1; grep -m1 "ERROR SUMMARY" "$out/memcheck_llama_bf16.log"
+  for s in "--nccl-cta-policy efficiency" "--nccl-buffers registered" "--nccl-buffers symmetric"; do
+    mpirun -np 1 build/bin/minidp-train --model gpt --data fortunes --device cuda --steps 20 --log-every 20 \
+      --eval-batches 1 --comm nccl $s 2>&1 | grep -E "communicator|step 20|rror" | head -3
+  done
+}
 # The two-link job on a machine with several GPUs (scripts/multi-gpu-job.sh): NVLink, and NCCL's socket transport.
 step_multi_nvlink() { scripts/multi-gpu-job.sh "$out/nvlink" nvlink 2>&1 | tail -30; }
 step_multi_socket() { scripts/multi-gpu-job.sh "$out/socket" socket 2>&1 | tail -30; }
