@@ -1,5 +1,6 @@
 #include "train/train_state.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -168,8 +169,10 @@ void checkResumeFile(const Options& o, const std::string& path, int world) {
 
 void Trainer::saveState(const std::string& path, int64_t step) {
   const std::vector<std::pair<std::string, Tensor>> full = optimizer_->checkpointState();  // ZeRO-1: a collective
-  const distributed::HookState hook = ddp_->hookState();  // per-rank state is gathered: a collective
+  distributed::HookState hook = ddp_->hookState();  // per-rank state is gathered: a collective
   if (session_.rank() != 0) return;
+  // By name, so the file does not depend on the bucket plan the state was kept in (a re-plan, another cap).
+  std::sort(hook.begin(), hook.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<std::pair<std::string, SafeTensor>> state;
   for (const auto& [name, tensor] : full) state.emplace_back(nn::kOptimizerPrefix + name, nn::toSafeTensor(tensor));
   for (const auto& [name, tensor] : hook) state.emplace_back(nn::kCommHookPrefix + name, nn::toSafeTensor(tensor));

@@ -3,7 +3,9 @@
 # byte-identical (every rank applies the same bits, whenever the buckets are launched), and the run learned
 # (test accuracy over 0.6; chance 0.1). Then 10 steps, --save, and --resume to 20 end with the bytes of 20
 # steps straight: the hook's error feedback continues from the checkpoint (a resume that restarted it from
-# zero would send other entries from step 11 on). Usage: learns_identically.sh MPIEXEC CUSTOM_HOOK_TRAIN
+# zero would send other entries from step 11 on). And --rebuild-buckets, whose re-plan gives the MLP the
+# same buckets, ends with the bytes of the run without it: the error feedback moves to the new plan by
+# parameter name. Usage: learns_identically.sh MPIEXEC CUSTOM_HOOK_TRAIN
 set -euo pipefail
 mpiexec=$1 program=$2
 dir=$(mktemp -d)
@@ -26,4 +28,7 @@ resumable --steps 10 --save "$dir/half.safetensors"
 resumable --steps 20 --resume "$dir/half.safetensors" --save "$dir/resumed.safetensors"
 grep -aq '"comm_hook.topk.error.' "$dir/half.safetensors" || { echo "FAIL: no topk error in the checkpoint"; exit 1; }
 cmp "$dir/full.safetensors" "$dir/resumed.safetensors" || { echo "FAIL: 10 + resume + 10 != 20 steps"; exit 1; }
-echo "PASS: overlap on == off to the byte, test accuracy $accuracy, 10 + resume + 10 == 20 steps to the byte"
+resumable --steps 20 --rebuild-buckets --save "$dir/rebuilt.safetensors"
+cmp "$dir/full.safetensors" "$dir/rebuilt.safetensors" || { echo "FAIL: --rebuild-buckets changed the run"; exit 1; }
+echo "PASS: overlap on == off to the byte, test accuracy $accuracy, 10 + resume + 10 == 20 steps and a re-plan"
+echo "      keeping the error feedback, to the byte"

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -33,6 +34,13 @@ class TopKHook : public dist::CommHook {
 
   void setup(const std::vector<dist::GradBucket>& buckets, dist::Communicator& comm) override {
     const int world = comm.worldSize();
+    // A re-plan (--rebuild-buckets, --bucket-mb auto) keeps each parameter's error feedback, by name.
+    std::map<std::string, Tensor> kept;
+    for (const State& old : state_) {
+      for (const dist::BucketEntry& e : old.entries) {
+        kept[e.name] = Tensor::alias(old.error, e.offset, {e.numel()}).clone();
+      }
+    }
     state_.clear();
     for (const dist::GradBucket& b : buckets) {
       MINIDP_CHECK(!b.buffer.isCuda() && b.buffer.dtype() == DType::F32,
@@ -43,6 +51,9 @@ class TopKHook : public dist::CommHook {
       State s;
       s.entries = b.entries;
       s.error = Tensor::zeros({n}, DType::F32, minidp::Device::CPU);
+      for (const dist::BucketEntry& e : b.entries) {
+        if (auto it = kept.find(e.name); it != kept.end()) Tensor::alias(s.error, e.offset, {e.numel()}).copyFrom(it->second);
+      }
       s.ids = Tensor::empty({k}, DType::I32, minidp::Device::CPU);
       s.values = Tensor::empty({k}, DType::F32, minidp::Device::CPU);
       s.allIds = Tensor::empty({world * k}, DType::I32, minidp::Device::CPU);
