@@ -73,6 +73,7 @@ struct CholeskyBatch {
   int firstBlock[kBatchMax + 1];
   int count;
 };
+static_assert(sizeof(CholeskyBatch) <= 4000, "kernel arguments are at most 4 KB");
 
 __device__ int factorOfBlock(const CholeskyBatch& batch, int block) {
   int lo = 0, hi = batch.count - 1;
@@ -236,6 +237,7 @@ struct RunBatch {
   CopyRun runs[kBatchMax];
   int count;
 };
+static_assert(sizeof(RunBatch) <= 4000, "kernel arguments are at most 4 KB");
 
 __global__ void copyRunsKernel(const float* src, float* dst, RunBatch batch, float divisor, float* error) {
   const CopyRun run = batch.runs[blockIdx.y];
@@ -381,23 +383,34 @@ template <int R>
 __global__ void expandKernel(const float* P, const float* Q, float* M, float* error, int64_t n, int64_t m, int r) {
   __shared__ float p[kExpandRows][R];
   const int64_t k = static_cast<int64_t>(blockIdx.x) * kProductThreads + threadIdx.x;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kExpandRows;
-  const int rows = static_cast<int>(min(static_cast<int64_t>(kExpandRows), n - row0));
-  for (int e = threadIdx.x; e < kExpandRows * R; e += kProductThreads) {
-    const int i = e / R, j = e % R;
-    p[i][j] = i < rows && j < r ? P[(row0 + i) * r + j] : 0.0f;
-  }
-  __syncthreads();
-  if (k >= m) return;
   float q[R];
 #pragma unroll
-  for (int j = 0; j < R; ++j) q[j] = j < r ? __ldg(Q + k * r + j) : 0.0f;
-  for (int i = 0; i < rows; ++i) {
-    float v = 0;
+  for (int j = 0; j < R; ++j) q[j] = k < m && j < r ? __ldg(Q + k * r + j) : 0.0f;
+  for (int64_t row0 = static_cast<int64_t>(blockIdx.y) * kExpandRows; row0 < n;
+       row0 += static_cast<int64_t>(gridDim.y) * kExpandRows) {
+    const int rows = static_cast<int>(min(static_cast<int64_t>(kExpandRows), n - row0));
+    __syncthreads();  // the previous tile's p is read by every thread before it is overwritten
+    for (int e = threadIdx.x; e < kExpandRows * R; e += kProductThreads) {
+      const int i = e / R, j = e % R;
+      p[i][j] = i < rows && j < r ? P[(row0 + i) * r + j] : 0.0f;
+    }
+    __syncthreads();
+    if (k >= m) continue;
+    for (int i = 0; i < rows; ++i) {
+      float v = 0;
 #pragma unroll
-    for (int j = 0; j < R; ++j) v = fmaf(p[i][j], q[j], v);
-    M[(row0 + i) * m + k] = v;
-    if (error) error[(row0 + i) * m + k] -= v;
+      for (int j = 0; j < R; ++j) v = fmaf(p[i][j], q[j], v);
+      M[(row0 + i) * m + k] = v;
+      if (error) error[(row0 + i) * m + k] -= v;
+    }
+  }
+}
+
+/// error -= M (n values): the error update of an expansion done by cuBLAS (ranks above 32).
+__global__ void subtractInPlaceKernel(float* error, const float* M, int64_t n) {
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    error[k] -= M[k];
   }
 }
 
@@ -521,11 +534,14 @@ void expand(const float* P, const float* Q, float* M, float* error, int64_t n, i
   if (n == 0 || m == 0) return;
   if (r > kGramMaxCols) {
     gemm<float>(false, true, n, m, r, 1.0f, P, 0, Q, 0, 0.0f, M, 0, 1, stream);
-    if (error) gemm<float>(false, true, n, m, r, -1.0f, P, 0, Q, 0, 1.0f, error, 0, 1, stream);
+    if (error) {
+      subtractInPlaceKernel<<<gridFor(n * m, 256), 256, 0, stream>>>(error, M, n * m);
+      CUDA_CHECK_LAUNCH();
+    }
     return;
   }
   const dim3 grid(static_cast<unsigned>((m + kProductThreads - 1) / kProductThreads),
-                  static_cast<unsigned>((n + kExpandRows - 1) / kExpandRows));
+                  static_cast<unsigned>(std::min<int64_t>((n + kExpandRows - 1) / kExpandRows, 65535)));
   withRankTile(r, [&](auto tile) {
     constexpr int R = decltype(tile)::value;
     expandKernel<R><<<grid, kProductThreads, 0, stream>>>(P, Q, M, error, n, m, static_cast<int>(r));

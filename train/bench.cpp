@@ -301,6 +301,11 @@ int runBench(int argc, char** argv, const std::string& program) {
   if (const int usage = train::checkUsage(opts, program)) return usage;
   if (bench.bucketMbList.empty()) bench.bucketMbList = {distributed::bytesToMib(opts.ddp.bucketCapBytes)};
   if (bench.ncclMaxCtasList.empty()) bench.ncclMaxCtasList = {opts.comm.ncclMaxCtas};
+  for (int ctas : bench.ncclMaxCtasList) {  // each communicator of the sweep, before any of them runs
+    train::Options each = opts;
+    each.comm.ncclMaxCtas = ctas;
+    if (const int usage = train::checkUsage(each, program)) return usage;
+  }
   if (bench.commPriorityList.empty()) bench.commPriorityList = {priorityName(opts.comm.commHighPriority)};
   std::vector<CommConfig> commConfigs;  // priority outer, maxCTAs inner
   for (const std::string& priority : bench.commPriorityList)

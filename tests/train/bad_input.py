@@ -227,6 +227,10 @@ def cases(p):
          "on every rank)"),
         ("bench nccl cta policy with mpi", b + ["--comm", "mpi", "--nccl-cta-policy", "efficiency"], 2,
          "--nccl-cta-policy efficiency is a setting of the nccl communicator; this run's is mpi"),
+        # Every communicator of a --nccl-max-ctas-list sweep is checked before the first one runs.
+        ("bench nccl min ctas above a max of its list", b + ["--comm", "nccl", "--device", "cuda",
+                                                            "--nccl-max-ctas-list", "8,2", "--nccl-min-ctas", "4"], 2,
+         "--nccl-min-ctas 4 exceeds --nccl-max-ctas 2"),
         ("diverging loss", t + ["--steps", "60", "--hidden", "16", "--lr", "1e6", "--weight-decay", "1e6",
                                 "--check-finite", "--log-every", "1000"], 1, "the loss is"),
         # Each flag checked once, where it is registered: NaN and values outside a flag's meaning, empty paths,

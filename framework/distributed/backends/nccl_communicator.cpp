@@ -149,7 +149,7 @@ Tensor NcclCommunicator::allocateCommBuffer(int64_t numel, DType dtype, Device d
   if (buffers_ == CommBuffers::Plain || device != Device::CUDA) {
     return Communicator::allocateCommBuffer(numel, dtype, device);
   }
-  releasePendingBuffers(false);
+  if (buffers_ == CommBuffers::Registered) releasePendingBuffers(false);  // local calls: any time will do
   const size_t bytes = std::max<size_t>(static_cast<size_t>(numel) * dtypeSize(dtype), 1);
   void* ptr = nullptr;
   NCCL_CHECK(ncclMemAlloc(&ptr, bytes));
@@ -162,16 +162,23 @@ Tensor NcclCommunicator::allocateCommBuffer(int64_t numel, DType dtype, Device d
       ncclWindow_t window = nullptr;
       NCCL_CHECK(ncclCommWindowRegister(comm_, ptr, bytes, &window, NCCL_WIN_COLL_SYMMETRIC));
       handle = window;
+      std::lock_guard<std::mutex> lock(releases_->mutex);
+      releases_->windows.emplace_back(ptr, handle);
 #endif
     }
   } catch (...) {
     ncclMemFree(ptr);
     throw;
   }
-  return Tensor::fromExternal(ptr, {numel}, dtype, device, [releases = releases_, handle](void* p) {
+  const bool symmetric = buffers_ == CommBuffers::Symmetric;
+  return Tensor::fromExternal(ptr, {numel}, dtype, device, [releases = releases_, handle, symmetric](void* p) {
     std::lock_guard<std::mutex> lock(releases->mutex);
     if (!releases->closed) {
-      releases->pending.emplace_back(p, handle);
+      if (symmetric) {
+        releases->releasedWindows.push_back(p);
+      } else {
+        releases->pending.emplace_back(p, handle);
+      }
       return;
     }
     const cudaError_t sync = cudaDeviceSynchronize();
@@ -184,31 +191,40 @@ Tensor NcclCommunicator::allocateCommBuffer(int64_t numel, DType dtype, Device d
 }
 
 void NcclCommunicator::releasePendingBuffers(bool close) {
-  std::vector<std::pair<void*, void*>> pending;
+  std::vector<std::pair<void*, void*>> pending, windows;
+  std::vector<void*> releasedWindows;
   {
     std::lock_guard<std::mutex> lock(releases_->mutex);
     pending.swap(releases_->pending);
+    if (close) {
+      windows.swap(releases_->windows);
+      releasedWindows.swap(releases_->releasedWindows);
+    }
     releases_->closed = close;
   }
-  if (pending.empty()) return;
+  if (pending.empty() && windows.empty()) return;
   // No collective or kernel may still use them. After an abort (or a device error) they stay allocated.
   const cudaError_t sync = aborted_ ? cudaErrorUnknown : cudaDeviceSynchronize();
   if (sync != cudaSuccess) {
     std::fprintf(stderr, "minidp: %zu NCCL buffer(s) left allocated: the communicator was aborted or the device failed\n",
-                 pending.size());
+                 pending.size() + windows.size());
     return;
   }
-  for (const auto& [ptr, handle] : pending) {
-    ncclResult_t status = ncclSuccess;
-    if (buffers_ == CommBuffers::Registered) {
-      status = ncclCommDeregister(comm_, handle);
-    } else {
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
-      status = ncclCommWindowDeregister(comm_, static_cast<ncclWindow_t>(handle));
-#endif
-    }
-    if (status == ncclSuccess) status = ncclMemFree(ptr);
+  const auto report = [](ncclResult_t status) {
     if (status != ncclSuccess) std::fprintf(stderr, "minidp: releasing an NCCL buffer failed: %s\n", ncclGetErrorString(status));
+  };
+  for (const auto& [ptr, handle] : pending) {
+    ncclResult_t status = ncclCommDeregister(comm_, handle);
+    if (status == ncclSuccess) status = ncclMemFree(ptr);
+    report(status);
+  }
+  // Every window, on every rank in the same (allocation) order; the memory of those still held by a tensor
+  // is freed when that tensor goes (closed: memory only).
+  for (const auto& [ptr, handle] : windows) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+    report(ncclCommWindowDeregister(comm_, static_cast<ncclWindow_t>(handle)));
+#endif
+    if (std::find(releasedWindows.begin(), releasedWindows.end(), ptr) != releasedWindows.end()) report(ncclMemFree(ptr));
   }
 }
 

@@ -23,9 +23,14 @@ namespace minidp::distributed {
 /// the communicator: a tensor can go on any thread (the watchdog drops the works it held), and NCCL's
 /// registration calls must not run beside collectives issued from another thread. Shared by the
 /// communicator and the buffers' release functions, so that a buffer may outlive its communicator.
+/// Symmetric windows are different: their (de)registration is collective, so every rank must make the
+/// calls in the same order, whatever thread dropped a tensor when. They are all deregistered together, in
+/// allocation order, when the communicator goes; until then a released window keeps its memory.
 struct NcclBufferReleases {
   std::mutex mutex;
-  std::vector<std::pair<void*, void*>> pending;  // (ncclMemAlloc memory, registration handle or window)
+  std::vector<std::pair<void*, void*>> pending;  // registered: (ncclMemAlloc memory, registration handle)
+  std::vector<std::pair<void*, void*>> windows;  // symmetric, in allocation order: (memory, window)
+  std::vector<void*> releasedWindows;            // symmetric memory whose last tensor went
   bool closed = false;  // the communicator is gone: a buffer released after that only frees its memory
 };
 
