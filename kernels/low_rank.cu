@@ -3,6 +3,7 @@
 
 #include "base/cuda_check.h"
 #include "kernels/cuda_utils.cuh"
+#include "kernels/composite.h"
 #include "kernels/low_rank.h"
 #include "kernels/matmul.h"
 
@@ -406,14 +407,6 @@ __global__ void expandKernel(const float* P, const float* Q, float* M, float* er
   }
 }
 
-/// error -= M (n values): the error update of an expansion done by cuBLAS (ranks above 32).
-__global__ void subtractInPlaceKernel(float* error, const float* M, int64_t n) {
-  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
-       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    error[k] -= M[k];
-  }
-}
-
 /// Calls launch(std::integral_constant<int, R>) with R = r rounded up to a power of two (r <= 32).
 template <typename Launch>
 void withRankTile(int64_t r, Launch&& launch) {
@@ -494,6 +487,14 @@ void copyRuns(const float* src, float* dst, const CopyRun* runs, int64_t count, 
   }
 }
 
+/// out = the sum of the `splits` partial arrays of `count` values at `partials` (nothing with one split: the
+/// kernel wrote `out` itself).
+void addPartials(const float* partials, float* out, int64_t count, int64_t splits, cudaStream_t stream) {
+  if (splits == 1) return;
+  partialSumKernel<<<gridFor(count, 256), 256, 0, stream>>>(partials, out, count, splits);
+  CUDA_CHECK_LAUNCH();
+}
+
 void projectRows(const float* M, const float* Q, float* P, int64_t n, int64_t m, int64_t r, void* scratch,
                  cudaStream_t stream) {
   if (n == 0 || r == 0) return;
@@ -507,9 +508,7 @@ void projectRows(const float* M, const float* Q, float* P, int64_t n, int64_t m,
     projectRowsKernel<R><<<grid, kProductThreads, 0, stream>>>(M, Q, out, n, m, static_cast<int>(r), columnsPerSplit);
   });
   CUDA_CHECK_LAUNCH();
-  if (splits == 1) return;
-  partialSumKernel<<<gridFor(n * r, 256), 256, 0, stream>>>(out, P, n * r, splits);
-  CUDA_CHECK_LAUNCH();
+  addPartials(out, P, n * r, splits, stream);
 }
 
 void projectColumns(const float* M, const float* P, float* Q, int64_t n, int64_t m, int64_t r, void* scratch,
@@ -524,9 +523,7 @@ void projectColumns(const float* M, const float* P, float* Q, int64_t n, int64_t
     projectColumnsKernel<R><<<grid, kProductThreads, 0, stream>>>(M, P, out, n, m, static_cast<int>(r), rowsPerBlock);
   });
   CUDA_CHECK_LAUNCH();
-  if (rowBlocks == 1) return;
-  partialSumKernel<<<gridFor(m * r, 256), 256, 0, stream>>>(out, Q, m * r, rowBlocks);
-  CUDA_CHECK_LAUNCH();
+  addPartials(out, Q, m * r, rowBlocks, stream);
 }
 
 void expand(const float* P, const float* Q, float* M, float* error, int64_t n, int64_t m, int64_t r,
@@ -534,10 +531,7 @@ void expand(const float* P, const float* Q, float* M, float* error, int64_t n, i
   if (n == 0 || m == 0) return;
   if (r > kGramMaxCols) {
     gemm<float>(false, true, n, m, r, 1.0f, P, 0, Q, 0, 0.0f, M, 0, 1, stream);
-    if (error) {
-      subtractInPlaceKernel<<<gridFor(n * m, 256), 256, 0, stream>>>(error, M, n * m);
-      CUDA_CHECK_LAUNCH();
-    }
+    if (error) binaryForward<float, float>(BinaryOp::Sub, Broadcast::Same, error, M, error, n, m, stream);
     return;
   }
   const dim3 grid(static_cast<unsigned>((m + kProductThreads - 1) / kProductThreads),

@@ -1,6 +1,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/composite.h"
 #include "kernels/low_rank.h"
 #include "kernels/matmul.h"
 
@@ -61,8 +62,7 @@ void projectColumns(const float* M, const float* P, float* Q, int64_t n, int64_t
 
 void expand(const float* P, const float* Q, float* M, float* error, int64_t n, int64_t m, int64_t r) {
   gemm<float>(false, true, n, m, r, 1.0f, P, 0, Q, 0, 0.0f, M, 0, 1);
-  if (!error) return;
-  for (int64_t k = 0; k < n * m; ++k) error[k] -= M[k];
+  if (error) binaryForward<float, float>(BinaryOp::Sub, Broadcast::Same, error, M, error, n, m);
 }
 
 }  // namespace minidp::kernels::cpu

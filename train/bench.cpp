@@ -298,10 +298,9 @@ int runBench(int argc, char** argv, const std::string& program) {
   app.add_option("--json", bench.json, "Write every row and the configuration to this JSON file")
       ->transform(train::nonEmptyPath());
   if (const int status = train::parseCommandLine(app, argc, argv, program.c_str()); status >= 0) return status;
-  if (const int usage = train::checkUsage(opts, program)) return usage;
   if (bench.bucketMbList.empty()) bench.bucketMbList = {distributed::bytesToMib(opts.ddp.bucketCapBytes)};
   if (bench.ncclMaxCtasList.empty()) bench.ncclMaxCtasList = {opts.comm.ncclMaxCtas};
-  for (int ctas : bench.ncclMaxCtasList) {  // each communicator of the sweep, before any of them runs
+  for (int ctas : bench.ncclMaxCtasList) {  // the flags, with each communicator of the sweep, before any runs
     train::Options each = opts;
     each.comm.ncclMaxCtas = ctas;
     if (const int usage = train::checkUsage(each, program)) return usage;

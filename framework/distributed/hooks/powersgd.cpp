@@ -160,48 +160,48 @@ class PowerSgdHook : public CommHook {
   std::shared_ptr<Work> reduce(const GradBucket& bucket, Communicator& comm) override {
     const std::string tag = "bucket " + std::to_string(bucket.index);
     if (step_ < opts_.powersgdStartIter) return comm.allReduce(bucket.buffer, ReduceOp::Avg, tag);
-    const std::shared_ptr<const BucketState> plan = buckets_.at(bucket.index);
-    const BucketState& b = *plan;
-    Tensor grad = bucket.buffer, up = b.up, u = b.u, p = b.p, q = b.q, error = b.error, scratch = b.scratch;
+    // The lambdas hold the plan (its buffers and factor lists), which a re-plan does not free under them.
+    const std::shared_ptr<const BucketState> b = buckets_.at(bucket.index);
+    const Tensor grad = bucket.buffer;
     const int world = comm.worldSize();
     std::vector<std::shared_ptr<Work>> works;
     // M = grad + e is kept in e's buffer: the products read it there, and the decompression writes the
     // bucket and takes what it wrote off e in the same pass.
-    works.push_back(comm.enqueue(tag + " compress", grad, [=](cudaStream_t s) mutable {
-      MINIDP_LAUNCH_ON(s, grad, addInPlace<float>, error.data<float>(), grad.data<float>(), grad.numel());
-      MINIDP_LAUNCH_ON(s, grad, copyRuns, error.data<float>(), u.data<float>(), plan->pack.data(),
-                       static_cast<int64_t>(plan->pack.size()), 1.0f, nullptr);
-      MINIDP_LAUNCH_ON(s, grad, orthogonalizeBatch, plan->qs.data(), static_cast<int64_t>(plan->qs.size()),
-                       scratch.raw());
-      for (const Matrix& mx : plan->matrices) {
+    works.push_back(comm.enqueue(tag + " compress", grad, [=](cudaStream_t s) {
+      MINIDP_LAUNCH_ON(s, grad, addInPlace<float>, b->error.data<float>(), grad.data<float>(), grad.numel());
+      MINIDP_LAUNCH_ON(s, grad, copyRuns, b->error.data<float>(), b->u.data<float>(), b->pack.data(),
+                       static_cast<int64_t>(b->pack.size()), 1.0f, nullptr);
+      MINIDP_LAUNCH_ON(s, grad, orthogonalizeBatch, b->qs.data(), static_cast<int64_t>(b->qs.size()),
+                       b->scratch.raw());
+      for (const Matrix& mx : b->matrices) {
         if (mx.r == 0) continue;
-        MINIDP_LAUNCH_ON(s, grad, projectRows, error.data<float>() + mx.entry.offset, q.data<float>() + mx.q,
-                         p.data<float>() + mx.p, mx.n, mx.m, mx.r, scratch.raw());
+        MINIDP_LAUNCH_ON(s, grad, projectRows, b->error.data<float>() + mx.entry.offset,
+                         b->q.data<float>() + mx.q, b->p.data<float>() + mx.p, mx.n, mx.m, mx.r, b->scratch.raw());
       }
     }));
     // PyTorch sums U and divides it afterwards (unpacking below), and sums P before orthogonalising it.
-    if (up.numel() > 0) works.push_back(comm.allReduce(up, ReduceOp::Sum, tag + " U and P"));
-    if (!plan->ps.empty()) {
-      works.push_back(comm.enqueue(tag + " Q", grad, [=](cudaStream_t s) mutable {
-        MINIDP_LAUNCH_ON(s, grad, orthogonalizeBatch, plan->ps.data(), static_cast<int64_t>(plan->ps.size()),
-                         scratch.raw());
-        for (const Matrix& mx : plan->matrices) {
+    if (b->up.numel() > 0) works.push_back(comm.allReduce(b->up, ReduceOp::Sum, tag + " U and P"));
+    if (!b->ps.empty()) {
+      works.push_back(comm.enqueue(tag + " Q", grad, [=](cudaStream_t s) {
+        MINIDP_LAUNCH_ON(s, grad, orthogonalizeBatch, b->ps.data(), static_cast<int64_t>(b->ps.size()),
+                         b->scratch.raw());
+        for (const Matrix& mx : b->matrices) {
           if (mx.r == 0) continue;
-          MINIDP_LAUNCH_ON(s, grad, projectColumns, error.data<float>() + mx.entry.offset, p.data<float>() + mx.p,
-                           q.data<float>() + mx.q, mx.n, mx.m, mx.r, scratch.raw());
+          MINIDP_LAUNCH_ON(s, grad, projectColumns, b->error.data<float>() + mx.entry.offset,
+                           b->p.data<float>() + mx.p, b->q.data<float>() + mx.q, mx.n, mx.m, mx.r, b->scratch.raw());
         }
       }));
-      works.push_back(comm.allReduce(q, ReduceOp::Avg, tag + " Q"));
+      works.push_back(comm.allReduce(b->q, ReduceOp::Avg, tag + " Q"));
     }
-    works.push_back(comm.enqueue(tag + " decompress", grad, [=](cudaStream_t s) mutable {
-      for (const Matrix& mx : plan->matrices) {
+    works.push_back(comm.enqueue(tag + " decompress", grad, [=](cudaStream_t s) {
+      for (const Matrix& mx : b->matrices) {
         if (mx.r == 0) continue;
-        MINIDP_LAUNCH_ON(s, grad, expand, p.data<float>() + mx.p, q.data<float>() + mx.q,
-                         grad.data<float>() + mx.entry.offset, error.data<float>() + mx.entry.offset, mx.n, mx.m,
+        MINIDP_LAUNCH_ON(s, grad, expand, b->p.data<float>() + mx.p, b->q.data<float>() + mx.q,
+                         grad.data<float>() + mx.entry.offset, b->error.data<float>() + mx.entry.offset, mx.n, mx.m,
                          mx.r);
       }
-      MINIDP_LAUNCH_ON(s, grad, copyRuns, u.data<float>(), grad.data<float>(), plan->unpack.data(),
-                       static_cast<int64_t>(plan->unpack.size()), static_cast<float>(world), error.data<float>());
+      MINIDP_LAUNCH_ON(s, grad, copyRuns, b->u.data<float>(), grad.data<float>(), b->unpack.data(),
+                       static_cast<int64_t>(b->unpack.size()), static_cast<float>(world), b->error.data<float>());
     }));
     return std::make_shared<WorkChain>(tag, grad.nbytes(), std::move(works));
   }
