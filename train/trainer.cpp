@@ -584,20 +584,31 @@ void Trainer::chooseBucketCap() {
   const distributed::BackwardProfile profile = distributed::profileFromStep(timer_.peek(true).back(), names);
   std::string report;
   const distributed::Reducer& reducer = ddp_->reducer();
-  // The bytes a bucket's byte puts on the wire, as its hook says (bf16: half).
-  const double wire = static_cast<double>(dtypeSize(reducer.hook().wireDType(session_.dtype))) /
-                      static_cast<double>(dtypeSize(session_.dtype));
-  std::vector<distributed::ParamInfo> infos = ddp_->parameterInfos();
+  // A bucket costs what its hook puts on the link (bf16: half the bytes; PowerSGD: its factors, in two
+  // collectives).
+  std::vector<Shape> shapes;
+  for (const auto& [name, param] : ddp_->parameters()) shapes.push_back(param.data().shape());
+  const distributed::CommHook& hook = reducer.hook();
+  int rowParam = -1;
+  distributed::WireCost rowCost;
   if (const int row = ddp_->rowBucket(); row >= 0) {
-    // The row gather of the first step: each rank's rows (bytes in the gradient's dtype) all-gathered, the
-    // (world - 1) x rows that an all-reduce of world / 2 x rows moves, plus the ids' gather's latency.
+    // The row gather of the first step: each rank's rows (in the wire's dtype) all-gathered, the (world - 1) x
+    // rows that an all-reduce of world / 2 x rows moves, and the ids' gather.
     const distributed::BucketTiming& t = reducer.lastStepTimings()[row];
-    const int index = reducer.plan().buckets[row].params.front();
     if (t.bytes < reducer.plan().buckets[row].bytes()) {
-      const double alphaBytes = link_.msPerByte > 0 ? link_.alphaMs / link_.msPerByte / wire : 0;
-      infos[index].modelledBytes = static_cast<double>(t.bytes) * session_.comm->worldSize() / 2 + alphaBytes;
+      rowParam = reducer.plan().buckets[row].params.front();
+      const double wire = static_cast<double>(dtypeSize(hook.wireDType(session_.dtype))) /
+                          static_cast<double>(dtypeSize(session_.dtype));
+      rowCost = {2, static_cast<double>(t.bytes) * session_.comm->worldSize() / 2 * wire};
     }
   }
+  const distributed::BucketWire wire = [&](const distributed::Bucket& bucket) {
+    if (bucket.params.size() == 1 && bucket.params[0] == rowParam) return rowCost;
+    std::vector<Shape> of;
+    for (int p : bucket.params) of.push_back(shapes[p]);
+    return hook.wireCost(of, session_.dtype, session_.comm->worldSize());
+  };
+  const std::vector<distributed::ParamInfo>& infos = ddp_->parameterInfos();
   bucketCapBytes_ = distributed::chooseBucketCap(*session_.comm, infos, profile, link_,
                                                  opts_.ddp.firstBucketCapBytes, wire, report);
   ddp_->replan(bucketCapBytes_, std::min(opts_.ddp.firstBucketCapBytes, bucketCapBytes_));

@@ -5,7 +5,8 @@
 # steps straight: the hook's error feedback continues from the checkpoint (a resume that restarted it from
 # zero would send other entries from step 11 on). And --rebuild-buckets, whose re-plan gives the MLP the
 # same buckets, ends with the bytes of the run without it: the error feedback moves to the new plan by
-# parameter name. Usage: learns_identically.sh MPIEXEC CUSTOM_HOOK_TRAIN
+# parameter name; --bucket-mb auto runs with the hook's wire cost.
+# Usage: learns_identically.sh MPIEXEC CUSTOM_HOOK_TRAIN
 set -euo pipefail
 mpiexec=$1 program=$2
 dir=$(mktemp -d)
@@ -30,5 +31,9 @@ grep -aq '"comm_hook.topk.error.' "$dir/half.safetensors" || { echo "FAIL: no to
 cmp "$dir/full.safetensors" "$dir/resumed.safetensors" || { echo "FAIL: 10 + resume + 10 != 20 steps"; exit 1; }
 resumable --steps 20 --rebuild-buckets --save "$dir/rebuilt.safetensors"
 cmp "$dir/full.safetensors" "$dir/rebuilt.safetensors" || { echo "FAIL: --rebuild-buckets changed the run"; exit 1; }
+# --bucket-mb auto costs each modelled bucket by the hook's wireCost and re-plans after the first step.
+"$mpiexec" -np 2 --oversubscribe "$program" --model mlp --comm-hook topk --hidden 64 --batch-size 32 --steps 3 \
+  --bucket-mb auto > "$dir/auto.log"
+grep -q "bucket cap auto: .*chose" "$dir/auto.log" || { echo "FAIL: no bucket cap chosen"; exit 1; }
 echo "PASS: overlap on == off to the byte, test accuracy $accuracy, 10 + resume + 10 == 20 steps and a re-plan"
 echo "      keeping the error feedback, to the byte"

@@ -31,6 +31,13 @@ class TopKHook : public dist::CommHook {
   /// Sends ceil(fraction x bucket size) entries per bucket and step.
   explicit TopKHook(double fraction) : fraction_(fraction) {}
   std::string name() const override { return "topk"; }
+  /// For --bucket-mb auto: two all-gathers (ids and values, 4 bytes each) of k entries per rank. Each rank
+  /// receives (world - 1) k entries, what an all-reduce of world / 2 x k entries moves.
+  dist::WireCost wireCost(const std::vector<minidp::Shape>& shapes, DType, int world) const override {
+    int64_t n = 0;
+    for (const minidp::Shape& shape : shapes) n += minidp::shapeNumel(shape);
+    return {2, 8.0 * static_cast<double>(entries(n)) * world / 2};
+  }
 
   void setup(const std::vector<dist::GradBucket>& buckets, dist::Communicator& comm) override {
     const int world = comm.worldSize();
@@ -47,7 +54,7 @@ class TopKHook : public dist::CommHook {
                    "--comm-hook topk (examples/custom_hook) selects on the host: fp32 CPU buckets only");
       MINIDP_CHECK(b.reduction == dist::Reduction::AllReduce, "--comm-hook topk all-gathers: not with --zero 1");
       const int64_t n = b.buffer.numel();
-      const int64_t k = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(fraction_ * n)), 1, n);
+      const int64_t k = entries(n);
       State s;
       s.entries = b.entries;
       s.error = Tensor::zeros({n}, DType::F32, minidp::Device::CPU);
@@ -144,6 +151,11 @@ class TopKHook : public dist::CommHook {
     Tensor error, ids, values, allIds, allValues;
   };
   static std::string errorName(const std::string& param) { return "topk.error." + param; }
+  /// The entries a bucket of n sends: ceil(fraction x n), at least 1.
+  int64_t entries(int64_t n) const {
+    return std::clamp<int64_t>(static_cast<int64_t>(std::ceil(fraction_ * n)), 1, std::max<int64_t>(n, 1));
+  }
+
   double fraction_;
   std::vector<State> state_;
 };

@@ -71,34 +71,31 @@ BackwardProfile profileFromStep(const runtime::StepRecord& step, const std::vect
   return profile;
 }
 
+WireCost wholeBucket(const Bucket& bucket) { return {1, static_cast<double>(bucket.bytes())}; }
+
 double modelledExposedMs(const BucketPlan& plan, const BackwardProfile& profile, const LinkCost& link,
-                         double wireBytesPerByte, const std::vector<ParamInfo>& params) {
+                         const BucketWire& wire) {
   MINIDP_CHECK(profile.readyMs.size() == plan.slots.size(),
                "backward profile of " << profile.readyMs.size() << " parameters, plan of " << plan.slots.size());
-  MINIDP_CHECK(params.empty() || params.size() == plan.slots.size(),
-               params.size() << " parameter infos for a plan of " << plan.slots.size());
   double end = 0;
   for (const Bucket& bucket : plan.buckets) {
     double ready = 0;
     for (int p : bucket.params) ready = std::max(ready, profile.readyMs[p]);
-    double bytes = static_cast<double>(bucket.bytes());
-    if (!params.empty() && bucket.params.size() == 1 && params[bucket.params[0]].modelledBytes > 0) {
-      bytes = params[bucket.params[0]].modelledBytes;
-    }
-    end = std::max(end, ready) + link.ms(bytes * wireBytesPerByte);
+    const WireCost cost = wire ? wire(bucket) : wholeBucket(bucket);
+    end = std::max(end, ready) + cost.collectives * link.alphaMs + cost.bytes * link.msPerByte;
   }
   return std::max(0.0, end - profile.endMs);
 }
 
 std::vector<CapChoice> modelCaps(const std::vector<ParamInfo>& params, const BackwardProfile& profile,
                                  const LinkCost& link, const std::vector<size_t>& candidates, size_t firstCapBytes,
-                                 double wireBytesPerByte, size_t& best) {
+                                 const BucketWire& wire, size_t& best) {
   MINIDP_CHECK(!candidates.empty(), "no bucket caps to model");
   std::vector<CapChoice> out;
   best = 0;
   for (size_t cap : candidates) {
     const BucketPlan plan = planBuckets(params, cap, std::min(firstCapBytes, cap));
-    out.push_back({cap, modelledExposedMs(plan, profile, link, wireBytesPerByte, params)});
+    out.push_back({cap, modelledExposedMs(plan, profile, link, wire)});
     const CapChoice& b = out[best];
     if (out.back().exposedMs < b.exposedMs || (out.back().exposedMs == b.exposedMs && cap > b.capBytes)) {
       best = out.size() - 1;
@@ -108,7 +105,7 @@ std::vector<CapChoice> modelCaps(const std::vector<ParamInfo>& params, const Bac
 }
 
 size_t chooseBucketCap(Communicator& comm, const std::vector<ParamInfo>& params, const BackwardProfile& profile,
-                       const LinkCost& link, size_t firstCapBytes, double wireBytesPerByte, std::string& report) {
+                       const LinkCost& link, size_t firstCapBytes, const BucketWire& wire, std::string& report) {
   double totalBytes = 0;
   for (const ParamInfo& p : params) totalBytes += static_cast<double>(p.numel) * dtypeSize(p.dtype);
   std::vector<size_t> candidates;
@@ -116,8 +113,7 @@ size_t chooseBucketCap(Communicator& comm, const std::vector<ParamInfo>& params,
   const size_t wholeMib = mibToBytes(std::ceil(totalBytes / 1048576.0));  // whole MiB, in bytes
   if (wholeMib > candidates.back()) candidates.push_back(wholeMib);       // one bucket for everything
   size_t best = 0;
-  const std::vector<CapChoice> choices =
-      modelCaps(params, profile, link, candidates, firstCapBytes, wireBytesPerByte, best);
+  const std::vector<CapChoice> choices = modelCaps(params, profile, link, candidates, firstCapBytes, wire, best);
   char text[160];
   std::snprintf(text, sizeof text, "bucket cap auto: link %s, backward %.2f ms; modelled exposed ms per cap (MB):",
                 link.describe().c_str(), profile.endMs);

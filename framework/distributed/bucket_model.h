@@ -7,10 +7,12 @@
 // least modelled exposed time wins.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "framework/distributed/bucket_plan.h"
+#include "framework/distributed/comm_hook.h"
 #include "framework/distributed/communicator.h"
 #include "framework/runtime/step_timer.h"
 
@@ -44,11 +46,16 @@ struct BackwardProfile {
 /// at the end of the last layer span named layerOf(names[i]); one without a span at backward's end.
 BackwardProfile profileFromStep(const runtime::StepRecord& step, const std::vector<std::string>& names);
 
-/// The modelled exposed communication of `plan`: `wireBytesPerByte` scales the buckets' bytes (0.5 for
-/// bf16 on the wire). `params` (optional, registration order): a bucket holding one parameter with
-/// ParamInfo::modelledBytes set costs that many bytes instead of its size.
+/// What one bucket of a plan puts on the link (the hook's CommHook::wireCost of its gradients).
+using BucketWire = std::function<WireCost(const Bucket&)>;
+
+/// One collective of the bucket's bytes (all-reduce as it is).
+WireCost wholeBucket(const Bucket& bucket);
+
+/// The modelled exposed communication of `plan`, each bucket costing collectives x alpha + bytes x beta
+/// (`wire`; empty: wholeBucket).
 double modelledExposedMs(const BucketPlan& plan, const BackwardProfile& profile, const LinkCost& link,
-                         double wireBytesPerByte = 1, const std::vector<ParamInfo>& params = {});
+                         const BucketWire& wire = {});
 
 /// A cap and its modelled exposed time.
 struct CapChoice {
@@ -60,12 +67,12 @@ struct CapChoice {
 /// order, and in `best` the index of the least exposed (the larger cap on a tie: fewer collectives).
 std::vector<CapChoice> modelCaps(const std::vector<ParamInfo>& params, const BackwardProfile& profile,
                                  const LinkCost& link, const std::vector<size_t>& candidates, size_t firstCapBytes,
-                                 double wireBytesPerByte, size_t& best);
+                                 const BucketWire& wire, size_t& best);
 
 /// --bucket-mb auto after the first step: models the caps 1 to 400 MB (and one bucket for all) on this
 /// rank's profile and returns rank 0's choice on every rank (a collective), so the plans stay identical.
 /// `report` (rank 0's, for printing): the link, backward and each cap's modelled exposed time. Returns bytes.
 size_t chooseBucketCap(Communicator& comm, const std::vector<ParamInfo>& params, const BackwardProfile& profile,
-                       const LinkCost& link, size_t firstCapBytes, double wireBytesPerByte, std::string& report);
+                       const LinkCost& link, size_t firstCapBytes, const BucketWire& wire, std::string& report);
 
 }  // namespace minidp::distributed

@@ -41,9 +41,6 @@ struct ParamInfo {
   DType dtype = DType::F32;
   /// Gets a bucket of its own (--sparse-embedding-grad's row-sparse parameter).
   bool solo = false;
-  /// For the cost model (--bucket-mb auto): the bytes of an all-reduce that costs what this parameter's
-  /// reduction costs, when it is alone in its bucket (a row-sparse gradient's row gather); 0: its size.
-  double modelledBytes = 0;
 };
 
 /// Where a parameter's gradient lives: elements [offset, offset + numel) of bucket `bucket`.

@@ -19,6 +19,13 @@ namespace minidp::distributed {
 MINIDP_BUILTIN_COMM_HOOKS(MINIDP_DECLARE_HOOK_)
 #undef MINIDP_DECLARE_HOOK_
 
+WireCost CommHook::wireCost(const std::vector<Shape>& shapes, DType grad, int world) const {
+  (void)world;
+  int64_t numel = 0;
+  for (const Shape& shape : shapes) numel += shapeNumel(shape);
+  return {1, static_cast<double>(numel) * static_cast<double>(dtypeSize(wireDType(grad)))};
+}
+
 /// CommHookEntry::usageProblem's default: every run served.
 std::string noUsageProblem(const HookUsage&) { return {}; }
 

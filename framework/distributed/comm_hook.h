@@ -46,6 +46,13 @@ struct GradBucket {
   Reduction reduction = Reduction::AllReduce;
 };
 
+/// What reducing one bucket puts on the link: --bucket-mb auto's model costs it collectives x the link's latency
+/// + bytes / its bandwidth (framework/distributed/bucket_model.h).
+struct WireCost {
+  int collectives = 1;
+  double bytes = 0;
+};
+
 /// A hook's checkpoint state: named tensors (host or device).
 using HookState = std::vector<std::pair<std::string, Tensor>>;
 
@@ -64,6 +71,11 @@ class CommHook {
   /// The dtype its collectives send gradients of dtype `grad` in (bf16 for bf16's fp32 buckets): what a
   /// wrapping hook (rows) packs its own values in, and what --bucket-mb auto weighs a bucket's bytes by.
   virtual DType wireDType(DType grad) const { return grad; }
+  /// What reducing a bucket of gradients of these shapes (dtype `grad`) over `world` ranks puts on the link once
+  /// the hook is past its first steps, for --bucket-mb auto, whose link is timed on all-reduces: a collective
+  /// that is not one is stated as the bytes of an all-reduce that moves as much. Default: one collective of the
+  /// gradients in wireDType(grad).
+  virtual WireCost wireCost(const std::vector<Shape>& shapes, DType grad, int world) const;
   /// The reducer's plan (construction, rebuild): per-bucket buffers are allocated here, once per plan, and
   /// live as long as the hook (a comm stream never reads memory the allocator reused). A hook that cannot
   /// serve `buckets` (a reduction it does not do) throws, naming what.

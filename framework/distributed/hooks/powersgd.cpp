@@ -79,6 +79,21 @@ class PowerSgdHook : public CommHook {
            std::to_string(opts_.powersgdStartIter);
   }
 
+  /// Compressed: the U|P sum and the Q average, P = n r' and Q = m r' floats per compressed matrix, U the
+  /// uncompressed gradients. (Its local work, on the comm stream too, is not link time and not modelled.)
+  WireCost wireCost(const std::vector<Shape>& shapes, DType grad, int world) const override {
+    (void)grad;  // fp32 (setup refuses others)
+    (void)world;
+    double up = 0, q = 0;
+    for (const Shape& shape : shapes) {
+      int64_t n = 0, m = 0, r = 0;
+      viewAsMatrix(shape, n, m, r);
+      up += static_cast<double>(r > 0 ? n * r : shapeNumel(shape));
+      q += static_cast<double>(m * r);
+    }
+    return {q > 0 ? 2 : 1, 4 * (up + q)};
+  }
+
   void setup(const std::vector<GradBucket>& buckets, Communicator&) override {
     // The state moves to the new plan by parameter name: e and Q keep their values across a re-plan.
     std::map<std::string, Tensor> errors, qs;
@@ -101,17 +116,12 @@ class PowerSgdHook : public CommHook {
       int64_t p = 0, q = 0, u = 0;
       for (const BucketEntry& e : g.entries) {
         Matrix mx{e};
-        mx.n = e.shape.empty() ? 1 : e.shape[0];
-        mx.m = mx.n == 0 ? 0 : e.numel() / mx.n;
-        const int64_t r = std::min<int64_t>({mx.n, mx.m, opts_.powersgdRank});
-        const bool compress = static_cast<double>((mx.n + mx.m) * r) * opts_.powersgdMinCompression <
-                              static_cast<double>(mx.n * mx.m);
-        if (compress) {
-          mx.r = r;
+        viewAsMatrix(e.shape, mx.n, mx.m, mx.r);
+        if (mx.r > 0) {
           mx.p = p;
           mx.q = q;
-          p += mx.n * r;
-          q += mx.m * r;
+          p += mx.n * mx.r;
+          q += mx.m * mx.r;
         } else {
           mx.u = u;
           u += e.numel();
@@ -262,6 +272,17 @@ class PowerSgdHook : public CommHook {
   }
 
  private:
+  /// A gradient of `shape` as PowerSGD sees it: n = its first extent, m = the rest, compressed at rank r =
+  /// min(n, m, --powersgd-rank) when (n + m) r x the minimum rate < n m, else r = 0 (sent as it is).
+  void viewAsMatrix(const Shape& shape, int64_t& n, int64_t& m, int64_t& r) const {
+    n = shape.empty() ? 1 : shape[0];
+    m = n == 0 ? 0 : shapeNumel(shape) / n;
+    r = std::min<int64_t>({n, m, opts_.powersgdRank});
+    const bool compress =
+        static_cast<double>((n + m) * r) * opts_.powersgdMinCompression < static_cast<double>(n * m);
+    if (!compress) r = 0;
+  }
+
   CommHookOptions opts_;
   int64_t step_ = 0;
   std::vector<std::shared_ptr<BucketState>> buckets_;  // shared with the work in flight

@@ -25,6 +25,11 @@ class RowSparseHook : public CommHook {
   std::string signature() const override { return inner_->signature(); }
   /// The wrapped hook's: the rows travel in it too.
   DType wireDType(DType grad) const override { return inner_->wireDType(grad); }
+  /// The wrapped hook's (the row bucket's cost depends on the step's tokens: the trainer models it from the
+  /// rows its first step moved).
+  WireCost wireCost(const std::vector<Shape>& shapes, DType grad, int world) const override {
+    return inner_->wireCost(shapes, grad, world);
+  }
   /// Finds the parameter's bucket (which it must have alone, under all-reduce) and sets up the inner hook.
   void setup(const std::vector<GradBucket>& buckets, Communicator& comm) override;
   void beginStep() override;
