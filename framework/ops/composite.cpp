@@ -4,6 +4,8 @@
 // gradient comes back in F32, summed in fp32.
 #include "framework/ops/composite.h"
 
+#include <algorithm>
+
 #include "framework/ops/ops.h"
 #include "framework/tensor/dispatch.h"
 #include "framework/tensor/tensor_math.h"
@@ -47,9 +49,11 @@ void dispatchPair(DType type, DType other, F f) {
 }
 
 // a op b into a new tensor of `shape` in dtype `type` (the activations'), b laid out as `broadcast` says
-// against a (rows, C), in `type` or (beside BF16) F32; a may be undefined for Right.
+// against a (rows, C), in `type` or (beside BF16) F32; a may be undefined for Right. Columns: C is b's size
+// (b is a's trailing dimensions); otherwise C is the last dimension.
 Tensor binary(BinaryOp op, Broadcast broadcast, const Tensor& a, const Tensor& b, const Shape& shape, DType type) {
-  const int64_t cols = shape.empty() ? 1 : shape.back(), rows = cols == 0 ? 0 : shapeNumel(shape) / cols;
+  const int64_t cols = broadcast == Broadcast::Columns ? b.numel() : shape.empty() ? 1 : shape.back();
+  const int64_t rows = cols == 0 ? 0 : shapeNumel(shape) / cols;
   Tensor out = Tensor::empty(shape, type, b.device());
   dispatchPair(type, b.dtype(), [&](auto t, auto o) {
     using T = decltype(t);
@@ -76,9 +80,10 @@ Tensor rowSums(const Tensor& x, const Tensor& y, double scale, const Shape& shap
 
 // The gradient of a broadcast operand (shape yShape, dtype yType): g (rows, C), or g * x when x is defined
 // (mulBroadcast), summed over what the operand was broadcast along, in AccumOf, rounded once to yType.
+// Columns: C is the operand's size (g's trailing dimensions).
 Tensor reduceTo(const Tensor& g, const Tensor& x, Broadcast broadcast, const Shape& yShape, DType yType) {
   if (broadcast == Broadcast::Rows) return rowSums(g, x, 1.0, yShape, yType);
-  const int64_t cols = lastDim(g), rows = cols == 0 ? 0 : g.numel() / cols;
+  const int64_t cols = shapeNumel(yShape), rows = cols == 0 ? 0 : g.numel() / cols;
   Tensor out = Tensor::empty(yShape, yType, g.device());
   dispatchPair(g.dtype(), yType, [&](auto t, auto o) {
     using T = decltype(t);
@@ -98,8 +103,9 @@ void checkSameShape(const char* op, const Variable& a, const Variable& b) {
                op << ": shapes " << shapeString(a.shape()) << " and " << shapeString(b.shape()));
 }
 
-// How y lines up with x (..., C): (C) per column, (..., 1) per row; anything else is an error. y has x's
-// dtype, or F32 beside a BF16 x (a parameter), on x's device.
+// How y lines up with x (..., C): x's trailing dimensions ((C), (T, H, d) of (B, T, H, d), ...) per column,
+// (..., 1) per row; anything else is an error. y has x's dtype, or F32 beside a BF16 x (a parameter), on x's
+// device.
 Broadcast broadcastOf(const char* op, const Variable& x, const Variable& y) {
   const Tensor &xt = x.data(), &yt = y.data();
   checkActivation(op, xt);
@@ -111,10 +117,12 @@ Broadcast broadcastOf(const char* op, const Variable& x, const Variable& y) {
   const Shape& xs = x.shape();
   const Shape& ys = y.shape();
   MINIDP_CHECK(!xs.empty(), op << ": x must have a last dimension");
-  if (ys.size() == 1 && ys[0] == xs.back()) return Broadcast::Columns;
+  if (!ys.empty() && ys.size() <= xs.size() && std::equal(ys.rbegin(), ys.rend(), xs.rbegin())) {
+    return Broadcast::Columns;
+  }
   Shape rows = xs;
   rows.back() = 1;
-  MINIDP_CHECK(ys == rows, op << ": y " << shapeString(ys) << " must be (" << xs.back() << ") or " << shapeString(rows)
+  MINIDP_CHECK(ys == rows, op << ": y " << shapeString(ys) << " must be x's trailing dimensions or " << shapeString(rows)
                               << " to broadcast against x " << shapeString(xs));
   return Broadcast::Rows;
 }

@@ -31,10 +31,11 @@ Variable sigmoid(const Variable& x);
 /// x * sigmoid(x) (SiLU, the gate of SwiGLU).
 Variable silu(const Variable& x);
 
-// ---- broadcast: x (..., C) with y (C) (per column) or (..., 1) (per row) ----
+// ---- broadcast: x (..., C) with y of x's trailing dimensions ((C), or (T, H, d) against (B, T, H, d)),
+// repeated over the leading ones, or y (..., 1), repeated over the last ----
 // y has x's dtype; beside a BF16 x it may be F32 (an fp32 master parameter such as RMSNorm's weight, as
 // linear and layerNorm take theirs): the output is BF16 and y's gradient F32, summed in fp32.
-/// x + y, y broadcast over x's rows (y (C)) or columns (y (..., 1)).
+/// x + y, y broadcast over x's leading dimensions (y of its trailing ones) or its last (y (..., 1)).
 Variable addBroadcast(const Variable& x, const Variable& y);
 /// x * y, y broadcast as in addBroadcast.
 Variable mulBroadcast(const Variable& x, const Variable& y);

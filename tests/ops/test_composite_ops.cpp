@@ -1,7 +1,8 @@
 // Composable ops (framework/ops/composite.h): forward against std:: math in float64, every backward against
-// float64 finite differences, RMSNorm and SwiGLU composed from them, the shape and dtype errors, an op with a
-// CPU kernel only (OpKernels), CUDA against the CPU twin in float32 and float64, and bf16 on CUDA against the
-// fp32 run: each composable op, the elementwise, slice and rotary ops, and a block composed from them.
+// float64 finite differences, RMSNorm, SwiGLU and RoPE composed from them (RoPE against the fused rotary op),
+// the shape and dtype errors, an op with a CPU kernel only (OpKernels), CUDA against the CPU twin in float32
+// and float64, and bf16 on CUDA against the fp32 run: each composable op, the elementwise, slice and rotary
+// ops, RoPE composed, and a block composed from them.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -86,6 +87,11 @@ TEST(CompositeOps, SubAndDiv) {
 TEST(CompositeOps, BroadcastForward) {
   Tensor x = randomTensor({2, 3, 4}, 5), col = randomTensor({4}, 6), row = randomTensor({2, 3, 1}, 7);
   const std::vector<double> v = x.toVector<double>(), c = col.toVector<double>(), r = row.toVector<double>();
+  // y of x's trailing dimensions: (3, 4), repeated over the first.
+  const Tensor trailing = randomTensor({3, 4}, 14);
+  const std::vector<double> t = trailing.toVector<double>();
+  const std::vector<double> addTrail = ops::addBroadcast(Variable(x), Variable(trailing)).data().toVector<double>();
+  const std::vector<double> mulTrail = ops::mulBroadcast(Variable(x), Variable(trailing)).data().toVector<double>();
   const std::vector<double> addCol = ops::addBroadcast(Variable(x), Variable(col)).data().toVector<double>();
   const std::vector<double> mulCol = ops::mulBroadcast(Variable(x), Variable(col)).data().toVector<double>();
   const std::vector<double> addRow = ops::addBroadcast(Variable(x), Variable(row)).data().toVector<double>();
@@ -95,12 +101,14 @@ TEST(CompositeOps, BroadcastForward) {
     EXPECT_EQ(mulCol[i], v[i] * c[i % 4]);
     EXPECT_EQ(addRow[i], v[i] + r[i / 4]);
     EXPECT_EQ(mulRow[i], v[i] * r[i / 4]);
+    EXPECT_EQ(addTrail[i], v[i] + t[i % 12]);
+    EXPECT_EQ(mulTrail[i], v[i] * t[i % 12]);
   }
 }
 
 TEST(CompositeOps, BroadcastGradcheck) {
   Tensor x = randomTensor({2, 3, 4}, 8), col = randomTensor({4}, 9), row = randomTensor({2, 3, 1}, 10);
-  for (const Tensor& y : {col, row}) {
+  for (const Tensor& y : {col, row, randomTensor({3, 4}, 15), randomTensor({2, 3, 4}, 30)}) {
     SCOPED_TRACE(shapeString(y.shape()));
     EXPECT_TRUE(gradcheckPasses([](const std::vector<Variable>& in) { return ops::addBroadcast(in[0], in[1]); },
                                 {leaf(x), leaf(y)}));
@@ -210,6 +218,45 @@ TEST(CompositeOps, RmsNormFromOps) {
       gradcheckPasses([](const std::vector<Variable>& in) { return rmsNorm(in[0], in[1], 1e-5); }, {leaf(x), leaf(w)}));
 }
 
+// RoPE from public ops, as docs/extending.md writes it (rotate-half form, as ops::rotary): x (B, T, H, d) times
+// cos, plus x with its halves swapped and the first negated times sin; cos and sin are (T, H, d) tables of
+// cos(t / theta^(2i/d)) and sin(...) for channel i mod d/2, repeated over the heads.
+Variable rope(const Variable& x, const Variable& cos, const Variable& sin) {
+  const int64_t half = x.shape().back() / 2;
+  const Variable swapped = ops::cat({ops::neg(ops::narrow(x, 3, half, half)), ops::narrow(x, 3, 0, half)}, 3);
+  return ops::add(ops::mulBroadcast(x, cos), ops::mulBroadcast(swapped, sin));
+}
+
+// The (T, H, d) table of rope(): cos (or sin) of t / theta^(2i/d), float64 on the CPU.
+Tensor ropeTable(int64_t T, int64_t H, int64_t d, double theta, bool sine) {
+  std::vector<double> table;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t c = 0; c < d; ++c) {
+        const double angle = static_cast<double>(t) / std::pow(theta, 2.0 * static_cast<double>(c % (d / 2)) / d);
+        table.push_back(sine ? std::sin(angle) : std::cos(angle));
+      }
+    }
+  }
+  return Tensor::fromVector(table, {T, H, d});
+}
+
+TEST(CompositeOps, RopeFromOpsMatchesRotary) {
+  // (B, T, H, d) = (2, 5, 3, 8): forward and the gradient of a weighted sum, against the fused op in float64.
+  const int64_t T = 5, H = 3, d = 8;
+  const Tensor x = randomTensor({2, T, H, d}, 31), w = randomTensor({2, T, H, d}, 32);
+  const Variable cos(ropeTable(T, H, d, 1e4, false)), sin(ropeTable(T, H, d, 1e4, true));
+  Variable a = leaf(x), b = leaf(x);
+  const Variable composed = rope(a, cos, sin), fused = ops::rotary(b, 1e4);
+  const std::vector<double> c = composed.data().toVector<double>(), f = fused.data().toVector<double>();
+  for (size_t i = 0; i < f.size(); ++i) ASSERT_NEAR(c[i], f[i], 1e-14) << i;
+  ops::sum(ops::mul(composed, Variable(w))).backward();
+  ops::sum(ops::mul(fused, Variable(w))).backward();
+  const std::vector<double> ga = a.grad().toVector<double>(), gb = b.grad().toVector<double>();
+  for (size_t i = 0; i < gb.size(); ++i) ASSERT_NEAR(ga[i], gb[i], 1e-14) << i;
+  EXPECT_TRUE(gradcheckPasses([&](const std::vector<Variable>& in) { return rope(in[0], cos, sin); }, {leaf(x)}));
+}
+
 TEST(CompositeOps, SwiGluFromOps) {
   // silu(a) * b: the gated unit of SwiGLU between its projections.
   EXPECT_TRUE(gradcheckPasses([](const std::vector<Variable>& in) { return ops::mul(ops::silu(in[0]), in[1]); },
@@ -254,7 +301,7 @@ TEST_P(CompositeCudaVsCpu, Unary) {
 TEST_P(CompositeCudaVsCpu, BinaryAndBroadcast) {
   const DType dtype = GetParam();
   Tensor a = randomTensor({3, 37, 80}, 21), b = randomTensor({3, 37, 80}, 22, 0.5, 2.0);
-  Tensor col = randomTensor({80}, 23), row = randomTensor({3, 37, 1}, 24);
+  Tensor col = randomTensor({80}, 23), row = randomTensor({3, 37, 1}, 24), trailing = randomTensor({37, 80}, 33);
   // The broadcast operand's gradient sums 111 (column) or 80 (row) products in a fixed but device-specific
   // order; the rest are one or two roundings (sub and div are correctly rounded on both devices).
   const double tol = sumTolerance(dtype, 111);
@@ -262,7 +309,7 @@ TEST_P(CompositeCudaVsCpu, BinaryAndBroadcast) {
               4 * roundingEps(dtype));
   expectClose(compareDevices([](const std::vector<Variable>& in) { return ops::div(in[0], in[1]); }, {a, b}, dtype),
               4 * roundingEps(dtype));
-  for (const Tensor& y : {col, row}) {
+  for (const Tensor& y : {col, row, trailing}) {
     expectClose(
         compareDevices([](const std::vector<Variable>& in) { return ops::addBroadcast(in[0], in[1]); }, {a, y}, dtype),
         tol);
@@ -380,15 +427,16 @@ TEST_F(CompositeBf16, ElementwiseSubDivRoundOnce) {
 }
 
 TEST_F(CompositeBf16, BroadcastsWithBf16AndFp32Operands) {
-  // x (3, 37, 80) with y (80) per column or (3, 37, 1) per row, y in BF16 (an activation) or F32 (a parameter).
-  // Forward and dx = g (or g * y): one rounding. dy sums 111 (column) or 80 (row) terms of g (g * x) in fp32
-  // in the same order as the fp32 run: a BF16 y gets one rounding of that sum; an F32 y gets the fp32 run's
-  // sum itself, up to the FMA contraction of its terms (sumTolerance).
+  // x (3, 37, 80) with y (80) or (37, 80) (its trailing dimensions) or (3, 37, 1) per row, y in BF16 (an
+  // activation) or F32 (a parameter). Forward and dx = g (or g * y): one rounding. dy sums 111, 3 or 80 terms
+  // of g (g * x) in fp32 in the same order as the fp32 run: a BF16 y gets one rounding of that sum; an F32 y
+  // gets the fp32 run's sum itself, up to the FMA contraction of its terms (sumTolerance).
   const Tensor x = bf16Exact({3, 37, 80}, 43), col = bf16Exact({80}, 44), row = bf16Exact({3, 37, 1}, 45);
+  const Tensor trailing = bf16Exact({37, 80}, 56);
   using V = std::vector<Variable>;
   const Fn add = [](const V& in) { return ops::addBroadcast(in[0], in[1]); };
   const Fn mul = [](const V& in) { return ops::mulBroadcast(in[0], in[1]); };
-  for (const Tensor& y : {col, row}) {
+  for (const Tensor& y : {col, row, trailing}) {
     SCOPED_TRACE(shapeString(y.shape()));
     const double f32Sum = testing::sumTolerance(DType::F32, 111);
     for (const Fn& f : {add, mul}) {
@@ -437,6 +485,20 @@ TEST_F(CompositeBf16, SlicesAreExactAndRotaryRoundsOnce) {
                kExact, {kExact, kExact});
   expectWithin(compareBf16([](const V& in) { return ops::rotary(in[0], 1e4); }, {x}, {false}), kOneRounding,
                {kOneRounding});
+}
+
+TEST_F(CompositeBf16, RopeFromOpsRoundsThrice) {
+  // rope() on a bf16 x with fp32 tables (as a model holds them): x * cos and swapped * sin each rounded once,
+  // their sum once more. A pair keeps its norm under the turn, so the largest output is at least the largest
+  // |x| / sqrt(2), and the three roundings stay within 3 of kOneRounding against it. Backward: g * cos and
+  // g * sin rounded, then added into x's gradient in bf16: three again. The tables' gradients sum B = 2
+  // products in fp32, in the fp32 run's order.
+  const int64_t T = 7, H = 3, d = 64;
+  const std::vector<Tensor> inputs{bf16Exact({2, T, H, d}, 57), ropeTable(T, H, d, 1e4, false),
+                                   ropeTable(T, H, d, 1e4, true)};
+  const Fn f = [](const std::vector<Variable>& in) { return rope(in[0], in[1], in[2]); };
+  const double f32Sum = testing::sumTolerance(DType::F32, 2);
+  expectWithin(compareBf16(f, inputs, {false, true, true}), 3 * kOneRounding, {3 * kOneRounding, f32Sum, f32Sum});
 }
 
 // A LLaMA-style block a user composes: RMSNorm with an fp32 weight (x * rsqrt(mean(x^2) + eps) * w), a
