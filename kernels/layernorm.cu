@@ -1,7 +1,8 @@
-// LayerNorm kernels, then their launchers. One warp per row for the row statistics and dx, reading P
-// consecutive channels per lane (16-byte loads when the rows allow); the weight and bias gradients are the
-// two-stage column reduction of kernels/cuda_utils.cuh (row slices, then a fixed-order combine), so every
-// run gives the same bits and the reduction fills the GPU at any C.
+// LayerNorm and RMSNorm kernels (kCentered: LayerNorm's mean subtracted and bias added; RMSNorm has neither),
+// then their launchers. One warp per row for the row statistics and dx, reading P consecutive channels per
+// lane (16-byte loads when the rows allow); the weight (and bias) gradients are the two-stage column reduction
+// of kernels/cuda_utils.cuh (row slices, then a fixed-order combine), so every run gives the same bits and the
+// reduction fills the GPU at any C.
 #include <initializer_list>
 
 #include "kernels/cuda_utils.cuh"
@@ -13,22 +14,27 @@ namespace {
 
 constexpr int kRowsPerBlock = 8;  // one warp per row
 
-template <int P, typename T>
-__global__ void layerNormForwardKernel(const T* x, const ParamOf<T>* weight, const ParamOf<T>* bias, T* y,
-                                       AccumOf<T>* mean, AccumOf<T>* rstd, int64_t N, int64_t C, AccumOf<T> eps) {
+// LayerNorm: y = (x - mean) * rstd * weight + bias; RMSNorm (!kCentered): y = x * rstd * weight, rstd from
+// mean(x^2); mean and bias are not read or written then (null).
+template <int P, bool kCentered, typename T>
+__global__ void normForwardKernel(const T* x, const ParamOf<T>* weight, const ParamOf<T>* bias, T* y,
+                                  AccumOf<T>* mean, AccumOf<T>* rstd, int64_t N, int64_t C, AccumOf<T> eps) {
   using A = AccumOf<T>;
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= N) return;
   const T* xr = x + row * C;
   A v[P];
-  A sum = 0;
-  for (int64_t c = lane * P; c < C; c += 32 * P) {
-    loadAccum<P>(xr + c, v);
+  A m = 0;
+  if constexpr (kCentered) {
+    A sum = 0;
+    for (int64_t c = lane * P; c < C; c += 32 * P) {
+      loadAccum<P>(xr + c, v);
 #pragma unroll
-    for (int j = 0; j < P; ++j) sum += v[j];
+      for (int j = 0; j < P; ++j) sum += v[j];
+    }
+    m = warpSum(sum) / static_cast<A>(C);
   }
-  const A m = warpSum(sum) / static_cast<A>(C);
   A sq = 0;  // two passes, as the CPU twin: no cancellation in the variance (the row is in L1 by now)
   for (int64_t c = lane * P; c < C; c += 32 * P) {
     loadAccum<P>(xr + c, v);
@@ -38,31 +44,32 @@ __global__ void layerNormForwardKernel(const T* x, const ParamOf<T>* weight, con
   const A s = A(1) / sqrt(warpSum(sq) / static_cast<A>(C) + eps);
   T* yr = y + row * C;
   for (int64_t c = lane * P; c < C; c += 32 * P) {
-    A w[P], b[P];
+    A w[P], b[P] = {};
     loadAccum<P>(xr + c, v);
     loadAccum<P>(weight + c, w);
-    loadAccum<P>(bias + c, b);
+    if constexpr (kCentered) loadAccum<P>(bias + c, b);
 #pragma unroll
     for (int j = 0; j < P; ++j) v[j] = (v[j] - m) * s * w[j] + b[j];
     storeAccum<P>(yr + c, v);
   }
   if (lane == 0) {
-    mean[row] = m;
+    if constexpr (kCentered) mean[row] = m;
     rstd[row] = s;
   }
 }
 
-// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * weight, one warp per row.
-template <int P, typename T>
-__global__ void layerNormBackwardInputKernel(const T* dy, const T* x, const ParamOf<T>* weight, const AccumOf<T>* mean,
-                                             const AccumOf<T>* rstd, T* dx, int64_t N, int64_t C) {
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * weight, one warp per row; RMSNorm
+// (!kCentered): xhat = x * rstd and no mean(g) term.
+template <int P, bool kCentered, typename T>
+__global__ void normBackwardInputKernel(const T* dy, const T* x, const ParamOf<T>* weight, const AccumOf<T>* mean,
+                                        const AccumOf<T>* rstd, T* dx, int64_t N, int64_t C) {
   using A = AccumOf<T>;
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= N) return;
   const T* xr = x + row * C;
   const T* dyr = dy + row * C;
-  const A m = mean[row], s = rstd[row];
+  const A m = kCentered ? mean[row] : A(0), s = rstd[row];
   A xv[P], gv[P], w[P];
   A sumG = 0, sumGx = 0;
   for (int64_t c = lane * P; c < C; c += 32 * P) {
@@ -72,11 +79,12 @@ __global__ void layerNormBackwardInputKernel(const T* dy, const T* x, const Para
 #pragma unroll
     for (int j = 0; j < P; ++j) {
       const A g = gv[j] * w[j];
-      sumG += g;
+      if constexpr (kCentered) sumG += g;
       sumGx += g * ((xv[j] - m) * s);
     }
   }
-  const A meanG = warpSum(sumG) / static_cast<A>(C), meanGx = warpSum(sumGx) / static_cast<A>(C);
+  const A meanG = kCentered ? warpSum(sumG) / static_cast<A>(C) : A(0);
+  const A meanGx = warpSum(sumGx) / static_cast<A>(C);
   T* dxr = dx + row * C;
   for (int64_t c = lane * P; c < C; c += 32 * P) {
     loadAccum<P>(xr + c, xv);
@@ -103,6 +111,18 @@ struct LayerNormParamTerms {
   }
 };
 
+// Row n, column c's term of RMSNorm's weight gradient: dy * x * rstd.
+template <typename T>
+struct RmsNormParamTerms {
+  const T* dy;
+  const T* x;
+  const AccumOf<T>* rstd;
+  int64_t C;
+  __device__ void operator()(int64_t n, int64_t c, AccumOf<T> (&acc)[1]) const {
+    acc[0] += toAccum(dy[n * C + c]) * (toAccum(x[n * C + c]) * rstd[n]);
+  }
+};
+
 // Whether rows of C elements of every pointer allow P-wide 16-byte loads.
 template <int P>
 bool vectorRows(int64_t C, std::initializer_list<const void*> pointers) {
@@ -122,9 +142,9 @@ void layerNormForward(const T* x, const ParamOf<T>* weight, const ParamOf<T>* bi
   constexpr int P = kPack<T>;
   const unsigned grid = ceilDiv(N, kRowsPerBlock);
   if (vectorRows<P>(C, {x, weight, bias, y})) {
-    layerNormForwardKernel<P, T><<<grid, kRowsPerBlock * 32, 0, stream>>>(x, weight, bias, y, mean, rstd, N, C, eps);
+    normForwardKernel<P, true, T><<<grid, kRowsPerBlock * 32, 0, stream>>>(x, weight, bias, y, mean, rstd, N, C, eps);
   } else {
-    layerNormForwardKernel<1, T><<<grid, kRowsPerBlock * 32, 0, stream>>>(x, weight, bias, y, mean, rstd, N, C, eps);
+    normForwardKernel<1, true, T><<<grid, kRowsPerBlock * 32, 0, stream>>>(x, weight, bias, y, mean, rstd, N, C, eps);
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -138,9 +158,9 @@ void layerNormBackward(const T* dy, const T* x, const ParamOf<T>* weight, const 
     constexpr int P = kPack<T>;
     const unsigned grid = ceilDiv(N, kRowsPerBlock);
     if (vectorRows<P>(C, {dy, x, weight, dx})) {
-      layerNormBackwardInputKernel<P, T><<<grid, kRowsPerBlock * 32, 0, stream>>>(dy, x, weight, mean, rstd, dx, N, C);
+      normBackwardInputKernel<P, true, T><<<grid, kRowsPerBlock * 32, 0, stream>>>(dy, x, weight, mean, rstd, dx, N, C);
     } else {
-      layerNormBackwardInputKernel<1, T><<<grid, kRowsPerBlock * 32, 0, stream>>>(dy, x, weight, mean, rstd, dx, N, C);
+      normBackwardInputKernel<1, true, T><<<grid, kRowsPerBlock * 32, 0, stream>>>(dy, x, weight, mean, rstd, dx, N, C);
     }
     CUDA_CHECK_LAUNCH();
   }
@@ -149,12 +169,53 @@ void layerNormBackward(const T* dy, const T* x, const ParamOf<T>* weight, const 
                    stream);
 }
 
+template <typename T>
+void rmsNormForward(const T* x, const ParamOf<T>* weight, T* y, AccumOf<T>* rstd, int64_t N, int64_t C,
+                    AccumOf<T> eps, cudaStream_t stream) {
+  if (N == 0) return;
+  constexpr int P = kPack<T>;
+  const unsigned grid = ceilDiv(N, kRowsPerBlock);
+  if (vectorRows<P>(C, {x, weight, y})) {
+    normForwardKernel<P, false, T><<<grid, kRowsPerBlock * 32, 0, stream>>>(x, weight, nullptr, y, nullptr, rstd, N, C,
+                                                                            eps);
+  } else {
+    normForwardKernel<1, false, T><<<grid, kRowsPerBlock * 32, 0, stream>>>(x, weight, nullptr, y, nullptr, rstd, N, C,
+                                                                            eps);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void rmsNormBackward(const T* dy, const T* x, const ParamOf<T>* weight, const AccumOf<T>* rstd, T* dx,
+                     ParamOf<T>* dweight, AccumOf<T>* scratch, int64_t N, int64_t C, bool accumulateWeight,
+                     cudaStream_t stream) {
+  if (C == 0) return;
+  if (N > 0) {
+    constexpr int P = kPack<T>;
+    const unsigned grid = ceilDiv(N, kRowsPerBlock);
+    if (vectorRows<P>(C, {dy, x, weight, dx})) {
+      normBackwardInputKernel<P, false, T>
+          <<<grid, kRowsPerBlock * 32, 0, stream>>>(dy, x, weight, nullptr, rstd, dx, N, C);
+    } else {
+      normBackwardInputKernel<1, false, T>
+          <<<grid, kRowsPerBlock * 32, 0, stream>>>(dy, x, weight, nullptr, rstd, dx, N, C);
+    }
+    CUDA_CHECK_LAUNCH();
+  }
+  reduceColumns<1>(RmsNormParamTerms<T>{dy, x, rstd, C},
+                   ColumnOutputs<1, ParamOf<T>>{{dweight}, {accumulateWeight}}, scratch, N, C, stream);
+}
+
 #define MINIDP_INSTANTIATE(T)                                                                                         \
   template void layerNormForward<T>(const T*, const ParamOf<T>*, const ParamOf<T>*, T*, AccumOf<T>*, AccumOf<T>*,     \
                                     int64_t, int64_t, AccumOf<T>, cudaStream_t);                                      \
   template void layerNormBackward<T>(const T*, const T*, const ParamOf<T>*, const AccumOf<T>*, const AccumOf<T>*, T*, \
                                      ParamOf<T>*, ParamOf<T>*, AccumOf<T>*, int64_t, int64_t, bool, bool,             \
-                                     cudaStream_t);
+                                     cudaStream_t);                                                                   \
+  template void rmsNormForward<T>(const T*, const ParamOf<T>*, T*, AccumOf<T>*, int64_t, int64_t, AccumOf<T>,         \
+                                  cudaStream_t);                                                                      \
+  template void rmsNormBackward<T>(const T*, const T*, const ParamOf<T>*, const AccumOf<T>*, T*, ParamOf<T>*,         \
+                                   AccumOf<T>*, int64_t, int64_t, bool, cudaStream_t);
 MINIDP_INSTANTIATE(float)
 MINIDP_INSTANTIATE(double)
 MINIDP_INSTANTIATE(bf16)

@@ -54,10 +54,49 @@ void layerNormBackward(const T* dy, const T* x, const ParamOf<T>* weight, const 
   }
 }
 
+template <typename T>
+void rmsNormForward(const T* x, const ParamOf<T>* weight, T* y, AccumOf<T>* rstd, int64_t N, int64_t C,
+                    AccumOf<T> eps) {
+  for (int64_t n = 0; n < N; ++n) {
+    const T* xr = x + n * C;
+    T sq = 0;
+    for (int64_t c = 0; c < C; ++c) sq += xr[c] * xr[c];
+    const T s = T(1) / std::sqrt(sq / static_cast<T>(C) + eps);
+    T* yr = y + n * C;
+    for (int64_t c = 0; c < C; ++c) yr[c] = xr[c] * s * weight[c];
+    rstd[n] = s;
+  }
+}
+
+template <typename T>
+void rmsNormBackward(const T* dy, const T* x, const ParamOf<T>* weight, const AccumOf<T>* rstd, T* dx,
+                     ParamOf<T>* dweight, AccumOf<T>* /*scratch: the CPU sums rows in order*/, int64_t N, int64_t C,
+                     bool accumulateWeight) {
+  if (!accumulateWeight) {
+    for (int64_t c = 0; c < C; ++c) dweight[c] = 0;
+  }
+  for (int64_t n = 0; n < N; ++n) {
+    const T* xr = x + n * C;
+    const T* dyr = dy + n * C;
+    // dx = rstd * (g - xhat * mean(g * xhat)) with g = dy * weight, xhat = x * rstd
+    T sumGx = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      const T xhat = xr[c] * rstd[n];
+      sumGx += dyr[c] * weight[c] * xhat;
+      dweight[c] += dyr[c] * xhat;
+    }
+    const T meanGx = sumGx / static_cast<T>(C);
+    T* dxr = dx + n * C;
+    for (int64_t c = 0; c < C; ++c) dxr[c] = rstd[n] * (dyr[c] * weight[c] - xr[c] * rstd[n] * meanGx);
+  }
+}
+
 #define MINIDP_INSTANTIATE(T)                                                                                   \
   template void layerNormForward<T>(const T*, const T*, const T*, T*, T*, T*, int64_t, int64_t, T);             \
   template void layerNormBackward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*, T*, int64_t, \
-                                     int64_t, bool, bool);
+                                     int64_t, bool, bool);                                                      \
+  template void rmsNormForward<T>(const T*, const T*, T*, T*, int64_t, int64_t, T);                             \
+  template void rmsNormBackward<T>(const T*, const T*, const T*, const T*, T*, T*, T*, int64_t, int64_t, bool);
 MINIDP_INSTANTIATE(float)
 MINIDP_INSTANTIATE(double)
 #undef MINIDP_INSTANTIATE

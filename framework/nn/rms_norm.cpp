@@ -10,9 +10,6 @@ RMSNorm::RMSNorm(int64_t features, double eps) : eps_(eps) {
   weight = registerParameter("weight", Tensor::fromVector(std::vector<float>(features, 1.0f), {features}));
 }
 
-Variable RMSNorm::forward(const Variable& x) const {
-  const Variable inv = ops::rsqrt(ops::addScalar(ops::meanLastDim(ops::mul(x, x)), eps_));  // (..., 1)
-  return ops::mulBroadcast(ops::mulBroadcast(x, inv), weight);
-}
+Variable RMSNorm::forward(const Variable& x) const { return ops::rmsNorm(x, weight, eps_); }
 
 }  // namespace minidp::nn

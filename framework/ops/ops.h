@@ -74,6 +74,9 @@ Variable embedding(const Variable& wte, const Variable& wpe, const Tensor& token
 /// LayerNorm over the last dimension: x (..., C), weight (C), bias (C); BF16 x takes F32 weight and bias
 /// (statistics in F32). Parameter gradients add into installed gradients when there are.
 Variable layerNorm(const Variable& x, const Variable& weight, const Variable& bias, double eps = 1e-5);
+/// RMSNorm over the last dimension in one kernel each way: x * rsqrt(mean(x^2) + eps) * weight (LLaMA's,
+/// torch.nn.RMSNorm). weight (C) as layerNorm's: fp32 beside a bf16 x, its gradient fp32.
+Variable rmsNorm(const Variable& x, const Variable& weight, double eps = 1e-5);
 /// Causal multi-head self-attention core: qkv (B, T, 3C) laid out [q | k | v] along the last dim,
 /// heads split as (B, T, H, C/H); softmax(q k^T / sqrt(C/H), causal) v -> (B, T, C).
 /// CUDA F32 and BF16 run flash attention (kernels/flash_attention.h) at head dims it supports; the rest

@@ -91,6 +91,38 @@ Variable layerNorm(const Variable& xVar, const Variable& weightVar, const Variab
   });
 }
 
+Variable rmsNorm(const Variable& xVar, const Variable& weightVar, double eps) {
+  const Tensor& x = xVar.data();
+  const Tensor& weight = weightVar.data();
+  DType paramType = x.dtype(), statType = x.dtype();  // bf16 x: fp32 weight and statistics
+  MINIDP_DISPATCH_ACTIVATION(x.dtype(), T, paramType = dtypeOf<ParamOf<T>>(); statType = dtypeOf<AccumOf<T>>());
+  MINIDP_CHECK(weight.dtype() == paramType && weight.device() == x.device(),
+               "rmsNorm: " << dtypeName(x.dtype()) << " x on " << deviceName(x.device()) << " needs "
+                           << dtypeName(paramType) << " weight there, got " << dtypeName(weight.dtype()) << " on "
+                           << deviceName(weight.device()));
+  MINIDP_CHECK(x.ndim() >= 1, "rmsNorm: x must have a channel dimension");
+  const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
+  MINIDP_CHECK(weight.shape() == Shape{C}, "rmsNorm: x " << shapeString(x.shape()) << " needs weight [" << C
+                                                          << "], got " << shapeString(weight.shape()));
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor rstd = Tensor::empty({N}, statType, x.device());
+  MINIDP_LAUNCH_ACTIVATION(x, T, rmsNormForward, x.data<T>(), weight.data<ParamOf<T>>(), y.data<T>(),
+                           rstd.data<AccumOf<T>>(), N, C, static_cast<AccumOf<T>>(eps));
+  return Variable::fromOp(y, {xVar, weightVar}, [x, weight, rstd, N, C](const Tensor& g) {
+    Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+    // The weight's gradient goes straight into an installed one (+=) when there is, else into a new tensor.
+    Tensor dweight = leafGradTarget(1);
+    const bool intoWeight = dweight.defined();
+    if (!intoWeight) dweight = Tensor::empty({C}, weight.dtype(), x.device());
+    const int64_t scratchSize = x.isCuda() ? kernels::rmsNormBackwardScratchSize(N, C) : 0;  // CPU: none
+    Tensor scratch = Tensor::empty({scratchSize}, rstd.dtype(), x.device());
+    MINIDP_LAUNCH_ACTIVATION(x, T, rmsNormBackward, g.data<T>(), x.data<T>(), weight.data<ParamOf<T>>(),
+                             rstd.data<AccumOf<T>>(), dx.data<T>(), dweight.data<ParamOf<T>>(),
+                             scratch.data<AccumOf<T>>(), N, C, intoWeight);
+    return std::vector<Tensor>{dx, intoWeight ? Tensor() : dweight};
+  });
+}
+
 namespace {
 
 // Sizes of one attention call: B sequences of T = seqLen tokens, H heads of d channels.

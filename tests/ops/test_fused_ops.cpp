@@ -91,6 +91,11 @@ TEST(FusedOps, LayerNormAddsIntoInstalledGradients) {
   expectAddsIntoInstalled(f, {randomTensor({5, 7}, 1), randomTensor({7}, 2, 0.5, 1.5), randomTensor({7}, 3)}, {5, 7});
 }
 
+TEST(FusedOps, RmsNormAddsIntoInstalledGradients) {
+  const Fn f = [](const std::vector<Variable>& in) { return ops::rmsNorm(in[0], in[1]); };
+  expectAddsIntoInstalled(f, {randomTensor({5, 7}, 7), randomTensor({7}, 8, 0.5, 1.5)}, {5, 7});
+}
+
 TEST(FusedOps, EmbeddingAddsIntoInstalledGradients) {
   // Token 2 never occurs: its installed row must stay as it was; positions 4, 5 of wpe likewise.
   Tensor tokens = Tensor::fromVector<int32_t>({1, 3, 1, 0, 3, 3, 4, 1}, {2, 4});
@@ -210,6 +215,20 @@ TEST_P(FusedCudaVsCpu, LayerNormManySlicesAndInstalledGradients) {
   }
 }
 
+TEST_P(FusedCudaVsCpu, RmsNormManySlicesAndInstalledGradients) {
+  // As LayerNorm's: N = 1500 rows in row slices; C = 96 takes 16-byte loads, C = 77 the scalar path.
+  const Fn f = [](const std::vector<Variable>& in) { return ops::rmsNorm(in[0], in[1]); };
+  for (int64_t C : {96, 77}) {
+    SCOPED_TRACE("C = " + std::to_string(C));
+    const int64_t N = 1500;
+    const std::vector<Tensor> inputs{randomTensor({N, C}, 16, -2.0, 3.0), randomTensor({C}, 17, 0.5, 1.5)};
+    expectClose(testing::compareDevices(f, inputs, GetParam()), sumTolerance(GetParam(), N));
+    const Tensor upstream = randomTensor({N, C}, 18);
+    expectAllClose(intoInstalledGradients(f, inputs, upstream, Device::CUDA, GetParam()),
+                   intoInstalledGradients(f, inputs, upstream, Device::CPU, GetParam()), sumTolerance(GetParam(), N));
+  }
+}
+
 TEST_P(FusedCudaVsCpu, EmbeddingAtGpt2VocabularyIsExact) {
   // V = 50257 (GPT-2); 1024 random ids plus a run of one id (a long segment). Both devices add the same
   // numbers in position order onto the same start, so the bits agree, installed gradients or not.
@@ -294,6 +313,24 @@ TEST_F(Bf16VsFloat64, LayerNorm) {
   ASSERT_EQ(wb.grad().dtype(), DType::F32);
   EXPECT_LE(relativeError(wb.grad(), wr.grad()), kFp32Tolerance) << "dweight";
   EXPECT_LE(relativeError(bb.grad(), br.grad()), kFp32Tolerance) << "dbias";
+}
+
+TEST_F(Bf16VsFloat64, RmsNorm) {
+  const int64_t N = 700, C = 192;
+  Tensor x = asF64(toBf16(randomTensor({N, C}, 28, -2.0, 3.0), Device::CPU));
+  Tensor w = randomTensor({C}, 29, 0.5, 1.5);
+  Tensor g = asF64(toBf16(randomTensor({N, C}, 30), Device::CPU));
+  Variable xr(x, true), wr(w, true);
+  Variable yr = ops::rmsNorm(xr, wr);
+  yr.backward(g);
+  Variable xb(toBf16(x, Device::CUDA), true), wb(w.toDType(DType::F32).to(Device::CUDA), true);
+  Variable yb = ops::rmsNorm(xb, wb);
+  ASSERT_EQ(yb.dtype(), DType::BF16);
+  yb.backward(toBf16(g, Device::CUDA));
+  EXPECT_LE(relativeError(asF64(yb.data()), yr.data()), kBf16Tolerance) << "y";
+  EXPECT_LE(relativeError(asF64(xb.grad()), xr.grad()), kBf16Tolerance) << "dx";
+  ASSERT_EQ(wb.grad().dtype(), DType::F32);
+  EXPECT_LE(relativeError(wb.grad(), wr.grad()), kFp32Tolerance) << "dweight";
 }
 
 TEST_F(Bf16VsFloat64, Embedding) {

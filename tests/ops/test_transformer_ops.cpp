@@ -117,6 +117,50 @@ TEST(LayerNorm, RejectsMismatchedParameters) {
   EXPECT_THROW(ops::layerNorm(x, f32Weight, Variable(randomTensor({6}, 22))), Error);
 }
 
+// ---- rmsNorm ----
+
+TEST(RmsNorm, ForwardMatchesNaiveLoops) {
+  // Offset rows (x in [2, 5)): no mean may be subtracted; eps = 0.1 checks where eps enters.
+  const int64_t C = 7;
+  Tensor x = randomTensor({2, 3, C}, 50, 2.0, 5.0), w = randomTensor({C}, 51, 0.5, 1.5);
+  const std::vector<double> xv = x.toVector<double>(), wv = w.toVector<double>();
+  for (double eps : {1e-5, 0.1}) {
+    Variable y = ops::rmsNorm(Variable(x), Variable(w), eps);
+    ASSERT_EQ(y.shape(), x.shape());
+    std::vector<double> want;
+    for (int64_t n = 0; n < 6; ++n) {
+      double ms = 0;
+      for (int64_t c = 0; c < C; ++c) ms += xv[n * C + c] * xv[n * C + c] / C;
+      for (int64_t c = 0; c < C; ++c) want.push_back(xv[n * C + c] / std::sqrt(ms + eps) * wv[c]);
+    }
+    expectNear(y.data().toVector<double>(), want, kForwardTolerance);
+  }
+}
+
+TEST(RmsNorm, GradcheckAndTheComposedOps) {
+  // The fused op against finite differences, and against RMSNorm composed of ops (docs/extending.md) in
+  // float64: the same values and gradients up to rounding.
+  const Tensor x = randomTensor({2, 3, 6}, 52), w = randomTensor({6}, 53, 0.5, 1.5);
+  EXPECT_TRUE(gradcheckPasses([](const std::vector<Variable>& in) { return ops::rmsNorm(in[0], in[1], 1e-5); },
+                              {leaf(x), leaf(w)}));
+  Variable xf = leaf(x), wf = leaf(w), xc = leaf(x), wc = leaf(w);
+  Variable fused = ops::rmsNorm(xf, wf, 1e-5);
+  const Variable inv = ops::rsqrt(ops::addScalar(ops::meanLastDim(ops::mul(xc, xc)), 1e-5));
+  Variable composed = ops::mulBroadcast(ops::mulBroadcast(xc, inv), wc);
+  expectNear(fused.data().toVector<double>(), composed.data().toVector<double>(), 1e-14);
+  const Tensor g = randomTensor({2, 3, 6}, 54);
+  fused.backward(g);
+  composed.backward(g);
+  expectNear(xf.grad().toVector<double>(), xc.grad().toVector<double>(), 1e-13);
+  expectNear(wf.grad().toVector<double>(), wc.grad().toVector<double>(), 1e-13);
+}
+
+TEST(RmsNorm, RejectsMismatchedWeight) {
+  Variable x(randomTensor({4, 6}, 55));
+  EXPECT_THROW(ops::rmsNorm(x, Variable(randomTensor({5}, 56))), Error);
+  EXPECT_THROW(ops::rmsNorm(x, Variable(randomTensor({6}, 57, -1, 1, DType::F32))), Error);
+}
+
 // ---- causalSelfAttention ----
 
 // y[b, i, h*d + c] = sum_{j <= i} softmax_j(q_i . k_j / sqrt(d)) v[b, j, h*d + c], q | k | v along 3C.
@@ -211,6 +255,14 @@ TEST_P(TransformerCudaVsCpu, LayerNorm) {
           f, {randomTensor({3, 37, 80}, 35, -2.0, 3.0), randomTensor({80}, 36, 0.5, 1.5), randomTensor({80}, 37)},
           GetParam()),
       sumTolerance(GetParam(), 3 * 37));
+}
+
+TEST_P(TransformerCudaVsCpu, RmsNorm) {
+  // As LayerNorm's: N = 111 rows, C = 80 (the scalar path is FusedCudaVsCpu's).
+  const Fn f = [](const std::vector<Variable>& in) { return ops::rmsNorm(in[0], in[1]); };
+  expectClose(compareDevices(f, {randomTensor({3, 37, 80}, 58, -2.0, 3.0), randomTensor({80}, 59, 0.5, 1.5)},
+                             GetParam()),
+              sumTolerance(GetParam(), 3 * 37));
 }
 
 TEST_P(TransformerCudaVsCpu, CausalSelfAttention) {
