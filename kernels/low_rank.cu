@@ -76,11 +76,12 @@ struct CholeskyBatch {
 };
 static_assert(sizeof(CholeskyBatch) <= 4000, "kernel arguments are at most 4 KB");
 
-__device__ int factorOfBlock(const CholeskyBatch& batch, int block) {
-  int lo = 0, hi = batch.count - 1;
+/// The t with firstBlock[t] <= block < firstBlock[t + 1], of a batch of `count` items (their blocks in order).
+__device__ int itemOfBlock(const int* firstBlock, int count, int block) {
+  int lo = 0, hi = count - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
-    if (batch.firstBlock[mid] <= block) {
+    if (firstBlock[mid] <= block) {
       lo = mid;
     } else {
       hi = mid - 1;
@@ -102,7 +103,7 @@ __device__ void pairOf(int p, int cols, int& i, int& j) {
 __global__ void gramBatchKernel(CholeskyBatch batch, double* scratch) {
   __shared__ float tile[kTileRows * kMaxGramCols];
   __shared__ double slotSums[kMaxPairs > kGramThreads ? kMaxPairs : kGramThreads];
-  const int t = factorOfBlock(batch, blockIdx.x);
+  const int t = itemOfBlock(batch.firstBlock, batch.count, blockIdx.x);
   const Factor f = batch.factors[t];
   const int cols = static_cast<int>(f.cols), pairs = cols * (cols + 1) / 2;
   const int groups = max(1, kGramThreads / pairs), slots = groups * pairs;
@@ -207,7 +208,7 @@ template <int R>
 __global__ void applyBatchKernel(CholeskyBatch batch, const double* scratch) {
   __shared__ float inv[R * R];
   const int gramBlock = blockIdx.x / kApplySplit, part = blockIdx.x % kApplySplit;
-  const int t = factorOfBlock(batch, gramBlock);
+  const int t = itemOfBlock(batch.firstBlock, batch.count, gramBlock);
   const Factor f = batch.factors[t];
   const int cols = static_cast<int>(f.cols), pairs = cols * (cols + 1) / 2;
   const int blocks = batch.firstBlock[t + 1] - batch.firstBlock[t];
@@ -250,23 +251,52 @@ __global__ void copyRunsKernel(const float* src, float* dst, RunBatch batch, flo
   }
 }
 
-
-// ---- the products of a rank-r factor, r <= 32: R is r rounded up to a power of two ----
+// ---- the products of a batch of matrices of rank r <= 32: R is the widest r rounded up to a power of two ----
 
 constexpr int kProjectRowsPerWarp = 4, kProductThreads = 256, kPTile = 64, kExpandRows = 16;
+constexpr int kProductMax = static_cast<int>(kProductBatchMax);
 
-/// P = M Q: a warp per kProjectRowsPerWarp rows of M, lanes striding over its columns (coalesced), each
-/// Q row read once for all of the warp's rows; the lanes' sums added by a butterfly.
+/// One matrix of a product launch.
+struct ProductItem {
+  const float* a;  // M (the projections) or P (expand)
+  const float* b;  // Q (projectRows), P (projectColumns) or Q (expand)
+  float* out;      // P or Q, or their partial sums in the scratch; expand: its output
+  float* error;    // expand: M, which its output is taken off (or null)
+  int64_t n, m;
+  int r, splits;  // splits: projectRows' column splits, projectColumns' row splits, expand's row-tile blocks
+};
+
+/// Up to kProductMax items by value: block b serves item t with firstBlock[t] <= b < firstBlock[t + 1].
+template <typename Item>
+struct ItemBatch {
+  Item items[kProductMax];
+  int firstBlock[kProductMax + 1];
+  int count;
+};
+
+/// A projection's partial sums: out (count) = the sum of the (splits, count) partials, in split order.
+struct PartialSum {
+  const float* partials;
+  float* out;
+  int64_t count, splits;
+};
+
+using ProductBatch = ItemBatch<ProductItem>;
+using PartialSumBatch = ItemBatch<PartialSum>;
+static_assert(sizeof(ProductBatch) <= 4000 && sizeof(PartialSumBatch) <= 4000, "kernel arguments are at most 4 KB");
+
+/// P = M Q for row group `group` (32 rows) and column split `split` (columns [split * columnsPerSplit, ...)),
+/// whose partial P goes to out + split * n * r: a warp per kProjectRowsPerWarp rows of M, lanes striding over
+/// its columns (coalesced), each Q row read once for all of the warp's rows; the lanes' sums added by a
+/// butterfly.
 template <int R>
-__global__ void projectRowsKernel(const float* M, const float* Q, float* out, int64_t n, int64_t m, int r,
-                                  int64_t columnsPerSplit) {
+__device__ void projectRowsTile(const float* M, const float* Q, float* out, int64_t n, int64_t m, int r,
+                                int64_t columnsPerSplit, int64_t group, int64_t split) {
   const int lane = threadIdx.x & 31;
-  const int64_t row0 =
-      (static_cast<int64_t>(blockIdx.x) * (kProductThreads / 32) + threadIdx.x / 32) * kProjectRowsPerWarp;
+  const int64_t row0 = (group * (kProductThreads / 32) + threadIdx.x / 32) * kProjectRowsPerWarp;
   if (row0 >= n) return;
-  // This block's columns [begin, end): split blockIdx.y; its partial P goes to out + y * n * r.
-  const int64_t begin = blockIdx.y * columnsPerSplit, end = min(m, begin + columnsPerSplit);
-  float* P = out + static_cast<int64_t>(blockIdx.y) * n * r;
+  const int64_t begin = split * columnsPerSplit, end = min(m, begin + columnsPerSplit);
+  float* P = out + split * n * r;
   float acc[kProjectRowsPerWarp][R];
 #pragma unroll
   for (int i = 0; i < kProjectRowsPerWarp; ++i) {
@@ -320,15 +350,14 @@ __global__ void projectRowsKernel(const float* M, const float* Q, float* out, in
   }
 }
 
-/// Q = M^T P: block (x, y) sums rows [y * rowsPerBlock, ...) of M for columns [256 x, ...), a thread per
-/// column, the rows in order, P's rows from shared memory; with several row blocks each writes its partial
-/// (m, r) to the scratch and partialSumKernel adds them in block order.
+/// Q = M^T P for columns [256 column, ...) and rows [split * rowsPerSplit, ...) of M, whose partial (m, r) goes
+/// to out + split * m * r: a thread per column, the rows in order, P's rows from shared memory.
 template <int R>
-__global__ void projectColumnsKernel(const float* M, const float* P, float* out, int64_t n, int64_t m, int r,
-                                     int64_t rowsPerBlock) {
+__device__ void projectColumnsTile(const float* M, const float* P, float* out, int64_t n, int64_t m, int r,
+                                   int64_t rowsPerSplit, int64_t column, int64_t split) {
   __shared__ float p[kPTile][R];
-  const int64_t k = static_cast<int64_t>(blockIdx.x) * kProductThreads + threadIdx.x;
-  const int64_t first = blockIdx.y * rowsPerBlock, last = min(n, first + rowsPerBlock);
+  const int64_t k = column * kProductThreads + threadIdx.x;
+  const int64_t first = split * rowsPerSplit, last = min(n, first + rowsPerSplit);
   float acc[R];
 #pragma unroll
   for (int j = 0; j < R; ++j) acc[j] = 0;
@@ -361,34 +390,25 @@ __global__ void projectColumnsKernel(const float* M, const float* P, float* out,
     __syncthreads();
   }
   if (k >= m) return;
-  float* dst = out + (static_cast<int64_t>(blockIdx.y) * m + k) * r;
+  float* dst = out + (split * m + k) * r;
 #pragma unroll
   for (int j = 0; j < R; ++j) {
     if (j < r) dst[j] = acc[j];
   }
 }
 
-/// out (count) = the sum of `blocks` partial arrays of count values each, in block order.
-__global__ void partialSumKernel(const float* partials, float* out, int64_t count, int64_t blocks) {
-  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < count;
-       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float sum = 0;
-    for (int64_t b = 0; b < blocks; ++b) sum += partials[b * count + e];
-    out[e] = sum;
-  }
-}
-
-/// M = P Q^T: block (x, y) writes rows [kExpandRows y, ...) x columns [256 x, ...), a thread per column
-/// holding its Q row, P's rows from shared memory.
+/// M = P Q^T for columns [256 column, ...) and the row tiles rowTile, rowTile + rowTiles, ... (kExpandRows
+/// rows each): a thread per column holding its Q row, P's rows from shared memory; where error is not null,
+/// error -= M too.
 template <int R>
-__global__ void expandKernel(const float* P, const float* Q, float* M, float* error, int64_t n, int64_t m, int r) {
+__device__ void expandTile(const float* P, const float* Q, float* M, float* error, int64_t n, int64_t m, int r,
+                           int64_t column, int64_t rowTile, int64_t rowTiles) {
   __shared__ float p[kExpandRows][R];
-  const int64_t k = static_cast<int64_t>(blockIdx.x) * kProductThreads + threadIdx.x;
+  const int64_t k = column * kProductThreads + threadIdx.x;
   float q[R];
 #pragma unroll
   for (int j = 0; j < R; ++j) q[j] = k < m && j < r ? __ldg(Q + k * r + j) : 0.0f;
-  for (int64_t row0 = static_cast<int64_t>(blockIdx.y) * kExpandRows; row0 < n;
-       row0 += static_cast<int64_t>(gridDim.y) * kExpandRows) {
+  for (int64_t row0 = rowTile * kExpandRows; row0 < n; row0 += rowTiles * kExpandRows) {
     const int rows = static_cast<int>(min(static_cast<int64_t>(kExpandRows), n - row0));
     __syncthreads();  // the previous tile's p is read by every thread before it is overwritten
     for (int e = threadIdx.x; e < kExpandRows * R; e += kProductThreads) {
@@ -404,6 +424,47 @@ __global__ void expandKernel(const float* P, const float* Q, float* M, float* er
       M[(row0 + i) * m + k] = v;
       if (error) error[(row0 + i) * m + k] -= v;
     }
+  }
+}
+
+/// Each block: (row group, column split) of its matrix, the row groups of a split adjacent.
+template <int R>
+__global__ void projectRowsBatchKernel(ProductBatch batch) {
+  const int t = itemOfBlock(batch.firstBlock, batch.count, blockIdx.x);
+  const ProductItem x = batch.items[t];
+  const int64_t local = blockIdx.x - batch.firstBlock[t], groups = (x.n + 31) / 32;
+  projectRowsTile<R>(x.a, x.b, x.out, x.n, x.m, x.r, (x.m + x.splits - 1) / x.splits, local % groups, local / groups);
+}
+
+/// Each block: (column block, row split) of its matrix, the column blocks of a split adjacent.
+template <int R>
+__global__ void projectColumnsBatchKernel(ProductBatch batch) {
+  const int t = itemOfBlock(batch.firstBlock, batch.count, blockIdx.x);
+  const ProductItem x = batch.items[t];
+  const int64_t local = blockIdx.x - batch.firstBlock[t], columns = (x.m + kProductThreads - 1) / kProductThreads;
+  projectColumnsTile<R>(x.a, x.b, x.out, x.n, x.m, x.r, (x.n + x.splits - 1) / x.splits, local % columns,
+                        local / columns);
+}
+
+/// Each block: (column block, first row tile) of its matrix, which has x.splits row-tile blocks per column.
+template <int R>
+__global__ void expandBatchKernel(ProductBatch batch) {
+  const int t = itemOfBlock(batch.firstBlock, batch.count, blockIdx.x);
+  const ProductItem x = batch.items[t];
+  const int64_t local = blockIdx.x - batch.firstBlock[t], columns = (x.m + kProductThreads - 1) / kProductThreads;
+  expandTile<R>(x.a, x.b, x.out, x.error, x.n, x.m, x.r, local % columns, local / columns, x.splits);
+}
+
+/// Each item's blocks stride over its values; each value the sum of its splits' partials in split order.
+__global__ void partialSumBatchKernel(PartialSumBatch batch) {
+  const int t = itemOfBlock(batch.firstBlock, batch.count, blockIdx.x);
+  const PartialSum x = batch.items[t];
+  const int64_t local = blockIdx.x - batch.firstBlock[t];
+  const int64_t stride = static_cast<int64_t>(batch.firstBlock[t + 1] - batch.firstBlock[t]) * blockDim.x;
+  for (int64_t e = local * blockDim.x + threadIdx.x; e < x.count; e += stride) {
+    float sum = 0;
+    for (int64_t s = 0; s < x.splits; ++s) sum += x.partials[s * x.count + e];
+    x.out[e] = sum;
   }
 }
 
@@ -424,6 +485,46 @@ void withRankTile(int64_t r, Launch&& launch) {
     launch(std::integral_constant<int, 32>{});
   }
 }
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// The items of one product launch, and the partial sums that follow it.
+struct ProductLaunch {
+  ProductBatch batch{};
+  PartialSumBatch sums{};
+  int widest = 0;        // the largest r
+  int64_t partials = 0;  // floats of the scratch taken
+
+  void add(const ProductItem& item, int64_t blocks) {
+    MINIDP_CHECK(batch.firstBlock[batch.count] + blocks <= INT32_MAX,
+                 "low-rank products: " << blocks << " blocks for one matrix overflow the launch");
+    batch.items[batch.count] = item;
+    batch.firstBlock[batch.count + 1] = batch.firstBlock[batch.count] + static_cast<int>(blocks);
+    ++batch.count;
+    widest = std::max(widest, item.r);
+  }
+  /// Where a projection of `splits` splits writes its (splits, count) partials: `out` itself with one split;
+  /// else the scratch at `scratch`, and their sum into `out` follows the launch (run()).
+  float* partialsFor(float* out, int64_t count, int64_t splits, float* scratch) {
+    if (splits == 1) return out;
+    float* at = scratch + partials;
+    partials += splits * count;
+    sums.items[sums.count] = PartialSum{at, out, count, splits};
+    sums.firstBlock[sums.count + 1] = sums.firstBlock[sums.count] + static_cast<int>(gridFor(count, 256));
+    ++sums.count;
+    return at;
+  }
+  /// The launch of kernel<R> for the batch's widest r, then that of the partial sums (if any).
+  template <typename Launch>
+  void run(cudaStream_t stream, Launch&& kernel) {
+    if (batch.count == 0) return;
+    withRankTile(widest, [&](auto tile) { kernel(tile, batch.firstBlock[batch.count]); });
+    CUDA_CHECK_LAUNCH();
+    if (sums.count == 0) return;
+    partialSumBatchKernel<<<sums.firstBlock[sums.count], 256, 0, stream>>>(sums);
+    CUDA_CHECK_LAUNCH();
+  }
+};
 
 }  // namespace
 
@@ -487,60 +588,81 @@ void copyRuns(const float* src, float* dst, const CopyRun* runs, int64_t count, 
   }
 }
 
-/// out = the sum of the `splits` partial arrays of `count` values at `partials` (nothing with one split: the
-/// kernel wrote `out` itself).
-void addPartials(const float* partials, float* out, int64_t count, int64_t splits, cudaStream_t stream) {
-  if (splits == 1) return;
-  partialSumKernel<<<gridFor(count, 256), 256, 0, stream>>>(partials, out, count, splits);
-  CUDA_CHECK_LAUNCH();
-}
-
-void projectRows(const float* M, const float* Q, float* P, int64_t n, int64_t m, int64_t r, void* scratch,
-                 cudaStream_t stream) {
-  if (n == 0 || r == 0) return;
-  if (r > kGramMaxCols) return gemm<float>(false, false, n, r, m, 1.0f, M, 0, Q, 0, 0.0f, P, 0, 1, stream);
-  static_assert(kProjectRowsPerWarp * (kProductThreads / 32) == 32, "projectRowsSplits' row groups");
-  const int64_t splits = projectRowsSplits(n, m), columnsPerSplit = (m + splits - 1) / splits;
-  float* out = splits == 1 ? P : static_cast<float*>(scratch);
-  const dim3 grid(static_cast<unsigned>((n + 31) / 32), static_cast<unsigned>(splits));
-  withRankTile(r, [&](auto tile) {
-    constexpr int R = decltype(tile)::value;
-    projectRowsKernel<R><<<grid, kProductThreads, 0, stream>>>(M, Q, out, n, m, static_cast<int>(r), columnsPerSplit);
-  });
-  CUDA_CHECK_LAUNCH();
-  addPartials(out, P, n * r, splits, stream);
-}
-
-void projectColumns(const float* M, const float* P, float* Q, int64_t n, int64_t m, int64_t r, void* scratch,
-                    cudaStream_t stream) {
-  if (m == 0 || r == 0) return;
-  if (r > kGramMaxCols) return gemm<float>(true, false, m, r, n, 1.0f, M, 0, P, 0, 0.0f, Q, 0, 1, stream);
-  const int64_t rowBlocks = projectColumnsRowBlocks(n, m), rowsPerBlock = (n + rowBlocks - 1) / rowBlocks;
-  float* out = rowBlocks == 1 ? Q : static_cast<float*>(scratch);
-  const dim3 grid(static_cast<unsigned>((m + kProductThreads - 1) / kProductThreads), static_cast<unsigned>(rowBlocks));
-  withRankTile(r, [&](auto tile) {
-    constexpr int R = decltype(tile)::value;
-    projectColumnsKernel<R><<<grid, kProductThreads, 0, stream>>>(M, P, out, n, m, static_cast<int>(r), rowsPerBlock);
-  });
-  CUDA_CHECK_LAUNCH();
-  addPartials(out, Q, m * r, rowBlocks, stream);
-}
-
-void expand(const float* P, const float* Q, float* M, float* error, int64_t n, int64_t m, int64_t r,
-            cudaStream_t stream) {
-  if (n == 0 || m == 0) return;
-  if (r > kGramMaxCols) {
-    gemm<float>(false, true, n, m, r, 1.0f, P, 0, Q, 0, 0.0f, M, 0, 1, stream);
-    if (error) binaryForward<float, float>(BinaryOp::Sub, Broadcast::Same, error, M, error, n, m, stream);
-    return;
+// Each runs the matrices of kProductBatchMax consecutive entries of the batch as one launch (their splits
+// from productSplits, as productScratchBytes counts them); the scratch is free again after each launch's sums.
+void projectRowsBatch(const LowRankMatrix* mats, int64_t count, void* scratch, cudaStream_t stream) {
+  static_assert(kProjectRowsPerWarp * (kProductThreads / 32) == 32, "productSplits' row groups of 32 rows");
+  for (int64_t first = 0; first < count; first += kProductBatchMax) {
+    const int64_t size = std::min(kProductBatchMax, count - first);
+    const int64_t elements = productLaunchElements(mats + first, size);
+    ProductLaunch launch;
+    for (int64_t k = first; k < first + size; ++k) {
+      const LowRankMatrix& x = mats[k];
+      if (x.n == 0 || x.r == 0) continue;
+      if (!onProductKernels(x)) {
+        gemm<float>(false, false, x.n, x.r, x.m, 1.0f, x.matrix, 0, x.q, 0, 0.0f, x.p, 0, 1, stream);
+        continue;
+      }
+      const int64_t splits = productSplits(x, elements).rows;
+      float* out = launch.partialsFor(x.p, x.n * x.r, splits, static_cast<float*>(scratch));
+      launch.add({x.matrix, x.q, out, nullptr, x.n, x.m, static_cast<int>(x.r), static_cast<int>(splits)},
+                 ceilDiv(x.n, 32) * splits);
+    }
+    launch.run(stream, [&](auto tile, int blocks) {
+      constexpr int R = decltype(tile)::value;
+      projectRowsBatchKernel<R><<<blocks, kProductThreads, 0, stream>>>(launch.batch);
+    });
   }
-  const dim3 grid(static_cast<unsigned>((m + kProductThreads - 1) / kProductThreads),
-                  static_cast<unsigned>(std::min<int64_t>((n + kExpandRows - 1) / kExpandRows, 65535)));
-  withRankTile(r, [&](auto tile) {
-    constexpr int R = decltype(tile)::value;
-    expandKernel<R><<<grid, kProductThreads, 0, stream>>>(P, Q, M, error, n, m, static_cast<int>(r));
-  });
-  CUDA_CHECK_LAUNCH();
+}
+
+void projectColumnsBatch(const LowRankMatrix* mats, int64_t count, void* scratch, cudaStream_t stream) {
+  for (int64_t first = 0; first < count; first += kProductBatchMax) {
+    const int64_t size = std::min(kProductBatchMax, count - first);
+    const int64_t elements = productLaunchElements(mats + first, size);
+    ProductLaunch launch;
+    for (int64_t k = first; k < first + size; ++k) {
+      const LowRankMatrix& x = mats[k];
+      if (x.m == 0 || x.r == 0) continue;
+      if (!onProductKernels(x)) {
+        gemm<float>(true, false, x.m, x.r, x.n, 1.0f, x.matrix, 0, x.p, 0, 0.0f, x.q, 0, 1, stream);
+        continue;
+      }
+      const int64_t splits = productSplits(x, elements).columns;
+      float* out = launch.partialsFor(x.q, x.m * x.r, splits, static_cast<float*>(scratch));
+      launch.add({x.matrix, x.p, out, nullptr, x.n, x.m, static_cast<int>(x.r), static_cast<int>(splits)},
+                 ceilDiv(x.m, kProductThreads) * splits);
+    }
+    launch.run(stream, [&](auto tile, int blocks) {
+      constexpr int R = decltype(tile)::value;
+      projectColumnsBatchKernel<R><<<blocks, kProductThreads, 0, stream>>>(launch.batch);
+    });
+  }
+}
+
+void expandBatch(const LowRankMatrix* mats, int64_t count, bool updateError, cudaStream_t stream) {
+  for (int64_t first = 0; first < count; first += kProductBatchMax) {
+    ProductLaunch launch;
+    for (int64_t k = first; k < std::min(count, first + kProductBatchMax); ++k) {
+      const LowRankMatrix& x = mats[k];
+      if (x.n == 0 || x.m == 0) continue;
+      if (!onProductKernels(x)) {
+        gemm<float>(false, true, x.n, x.m, x.r, 1.0f, x.p, 0, x.q, 0, 0.0f, x.out, 0, 1, stream);
+        if (updateError) {
+          binaryForward<float, float>(BinaryOp::Sub, Broadcast::Same, x.matrix, x.out, x.matrix, x.n, x.m, stream);
+        }
+        continue;
+      }
+      // A block per row tile of a column block, up to 65535 of them: each then takes every 65535th tile.
+      const int64_t rowBlocks = std::min<int64_t>(ceilDiv(x.n, kExpandRows), 65535);
+      launch.add({x.p, x.q, x.out, updateError ? x.matrix : nullptr, x.n, x.m, static_cast<int>(x.r),
+                  static_cast<int>(rowBlocks)},
+                 ceilDiv(x.m, kProductThreads) * rowBlocks);
+    }
+    launch.run(stream, [&](auto tile, int blocks) {
+      constexpr int R = decltype(tile)::value;
+      expandBatchKernel<R><<<blocks, kProductThreads, 0, stream>>>(launch.batch);
+    });
+  }
 }
 
 }  // namespace minidp::kernels::cuda

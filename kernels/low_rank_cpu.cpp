@@ -52,17 +52,26 @@ void copyRuns(const float* src, float* dst, const CopyRun* runs, int64_t count, 
   }
 }
 
-void projectRows(const float* M, const float* Q, float* P, int64_t n, int64_t m, int64_t r, void*) {
-  gemm<float>(false, false, n, r, m, 1.0f, M, 0, Q, 0, 0.0f, P, 0, 1);
+void projectRowsBatch(const LowRankMatrix* mats, int64_t count, void*) {
+  for (int64_t k = 0; k < count; ++k) {
+    const LowRankMatrix& x = mats[k];
+    gemm<float>(false, false, x.n, x.r, x.m, 1.0f, x.matrix, 0, x.q, 0, 0.0f, x.p, 0, 1);
+  }
 }
 
-void projectColumns(const float* M, const float* P, float* Q, int64_t n, int64_t m, int64_t r, void*) {
-  gemm<float>(true, false, m, r, n, 1.0f, M, 0, P, 0, 0.0f, Q, 0, 1);
+void projectColumnsBatch(const LowRankMatrix* mats, int64_t count, void*) {
+  for (int64_t k = 0; k < count; ++k) {
+    const LowRankMatrix& x = mats[k];
+    gemm<float>(true, false, x.m, x.r, x.n, 1.0f, x.matrix, 0, x.p, 0, 0.0f, x.q, 0, 1);
+  }
 }
 
-void expand(const float* P, const float* Q, float* M, float* error, int64_t n, int64_t m, int64_t r) {
-  gemm<float>(false, true, n, m, r, 1.0f, P, 0, Q, 0, 0.0f, M, 0, 1);
-  if (error) binaryForward<float, float>(BinaryOp::Sub, Broadcast::Same, error, M, error, n, m);
+void expandBatch(const LowRankMatrix* mats, int64_t count, bool updateError) {
+  for (int64_t k = 0; k < count; ++k) {
+    const LowRankMatrix& x = mats[k];
+    gemm<float>(false, true, x.n, x.m, x.r, 1.0f, x.p, 0, x.q, 0, 0.0f, x.out, 0, 1);
+    if (updateError) binaryForward<float, float>(BinaryOp::Sub, Broadcast::Same, x.matrix, x.out, x.matrix, x.n, x.m);
+  }
 }
 
 }  // namespace minidp::kernels::cpu

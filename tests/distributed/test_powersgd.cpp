@@ -1,9 +1,11 @@
 // The PowerSGD comm hook (hooks/powersgd.cpp): against PyTorch 1.13's powerSGD_hook on 2 ranks (fixtures
 // from tests/reference/make_powersgd_fixtures.py: the same initial weights, batches and initial Q matrices,
 // 5 SGD steps, rank 2, start_iter 2); on any rank count identical on every rank, overlap on == off to the
-// byte, and a restored hook state continuing exactly; the Gram-Schmidt kernel against float64.
+// byte, and a restored hook state continuing exactly; the Gram-Schmidt kernel against float64; the batched
+// products against the CPU's GEMM.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -17,6 +19,7 @@
 #include "framework/optim/optimizer.h"
 #include "framework/runtime/device.h"
 #include "kernels/low_rank.h"
+#include "kernels/matmul.h"
 #include "models/gpt.h"
 #include "models/mlp.h"
 #include "tests/distributed/dist_test_env.h"
@@ -313,42 +316,120 @@ TEST(LowRank, DependentColumnsComeOutZero) {
   }
 }
 
-// The three products of a factor, CUDA (our kernels up to rank 32, cuBLAS above) against the CPU's GEMM, at
-// ranks of every tile width and shapes that are multiples of nothing (one and several row blocks).
+/// A matrix of the products' tests: M (n, m), P (n, r), Q (m, r), values in [-1, 1].
+struct ProductCase {
+  int64_t n, m, r;
+  std::vector<float> M, P, Q;
+};
+
+/// Shapes that are multiples of nothing, at ranks of every tile width (up to 32 our CUDA kernels, 40 cuBLAS),
+/// with one and several splits, then small ones up to 70 matrices (two launches of 64 on CUDA), the last a
+/// larger one again so that the second launch splits too.
+std::vector<ProductCase> productCases() {
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {
+      {1, 5, 1}, {37, 300, 2}, {300, 37, 3}, {1000, 769, 8}, {5000, 333, 13}, {77, 3001, 32}, {90, 70, 40}};
+  for (int64_t k = 0; shapes.size() < 69; ++k) shapes.push_back({1 + (k * 37) % 211, 1 + (k * 53) % 389, 1 + k % 33});
+  shapes.push_back({2000, 513, 4});
+  std::vector<ProductCase> cases;
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    const auto [n, m, r] = shapes[k];
+    const uint64_t seed = 3 * k;
+    cases.push_back({n, m, r, testing::randomTensor({n, m}, seed + 1, -1, 1, DType::F32).toVector<float>(),
+                     testing::randomTensor({n, r}, seed + 2, -1, 1, DType::F32).toVector<float>(),
+                     testing::randomTensor({m, r}, seed + 3, -1, 1, DType::F32).toVector<float>()});
+  }
+  return cases;
+}
+
+/// The batched products of `cases`, each matrix from the case's inputs, as one batch each on `device`: P = M Q,
+/// Q = M^T P, then P Q^T with M -= it. Per matrix: {P, Q, P Q^T, M after}.
+std::vector<std::array<std::vector<float>, 4>> batchedProducts(const std::vector<ProductCase>& cases, Device device) {
+  std::vector<Tensor> M, P, Q, gotP, gotQ, out;
+  std::vector<kernels::LowRankMatrix> rows, columns, expand;
+  for (const ProductCase& c : cases) {
+    M.push_back(Tensor::fromVector(c.M, {c.n, c.m}).to(device));
+    P.push_back(Tensor::fromVector(c.P, {c.n, c.r}).to(device));
+    Q.push_back(Tensor::fromVector(c.Q, {c.m, c.r}).to(device));
+    gotP.push_back(Tensor::zeros({c.n, c.r}, DType::F32, device));
+    gotQ.push_back(Tensor::zeros({c.m, c.r}, DType::F32, device));
+    out.push_back(Tensor::zeros({c.n, c.m}, DType::F32, device));
+    rows.push_back({M.back().data<float>(), gotP.back().data<float>(), Q.back().data<float>(), nullptr, c.n, c.m, c.r});
+    columns.push_back(
+        {M.back().data<float>(), P.back().data<float>(), gotQ.back().data<float>(), nullptr, c.n, c.m, c.r});
+    expand.push_back({M.back().data<float>(), P.back().data<float>(), Q.back().data<float>(), out.back().data<float>(),
+                      c.n, c.m, c.r});
+  }
+  const int64_t count = static_cast<int64_t>(cases.size());
+  const size_t bytes = kernels::productScratchBytes(rows.data(), count);
+  const Tensor scratch = Tensor::empty({static_cast<int64_t>(bytes / 4 + 1)}, DType::F32, device);
+  if (device == Device::CPU) {
+    kernels::cpu::projectRowsBatch(rows.data(), count, scratch.raw());
+    kernels::cpu::projectColumnsBatch(columns.data(), count, scratch.raw());
+    kernels::cpu::expandBatch(expand.data(), count, true);
+  } else {
+#if MINIDP_WITH_CUDA
+    const cudaStream_t s = runtime::computeStream();
+    kernels::cuda::projectRowsBatch(rows.data(), count, scratch.raw(), s);
+    kernels::cuda::projectColumnsBatch(columns.data(), count, scratch.raw(), s);
+    kernels::cuda::expandBatch(expand.data(), count, true, s);
+#endif
+  }
+  std::vector<std::array<std::vector<float>, 4>> results;
+  for (size_t k = 0; k < cases.size(); ++k) {
+    results.push_back(
+        {gotP[k].toVector<float>(), gotQ[k].toVector<float>(), out[k].toVector<float>(), M[k].toVector<float>()});
+  }
+  return results;
+}
+
+// The batched CPU products are the CPU GEMM per matrix, bit for bit (and M -= P Q^T one subtraction per
+// element); the scratch they would take on CUDA stays within 1 / kPartialShare of the matrices' elements.
+TEST(LowRank, BatchedCpuProductsAreGemmPerMatrix) {
+  const std::vector<ProductCase> cases = productCases();
+  const auto got = batchedProducts(cases, Device::CPU);
+  int64_t elements = 0;
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const ProductCase& c = cases[k];
+    SCOPED_TRACE(std::to_string(c.n) + "x" + std::to_string(c.m) + " rank " + std::to_string(c.r));
+    std::vector<float> p(c.n * c.r), q(c.m * c.r), out(c.n * c.m), error = c.M;
+    kernels::cpu::gemm<float>(false, false, c.n, c.r, c.m, 1.0f, c.M.data(), 0, c.Q.data(), 0, 0.0f, p.data(), 0, 1);
+    kernels::cpu::gemm<float>(true, false, c.m, c.r, c.n, 1.0f, c.M.data(), 0, c.P.data(), 0, 0.0f, q.data(), 0, 1);
+    kernels::cpu::gemm<float>(false, true, c.n, c.m, c.r, 1.0f, c.P.data(), 0, c.Q.data(), 0, 0.0f, out.data(), 0, 1);
+    for (size_t e = 0; e < error.size(); ++e) error[e] -= out[e];
+    EXPECT_EQ(got[k][0], p);
+    EXPECT_EQ(got[k][1], q);
+    EXPECT_EQ(got[k][2], out);
+    EXPECT_EQ(got[k][3], error);
+    elements += c.n * c.m;
+  }
+  std::vector<kernels::LowRankMatrix> mats;
+  for (const ProductCase& c : cases) mats.push_back({nullptr, nullptr, nullptr, nullptr, c.n, c.m, c.r});
+  EXPECT_LE(kernels::productScratchBytes(mats.data(), static_cast<int64_t>(mats.size())),
+            static_cast<size_t>(elements / kernels::kPartialShare) * sizeof(float));
+}
+
+// The three batched products, CUDA (our kernels up to rank 32, cuBLAS above) against the CPU's GEMM, all the
+// shapes of productCases as ONE batch (two launches of each product on CUDA).
 TEST(LowRank, ProductsMatchTheCpu) {
 #if MINIDP_WITH_CUDA
   if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
-  for (const auto& [n, m, r] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-           {1, 5, 1}, {37, 300, 2}, {300, 37, 3}, {1000, 769, 8}, {5000, 333, 13}, {77, 3001, 32}, {90, 70, 40}}) {
-    SCOPED_TRACE(std::to_string(n) + "x" + std::to_string(m) + " rank " + std::to_string(r));
-    const Tensor M = testing::randomTensor({n, m}, 1 + n, -1, 1, DType::F32);
-    const Tensor Q = testing::randomTensor({m, r}, 2 + m, -1, 1, DType::F32);
-    const Tensor P = testing::randomTensor({n, r}, 3 + r, -1, 1, DType::F32);
-    std::vector<float> p(n * r), q(m * r), e(n * m);
-    kernels::cpu::projectRows(M.data<float>(), Q.data<float>(), p.data(), n, m, r, nullptr);
-    kernels::cpu::projectColumns(M.data<float>(), P.data<float>(), q.data(), n, m, r, nullptr);
-    std::vector<float> err(n * m, 0.5f);
-    kernels::cpu::expand(P.data<float>(), Q.data<float>(), e.data(), err.data(), n, m, r);
-    const Tensor dM = M.to(Device::CUDA), dQ = Q.to(Device::CUDA), dP = P.to(Device::CUDA);
-    Tensor gp = Tensor::empty({n, r}, DType::F32, Device::CUDA), gq = Tensor::empty({m, r}, DType::F32, Device::CUDA);
-    Tensor ge = Tensor::empty({n, m}, DType::F32, Device::CUDA);
-    Tensor gerr = Tensor::fromVector(std::vector<float>(n * m, 0.5f), {n, m}).to(Device::CUDA);
-    const Tensor scratch = Tensor::empty(
-        {static_cast<int64_t>(kernels::productScratchBytes(n, m, r) / 4 + 1)}, DType::F32, Device::CUDA);
-    const cudaStream_t s = runtime::computeStream();
-    kernels::cuda::projectRows(dM.data<float>(), dQ.data<float>(), gp.data<float>(), n, m, r, scratch.raw(), s);
-    kernels::cuda::projectColumns(dM.data<float>(), dP.data<float>(), gq.data<float>(), n, m, r, scratch.raw(), s);
-    kernels::cuda::expand(dP.data<float>(), dQ.data<float>(), ge.data<float>(), gerr.data<float>(), n, m, r, s);
-    // fp32 sums of m, n and r products of numbers in [-1, 1]: within 1e-5 of the sum's size bound.
-    const auto near = [](const std::vector<float>& got, const std::vector<float>& want, double bound) {
-      double worst = 0;
-      for (size_t k = 0; k < want.size(); ++k) worst = std::max(worst, std::abs(double(got[k]) - want[k]));
-      EXPECT_LE(worst, 1e-5 * bound);
-    };
-    near(gp.toVector<float>(), p, double(m));
-    near(gq.toVector<float>(), q, double(n));
-    near(ge.toVector<float>(), e, double(r));
-    near(gerr.toVector<float>(), err, double(r));
+  const std::vector<ProductCase> cases = productCases();
+  const auto want = batchedProducts(cases, Device::CPU), got = batchedProducts(cases, Device::CUDA);
+  // fp32 sums of m, n and r products of numbers in [-1, 1]: within 1e-5 of the sum's size bound.
+  const auto near = [](const std::vector<float>& got, const std::vector<float>& want, double bound) {
+    ASSERT_EQ(got.size(), want.size());
+    double worst = 0;
+    for (size_t k = 0; k < want.size(); ++k) worst = std::max(worst, std::abs(double(got[k]) - want[k]));
+    EXPECT_LE(worst, 1e-5 * bound);
+  };
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const ProductCase& c = cases[k];
+    SCOPED_TRACE(std::to_string(k) + ": " + std::to_string(c.n) + "x" + std::to_string(c.m) + " rank " +
+                 std::to_string(c.r));
+    near(got[k][0], want[k][0], double(c.m));
+    near(got[k][1], want[k][1], double(c.n));
+    near(got[k][2], want[k][2], double(c.r));
+    near(got[k][3], want[k][3], double(c.r + 1));
   }
 #else
   GTEST_SKIP() << "built without CUDA";

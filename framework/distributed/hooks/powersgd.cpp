@@ -10,7 +10,7 @@
 //   5. P Q^T and U / world written into the bucket, and e = M - bucket (over the whole bucket).
 // Every rank ends with the same bits: P, Q and U are reduced, and the decompression is the same everywhere.
 // The local work is batched per bucket (kernels/low_rank.h): one orthogonalisation of all its factors, one
-// packing of U, one pass of error feedback in; the three products are kernels of our own per matrix (each
+// packing of U, one pass of error feedback in, and each of the three products over all of its matrices (each
 // reads M once; the last writes the bucket and e together).
 // The state (e per rank, Q, the step) is the hook's and goes into checkpoints, keyed by parameter name.
 #include <algorithm>
@@ -43,10 +43,14 @@ struct BucketState {
   std::vector<Matrix> matrices;
   Tensor up;        // U (the uncompressed gradients, packed), then every P: one all-reduce
   Tensor u, p, q;   // views: U and P in up; the packed Q factors
-  Tensor scratch;   // the orthogonalisation's (kernels::orthogonalizeScratchBytes of the larger batch)
+  Tensor scratch;   // the orthogonalisation's and the projections' (the largest of their batches' needs)
   Tensor error;     // e, the error feedback (zero until the first compressed step)
   std::vector<kernels::Factor> ps, qs;  // the P and Q factors, for the batched orthogonalisation
   std::vector<kernels::CopyRun> pack, unpack;  // bucket -> U, U -> bucket
+  // The compressed matrices, for the batched products; their outputs point into the bucket's buffer at `grad`,
+  // the one setup() was given.
+  std::vector<kernels::LowRankMatrix> products;
+  const void* grad = nullptr;
 };
 
 /// N(0, 1) draws from a generator seeded by (seed, name): the same matrix on every rank.
@@ -142,14 +146,15 @@ class PowerSgdHook : public CommHook {
         }
         b.ps.push_back({b.p.data<float>() + mx.p, mx.n, mx.r});
         b.qs.push_back({b.q.data<float>() + mx.q, mx.m, mx.r});
+        b.products.push_back({b.error.data<float>() + mx.entry.offset, b.p.data<float>() + mx.p,
+                              b.q.data<float>() + mx.q, g.buffer.data<float>() + mx.entry.offset, mx.n, mx.m, mx.r});
       }
+      b.grad = g.buffer.raw();
       // The stream runs one of them at a time: the scratch is the largest.
-      size_t scratchBytes =
-          std::max(kernels::orthogonalizeScratchBytes(b.ps.data(), static_cast<int64_t>(b.ps.size())),
-                   kernels::orthogonalizeScratchBytes(b.qs.data(), static_cast<int64_t>(b.qs.size())));
-      for (const Matrix& mx : b.matrices) {
-        if (mx.r > 0) scratchBytes = std::max(scratchBytes, kernels::productScratchBytes(mx.n, mx.m, mx.r));
-      }
+      const size_t scratchBytes =
+          std::max({kernels::orthogonalizeScratchBytes(b.ps.data(), static_cast<int64_t>(b.ps.size())),
+                    kernels::orthogonalizeScratchBytes(b.qs.data(), static_cast<int64_t>(b.qs.size())),
+                    kernels::productScratchBytes(b.products.data(), static_cast<int64_t>(b.products.size()))});
       b.scratch = Tensor::empty({static_cast<int64_t>((scratchBytes + 7) / 8)}, DType::F64, device);
       for (Matrix& mx : b.matrices) {
         if (auto it = errors.find(mx.entry.name); it != errors.end()) {
@@ -173,6 +178,8 @@ class PowerSgdHook : public CommHook {
     // The lambdas hold the plan (its buffers and factor lists), which a re-plan does not free under them.
     const std::shared_ptr<const BucketState> b = buckets_.at(bucket.index);
     const Tensor grad = bucket.buffer;
+    MINIDP_CHECK(grad.raw() == b->grad,
+                 "PowerSGD: " << tag << " comes in another buffer than the one setup() was given");
     const int world = comm.worldSize();
     std::vector<std::shared_ptr<Work>> works;
     // M = grad + e is kept in e's buffer: the products read it there, and the decompression writes the
@@ -183,11 +190,8 @@ class PowerSgdHook : public CommHook {
                        static_cast<int64_t>(b->pack.size()), 1.0f, nullptr);
       MINIDP_LAUNCH_ON(s, grad, orthogonalizeBatch, b->qs.data(), static_cast<int64_t>(b->qs.size()),
                        b->scratch.raw());
-      for (const Matrix& mx : b->matrices) {
-        if (mx.r == 0) continue;
-        MINIDP_LAUNCH_ON(s, grad, projectRows, b->error.data<float>() + mx.entry.offset,
-                         b->q.data<float>() + mx.q, b->p.data<float>() + mx.p, mx.n, mx.m, mx.r, b->scratch.raw());
-      }
+      MINIDP_LAUNCH_ON(s, grad, projectRowsBatch, b->products.data(), static_cast<int64_t>(b->products.size()),
+                       b->scratch.raw());
     }));
     // PyTorch sums U and divides it afterwards (unpacking below), and sums P before orthogonalising it.
     if (b->up.numel() > 0) works.push_back(comm.allReduce(b->up, ReduceOp::Sum, tag + " U and P"));
@@ -195,21 +199,13 @@ class PowerSgdHook : public CommHook {
       works.push_back(comm.enqueue(tag + " Q", grad, [=](cudaStream_t s) {
         MINIDP_LAUNCH_ON(s, grad, orthogonalizeBatch, b->ps.data(), static_cast<int64_t>(b->ps.size()),
                          b->scratch.raw());
-        for (const Matrix& mx : b->matrices) {
-          if (mx.r == 0) continue;
-          MINIDP_LAUNCH_ON(s, grad, projectColumns, b->error.data<float>() + mx.entry.offset,
-                           b->p.data<float>() + mx.p, b->q.data<float>() + mx.q, mx.n, mx.m, mx.r, b->scratch.raw());
-        }
+        MINIDP_LAUNCH_ON(s, grad, projectColumnsBatch, b->products.data(), static_cast<int64_t>(b->products.size()),
+                         b->scratch.raw());
       }));
       works.push_back(comm.allReduce(b->q, ReduceOp::Avg, tag + " Q"));
     }
     works.push_back(comm.enqueue(tag + " decompress", grad, [=](cudaStream_t s) {
-      for (const Matrix& mx : b->matrices) {
-        if (mx.r == 0) continue;
-        MINIDP_LAUNCH_ON(s, grad, expand, b->p.data<float>() + mx.p, b->q.data<float>() + mx.q,
-                         grad.data<float>() + mx.entry.offset, b->error.data<float>() + mx.entry.offset, mx.n, mx.m,
-                         mx.r);
-      }
+      MINIDP_LAUNCH_ON(s, grad, expandBatch, b->products.data(), static_cast<int64_t>(b->products.size()), true);
       MINIDP_LAUNCH_ON(s, grad, copyRuns, b->u.data<float>(), grad.data<float>(), b->unpack.data(),
                        static_cast<int64_t>(b->unpack.size()), static_cast<float>(world), b->error.data<float>());
     }));
