@@ -184,12 +184,17 @@ step_mlp_graph() {
   done
 }
 # The GPU tests and runs of code compiled but not yet run on a GPU (the llama model's packed flash attention
-# and bf16, the NCCL settings on one rank), plus compute-sanitizer memcheck over a short llama bf16 run.
+# and bf16, fused RMSNorm, trailing broadcasts and RoPE from ops, PowerSGD's products, the NCCL settings on one
+# rank), compute-sanitizer memcheck over a short llama bf16 run, and the built-in against the composed block.
 step_unverified() {
-  (cd build && ./tests/test_sequence_ops --gtest_brief=1 >"$out/unverified_sequence.log" 2>&1; tail -3 "$out/unverified_sequence.log"
-   ./tests/test_bf16_step --gtest_brief=1 >"$out/unverified_bf16_step.log" 2>&1; tail -3 "$out/unverified_bf16_step.log"
+  (cd build && for t in test_sequence_ops test_bf16_step test_powersgd test_composite_ops test_transformer_ops \
+                        test_fused_ops test_reference; do
+     ./tests/$t --gtest_brief=1 >"$out/unverified_$t.log" 2>&1; echo "$t: $(tail -1 "$out/unverified_$t.log")"
+     grep -E '^\[  FAILED' "$out/unverified_$t.log" | head -5
+   done
    ./tests/test_loop --gtest_filter='MemoryEstimate.*' --gtest_brief=1 >"$out/unverified_memory.log" 2>&1
    tail -3 "$out/unverified_memory.log")
+  build/bin/minidp-bench-block --max-error 0.05 2>&1 | tee "$out/bench_block.txt"
   local llama=(--model llama --data fortunes --device cuda --layers 2 --embd 256 --heads 4 --kv-heads 2 --context 128
                --batch-size 8 --steps 60 --log-every 20 --eval-batches 2)
   build/bin/minidp-train "${llama[@]}" --dtype bf16 2>&1 | tail -3
