@@ -74,6 +74,19 @@ step_fast_step() {
       --json "$out/torch_gpt2_b$b.json" 2>&1 | tee "$out/torch_gpt2_b$b.txt" | tail -4
   done
 }
+# The llama model at width 1024, 8 query and 4 key/value heads (head dim 128), SwiGLU 2816, 12 layers, context
+# 1024, vocabulary 32000, batch 8, bf16: minidp against PyTorch eager and torch.compile (SDPA with GQA).
+step_llama_speed() {
+  [ -f "$out/tokens32k/train.bin" ] || py scripts/make-random-tokens.py "$out/tokens32k" 32000
+  local shape=(--layers 12 --embd 1024 --heads 8 --kv-heads 4 --hidden 2816 --context 1024)
+  build/bin/minidp-bench --model llama "${shape[@]}" --data llmc --llmc-train "$out/tokens32k/train.bin" \
+    --llmc-val "$out/tokens32k/val.bin" --device cuda --optimizer adamw --batch-size ${LLAMA_BATCH:-8} --dtype bf16 \
+    --steps 15 --warmup 5 --bucket-mb-list 25 --json "$out/mdp_llama_bf16.json" >"$out/mdp_llama_bf16.txt" 2>&1
+  tail -3 "$out/mdp_llama_bf16.txt"
+  py train/torch_bench.py --model llama "${shape[@]}" --vocab 32000 --dtype bf16 --compile ${COMPILE:-off on} \
+    --attention sdpa --batch-size ${LLAMA_BATCH:-8} --steps 15 --warmup 5 --device cuda \
+    --json "$out/torch_llama_bf16.json" 2>&1 | tee "$out/torch_llama_bf16.txt" | tail -4
+}
 # minidp alone at the GPT-2-small shape, batch 8 and 16 (a quick check between full fast-step jobs).
 step_bench_mdp() {
   [ -f "$out/tokens/train.bin" ] || py scripts/make-random-tokens.py "$out/tokens"

@@ -18,6 +18,8 @@ this process (an 8192^3 bf16 matmul).
     python3 train/torch_bench.py --model gpt --layers 2 --embd 64 --device cpu --steps 5
     python3 train/torch_bench.py --model gpt --dtype bf16 --compile off on --attention sdpa --batch-size 8 \
         --bucket-mb 25 --json torch_gpt2.json    # GPT-2 small (defaults), eager and compiled
+    python3 train/torch_bench.py --model llama --layers 12 --embd 1024 --heads 8 --kv-heads 4 --hidden 2816 \
+        --vocab 32000 --dtype bf16 --compile off on --attention sdpa    # minidp's llama model, HF names
     torchrun --nproc_per_node 8 train/torch_bench.py --model gpt --bucket-mb 1 25 --json out.json
     mpirun -np 2 python3 train/torch_bench.py --model mlp --device cpu   # gloo
 """
@@ -35,7 +37,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
-from models import GPT, MLP, CausalSelfAttention  # noqa: E402
+from models import GPT, MLP, CausalSelfAttention, Llama, LlamaAttention  # noqa: E402
 
 import torch.nn.functional as F  # noqa: E402
 
@@ -44,11 +46,14 @@ GEMM_CEILING_N = 8192  # the bf16 matmul whose rate MFU is measured against
 
 def parse_args():
     ap = argparse.ArgumentParser(description="PyTorch DDP benchmark matching minidp")
-    ap.add_argument("--model", choices=["mlp", "gpt"], default="mlp")
+    ap.add_argument("--model", choices=["mlp", "gpt", "llama"], default="mlp")
     ap.add_argument("--dims", default="784,256,256,10", help="MLP layer sizes")
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--embd", type=int, default=768)
+    ap.add_argument("--kv-heads", type=int, default=4, help="llama: key/value heads")
+    ap.add_argument("--hidden", type=int, default=2816, help="llama: SwiGLU width")
+    ap.add_argument("--rope-theta", type=float, default=10000.0, help="llama: rotary base")
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--vocab", type=int, default=50257, help="random-token vocabulary (GPT-2: 50257)")
     ap.add_argument("--data", help="llm.c token file (.bin, uint16 tokens) to draw the batches from")
@@ -89,6 +94,12 @@ def build_model(args, device):
     torch.manual_seed(args.seed)
     if args.model == "mlp":
         model = MLP([int(d) for d in args.dims.split(",")])
+    elif args.model == "llama":
+        model = Llama(args.vocab, args.context, args.layers, args.heads, args.kv_heads, args.embd, args.hidden,
+                      args.rope_theta)
+        if args.attention == "sdpa":
+            for layer in model.model.layers:
+                layer.self_attn.__class__ = SdpaLlamaAttention
     else:
         model = GPT(args.vocab, args.context, args.layers, args.heads, args.embd)
         if args.attention == "sdpa":
@@ -109,6 +120,30 @@ class SdpaCausalSelfAttention(CausalSelfAttention):
         return self.c_proj(y.transpose(1, 2).contiguous().view(B, t, C))
 
 
+class SdpaLlamaAttention(LlamaAttention):
+    """The same parameters and math through F.scaled_dot_product_attention with grouped-query heads
+    (enable_gqa), the rotary tables computed in fp32 each forward (as Hugging Face's LlamaRotaryEmbedding),
+    the rotation in the activations' dtype."""
+
+    def forward(self, x):
+        B, t, _ = x.shape
+        H, K, d = self.n_head, self.n_kv_head, self.head_dim
+        inv_freq = 1.0 / (self.rope_theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
+        angles = torch.outer(torch.arange(t, device=x.device, dtype=torch.float32), inv_freq)
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        cos, sin = angles.cos().to(q.dtype)[None, :, None, :], angles.sin().to(q.dtype)[None, :, None, :]
+
+        def turn(z):
+            z1, z2 = z[..., : d // 2], z[..., d // 2:]
+            return torch.cat([z1 * cos - z2 * sin, z2 * cos + z1 * sin], dim=-1)
+
+        q = turn(q.view(B, t, H, d)).transpose(1, 2)
+        k = turn(k.view(B, t, K, d)).transpose(1, 2)
+        v = v.view(B, t, K, d).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return self.o_proj(y.transpose(1, 2).contiguous().view(B, t, H * d))
+
+
 def read_llmc_tokens(path):
     """Tokens of an llm.c .bin file: 256 int32 header (magic 20240520, version 1, count), uint16 tokens."""
     header = torch.from_file(path, size=256, dtype=torch.int32)
@@ -121,7 +156,7 @@ def read_llmc_tokens(path):
 def make_batches(args, device, rank, n=4):
     g = torch.Generator().manual_seed(1000 + rank)
     B, out = args.batch_size, []
-    tokens = read_llmc_tokens(args.data) if args.model == "gpt" and args.data else None
+    tokens = read_llmc_tokens(args.data) if args.model != "mlp" and args.data else None
     for _ in range(n):
         if args.model == "mlp":
             dims = [int(d) for d in args.dims.split(",")]
@@ -189,11 +224,12 @@ def gemm_ceiling_tflops(device, repeats=20):
     return 2 * n ** 3 * repeats / (start.elapsed_time(end) * 1e-3) / 1e12
 
 
-def gpt_flops_per_token(args, n_params):
-    """6 x the matmul parameters (all but the wte/wpe lookups) + 12 L C T for attention's two T x T
-    products, forward and backward (the PaLM/nanoGPT estimate; the causal half is counted too)."""
-    matmul_params = n_params - (args.vocab + args.context) * args.embd
-    return 6 * matmul_params + 12 * args.layers * args.embd * args.context
+def flops_per_token(args, n_params):
+    """6 x the matmul parameters (all but the lookups: wte and wpe, or llama's embed_tokens) + 12 L C T for
+    attention's two T x T products, forward and backward (the PaLM/nanoGPT estimate; the causal half is
+    counted too)."""
+    lookups = args.vocab * args.embd + (args.context * args.embd if args.model == "gpt" else 0)
+    return 6 * (n_params - lookups) + 12 * args.layers * args.embd * args.context
 
 
 def wrap_ddp(model, device, bucket_mb, grad_comm):
@@ -290,9 +326,9 @@ def main():
 
     batches = make_batches(args, device, rank)
     samples = args.batch_size * world
-    tokens = samples * args.context if args.model == "gpt" else 0
+    tokens = samples * args.context if args.model != "mlp" else 0
     n_params = sum(p.numel() for p in build_model(args, torch.device("cpu")).parameters())
-    measure_mfu = args.model == "gpt" and device.type == "cuda"
+    measure_mfu = args.model != "mlp" and device.type == "cuda"
     ceiling = gemm_ceiling_tflops(device) if measure_mfu else None
     rows = []
     for dtype, compiled in itertools.product(args.dtype, args.compile):
@@ -302,7 +338,7 @@ def main():
                 row = {"dtype": dtype, "compile": compiled, "overlap": overlap, "bucket_mb": bucket_mb,
                        "grad_comm": args.grad_comm, **summarize(times, samples, tokens), "peak_mem_mib": peak_mib}
                 if measure_mfu:  # per GPU: tokens/s of one rank against one GPU's ceiling
-                    flops = gpt_flops_per_token(args, n_params) * row["tokens_per_s"] / world
+                    flops = flops_per_token(args, n_params) * row["tokens_per_s"] / world
                     row["mfu"] = flops / (ceiling * 1e12)
                 rows.append(row)
             if world == 1:
@@ -334,7 +370,7 @@ def main():
         config = {k: v for k, v in vars(args).items() if k != "json"}
         config.update({"n_params": n_params, "torch_version": torch.__version__,
                        "gemm_ceiling_tflops": ceiling,
-                       "flops_per_token": gpt_flops_per_token(args, n_params) if measure_mfu else None,
+                       "flops_per_token": flops_per_token(args, n_params) if measure_mfu else None,
                        "backend": dist.get_backend() if world > 1 else None,
                        "step_time": "max over ranks of per-step time; warmup excluded",
                        "ddp_first_bucket_mb": 1.0 if world > 1 else None})
