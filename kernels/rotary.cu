@@ -1,5 +1,8 @@
-// The rotary embedding kernel (one thread per channel pair, grid-stride), then its launcher. A pair is turned
-// in AccumOf<T> (float for bf16) and each output rounded once to T.
+// The rotary embedding kernel, then its launcher. Block (t, b0) turns the pairs of position t in sequences b0,
+// b0 + gridDim.y, ...: it first computes the position's cos and sin of every pair index (in double, rounded to
+// AccumOf<T>: the values a per-pair computation gives) into shared memory, once for all its sequences and
+// heads; then a thread per pair, turned in AccumOf<T> (float for bf16) and each output rounded once to T.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cuda_utils.cuh"
@@ -11,20 +14,29 @@ namespace {
 
 constexpr int kBlock = 256;
 
-// Pair p = ((b * T + t) * H + h) * d/2 + i; reads x_i and x_{i+d/2} before writing them (in place is safe).
+// Reads x_i and x_{i+d/2} before writing them (in place is safe).
 template <typename T>
-__global__ void rotaryKernel(const T* x, T* y, int64_t pairs, int64_t seqLen, int64_t H, int64_t d, double theta,
+__global__ void rotaryKernel(const T* x, T* y, int64_t B, int64_t seqLen, int64_t H, int64_t d, double theta,
                              bool inverse) {
-  const int64_t half = d / 2;
-  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < pairs; p += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t i = p % half, rowIndex = p / half, t = (rowIndex / H) % seqLen;
+  using A = AccumOf<T>;
+  extern __shared__ unsigned char shared[];
+  A* cs = reinterpret_cast<A*>(shared);  // cos of pair i at cs[i], sin at cs[half + i]
+  const int64_t half = d / 2, t = blockIdx.x;
+  for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
     const double angle = rotaryAngle(t, i, d, theta);
-    const AccumOf<T> c = static_cast<AccumOf<T>>(cos(angle));
-    const AccumOf<T> s = static_cast<AccumOf<T>>(inverse ? -sin(angle) : sin(angle));
-    const int64_t row = rowIndex * d;
-    const AccumOf<T> x1 = toAccum(x[row + i]), x2 = toAccum(x[row + i + half]);
-    y[row + i] = fromAccum<T>(x1 * c - x2 * s);
-    y[row + i + half] = fromAccum<T>(x2 * c + x1 * s);
+    cs[i] = static_cast<A>(cos(angle));
+    cs[half + i] = static_cast<A>(inverse ? -sin(angle) : sin(angle));
+  }
+  __syncthreads();
+  for (int64_t b = blockIdx.y; b < B; b += gridDim.y) {
+    const int64_t base = (b * seqLen + t) * H * d;
+    for (int64_t q = threadIdx.x; q < H * half; q += blockDim.x) {
+      const int64_t i = q % half, row = base + (q / half) * d;
+      const A c = cs[i], s = cs[half + i];
+      const A x1 = toAccum(x[row + i]), x2 = toAccum(x[row + i + half]);
+      y[row + i] = fromAccum<T>(x1 * c - x2 * s);
+      y[row + i + half] = fromAccum<T>(x2 * c + x1 * s);
+    }
   }
 }
 
@@ -33,9 +45,11 @@ __global__ void rotaryKernel(const T* x, T* y, int64_t pairs, int64_t seqLen, in
 template <typename T>
 void rotary(const T* x, T* y, int64_t B, int64_t seqLen, int64_t H, int64_t d, double theta, bool inverse,
             cudaStream_t stream) {
-  const int64_t pairs = B * seqLen * H * (d / 2);
-  if (pairs == 0) return;
-  rotaryKernel<T><<<gridFor(pairs, kBlock), kBlock, 0, stream>>>(x, y, pairs, seqLen, H, d, theta, inverse);
+  if (B * seqLen * H * (d / 2) == 0) return;
+  MINIDP_CHECK(seqLen <= INT32_MAX, "rotary: " << seqLen << " positions exceed a grid");
+  const dim3 grid(static_cast<unsigned>(seqLen), static_cast<unsigned>(std::min<int64_t>(B, 65535)));
+  const size_t shared = static_cast<size_t>(d) * sizeof(AccumOf<T>);  // d / 2 cosines, d / 2 sines
+  rotaryKernel<T><<<grid, kBlock, shared, stream>>>(x, y, B, seqLen, H, d, theta, inverse);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,7 +1,8 @@
 // Rotary position embedding (RoPE) over (B, T, H, d) activations, the "rotate half" form of GPT-NeoX and
 // Hugging Face's LLaMA: channel i < d/2 of a head pairs with channel i + d/2, and the pair at position t
 // turns by the angle t * theta^(-2i/d). The angles are computed in double from (t, i) by both twins
-// (no tables to keep or move between devices). CPU twins share the signatures, minus the stream.
+// (once per position and pair in each launch: no tables to keep or move between devices). CPU twins share the
+// signatures, minus the stream.
 // Instantiated for float and double, and on CUDA for bf16 (the pair turned in float, rounded once).
 #pragma once
 

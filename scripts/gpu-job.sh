@@ -200,13 +200,14 @@ step_mlp_graph() {
 # and bf16, fused RMSNorm, trailing broadcasts and RoPE from ops, PowerSGD's products, the NCCL settings on one
 # rank), compute-sanitizer memcheck over a short llama bf16 run, and the built-in against the composed block.
 step_unverified() {
-  (cd build && for t in test_sequence_ops test_bf16_step test_powersgd test_composite_ops test_transformer_ops \
-                        test_fused_ops test_reference; do
-     ./tests/$t --gtest_brief=1 >"$out/unverified_$t.log" 2>&1; echo "$t: $(tail -1 "$out/unverified_$t.log")"
-     grep -E '^\[  FAILED' "$out/unverified_$t.log" | head -5
-   done
-   ./tests/test_loop --gtest_filter='MemoryEstimate.*' --gtest_brief=1 >"$out/unverified_memory.log" 2>&1
-   tail -3 "$out/unverified_memory.log")
+  # From the source root, as ctest runs them (the fixtures' paths are relative to it).
+  for t in test_sequence_ops test_bf16_step test_powersgd test_composite_ops test_transformer_ops test_fused_ops \
+           test_reference; do
+    build/tests/$t --gtest_brief=1 >"$out/unverified_$t.log" 2>&1; echo "$t: $(tail -1 "$out/unverified_$t.log")"
+    grep -E '^\[  FAILED' "$out/unverified_$t.log" | head -5
+  done
+  build/tests/test_loop --gtest_filter='MemoryEstimate.*' --gtest_brief=1 >"$out/unverified_memory.log" 2>&1
+  tail -3 "$out/unverified_memory.log"
   build/bin/minidp-bench-block --max-error 0.05 2>&1 | tee "$out/bench_block.txt"
   local llama=(--model llama --data fortunes --device cuda --layers 2 --embd 256 --heads 4 --kv-heads 2 --context 128
                --batch-size 8 --steps 60 --log-every 20 --eval-batches 2)
