@@ -105,7 +105,7 @@ step_profile() {
     --log-every 8 --eval-batches 1 >"$out/ncu.csv" 2>"$out/ncu.err"
   py scripts/ncu-summary.py "$out/ncu.csv" 40
 }
-# The fortunes GPT (10.8 M) trained 3000 steps: fp32 constant lr (the reference run), fp32 with warm-up,
+# The fortunes GPT (10.9 M) trained 3000 steps: fp32 constant lr (the reference run), fp32 with warm-up,
 # cosine decay and clipping, and bf16 compute; run together on one GPU (loss, not speed).
 fortunes=(--model gpt --data fortunes --device cuda --layers 6 --heads 6 --embd 384 --context 256 --batch-size 32
           --steps 3000 --log-every 250 --eval-every 250)
@@ -137,7 +137,7 @@ step_fortunes_wait() {
   done
   [ -f "$out/cosine.jsonl" ] &&
     { py train/plot_metrics.py "$out/cosine.jsonl" "$out/bf16.jsonl" -o "$out/loop_h200_fortunes.png" \
-      --title "fortunes GPT 10.8M, H200" >/dev/null 2>&1 || echo "plot failed"; }
+      --title "fortunes GPT 10.9M, H200" >/dev/null 2>&1 || echo "plot failed"; }
 }
 # Comm hooks on the emulated 2-rank link at 3 GB/s (100 us), GPT-2 small, bf16 compute, batch 8: the one-GPU step
 # of the same job first, then each hook with overlap off and on per bucket cap (compute_ms on - off: the compute
@@ -172,7 +172,7 @@ step_psgd_profile() {
     >"$out/ncu_psgd.csv" 2>"$out/ncu_psgd.err"
   py scripts/ncu-summary.py "$out/ncu_psgd.csv" 40
 }
-# The fortunes GPT (10.8 M) with PowerSGD rank 4 against dense all-reduce, equal steps, warm-up + cosine + clip,
+# The fortunes GPT (10.9 M) with PowerSGD rank 4 against dense all-reduce, equal steps, warm-up + cosine + clip,
 # on the emulated 2-rank link (identical ranks: the compression of the whole batch's gradient); run together
 # (loss, not speed); both curves in one picture.
 step_powersgd_fortunes() {
@@ -187,7 +187,7 @@ step_powersgd_fortunes() {
   wait
   grep -H "validation loss" "$out"/psgd_*.log
   py train/plot_metrics.py "${curves[@]}" -o "$out/powersgd_fortunes.png" \
-    --title "fortunes GPT 10.8M: dense all-reduce and PowerSGD rank ${PSGD_RANKS:-1 4}, H200" >/dev/null 2>&1 ||
+    --title "fortunes GPT 10.9M: dense all-reduce and PowerSGD rank ${PSGD_RANKS:-1 4}, H200" >/dev/null 2>&1 ||
     echo "plot failed"
 }
 step_mlp_graph() {
@@ -210,8 +210,8 @@ step_unverified() {
   tail -3 "$out/unverified_memory.log"
   build/bin/minidp-bench-block --max-error 0.05 2>&1 | tee "$out/bench_block.txt"
   local llama=(--model llama --data fortunes --device cuda --layers 2 --embd 256 --heads 4 --kv-heads 2 --context 128
-               --batch-size 8 --steps 60 --log-every 20 --eval-batches 2)
-  build/bin/minidp-train "${llama[@]}" --dtype bf16 2>&1 | tail -3
+               --batch-size 8 --log-every 20 --eval-batches 2)
+  build/bin/minidp-train "${llama[@]}" --dtype bf16 --steps 60 2>&1 | tail -3
   timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 build/bin/minidp-train "${llama[@]}" --dtype bf16 \
     --steps 4 >"$out/memcheck_llama_bf16.log" 2>&1; grep -m1 "ERROR SUMMARY" "$out/memcheck_llama_bf16.log"
   for s in "--nccl-cta-policy efficiency" "--nccl-buffers registered" "--nccl-buffers symmetric"; do
