@@ -43,6 +43,49 @@ __global__ void divBackwardKernel(const T* a, const T* b, const T* g, T* da, T* 
   }
 }
 
+// SwiGLU forward (kGrads false: y = silu(a) b) or backward (da, db from g): P elements per thread and step
+// (16-byte accesses when P = kPack<T>), the n % P past the last whole pack one per thread.
+template <int Q, bool kGrads, typename T>
+__device__ __forceinline__ void swigluStep(const T* a, const T* b, const T* g, T* y, T* da, T* db, int64_t i) {
+  AccumOf<T> av[Q], bv[Q], o1[Q], o2[Q];
+  loadAccum<Q>(a + i, av);
+  loadAccum<Q>(b + i, bv);
+  if constexpr (kGrads) {
+    AccumOf<T> gv[Q];
+    loadAccum<Q>(g + i, gv);
+#pragma unroll
+    for (int j = 0; j < Q; ++j) swigluGradients(av[j], bv[j], gv[j], o1[j], o2[j]);
+    storeAccum<Q>(da + i, o1);
+    storeAccum<Q>(db + i, o2);
+  } else {
+#pragma unroll
+    for (int j = 0; j < Q; ++j) o1[j] = swigluValue(av[j], bv[j]);
+    storeAccum<Q>(y + i, o1);
+  }
+}
+
+template <int P, bool kGrads, typename T>
+__global__ void swigluKernel(const T* a, const T* b, const T* g, T* y, T* da, T* db, int64_t n) {
+  const int64_t thread = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, threads = int64_t(gridDim.x) * blockDim.x;
+  const int64_t whole = n / P * P;
+  for (int64_t i = thread * P; i < whole; i += threads * P) swigluStep<P, kGrads>(a, b, g, y, da, db, i);
+  if (whole + thread < n) swigluStep<1, kGrads>(a, b, g, y, da, db, whole + thread);
+}
+
+template <bool kGrads, typename T>
+void launchSwiglu(const T* a, const T* b, const T* g, T* y, T* da, T* db, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  constexpr int P = kPack<T>;
+  const bool vectors = aligned16(a) && aligned16(b) && (kGrads ? aligned16(g) && aligned16(da) && aligned16(db)
+                                                               : aligned16(y));
+  if (vectors) {
+    swigluKernel<P, kGrads><<<gridFor(n / P + 1, kBlock), kBlock, 0, s>>>(a, b, g, y, da, db, n);
+  } else {
+    swigluKernel<1, kGrads><<<gridFor(n, kBlock), kBlock, 0, s>>>(a, b, g, y, da, db, n);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
 // One block per row: strided partial sums, then blockReduce's fixed order (deterministic).
 template <typename T, typename O>
 __global__ void sumLastDimKernel(const T* x, const T* y, AccumOf<T> scale, O* out, int64_t rows, int64_t cols) {
@@ -103,6 +146,15 @@ void divBackward(const T* a, const T* b, const T* g, T* da, T* db, int64_t n, cu
   divBackwardKernel<<<gridFor(n, kBlock), kBlock, 0, s>>>(a, b, g, da, db, n);
   CUDA_CHECK_LAUNCH();
 }
+template <typename T>
+void swigluForward(const T* a, const T* b, T* y, int64_t n, cudaStream_t s) {
+  launchSwiglu<false>(a, b, static_cast<const T*>(nullptr), y, static_cast<T*>(nullptr), static_cast<T*>(nullptr), n,
+                      s);
+}
+template <typename T>
+void swigluBackward(const T* a, const T* b, const T* g, T* da, T* db, int64_t n, cudaStream_t s) {
+  launchSwiglu<true>(a, b, g, static_cast<T*>(nullptr), da, db, n, s);
+}
 template <typename T, typename O>
 void sumLastDim(const T* x, const T* y, AccumOf<T> scale, O* out, int64_t rows, int64_t cols, cudaStream_t s) {
   if (rows == 0) return;
@@ -129,6 +181,8 @@ void gatherRows(const T* table, const int32_t* index, T* out, int64_t n, int64_t
   template void unaryForward<T>(UnaryOp, const T*, AccumOf<T>, T*, int64_t, cudaStream_t);            \
   template void unaryBackward<T>(UnaryOp, const T*, AccumOf<T>, const T*, T*, int64_t, cudaStream_t); \
   template void divBackward<T>(const T*, const T*, const T*, T*, T*, int64_t, cudaStream_t);          \
+  template void swigluForward<T>(const T*, const T*, T*, int64_t, cudaStream_t);                      \
+  template void swigluBackward<T>(const T*, const T*, const T*, T*, T*, int64_t, cudaStream_t);       \
   template void gatherRows<T>(const T*, const int32_t*, T*, int64_t, int64_t, int64_t, cudaStream_t); \
   MINIDP_INSTANTIATE_PAIR(T, T)
 MINIDP_INSTANTIATE(float)

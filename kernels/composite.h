@@ -40,6 +40,12 @@ inline int64_t sumLeadingDimsScratchSize(int64_t rows, int64_t cols) { return co
   /* da (n) = g / b and db (n) = -(g / b) (a / b): the backward of a / b, each rounded once */                      \
   template <typename T>                                                                                             \
   void divBackward(const T* a, const T* b, const T* g, T* da, T* db, int64_t n __VA_ARGS__);                        \
+  /* y (n) = silu(a) b: SwiGLU's gated product, rounded once */                                                     \
+  template <typename T>                                                                                             \
+  void swigluForward(const T* a, const T* b, T* y, int64_t n __VA_ARGS__);                                          \
+  /* da (n) = g b silu'(a) and db (n) = g silu(a): its backward, each rounded once */                               \
+  template <typename T>                                                                                             \
+  void swigluBackward(const T* a, const T* b, const T* g, T* da, T* db, int64_t n __VA_ARGS__);                     \
   /* out (rows) = scale * the sum over the columns of x (rows, cols), or of x * y when y is not null; */            \
   /* each row in a fixed order (no atomics). O is T or ParamOf<T>. */                                               \
   template <typename T, typename O>                                                                                 \

@@ -51,6 +51,18 @@ MINIDP_HOST_DEVICE inline T unaryDerivative(UnaryOp op, T x, T p) {
   return T(0);
 }
 
+/// silu(a) b, and its partial derivatives times g: (g b silu'(a), g silu(a)), as the composed silu and mul
+/// compute them (g b first, then times silu'(a)).
+template <typename T>
+MINIDP_HOST_DEVICE inline T swigluValue(T a, T b) {
+  return unaryValue(UnaryOp::Silu, a, T(0)) * b;
+}
+template <typename T>
+MINIDP_HOST_DEVICE inline void swigluGradients(T a, T b, T g, T& da, T& db) {
+  da = g * b * unaryDerivative(UnaryOp::Silu, a, T(0));
+  db = g * unaryValue(UnaryOp::Silu, a, T(0));
+}
+
 /// a op b of a BinaryOp.
 template <typename T>
 MINIDP_HOST_DEVICE inline T binaryValue(BinaryOp op, T a, T b) {

@@ -177,6 +177,20 @@ Variable exp(const Variable& x) { return unary("exp", UnaryOp::Exp, x); }
 Variable sigmoid(const Variable& x) { return unary("sigmoid", UnaryOp::Sigmoid, x); }
 Variable silu(const Variable& x) { return unary("silu", UnaryOp::Silu, x); }
 
+Variable swiglu(const Variable& gate, const Variable& up) {
+  checkSameShape("swiglu", gate, up);
+  const Tensor a = gate.data(), b = up.data();
+  Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
+  MINIDP_LAUNCH_ACTIVATION(a, T, swigluForward, a.data<T>(), b.data<T>(), y.data<T>(), a.numel());
+  return Variable::fromOp(y, {gate, up}, [a, b](const Tensor& g) {
+    Tensor da = Tensor::empty(a.shape(), a.dtype(), a.device());
+    Tensor db = Tensor::empty(a.shape(), a.dtype(), a.device());
+    MINIDP_LAUNCH_ACTIVATION(a, T, swigluBackward, a.data<T>(), b.data<T>(), g.data<T>(), da.data<T>(), db.data<T>(),
+                             a.numel());
+    return std::vector<Tensor>{da, db};
+  });
+}
+
 Variable addBroadcast(const Variable& x, const Variable& y) {
   const Broadcast broadcast = broadcastOf("addBroadcast", x, y);
   const Shape yShape = y.shape();

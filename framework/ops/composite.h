@@ -30,6 +30,9 @@ Variable exp(const Variable& x);
 Variable sigmoid(const Variable& x);
 /// x * sigmoid(x) (SiLU, the gate of SwiGLU).
 Variable silu(const Variable& x);
+/// silu(gate) * up, SwiGLU's gated product between its projections, in one kernel each way (same shapes and
+/// dtype): the value of mul(silu(gate), up), with one rounding where that takes two.
+Variable swiglu(const Variable& gate, const Variable& up);
 
 // ---- broadcast: x (..., C) with y of x's trailing dimensions ((C), or (T, H, d) against (B, T, H, d)),
 // repeated over the leading ones, or y (..., 1), repeated over the last ----

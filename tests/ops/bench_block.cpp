@@ -1,8 +1,8 @@
 // minidp-bench-block: one LLaMA-style block, forward + backward, built two ways from the same weights:
-//   built-in: ops::rmsNorm and ops::rotary (one fused kernel each way), as models/llama.cpp;
-//   composed: RMSNorm and RoPE written from public ops as docs/extending.md writes them (rsqrt, meanLastDim,
-//             mulBroadcast; narrow, neg, cat, mulBroadcast over (T, H, d) tables, add),
-// both with grouped-query ops::causalAttention, SwiGLU from linear, silu and mul, and the residual adds.
+//   built-in: ops::rmsNorm, ops::rotary and ops::swiglu (one fused kernel each way), as models/llama.cpp;
+//   composed: RMSNorm, RoPE and SwiGLU written from public ops as docs/extending.md writes them (rsqrt,
+//             meanLastDim, mulBroadcast; narrow, neg, cat, mulBroadcast over (T, H, d) tables, add; silu, mul),
+// both with grouped-query ops::causalAttention, the projections and the residual adds.
 // Prints the median ms of each, the composed / built-in ratio, and how far the composed block's output and
 // gradients are from the built-in one's (relative to the largest value), so a wrong composition shows.
 // Default shape: width 1024, 8 query heads, 4 key/value heads (head dim 128), SwiGLU hidden 2816, context
@@ -105,8 +105,8 @@ Variable block(const BlockShape& s, const BlockWeights& w, const Variable& x, bo
   const Variable x1 =
       ops::add(x, ops::linear(ops::reshape(ops::causalAttention(q, k, v), {B, T, s.heads * d}), w.wo, {}));
   const Variable h2 = norm(x1, w.norm2);
-  const Variable mlp = ops::linear(ops::mul(ops::silu(ops::linear(h2, w.gate, {})), ops::linear(h2, w.up, {})),
-                                   w.down, {});
+  const Variable gate = ops::linear(h2, w.gate, {}), up = ops::linear(h2, w.up, {});
+  const Variable mlp = ops::linear(composed ? ops::mul(ops::silu(gate), up) : ops::swiglu(gate, up), w.down, {});
   return ops::add(x1, mlp);
 }
 
@@ -125,8 +125,8 @@ double relativeError(const Tensor& a, const Tensor& b) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"minidp-bench-block: one LLaMA-style block, built-in fused RMSNorm and rotary against the same "
-               "block composed from public ops (forward + backward)"};
+  CLI::App app{"minidp-bench-block: one LLaMA-style block, built-in fused RMSNorm, rotary and SwiGLU against the "
+               "same block composed from public ops (forward + backward)"};
   BlockShape s;
   std::string device = runtime::cudaAvailable() ? "cuda" : "cpu";
   std::string dtype = "bf16";

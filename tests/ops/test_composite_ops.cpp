@@ -263,6 +263,21 @@ TEST(CompositeOps, SwiGluFromOps) {
                               {leaf(randomTensor({3, 8}, 18, -3.0, 3.0)), leaf(randomTensor({3, 8}, 19))}));
 }
 
+TEST(CompositeOps, SwigluFusedEqualsTheComposedOps) {
+  // ops::swiglu against mul(silu(a), b) in float64 (forward and both gradients), and by finite differences.
+  const Tensor a = randomTensor({3, 50}, 34, -4.0, 4.0), b = randomTensor({3, 50}, 35), g = randomTensor({3, 50}, 36);
+  Variable af = leaf(a), bf = leaf(b), ac = leaf(a), bc = leaf(b);
+  Variable fused = ops::swiglu(af, bf), composed = ops::mul(ops::silu(ac), bc);
+  EXPECT_LE(relativeError(fused.data(), composed.data()), 1e-15);
+  fused.backward(g);
+  composed.backward(g);
+  EXPECT_LE(relativeError(af.grad(), ac.grad()), 1e-15);
+  EXPECT_LE(relativeError(bf.grad(), bc.grad()), 1e-15);
+  EXPECT_TRUE(gradcheckPasses([](const std::vector<Variable>& in) { return ops::swiglu(in[0], in[1]); },
+                              {leaf(randomTensor({3, 8}, 37, -3.0, 3.0)), leaf(randomTensor({3, 8}, 38))}));
+  EXPECT_THROW(ops::swiglu(Variable(a), Variable(randomTensor({3, 49}, 39))), Error);
+}
+
 // An op with a CPU kernel only, as a user adds one (docs/extending.md).
 void cubeCpu(const double* x, double* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * x[i] * x[i];
@@ -296,6 +311,15 @@ TEST_P(CompositeCudaVsCpu, Unary) {
     const Fn f = [&u](const std::vector<Variable>& in) { return u.op(in[0]); };
     expectClose(compareDevices(f, {randomTensor({8, 125}, 20, 0.5, 2.0)}, GetParam()), 16 * roundingEps(GetParam()));
   }
+}
+
+TEST_P(CompositeCudaVsCpu, Swiglu) {
+  // 3 * 37 * 80 elements: 16-byte packs and a tail; a second call on offset views takes the scalar path.
+  const Fn f = [](const std::vector<Variable>& in) { return ops::swiglu(in[0], in[1]); };
+  expectClose(compareDevices(f, {randomTensor({3, 37, 80}, 40, -4.0, 4.0), randomTensor({3, 37, 80}, 41)}, GetParam()),
+              16 * roundingEps(GetParam()));
+  expectClose(compareDevices(f, {randomTensor({7, 13}, 42, -4.0, 4.0), randomTensor({7, 13}, 43)}, GetParam()),
+              16 * roundingEps(GetParam()));
 }
 
 TEST_P(CompositeCudaVsCpu, BinaryAndBroadcast) {
@@ -410,6 +434,16 @@ TEST_F(CompositeBf16, UnaryOpsRoundOnce) {
     SCOPED_TRACE(u.name);
     const Fn f = [&u](const std::vector<Variable>& in) { return u.op(in[0]); };
     expectWithin(compareBf16(f, {bf16Exact({8, 125}, 40, 0.5, 2.0)}, {false}), kOneRounding, {kOneRounding});
+  }
+}
+
+TEST_F(CompositeBf16, SwigluRoundsOnce) {
+  // The product and both gradients computed in fp32 from the same values and rounded once (where
+  // mul(silu(a), b) rounds silu(a) too). 3 * 37 * 80 elements, and 7 * 13 (not a whole pack).
+  const Fn f = [](const std::vector<Variable>& in) { return ops::swiglu(in[0], in[1]); };
+  for (const Shape& shape : {Shape{3, 37, 80}, Shape{7, 13}}) {
+    expectWithin(compareBf16(f, {bf16Exact(shape, 58, -4.0, 4.0), bf16Exact(shape, 59)}, {false, false}),
+                 kOneRounding, {kOneRounding, kOneRounding});
   }
 }
 
