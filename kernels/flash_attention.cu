@@ -6,6 +6,8 @@
 //             columns tx + 16 j; P goes through shared memory for the P @ V product.
 //   Bf16Math: 128 threads = 4 warps of 16 rows; mma.sync m16n8k16 bf16 -> fp32 on tensor cores; the
 //             score accumulators are reused in registers as the A operand of P @ V (no shared memory).
+// q, k and v are read through AttentionOperands (base pointers, row strides): query head h reads key/value
+// head h / G; backward writes dk and dv per query head, and the caller sums each group's G heads.
 // Passes:
 //   forward    one CTA per (query tile, head, batch): online softmax over key tiles 0..i, only the
 //              diagonal tile masked; y and the row logsumexp (natural log) written.
@@ -288,6 +290,12 @@ constexpr size_t sharedBytes(int tiles, int floats) {
 
 // ---- forward ----
 
+// Row 0 of head `head` of batch b in x, whose rows (tokens) lie `stride` elements apart: a (T, d) matrix.
+template <typename P>
+__device__ P* headRows(P* x, int64_t stride, int b, int seqLen, int64_t head, int D) {
+  return x + int64_t(b) * seqLen * stride + head * D;
+}
+
 // Key and value tiles of one (batch, head), streamed through two shared buffers each: tile j lives in
 // buffer j & 1, and tile j + 1 is in flight while tile j is computed.
 template <typename E, int D, int kThreads, int kLd>
@@ -295,16 +303,16 @@ struct KeyValueStream {
   static constexpr int kTileElems = kTile * kLd;
   E* sK;       // two (kTile, kLd) buffers
   E* sV;       // two (kTile, kLd) buffers
-  const E* k;  // (T, d) rows `stride` apart
-  const E* v;
-  int64_t stride;
+  const E* k;  // (T, d) rows kStride apart
+  const E* v;  // (T, d) rows vStride apart
+  int64_t kStride, vStride;
   int seqLen;
 
   // Starts copying tile j into its buffers (the caller commits).
   __device__ void load(int j) const {
     const int row0 = j * kTile, buf = j & 1;
-    loadTileAsync<E, D, kThreads>(sK + buf * kTileElems, kLd, k + row0 * stride, stride, seqLen - row0);
-    loadTileAsync<E, D, kThreads>(sV + buf * kTileElems, kLd, v + row0 * stride, stride, seqLen - row0);
+    loadTileAsync<E, D, kThreads>(sK + buf * kTileElems, kLd, k + row0 * kStride, kStride, seqLen - row0);
+    loadTileAsync<E, D, kThreads>(sV + buf * kTileElems, kLd, v + row0 * vStride, vStride, seqLen - row0);
   }
   // Starts tile j + 1 when j < last, then waits until tile j (and everything committed before) has landed.
   __device__ void advance(int j, int last) const {
@@ -323,8 +331,8 @@ struct KeyValueStream {
 
 template <class Math, int D>
 __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
-    flashForwardKernel(const typename Math::Elem* qkv, typename Math::Elem* out, float* lse, int seqLen, int H,
-                       float scale) {
+    flashForwardKernel(AttentionOperands<typename Math::Elem> in, typename Math::Elem* out, float* lse, int seqLen,
+                       int H, float scale) {
   using E = typename Math::Elem;
   constexpr int kLd = D + Math::kPad, kTileElems = kTile * kLd;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -334,10 +342,12 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
   float* scratch = reinterpret_cast<float*>(sV + 2 * kTileElems);
   const int qTile = gridDim.x - 1 - blockIdx.x;  // the longest rows first
   const int h = blockIdx.y, b = blockIdx.z, C = H * D, q0 = qTile * kTile;
-  const int64_t stride = 3 * int64_t(C);
-  const E* q = qkv + int64_t(b) * seqLen * stride + h * D;  // (T, d) rows `stride` apart
-  const KeyValueStream<E, D, Math::kThreads, kLd> kv{sK, sV, q + C, q + 2 * C, stride, seqLen};
-  loadTileAsync<E, D, Math::kThreads>(sQ, kLd, q + q0 * stride, stride, seqLen - q0);
+  const int64_t kvHead = h / in.group;
+  const E* q = headRows(in.q, in.qStride, b, seqLen, h, D);       // (T, d) rows qStride apart
+  const E* k = headRows(in.k, in.kStride, b, seqLen, kvHead, D);  // key/value head h / G
+  const E* v = headRows(in.v, in.vStride, b, seqLen, kvHead, D);
+  const KeyValueStream<E, D, Math::kThreads, kLd> kv{sK, sV, k, v, in.kStride, in.vStride, seqLen};
+  loadTileAsync<E, D, Math::kThreads>(sQ, kLd, q + q0 * in.qStride, in.qStride, seqLen - q0);
   kv.load(0);
   cpAsyncCommit();
 
@@ -455,8 +465,9 @@ __device__ void storeTile(const Math& math, const float (&acc)[Math::kOutPer16 *
 // writes columns [slice Dc, slice Dc + Dc) of dq, Dc = D / kSplit.
 template <class Math, int D, int kSplit>
 __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
-    flashBackwardQueryKernel(const typename Math::Elem* dout, const typename Math::Elem* qkv, const float* lse,
-                             const float* rowDot, typename Math::Elem* dqkv, int seqLen, int H, float scale) {
+    flashBackwardQueryKernel(const typename Math::Elem* dout, AttentionOperands<typename Math::Elem> in,
+                             const float* lse, const float* rowDot, AttentionGradients<typename Math::Elem> grads,
+                             int seqLen, int H, float scale) {
   using E = typename Math::Elem;
   constexpr int kLd = D + Math::kPad, kTileElems = kTile * kLd, Dc = D / kSplit;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -467,11 +478,13 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
   float* scratch = reinterpret_cast<float*>(sV + 2 * kTileElems);
   const int qTile = gridDim.x - 1 - blockIdx.x;
   const int h = blockIdx.y / kSplit, col0 = blockIdx.y % kSplit * Dc, b = blockIdx.z, C = H * D, q0 = qTile * kTile;
-  const int64_t stride = 3 * int64_t(C);
-  const E* q = qkv + int64_t(b) * seqLen * stride + h * D;
-  const E* dy = dout + int64_t(b) * seqLen * C + h * D;  // (T, d) rows C apart
-  const KeyValueStream<E, D, Math::kThreads, kLd> kv{sK, sV, q + C, q + 2 * C, stride, seqLen};
-  loadTileAsync<E, D, Math::kThreads>(sQ, kLd, q + q0 * stride, stride, seqLen - q0);
+  const int64_t kvHead = h / in.group;
+  const E* q = headRows(in.q, in.qStride, b, seqLen, h, D);
+  const E* dy = dout + int64_t(b) * seqLen * C + h * D;           // (T, d) rows C apart
+  const E* k = headRows(in.k, in.kStride, b, seqLen, kvHead, D);  // key/value head h / G
+  const E* v = headRows(in.v, in.vStride, b, seqLen, kvHead, D);
+  const KeyValueStream<E, D, Math::kThreads, kLd> kv{sK, sV, k, v, in.kStride, in.vStride, seqLen};
+  loadTileAsync<E, D, Math::kThreads>(sQ, kLd, q + q0 * in.qStride, in.qStride, seqLen - q0);
   loadTileAsync<E, D, Math::kThreads>(sDout, kLd, dy + int64_t(q0) * C, C, seqLen - q0);
   kv.load(0);
   cpAsyncCommit();
@@ -503,7 +516,8 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
     math.template accumulate<Dc>(dq, s, kv.key(kt) + col0, kLd, scratch);
     __syncthreads();
   }
-  storeTile<Math, Dc>(math, dq, scale, dqkv + int64_t(b) * seqLen * stride + h * D + col0, stride, q0, seqLen);
+  storeTile<Math, Dc>(math, dq, scale, headRows(grads.dq, grads.dqStride, b, seqLen, h, D) + col0, grads.dqStride, q0,
+                      seqLen);
 }
 
 // dK, dV of one key tile, over the query tiles at or after it: with S^T = k q^T (keys as rows),
@@ -511,8 +525,9 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
 // [slice Dc, slice Dc + Dc) of dk and dv, Dc = D / kSplit.
 template <class Math, int D, int kSplit>
 __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
-    flashBackwardKeyKernel(const typename Math::Elem* dout, const typename Math::Elem* qkv, const float* lse,
-                           const float* rowDot, typename Math::Elem* dqkv, int seqLen, int H, float scale) {
+    flashBackwardKeyKernel(const typename Math::Elem* dout, AttentionOperands<typename Math::Elem> in, const float* lse,
+                           const float* rowDot, AttentionGradients<typename Math::Elem> grads, int seqLen, int H,
+                           float scale) {
   using E = typename Math::Elem;
   constexpr int kLd = D + Math::kPad, kTileElems = kTile * kLd, Dc = D / kSplit;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -527,10 +542,10 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
   const int h = blockIdx.y / kSplit, col0 = blockIdx.y % kSplit * Dc, b = blockIdx.z, C = H * D,
             k0 = kTileIndex * kTile;
   const int qTiles = (seqLen + kTile - 1) / kTile;
-  const int64_t stride = 3 * int64_t(C);
-  const E* q = qkv + int64_t(b) * seqLen * stride + h * D;
-  const E* k = q + C;
-  const E* v = q + 2 * C;
+  const int64_t kvHead = h / in.group;
+  const E* q = headRows(in.q, in.qStride, b, seqLen, h, D);
+  const E* k = headRows(in.k, in.kStride, b, seqLen, kvHead, D);
+  const E* v = headRows(in.v, in.vStride, b, seqLen, kvHead, D);
   const E* dy = dout + int64_t(b) * seqLen * C + h * D;
   const float* rowLse = lse + (int64_t(b) * H + h) * seqLen;
   const float* rowD = rowDot + (int64_t(b) * H + h) * seqLen;
@@ -538,7 +553,7 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
   // plain stores (visible after the caller's barrier).
   auto loadQueryTile = [&](int qt, int buf) {
     const int row0 = qt * kTile;
-    loadTileAsync<E, D, Math::kThreads>(sQ + buf * kTileElems, kLd, q + row0 * stride, stride, seqLen - row0);
+    loadTileAsync<E, D, Math::kThreads>(sQ + buf * kTileElems, kLd, q + row0 * in.qStride, in.qStride, seqLen - row0);
     loadTileAsync<E, D, Math::kThreads>(sDout + buf * kTileElems, kLd, dy + int64_t(row0) * C, C, seqLen - row0);
     for (int r = threadIdx.x; r < kTile; r += Math::kThreads) {
       const bool valid = row0 + r < seqLen;
@@ -546,8 +561,8 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
       sD[buf * kTile + r] = valid ? rowD[row0 + r] : 0.0f;
     }
   };
-  loadTileAsync<E, D, Math::kThreads>(sK, kLd, k + k0 * stride, stride, seqLen - k0);
-  loadTileAsync<E, D, Math::kThreads>(sV, kLd, v + k0 * stride, stride, seqLen - k0);
+  loadTileAsync<E, D, Math::kThreads>(sK, kLd, k + k0 * in.kStride, in.kStride, seqLen - k0);
+  loadTileAsync<E, D, Math::kThreads>(sV, kLd, v + k0 * in.vStride, in.vStride, seqLen - k0);
   loadQueryTile(kTileIndex, 0);
   cpAsyncCommit();
 
@@ -584,9 +599,11 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
     math.template accumulate<Dc>(dk, s, qTileS + col0, kLd, scratch);
     __syncthreads();
   }
-  E* dBase = dqkv + int64_t(b) * seqLen * stride + h * D + col0;
-  storeTile<Math, Dc>(math, dk, scale, dBase + C, stride, k0, seqLen);
-  storeTile<Math, Dc>(math, dv, 1.0f, dBase + 2 * C, stride, k0, seqLen);
+  // dk and dv of query head h (its share of key/value head h / G): the caller sums each group.
+  storeTile<Math, Dc>(math, dk, scale, headRows(grads.dk, grads.dkStride, b, seqLen, h, D) + col0, grads.dkStride, k0,
+                      seqLen);
+  storeTile<Math, Dc>(math, dv, 1.0f, headRows(grads.dv, grads.dvStride, b, seqLen, h, D) + col0, grads.dvStride, k0,
+                      seqLen);
 }
 
 // ---- fp32 row kernels: head dims whose tiles do not fit in shared memory ----
@@ -610,26 +627,38 @@ __device__ void loadRow(float (&dst)[D / 32], const float* src) {
   for (int j = 0; j < D / 32; ++j) dst[j] = src[32 * j];
 }
 
-// The row one warp of a row kernel owns (rowBlock * kRowWarps + its warp), its (batch, head) from
-// blockIdx.z and .y, and addresses in that (batch, head): each at this lane's first column.
+// The row one warp of a row kernel owns (rowBlock * kRowWarps + its warp), its (batch, query head) from
+// blockIdx.z and .y, the key/value head that query head reads, and addresses in that batch: each at this
+// lane's first column.
 template <int D>
 struct RowWarp {
   int lane, row, h, b, H, seqLen;
-  int64_t C, stride;
-  __device__ RowWarp(int H, int seqLen, int rowBlock)
+  int64_t kvHead, C;
+  __device__ RowWarp(int H, int seqLen, int64_t group, int rowBlock)
       : lane(threadIdx.x % 32),
         row(rowBlock * kRowWarps + threadIdx.x / 32),
         h(blockIdx.y),
         b(blockIdx.z),
         H(H),
         seqLen(seqLen),
-        C(int64_t(H) * D),
-        stride(3 * int64_t(H) * D) {}
-  // Row t of part p (0 = q, 1 = k, 2 = v) of a (B, T, 3C) tensor, and of a (B, T, C) one.
+        kvHead(blockIdx.y / group),
+        C(int64_t(H) * D) {}
+  // Row t of head `head` of x, whose rows lie `stride` elements apart.
   template <typename P>
-  __device__ P* qkvRow(P* x, int t, int part) const {
-    return x + (int64_t(b) * seqLen + t) * stride + part * C + h * D + lane;
+  __device__ P* headRow(P* x, int64_t stride, int t, int64_t head) const {
+    return x + (int64_t(b) * seqLen + t) * stride + head * D + lane;
   }
+  // Row t of q (query head h), k and v (key/value head h / G).
+  __device__ const float* qRow(const AttentionOperands<float>& in, int t) const {
+    return headRow(in.q, in.qStride, t, h);
+  }
+  __device__ const float* kRow(const AttentionOperands<float>& in, int t) const {
+    return headRow(in.k, in.kStride, t, kvHead);
+  }
+  __device__ const float* vRow(const AttentionOperands<float>& in, int t) const {
+    return headRow(in.v, in.vStride, t, kvHead);
+  }
+  // Row t of a (B, T, C) tensor.
   template <typename P>
   __device__ P* outRow(P* x, int t) const {
     return x + (int64_t(b) * seqLen + t) * C + h * D + lane;
@@ -641,19 +670,19 @@ struct RowWarp {
 // Forward of query row i: online softmax over keys 0..i.
 template <int D>
 __global__ void __launch_bounds__(32 * kRowWarps)
-    rowForwardKernel(const float* qkv, float* out, float* lse, int seqLen, int H, float scale) {
+    rowForwardKernel(AttentionOperands<float> in, float* out, float* lse, int seqLen, int H, float scale) {
   constexpr int kPer = D / 32;
-  const RowWarp<D> w(H, seqLen, blockIdx.x);
+  const RowWarp<D> w(H, seqLen, in.group, blockIdx.x);
   const int i = w.row;
   if (i >= seqLen) return;  // the whole warp: its shuffles stay among its own lanes
   float q[kPer], o[kPer];
-  loadRow<D>(q, w.qkvRow(qkv, i, 0));
+  loadRow<D>(q, w.qRow(in, i));
 #pragma unroll
   for (int j = 0; j < kPer; ++j) o[j] = 0.0f;
   float m = -INFINITY, l = 0.0f;
   for (int t = 0; t <= i; ++t) {
-    const float* k = w.qkvRow(qkv, t, 1);
-    const float* v = w.qkvRow(qkv, t, 2);
+    const float* k = w.kRow(in, t);
+    const float* v = w.vRow(in, t);
     const float s = warpDot<D>(q, k) * scale;
     const float mNew = fmaxf(m, s), correction = expf(m - mNew), p = expf(s - mNew);
     l = l * correction + p;
@@ -669,41 +698,43 @@ __global__ void __launch_bounds__(32 * kRowWarps)
 
 // dq of query row i: scale * sum over keys t <= i of P (dout . v_t - D) k_t.
 template <int D>
-__device__ void rowBackwardQuery(const RowWarp<D>& w, const float* dout, const float* qkv, const float* lse,
-                                 const float* rowDot, float* dqkv, float scale) {
+__device__ void rowBackwardQuery(const RowWarp<D>& w, const float* dout, const AttentionOperands<float>& in,
+                                 const float* lse, const float* rowDot, const AttentionGradients<float>& grads,
+                                 float scale) {
   constexpr int kPer = D / 32;
   const int i = w.row;
   float q[kPer], dy[kPer], dq[kPer];
-  loadRow<D>(q, w.qkvRow(qkv, i, 0));
+  loadRow<D>(q, w.qRow(in, i));
   loadRow<D>(dy, w.outRow(dout, i));
 #pragma unroll
   for (int j = 0; j < kPer; ++j) dq[j] = 0.0f;
   const float rowLse = lse[w.stat(i)], rowD = rowDot[w.stat(i)];
   for (int t = 0; t <= i; ++t) {
-    const float* k = w.qkvRow(qkv, t, 1);
+    const float* k = w.kRow(in, t);
     const float p = expf(warpDot<D>(q, k) * scale - rowLse);
-    const float ds = p * (warpDot<D>(dy, w.qkvRow(qkv, t, 2)) - rowD);
+    const float ds = p * (warpDot<D>(dy, w.vRow(in, t)) - rowD);
 #pragma unroll
     for (int j = 0; j < kPer; ++j) dq[j] = fmaf(ds, k[32 * j], dq[j]);
   }
-  float* dst = w.qkvRow(dqkv, i, 0);
+  float* dst = w.headRow(grads.dq, grads.dqStride, i, w.h);
 #pragma unroll
   for (int j = 0; j < kPer; ++j) dst[32 * j] = dq[j] * scale;
 }
 
 // dk and dv of key row t: over queries i >= t, dv += P dout_i, dk += scale P (dout_i . v - D_i) q_i.
 template <int D>
-__device__ void rowBackwardKey(const RowWarp<D>& w, const float* dout, const float* qkv, const float* lse,
-                               const float* rowDot, float* dqkv, float scale) {
+__device__ void rowBackwardKey(const RowWarp<D>& w, const float* dout, const AttentionOperands<float>& in,
+                               const float* lse, const float* rowDot, const AttentionGradients<float>& grads,
+                               float scale) {
   constexpr int kPer = D / 32;
   const int t = w.row;
   float k[kPer], v[kPer], dk[kPer], dv[kPer];
-  loadRow<D>(k, w.qkvRow(qkv, t, 1));
-  loadRow<D>(v, w.qkvRow(qkv, t, 2));
+  loadRow<D>(k, w.kRow(in, t));
+  loadRow<D>(v, w.vRow(in, t));
 #pragma unroll
   for (int j = 0; j < kPer; ++j) dk[j] = dv[j] = 0.0f;
   for (int i = t; i < w.seqLen; ++i) {
-    const float* q = w.qkvRow(qkv, i, 0);
+    const float* q = w.qRow(in, i);
     const float* dy = w.outRow(dout, i);
     const float p = expf(warpDot<D>(k, q) * scale - lse[w.stat(i)]);
     const float ds = p * (warpDot<D>(v, dy) - rowDot[w.stat(i)]);
@@ -713,8 +744,9 @@ __device__ void rowBackwardKey(const RowWarp<D>& w, const float* dout, const flo
       dk[j] = fmaf(ds, q[32 * j], dk[j]);
     }
   }
-  float* dk0 = w.qkvRow(dqkv, t, 1);
-  float* dv0 = w.qkvRow(dqkv, t, 2);
+  // Query head h's share of dk and dv: the caller sums each group.
+  float* dk0 = w.headRow(grads.dk, grads.dkStride, t, w.h);
+  float* dv0 = w.headRow(grads.dv, grads.dvStride, t, w.h);
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
     dk0[32 * j] = dk[j] * scale;
@@ -723,18 +755,18 @@ __device__ void rowBackwardKey(const RowWarp<D>& w, const float* dout, const flo
 }
 
 // Backward, one launch: blocks [0, rowBlocks) own query rows (dq), blocks [rowBlocks, 2 rowBlocks) key
-// rows (dk, dv); every element of dqkv has one writer.
+// rows (dk, dv of each query head); every element of the gradients has one writer.
 template <int D>
 __global__ void __launch_bounds__(32 * kRowWarps)
-    rowBackwardKernel(const float* dout, const float* qkv, const float* lse, const float* rowDot, float* dqkv,
-                      int seqLen, int H, float scale) {
+    rowBackwardKernel(const float* dout, AttentionOperands<float> in, const float* lse, const float* rowDot,
+                      AttentionGradients<float> grads, int seqLen, int H, float scale) {
   const int rowBlocks = gridDim.x / 2, keys = blockIdx.x >= rowBlocks;
-  const RowWarp<D> w(H, seqLen, blockIdx.x - keys * rowBlocks);
+  const RowWarp<D> w(H, seqLen, in.group, blockIdx.x - keys * rowBlocks);
   if (w.row >= seqLen) return;
   if (keys) {
-    rowBackwardKey<D>(w, dout, qkv, lse, rowDot, dqkv, scale);
+    rowBackwardKey<D>(w, dout, in, lse, rowDot, grads, scale);
   } else {
-    rowBackwardQuery<D>(w, dout, qkv, lse, rowDot, dqkv, scale);
+    rowBackwardQuery<D>(w, dout, in, lse, rowDot, grads, scale);
   }
 }
 
@@ -762,32 +794,44 @@ void setSharedBytes(Kernel kernel, size_t bytes) {
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
-void checkShape(const void* qkv, int64_t B, int64_t seqLen, int64_t H, int64_t d) {
+template <typename T>
+void checkShape(const AttentionOperands<T>& in, int64_t B, int64_t seqLen, int64_t H, int64_t d) {
   MINIDP_CHECK(flashAttentionSupportsHeadDim(d), "flash attention: head dim " << d << " has no CUDA kernel");
   MINIDP_CHECK(B <= 65535 && H <= 32767 && seqLen <= (int64_t(1) << 30), "flash attention: grid too large");
-  MINIDP_CHECK(reinterpret_cast<uintptr_t>(qkv) % 16 == 0, "flash attention: qkv must be 16-byte aligned");
+  MINIDP_CHECK(in.group >= 1 && H % in.group == 0,
+               "flash attention: group " << in.group << " must divide the " << H << " query heads");
+  // Tiles are copied in 16-byte vectors (cp.async): every row of every head must start 16-byte aligned.
+  const char* names[3] = {"q", "k", "v"};
+  const T* bases[3] = {in.q, in.k, in.v};
+  const int64_t strides[3] = {in.qStride, in.kStride, in.vStride};
+  for (int i = 0; i < 3; ++i) {
+    MINIDP_CHECK(reinterpret_cast<uintptr_t>(bases[i]) % 16 == 0 && strides[i] * int64_t(sizeof(T)) % 16 == 0,
+                 "flash attention: " << names[i] << " must be 16-byte aligned with a row stride of a multiple of 16 "
+                                     << "bytes, got stride " << strides[i] << " elements");
+  }
 }
 
 template <class Math, int D>
-void forward(const typename Math::Elem* qkv, typename Math::Elem* out, float* lse, int64_t B, int64_t seqLen, int64_t H,
-             cudaStream_t stream) {
+void forward(AttentionOperands<typename Math::Elem> in, typename Math::Elem* out, float* lse, int64_t B, int64_t seqLen,
+             int64_t H, cudaStream_t stream) {
   static_assert(!kRowKernels<Math, D> || std::is_same_v<Math, F32Math>, "only fp32 has row kernels");
   const float scale = 1.0f / std::sqrt(float(D));
   if constexpr (kRowKernels<Math, D>) {
     rowForwardKernel<D><<<dim3(ceilDiv(seqLen, kRowWarps), H, B), 32 * kRowWarps, 0, stream>>>(
-        qkv, out, lse, int(seqLen), int(H), scale);
+        in, out, lse, int(seqLen), int(H), scale);
   } else {
     auto kernel = flashForwardKernel<Math, D>;
     setSharedBytes(kernel, kForwardBytes<Math, D>);
     const dim3 grid(ceilDiv(seqLen, kTile), H, B);
-    kernel<<<grid, Math::kThreads, kForwardBytes<Math, D>, stream>>>(qkv, out, lse, int(seqLen), int(H), scale);
+    kernel<<<grid, Math::kThreads, kForwardBytes<Math, D>, stream>>>(in, out, lse, int(seqLen), int(H), scale);
   }
   CUDA_CHECK_LAUNCH();
 }
 
 template <class Math, int D>
-void backward(const typename Math::Elem* dout, const typename Math::Elem* qkv, const typename Math::Elem* out,
-              const float* lse, float* rowDot, typename Math::Elem* dqkv, int64_t B, int64_t seqLen, int64_t H,
+void backward(const typename Math::Elem* dout, AttentionOperands<typename Math::Elem> in,
+              const typename Math::Elem* out, const float* lse, float* rowDot,
+              AttentionGradients<typename Math::Elem> grads, int64_t B, int64_t seqLen, int64_t H,
               cudaStream_t stream) {
   using E = typename Math::Elem;
   constexpr int kRowDotBlock = 256, kRowsPerBlock = kRowDotBlock / rowDotLanes(D * sizeof(E) / 16);
@@ -801,18 +845,18 @@ void backward(const typename Math::Elem* dout, const typename Math::Elem* qkv, c
   const float scale = 1.0f / std::sqrt(float(D));
   if constexpr (kRowKernels<Math, D>) {
     const dim3 grid(2 * ceilDiv(seqLen, kRowWarps), H, B);
-    rowBackwardKernel<D><<<grid, 32 * kRowWarps, 0, stream>>>(dout, qkv, lse, rowDot, dqkv, int(seqLen), int(H), scale);
+    rowBackwardKernel<D><<<grid, 32 * kRowWarps, 0, stream>>>(dout, in, lse, rowDot, grads, int(seqLen), int(H), scale);
   } else {
     constexpr int kSplit = kSplitOf<Math, D>;
     const dim3 grid(ceilDiv(seqLen, kTile), H * kSplit, B);
     auto keyKernel = flashBackwardKeyKernel<Math, D, kSplit>;
     setSharedBytes(keyKernel, kKeyBytes<Math, D>);
-    keyKernel<<<grid, Math::kThreads, kKeyBytes<Math, D>, stream>>>(dout, qkv, lse, rowDot, dqkv, int(seqLen), int(H),
+    keyKernel<<<grid, Math::kThreads, kKeyBytes<Math, D>, stream>>>(dout, in, lse, rowDot, grads, int(seqLen), int(H),
                                                                     scale);
     CUDA_CHECK_LAUNCH();
     auto queryKernel = flashBackwardQueryKernel<Math, D, kSplit>;
     setSharedBytes(queryKernel, kQueryBytes<Math, D>);
-    queryKernel<<<grid, Math::kThreads, kQueryBytes<Math, D>, stream>>>(dout, qkv, lse, rowDot, dqkv, int(seqLen),
+    queryKernel<<<grid, Math::kThreads, kQueryBytes<Math, D>, stream>>>(dout, in, lse, rowDot, grads, int(seqLen),
                                                                         int(H), scale);
   }
   CUDA_CHECK_LAUNCH();
@@ -834,6 +878,18 @@ struct MathFor<bf16> {
   static __nv_bfloat16* cast(bf16* p) { return reinterpret_cast<__nv_bfloat16*>(p); }
 };
 
+// The operands and gradients with the Math policy's element type.
+template <typename T>
+AttentionOperands<typename MathFor<T>::type::Elem> elemOperands(const AttentionOperands<T>& in) {
+  using F = MathFor<T>;
+  return {F::cast(in.q), F::cast(in.k), F::cast(in.v), in.qStride, in.kStride, in.vStride, in.group};
+}
+template <typename T>
+AttentionGradients<typename MathFor<T>::type::Elem> elemGradients(const AttentionGradients<T>& grads) {
+  using F = MathFor<T>;
+  return {F::cast(grads.dq), F::cast(grads.dk), F::cast(grads.dv), grads.dqStride, grads.dkStride, grads.dvStride};
+}
+
 // Calls f(std::integral_constant<int, D>{}) for head dim d, one of flashAttentionSupportsHeadDim's.
 template <typename F>
 void withHeadDim(int64_t d, F&& f) {
@@ -851,33 +907,35 @@ void withHeadDim(int64_t d, F&& f) {
 }  // namespace
 
 template <typename T>
-void flashAttentionForward(const T* qkv, T* out, AccumOf<T>* lse, int64_t B, int64_t seqLen, int64_t H, int64_t d,
-                           cudaStream_t stream) {
-  checkShape(qkv, B, seqLen, H, d);
+void flashAttentionForward(AttentionOperands<T> in, T* out, AccumOf<T>* lse, int64_t B, int64_t seqLen, int64_t H,
+                           int64_t d, cudaStream_t stream) {
+  checkShape(in, B, seqLen, H, d);
   if (B * seqLen * H == 0) return;
   using F = MathFor<T>;
   withHeadDim(d, [&](auto dim) {
-    forward<typename F::type, decltype(dim)::value>(F::cast(qkv), F::cast(out), lse, B, seqLen, H, stream);
+    forward<typename F::type, decltype(dim)::value>(elemOperands(in), F::cast(out), lse, B, seqLen, H, stream);
   });
 }
 
 template <typename T>
-void flashAttentionBackward(const T* dout, const T* qkv, const T* out, const AccumOf<T>* lse, AccumOf<T>* rowDot,
-                            T* dqkv, int64_t B, int64_t seqLen, int64_t H, int64_t d, cudaStream_t stream) {
-  checkShape(qkv, B, seqLen, H, d);
+void flashAttentionBackward(const T* dout, AttentionOperands<T> in, const T* out, const AccumOf<T>* lse,
+                            AccumOf<T>* rowDot, AttentionGradients<T> grads, int64_t B, int64_t seqLen, int64_t H,
+                            int64_t d, cudaStream_t stream) {
+  checkShape(in, B, seqLen, H, d);
   MINIDP_CHECK(reinterpret_cast<uintptr_t>(dout) % 16 == 0, "flash attention: dout must be 16-byte aligned");
   if (B * seqLen * H == 0) return;
   using F = MathFor<T>;
   withHeadDim(d, [&](auto dim) {
-    backward<typename F::type, decltype(dim)::value>(F::cast(dout), F::cast(qkv), F::cast(out), lse, rowDot,
-                                                     F::cast(dqkv), B, seqLen, H, stream);
+    backward<typename F::type, decltype(dim)::value>(F::cast(dout), elemOperands(in), F::cast(out), lse, rowDot,
+                                                     elemGradients(grads), B, seqLen, H, stream);
   });
 }
 
-#define MINIDP_INSTANTIATE(T)                                                                                          \
-  template void flashAttentionForward<T>(const T*, T*, AccumOf<T>*, int64_t, int64_t, int64_t, int64_t, cudaStream_t); \
-  template void flashAttentionBackward<T>(const T*, const T*, const T*, const AccumOf<T>*, AccumOf<T>*, T*, int64_t,   \
-                                          int64_t, int64_t, int64_t, cudaStream_t);
+#define MINIDP_INSTANTIATE(T)                                                                                       \
+  template void flashAttentionForward<T>(AttentionOperands<T>, T*, AccumOf<T>*, int64_t, int64_t, int64_t, int64_t, \
+                                         cudaStream_t);                                                             \
+  template void flashAttentionBackward<T>(const T*, AttentionOperands<T>, const T*, const AccumOf<T>*, AccumOf<T>*, \
+                                          AttentionGradients<T>, int64_t, int64_t, int64_t, int64_t, cudaStream_t);
 MINIDP_INSTANTIATE(float)
 MINIDP_INSTANTIATE(bf16)
 #undef MINIDP_INSTANTIATE

@@ -1,10 +1,12 @@
 // Causal flash attention (FlashAttention-2 style): softmax(q k^T / sqrt(d)) v with an online softmax,
-// never forming the (B, H, T, T) scores. Reads q, k, v in place from the (B, T, 3C) qkv of the attention
-// projection ([q | k | v] along 3C, heads (H, d) inside each), writes y (B, T, C) and the row logsumexp
-// (B, H, T) that backward recomputes the probabilities from. CUDA: float (exact FFMA, the reference
-// path) and bf16 (tensor cores, fp32 accumulation and softmax statistics), head dims of
-// flashAttentionSupportsHeadDim, any sequence length; deterministic. CPU twins: float and double, any
-// head dim.
+// never forming the (B, H, T, T) scores. Reads q, k, v in place through AttentionOperands: three base
+// pointers with their own row strides (the (B, T, 3C) qkv of the attention projection, [q | k | v] along
+// 3C, or separate q (B, T, H, d) and k, v (B, T, Hkv, d)), query head h reading key/value head h / G
+// (grouped-query attention). Writes y (B, T, H d) and the row logsumexp (B, H, T) that backward
+// recomputes the probabilities from; backward writes dq, dk and dv per query head (dk, dv summed over
+// each group by the caller). CUDA: float (exact FFMA, the reference path) and bf16 (tensor cores, fp32
+// accumulation and softmax statistics), head dims of flashAttentionSupportsHeadDim, any sequence length;
+// deterministic. CPU twins: float and double, any head dim.
 #pragma once
 
 #include <cstdint>
@@ -22,17 +24,54 @@ inline bool flashAttentionSupportsHeadDim(int64_t d) {
 /// The head dims of flashAttentionSupportsHeadDim, as a list for messages: "32, 64, 80, 96, 128 or 256".
 inline const char* flashAttentionHeadDims() { return "32, 64, 80, 96, 128 or 256"; }
 
-#define MINIDP_FLASH_ATTENTION_DECLARATIONS(...)                                                                    \
-  /* qkv (B, T, 3C), C = H * d; out (B, T, C); lse (B, H, T): logsumexp of the scaled causal scores of */           \
-  /* each query row, in natural-log units. */                                                                       \
-  template <typename T>                                                                                             \
-  void flashAttentionForward(const T* qkv, T* out, AccumOf<T>* lse, int64_t B, int64_t seqLen, int64_t H,           \
-                             int64_t d __VA_ARGS__);                                                                \
-  /* dqkv (B, T, 3C), fully written, from dout and out (B, T, C), qkv and lse of the forward; */                    \
-  /* rowDot (B, H, T) is scratch for D = rowsum(dout * out). Deterministic: no atomics. */                          \
-  template <typename T>                                                                                             \
-  void flashAttentionBackward(const T* dout, const T* qkv, const T* out, const AccumOf<T>* lse, AccumOf<T>* rowDot, \
-                              T* dqkv, int64_t B, int64_t seqLen, int64_t H, int64_t d __VA_ARGS__);
+/// Where the kernels read q, k and v: each points at head 0 of token 0 of batch 0, token t of batch b is
+/// (b T + t) rows of its stride (elements) further, and head j of a row is j d elements into it. Query
+/// head h reads key/value head h / group. CUDA: pointers and strides (in bytes) 16-byte aligned.
+template <typename T>
+struct AttentionOperands {
+  const T* q;
+  const T* k;
+  const T* v;
+  int64_t qStride, kStride, vStride;
+  int64_t group;  // G = H / Hkv
+};
+
+/// Where backward writes dq, dk and dv, all per query head (H heads of d in each row, rows as in
+/// AttentionOperands): dk and dv of head h are query head h's share of key/value head h / G.
+template <typename T>
+struct AttentionGradients {
+  T* dq;
+  T* dk;
+  T* dv;
+  int64_t dqStride, dkStride, dvStride;
+};
+
+/// q, k and v of the (B, T, 3C) qkv, C = H d, read in place: rows 3C apart, no grouping.
+template <typename T>
+AttentionOperands<T> packedOperands(const T* qkv, int64_t H, int64_t d) {
+  const int64_t C = H * d;
+  return {qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, 3 * C, 1};
+}
+
+/// dq, dk and dv written into the (B, T, 3C) dqkv.
+template <typename T>
+AttentionGradients<T> packedGradients(T* dqkv, int64_t H, int64_t d) {
+  const int64_t C = H * d;
+  return {dqkv, dqkv + C, dqkv + 2 * C, 3 * C, 3 * C, 3 * C};
+}
+
+#define MINIDP_FLASH_ATTENTION_DECLARATIONS(...)                                                                     \
+  /* q, k, v as `in` says, H query heads of d; out (B, T, H d); lse (B, H, T): logsumexp of the scaled */            \
+  /* causal scores of each query row, in natural-log units. */                                                       \
+  template <typename T>                                                                                              \
+  void flashAttentionForward(AttentionOperands<T> in, T* out, AccumOf<T>* lse, int64_t B, int64_t seqLen, int64_t H, \
+                             int64_t d __VA_ARGS__);                                                                 \
+  /* The rows of `grads` (B T rows of H heads each), fully written, from dout and out (B, T, H d), `in` and */       \
+  /* lse of the forward; rowDot (B, H, T) is scratch for D = rowsum(dout * out). Deterministic: no atomics. */       \
+  template <typename T>                                                                                              \
+  void flashAttentionBackward(const T* dout, AttentionOperands<T> in, const T* out, const AccumOf<T>* lse,           \
+                              AccumOf<T>* rowDot, AttentionGradients<T> grads, int64_t B, int64_t seqLen, int64_t H, \
+                              int64_t d __VA_ARGS__);
 
 namespace cpu {
 MINIDP_FLASH_ATTENTION_DECLARATIONS()

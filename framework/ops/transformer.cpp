@@ -144,36 +144,25 @@ void headGemm(const AttentionShape& s, bool transA, bool transB, int64_t M, int6
                       K * N, T(0), C.data<T>(), M * N, s.matrices());
 }
 
-// Calls f(T{}) with T the element type of the CUDA flash kernels for `dtype`: float or bf16.
-template <typename F>
-void dispatchFlash(DType dtype, F f) {
-  if (dtype == DType::BF16) {
-    f(bf16{});
-  } else {
-    f(float{});
-  }
-}
-
 // Flash attention (kernels/flash_attention.h): reads q, k, v in place from qkv, keeps only y and the row
 // logsumexp (B, H, T) for backward, which recomputes the probabilities tile by tile.
 Variable flashSelfAttention(const Variable& qkvVar, const AttentionShape& s) {
   const Tensor& qkv = qkvVar.data();
   Tensor y = Tensor::empty({s.B, s.seqLen, s.C()}, qkv.dtype(), qkv.device());  // (B, T, C)
   Tensor lse = Tensor::empty({s.B, s.H, s.seqLen}, DType::F32, qkv.device());   // (B, H, T), fp32 for both
-  dispatchFlash(qkv.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    MINIDP_ON_CUDA(kernels::cuda::flashAttentionForward<T>(qkv.data<T>(), y.data<T>(), lse.data<float>(), s.B, s.seqLen,
-                                                           s.H, s.d, runtime::computeStream()));
-  });
+  MINIDP_ON_CUDA(MINIDP_DISPATCH_F32_BF16(
+      qkv.dtype(), T,
+      kernels::cuda::flashAttentionForward<T>(kernels::packedOperands<T>(qkv.data<T>(), s.H, s.d), y.data<T>(),
+                                              lse.data<float>(), s.B, s.seqLen, s.H, s.d, runtime::computeStream())));
   return Variable::fromOp(y, {qkvVar}, [s, qkv, y, lse](const Tensor& g) {
     Tensor dqkv = Tensor::empty(qkv.shape(), g.dtype(), g.device());              // fully written by the kernels
     Tensor rowDot = Tensor::empty({s.B, s.H, s.seqLen}, DType::F32, g.device());  // rowsum(dy * y)
-    dispatchFlash(g.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      MINIDP_ON_CUDA(kernels::cuda::flashAttentionBackward<T>(g.data<T>(), qkv.data<T>(), y.data<T>(),
-                                                              lse.data<float>(), rowDot.data<float>(), dqkv.data<T>(),
-                                                              s.B, s.seqLen, s.H, s.d, runtime::computeStream()));
-    });
+    MINIDP_ON_CUDA(MINIDP_DISPATCH_F32_BF16(
+        g.dtype(), T,
+        kernels::cuda::flashAttentionBackward<T>(g.data<T>(), kernels::packedOperands<T>(qkv.data<T>(), s.H, s.d),
+                                                 y.data<T>(), lse.data<float>(), rowDot.data<float>(),
+                                                 kernels::packedGradients<T>(dqkv.data<T>(), s.H, s.d), s.B, s.seqLen,
+                                                 s.H, s.d, runtime::computeStream())));
     return std::vector<Tensor>{dqkv};
   });
 }

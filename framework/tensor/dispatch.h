@@ -40,6 +40,17 @@
     }                                                             \
   } while (0)
 
+/// Runs the block with `T` bound to float or bf16 according to `dtype` (the element types of the CUDA flash
+/// attention kernels).
+#define MINIDP_DISPATCH_F32_BF16(dtype, T, ...)                   \
+  do {                                                            \
+    switch (dtype) {                                              \
+      MINIDP_DISPATCH_CASE_(F32, float, T, __VA_ARGS__)           \
+      MINIDP_DISPATCH_CASE_(BF16, ::minidp::bf16, T, __VA_ARGS__) \
+      MINIDP_DISPATCH_DEFAULT_(dtype);                            \
+    }                                                             \
+  } while (0)
+
 #if MINIDP_WITH_CUDA
 /// The statement, in a CUDA build; an error naming the op otherwise.
 #define MINIDP_ON_CUDA(...) __VA_ARGS__

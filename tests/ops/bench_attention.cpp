@@ -106,12 +106,14 @@ void benchFlash(const Shape4& s, DType dtype, const std::vector<float>& qkvValue
   Tensor rowDot = Tensor::empty({s.B, s.H, s.T}, DType::F32, Device::CUDA);
   cudaStream_t stream = runtime::computeStream();
   auto forward = [&] {
-    kernels::cuda::flashAttentionForward<T>(qkv.data<T>(), y.data<T>(), lse.data<float>(), s.B, s.T, s.H, s.d, stream);
+    kernels::cuda::flashAttentionForward<T>(kernels::packedOperands<T>(qkv.data<T>(), s.H, s.d), y.data<T>(),
+                                            lse.data<float>(), s.B, s.T, s.H, s.d, stream);
   };
   auto forwardBackward = [&] {
     forward();
-    kernels::cuda::flashAttentionBackward<T>(dy.data<T>(), qkv.data<T>(), y.data<T>(), lse.data<float>(),
-                                             rowDot.data<float>(), dqkv.data<T>(), s.B, s.T, s.H, s.d, stream);
+    kernels::cuda::flashAttentionBackward<T>(
+        dy.data<T>(), kernels::packedOperands<T>(qkv.data<T>(), s.H, s.d), y.data<T>(), lse.data<float>(),
+        rowDot.data<float>(), kernels::packedGradients<T>(dqkv.data<T>(), s.H, s.d), s.B, s.T, s.H, s.d, stream);
   };
   const double fwdMs = medianMs(forward), fwdBwdMs = medianMs(forwardBackward);
   printRow("flash", dtype == DType::F32 ? "fp32" : "bf16", s, fwdMs, fwdBwdMs,

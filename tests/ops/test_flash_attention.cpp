@@ -4,7 +4,8 @@
 // at lengths that are no multiple of a tile; each tensor inside a larger allocation whose rows past the
 // sequence end are NaN (inputs: must never be read; outputs: must stay unwritten), outputs poisoned with
 // NaN first so every element must be written; two runs bitwise equal; the op on CUDA against the CPU op.
-// GPT refuses a bf16 shape without a kernel when it is built.
+// GPT refuses a bf16 shape without a kernel when it is built. Separate q, k, v with grouped key/value heads
+// (the twin on the CPU, causalAttention on CUDA) against the packed path on k and v repeated: the same bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "framework/tensor/dispatch.h"
 #include "framework/ops/ops.h"
 #include "kernels/flash_attention.h"
+#include "kernels/slice.h"
 #include "models/gpt.h"
 #include "tests/support/device_compare.h"
 #include "tests/support/gradcheck.h"
@@ -46,14 +48,15 @@ Variable twinAttention(const Variable& qkvVar, int64_t H) {
   const Dims s{qkv.size(0), qkv.size(1), H, qkv.size(2) / 3 / H};
   Tensor y = Tensor::empty({s.B, s.T, s.C()}, DType::F64, Device::CPU);
   Tensor lse = Tensor::empty({s.B, s.H, s.T}, DType::F64, Device::CPU);
-  kernels::cpu::flashAttentionForward<double>(qkv.data<double>(), y.data<double>(), lse.data<double>(), s.B, s.T, s.H,
-                                              s.d);
+  kernels::cpu::flashAttentionForward<double>(kernels::packedOperands<double>(qkv.data<double>(), s.H, s.d),
+                                              y.data<double>(), lse.data<double>(), s.B, s.T, s.H, s.d);
   return Variable::fromOp(y, {qkvVar}, [s, qkv, y, lse](const Tensor& g) {
     Tensor dqkv = Tensor::empty(qkv.shape(), DType::F64, Device::CPU);
     Tensor rowDot = Tensor::empty({s.B, s.H, s.T}, DType::F64, Device::CPU);
-    kernels::cpu::flashAttentionBackward<double>(g.data<double>(), qkv.data<double>(), y.data<double>(),
-                                                 lse.data<double>(), rowDot.data<double>(), dqkv.data<double>(), s.B,
-                                                 s.T, s.H, s.d);
+    kernels::cpu::flashAttentionBackward<double>(
+        g.data<double>(), kernels::packedOperands<double>(qkv.data<double>(), s.H, s.d), y.data<double>(),
+        lse.data<double>(), rowDot.data<double>(), kernels::packedGradients<double>(dqkv.data<double>(), s.H, s.d), s.B,
+        s.T, s.H, s.d);
     return std::vector<Tensor>{dqkv};
   });
 }
@@ -80,7 +83,8 @@ TEST(FlashAttentionCpu, LogsumexpIsTheScaledScoresLogsumexp) {
   const Dims s{2, 6, 2, 4};
   Tensor qkv = randomTensor({s.B, s.T, 3 * s.C()}, 103, -2.0, 2.0);
   std::vector<double> y(s.B * s.T * s.C()), lse(s.B * s.H * s.T), x = qkv.toVector<double>();
-  kernels::cpu::flashAttentionForward<double>(x.data(), y.data(), lse.data(), s.B, s.T, s.H, s.d);
+  kernels::cpu::flashAttentionForward<double>(kernels::packedOperands<double>(x.data(), s.H, s.d), y.data(), lse.data(),
+                                              s.B, s.T, s.H, s.d);
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.H; ++h)
       for (int64_t i = 0; i < s.T; ++i) {
@@ -110,15 +114,89 @@ TEST(FlashAttentionCpu, FloatTwinMatchesDoubleTwin) {
   const std::vector<float> xf(x.begin(), x.end()), gf(g.begin(), g.end());
   std::vector<double> y(s.B * s.T * s.C()), lse(s.B * s.H * s.T), rowDot(lse.size()), dx(x.size());
   std::vector<float> yf(y.size()), lsef(lse.size()), rowDotf(lse.size()), dxf(x.size());
-  kernels::cpu::flashAttentionForward<double>(x.data(), y.data(), lse.data(), s.B, s.T, s.H, s.d);
-  kernels::cpu::flashAttentionBackward<double>(g.data(), x.data(), y.data(), lse.data(), rowDot.data(), dx.data(), s.B,
-                                               s.T, s.H, s.d);
-  kernels::cpu::flashAttentionForward<float>(xf.data(), yf.data(), lsef.data(), s.B, s.T, s.H, s.d);
-  kernels::cpu::flashAttentionBackward<float>(gf.data(), xf.data(), yf.data(), lsef.data(), rowDotf.data(), dxf.data(),
+  kernels::cpu::flashAttentionForward<double>(kernels::packedOperands<double>(x.data(), s.H, s.d), y.data(), lse.data(),
                                               s.B, s.T, s.H, s.d);
+  kernels::cpu::flashAttentionBackward<double>(
+      g.data(), kernels::packedOperands<double>(x.data(), s.H, s.d), y.data(), lse.data(), rowDot.data(),
+      kernels::packedGradients<double>(dx.data(), s.H, s.d), s.B, s.T, s.H, s.d);
+  kernels::cpu::flashAttentionForward<float>(kernels::packedOperands<float>(xf.data(), s.H, s.d), yf.data(),
+                                             lsef.data(), s.B, s.T, s.H, s.d);
+  kernels::cpu::flashAttentionBackward<float>(
+      gf.data(), kernels::packedOperands<float>(xf.data(), s.H, s.d), yf.data(), lsef.data(), rowDotf.data(),
+      kernels::packedGradients<float>(dxf.data(), s.H, s.d), s.B, s.T, s.H, s.d);
   expectNear(std::vector<double>(yf.begin(), yf.end()), y, 1e-5, "y");
   expectNear(std::vector<double>(lsef.begin(), lsef.end()), lse, 1e-5, "lse");
   expectNear(std::vector<double>(dxf.begin(), dxf.end()), dx, 1e-5, "dqkv");
+}
+
+// The twin on separate q (B, T, H, d), k and v (B, T, Hkv, d) in place as an op: dk and dv come out per
+// query head and each group's G heads are summed in order, as the op on CUDA sums them.
+Variable twinGroupedAttention(const Variable& qVar, const Variable& kVar, const Variable& vVar) {
+  const Tensor& q = qVar.data();
+  const Tensor& k = kVar.data();
+  const Tensor& v = vVar.data();
+  const int64_t B = q.size(0), T = q.size(1), H = q.size(2), Hkv = k.size(2), d = q.size(3), G = H / Hkv;
+  const auto operands = [=] {
+    return kernels::AttentionOperands<double>{
+        q.data<double>(), k.data<double>(), v.data<double>(), H * d, Hkv * d, Hkv * d, G};
+  };
+  Tensor y = Tensor::empty(q.shape(), DType::F64, Device::CPU);
+  Tensor lse = Tensor::empty({B, H, T}, DType::F64, Device::CPU);
+  kernels::cpu::flashAttentionForward<double>(operands(), y.data<double>(), lse.data<double>(), B, T, H, d);
+  return Variable::fromOp(y, {qVar, kVar, vVar}, [=](const Tensor& g) {
+    Tensor dq = Tensor::empty(q.shape(), DType::F64, Device::CPU);
+    Tensor dkHeads = Tensor::empty(q.shape(), DType::F64, Device::CPU);
+    Tensor dvHeads = Tensor::empty(q.shape(), DType::F64, Device::CPU);
+    Tensor rowDot = Tensor::empty({B, H, T}, DType::F64, Device::CPU);
+    kernels::cpu::flashAttentionBackward<double>(
+        g.data<double>(), operands(), y.data<double>(), lse.data<double>(), rowDot.data<double>(),
+        kernels::AttentionGradients<double>{dq.data<double>(), dkHeads.data<double>(), dvHeads.data<double>(), H * d,
+                                            H * d, H * d},
+        B, T, H, d);
+    Tensor dk = Tensor::empty(k.shape(), DType::F64, Device::CPU),
+           dv = Tensor::empty(v.shape(), DType::F64, Device::CPU);
+    kernels::cpu::sumRepeatedBlocks<double>(dkHeads.data<double>(), dk.data<double>(), B * T * Hkv, G, d);
+    kernels::cpu::sumRepeatedBlocks<double>(dvHeads.data<double>(), dv.data<double>(), B * T * Hkv, G, d);
+    return std::vector<Tensor>{dq, dk, dv};
+  });
+}
+
+TEST(FlashAttentionCpu, SeparateGroupedOperandsEqualPackedRepeatedOnes) {
+  // The twin on q, k and v in place with G = H / Hkv, against the twin on the (B, T, 3C) qkv packed from q and
+  // k, v repeated to H heads (ops::repeatInterleave, ops::cat): the same products in the same order, dk and dv
+  // summed over each group in repeatInterleave's order, so the same bits. And against the packed op as the CPU
+  // runs it (causalSelfAttention's materialised path) within 1e-12. T = 9, d = 6: no size a multiple of another.
+  const int64_t B = 2, T = 9, H = 4, d = 6;
+  for (int64_t Hkv : {4, 2, 1}) {
+    SCOPED_TRACE("Hkv " + std::to_string(Hkv));
+    const int64_t G = H / Hkv;
+    const Tensor q = randomTensor({B, T, H, d}, 107, -2.0, 2.0), k = randomTensor({B, T, Hkv, d}, 108, -2.0, 2.0);
+    const Tensor v = randomTensor({B, T, Hkv, d}, 109), dy = randomTensor({B, T, H, d}, 110);
+    std::vector<Variable> grouped, packed, reference;
+    for (const Tensor& t : {q, k, v}) {
+      grouped.emplace_back(t.clone(), true);
+      packed.emplace_back(t.clone(), true);
+      reference.emplace_back(t.clone(), true);
+    }
+    Variable yGrouped = twinGroupedAttention(grouped[0], grouped[1], grouped[2]);
+    const Shape rows{B, T, H * d};
+    const Variable qkv =
+        ops::cat({ops::reshape(packed[0], rows), ops::reshape(ops::repeatInterleave(packed[1], 2, G), rows),
+                  ops::reshape(ops::repeatInterleave(packed[2], 2, G), rows)},
+                 -1);
+    Variable yPacked = ops::reshape(twinAttention(qkv, H), {B, T, H, d});
+    Variable yReference = ops::causalAttentionPacked(reference[0], reference[1], reference[2]);
+    yGrouped.backward(dy);
+    yPacked.backward(dy);
+    yReference.backward(dy);
+    EXPECT_EQ(yGrouped.data().toVector<double>(), yPacked.data().toVector<double>());
+    expectNear(yGrouped.data().toVector<double>(), yReference.data().toVector<double>(), 1e-12, "y");
+    const char* names[3] = {"dq", "dk", "dv"};
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(grouped[i].grad().toVector<double>(), packed[i].grad().toVector<double>()) << names[i];
+      expectNear(grouped[i].grad().toVector<double>(), reference[i].grad().toVector<double>(), 1e-12, names[i]);
+    }
+  }
 }
 
 TEST(FlashAttentionOp, Bf16OnTheCpuIsAnError) {
@@ -161,9 +239,11 @@ AttentionResult referenceTwin(const Dims& s, const std::vector<double>& qkv, con
   AttentionResult r{std::vector<double>(s.B * s.T * s.C()), std::vector<double>(s.B * s.H * s.T),
                     std::vector<double>(qkv.size())};
   std::vector<double> rowDot(r.lse.size());
-  kernels::cpu::flashAttentionForward<double>(qkv.data(), r.y.data(), r.lse.data(), s.B, s.T, s.H, s.d);
-  kernels::cpu::flashAttentionBackward<double>(dy.data(), qkv.data(), r.y.data(), r.lse.data(), rowDot.data(),
-                                               r.dqkv.data(), s.B, s.T, s.H, s.d);
+  const kernels::AttentionOperands<double> in = kernels::packedOperands<double>(qkv.data(), s.H, s.d);
+  kernels::cpu::flashAttentionForward<double>(in, r.y.data(), r.lse.data(), s.B, s.T, s.H, s.d);
+  kernels::cpu::flashAttentionBackward<double>(dy.data(), in, r.y.data(), r.lse.data(), rowDot.data(),
+                                               kernels::packedGradients<double>(r.dqkv.data(), s.H, s.d), s.B, s.T, s.H,
+                                               s.d);
   return r;
 }
 
@@ -210,11 +290,13 @@ AttentionResult runCuda(const Dims& s, const std::vector<double>& qkv, const std
   const Padded lse({}, s.B * s.H, s.T, DType::F32, tail), rowDot({}, s.B * s.H, s.T, DType::F32, tail);
   auto run = [&](auto tag) {
     using T = decltype(tag);
-    MINIDP_ON_CUDA(kernels::cuda::flashAttentionForward<T>(x.data<T>(), y.data<T>(), lse.data<float>(), s.B, s.T, s.H,
-                                                           s.d, runtime::computeStream()));
-    MINIDP_ON_CUDA(kernels::cuda::flashAttentionBackward<T>(g.data<T>(), x.data<T>(), y.data<T>(), lse.data<float>(),
-                                                            rowDot.data<float>(), dx.data<T>(), s.B, s.T, s.H, s.d,
-                                                            runtime::computeStream()));
+    MINIDP_ON_CUDA(kernels::cuda::flashAttentionForward<T>(kernels::packedOperands<T>(x.data<T>(), s.H, s.d),
+                                                           y.data<T>(), lse.data<float>(), s.B, s.T, s.H, s.d,
+                                                           runtime::computeStream()));
+    MINIDP_ON_CUDA(kernels::cuda::flashAttentionBackward<T>(
+        g.data<T>(), kernels::packedOperands<T>(x.data<T>(), s.H, s.d), y.data<T>(), lse.data<float>(),
+        rowDot.data<float>(), kernels::packedGradients<T>(dx.data<T>(), s.H, s.d), s.B, s.T, s.H, s.d,
+        runtime::computeStream()));
   };
   if (dtype == DType::F32) {
     run(float{});
@@ -434,6 +516,57 @@ TEST(FlashAttentionOpBf16, MatchesFloat64AndIsReproducible) {
       runs.push_back(out);
     }
     EXPECT_EQ(runs[0], runs[1]) << describe(s);
+  }
+}
+
+TEST(FlashAttentionOpGrouped, SeparateOperandsEqualThePackedPathBitForBit) {
+  // causalAttention on CUDA runs the flash kernels on q, k and v in place (query head h reading key/value head
+  // h / G) and sums dk, dv over each group; causalAttentionPacked repeats k and v, packs [q | k | v], runs the
+  // same kernels on the packed qkv and sums the repeats' gradients in the same order: the same bits, y and all
+  // three gradients. BF16 and F32 at head dims 64, 128 and 256 (F32 256: the row kernels; BF16 256: two column
+  // slices), T = 77 and 200 (no multiple of a tile), G = 1, 2, 4. The float64 CPU op on the same rounded values
+  // bounds both (relative L2 < 1e-2).
+  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  const int64_t B = 2, H = 4;
+  for (DType dtype : {DType::BF16, DType::F32}) {
+    for (int64_t d : {64, 128, 256}) {
+      for (int64_t T : {77, 200}) {
+        for (int64_t Hkv : {4, 2, 1}) {
+          SCOPED_TRACE(std::string(dtypeName(dtype)) + " d " + std::to_string(d) + " T " + std::to_string(T) + " Hkv " +
+                       std::to_string(Hkv));
+          const std::vector<double> q = randomValues(B * T * H * d, 301, dtype);
+          const std::vector<double> k = randomValues(B * T * Hkv * d, 302, dtype);
+          const std::vector<double> v = randomValues(B * T * Hkv * d, 303, dtype);
+          const std::vector<double> dy = randomValues(B * T * H * d, 304, dtype);
+          const Shape qShape{B, T, H, d}, kvShape{B, T, Hkv, d};
+          std::vector<std::vector<double>> results[2];  // y, dq, dk, dv of each path
+          for (int path = 0; path < 2; ++path) {
+            std::vector<Variable> in{Variable(cudaTensor(q, qShape, dtype), true),
+                                     Variable(cudaTensor(k, kvShape, dtype), true),
+                                     Variable(cudaTensor(v, kvShape, dtype), true)};
+            Variable y =
+                path == 0 ? ops::causalAttention(in[0], in[1], in[2]) : ops::causalAttentionPacked(in[0], in[1], in[2]);
+            ASSERT_EQ(y.dtype(), dtype);
+            y.backward(cudaTensor(dy, qShape, dtype));
+            results[path] = {valuesOf(y.data()), valuesOf(in[0].grad()), valuesOf(in[1].grad()),
+                             valuesOf(in[2].grad())};
+          }
+          std::vector<Variable> ref{Variable(Tensor::fromVector<double>(q, qShape), true),
+                                    Variable(Tensor::fromVector<double>(k, kvShape), true),
+                                    Variable(Tensor::fromVector<double>(v, kvShape), true)};
+          Variable yRef = ops::causalAttention(ref[0], ref[1], ref[2]);
+          yRef.backward(Tensor::fromVector<double>(dy, qShape));
+          const std::vector<double> expected[4] = {yRef.data().toVector<double>(), ref[0].grad().toVector<double>(),
+                                                   ref[1].grad().toVector<double>(), ref[2].grad().toVector<double>()};
+          const char* names[4] = {"y", "dq", "dk", "dv"};
+          for (int i = 0; i < 4; ++i) {
+            maxRelativeError(results[0][i], expected[i], names[i]);  // every element written and finite
+            EXPECT_TRUE(results[0][i] == results[1][i]) << names[i] << " differs from the packed path";
+            EXPECT_LT(relativeL2(results[0][i], expected[i], 1, -1), 1e-2) << names[i];
+          }
+        }
+      }
+    }
   }
 }
 
