@@ -741,6 +741,10 @@ EMULATED_LEFT_OUT = {
     "h200-2026-12-01/hooks_a": "PowerSGD before its local work was batched per bucket: not the hook modelled",
     "h200-2026-12-01/hooks_b": "PowerSGD before its local work was batched per bucket: not the hook modelled",
     "h200-2026-12-01/hooks_c": "PowerSGD before its local work was batched per bucket: not the hook modelled",
+    "h200-2026-12-01-c/psgd_batched": "PowerSGD with its products batched too (2071a99): the local-work constants are "
+    "fitted to d583825's hook, and these 25 MB runs alone are too few to fit them again",
+    "h200-2026-12-01-c/rank6": "PowerSGD with its products batched too (2071a99), rank 6 at 25 MB only: as psgd_batched",
+    "h200-2026-12-01-c/gqa": "PowerSGD with its products batched too (2071a99), rank 6 at 25 MB only: as psgd_batched",
 }
 
 
