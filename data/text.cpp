@@ -50,6 +50,7 @@ TokenCorpus loadFortunes(const std::string& dir, double valFraction) {
 }
 
 std::vector<int32_t> readLlmcTokenFile(const std::string& path) {
+  MINIDP_CHECK(!std::filesystem::is_directory(path), "llm.c token file " << path << " is a folder, not a file");
   MINIDP_CHECK(std::filesystem::is_regular_file(path), "llm.c token file " << path << " does not exist");
   const std::vector<uint8_t> bytes = readAll(path);
   const int64_t headerBytes = kLlmcHeaderInts * 4;

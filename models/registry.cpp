@@ -327,7 +327,7 @@ void completeEntry(const std::string& name, ModelEntry& e) {
   }
   if (!e.flopsPerItem) e.flopsPerItem = [](const ModelArgs&, const Model& m) { return 6.0 * asDouble(m.numParameters()); };
   if (!e.score) e.score = e.evaluation == Evaluation::Accuracy ? accuracyScore : meanLossScore;
-  if (!e.nextTokenLogits) e.nextTokenLogits = lastRowLogits;
+  if (!e.nextTokenLogits && e.data == DataKind::Tokens) e.nextTokenLogits = lastRowLogits;
 }
 
 struct Registry {

@@ -118,8 +118,8 @@ struct ModelEntry {
   /// Validation of one batch. Default by `evaluation`: Accuracy runs forward and counts argmax == target
   /// (loss: cross-entropy times rows); MeanLoss takes loss() as one item.
   std::function<EvalSums(const Model&, const Tensor& inputs, const Tensor& targets)> score;
-  /// Sampling (Tokens): the logits (V) of the token after `window`, int32 (1, t) with t <= context.
-  /// Default: the last row of forward(window).
+  /// Sampling: the logits (V) of the token after `window`, int32 (1, t) with t <= context. Default for a
+  /// Tokens model: the last row of forward(window); empty: the model cannot sample (--sample is refused).
   std::function<Tensor(const Model&, const Tensor& window)> nextTokenLogits;
 };
 

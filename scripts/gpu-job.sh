@@ -156,8 +156,10 @@ step_hooks_emulated() {
   for run in "${list[@]}"; do
     set -- $run
     local name="hooks_emu3_$(echo "$run" | tr -d '-' | tr ' ' '_')"
+    local start=()  # PowerSGD's own flag: the other hooks refuse it
+    [ "$1" = powersgd ] && start=(--powersgd-start-iter 2)
     build/bin/minidp-bench "${gpt2[@]}" "${emu[@]}" --batch-size 8 --dtype bf16 --steps 15 --warmup 5 \
-      --bucket-mb-list ${HOOK_CAPS:-5,25,100} --comm-hook "$@" --powersgd-start-iter 2 --json "$out/$name.json" \
+      --bucket-mb-list ${HOOK_CAPS:-5,25,100} --comm-hook "$@" "${start[@]}" --json "$out/$name.json" \
       >"$out/$name.txt" 2>&1; echo "$name"; tail -$((2 * $(echo ${HOOK_CAPS:-5,25,100} | tr ',' '\n' | wc -l) + 1)) "$out/$name.txt"
   done
 }

@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
       ->transform(train::numberIn(0, 1e6L, true))
       ->capture_default_str();
   app.add_option("--json", jsonPath, "Also write the rows as JSON")->transform(train::nonEmptyPath());
-  if (const int status = train::parseCommandLine(app, argc, argv, "minidp-bench-allreduce"); status >= 0) {
+  if (const int status = train::parseCommandLine(app, opts, argc, argv, "minidp-bench-allreduce"); status >= 0) {
     return status;
   }
 

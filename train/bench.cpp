@@ -17,10 +17,11 @@
 //               backward cost it in SMs and memory bandwidth (the quantity --nccl-cta-policy, --nccl-max-ctas
 //               and --nccl-buffers trade against comm_ms; one run per setting, the communicator line says which)
 //
-// The same flags as minidp-train, plus the sweep flags; --overlap, --log-every, --save and --sample are
-// not used. The first bucket's cap is min(--first-bucket-mb, bucket size). NCCL reads maxCTAs and the
-// comm stream is created when a communicator is, so each (--comm-priority-list, --nccl-max-ctas-list)
-// combination gets a new communicator.
+// minidp-train's flags but those of its loop (train::addLoopOptions: --overlap, which the sweep sets, --log-every,
+// --eval-every, --eval-batches, --save, --metrics, --peak-tflops, --sample, --temperature, --top-k) and of
+// resuming, plus the sweep flags. The first bucket's cap is min(--first-bucket-mb, bucket size). NCCL reads maxCTAs and
+// the comm stream is created when a communicator is, so each (--comm-priority-list, --nccl-max-ctas-list) combination
+// gets a new communicator.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -273,6 +274,8 @@ int runBench(int argc, char** argv, const std::string& program) {
   CLI::App app{program + ": step time with all-reduce overlap off vs on, per bucket size"};
   train::Options opts;
   opts.steps = 20;  // timed steps per run
+  // The runs are not validated: nor is the validation text checked.
+  opts.evalBatches = 0;
   opts.model = train::modelFromCommandLine(argc, argv, opts.model);  // its flags and defaults join the others
   train::addOptions(app, opts);
   BenchOptions bench;
@@ -297,13 +300,14 @@ int runBench(int argc, char** argv, const std::string& program) {
       ->capture_default_str();
   app.add_option("--json", bench.json, "Write every row and the configuration to this JSON file")
       ->transform(train::nonEmptyPath());
-  if (const int status = train::parseCommandLine(app, argc, argv, program.c_str()); status >= 0) return status;
+  if (const int status = train::parseCommandLine(app, opts, argc, argv, program.c_str()); status >= 0) return status;
+  const std::vector<train::OutputFile> outputs = {{"--json", bench.json}};  // besides --trace
   if (bench.bucketMbList.empty()) bench.bucketMbList = {distributed::bytesToMib(opts.ddp.bucketCapBytes)};
   if (bench.ncclMaxCtasList.empty()) bench.ncclMaxCtasList = {opts.comm.ncclMaxCtas};
   for (int ctas : bench.ncclMaxCtasList) {  // the flags, with each communicator of the sweep, before any runs
     train::Options each = opts;
     each.comm.ncclMaxCtas = ctas;
-    if (const int usage = train::checkUsage(each, program)) return usage;
+    if (const int usage = train::checkUsage(each, program, outputs)) return usage;
   }
   if (bench.commPriorityList.empty()) bench.commPriorityList = {priorityName(opts.comm.commHighPriority)};
   std::vector<CommConfig> commConfigs;  // priority outer, maxCTAs inner
@@ -313,6 +317,7 @@ int runBench(int argc, char** argv, const std::string& program) {
   train::Session session;
   return train::runGuarded(program.c_str(), session, [&] {
     train::openSession(opts, session);
+    train::checkTrainingRun(opts, session, outputs);  // as minidp-train: the data, the memory, the output paths
     const bool printer = session.rank() == 0;
     const bool emulated = session.comm->name() == "emulated";
     nlohmann::json config = {{"model", opts.model},

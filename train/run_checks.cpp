@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <regex>
 #include <sstream>
 
@@ -40,9 +41,19 @@ std::string shortNumber(long double v) {
   return os.str();
 }
 
-// The first rank under mpirun (or the only process) prints usage errors: every rank sees the same argv.
+// The first rank under mpirun (or the only process) prints usage errors: every rank sees the same argv. Under
+// Open MPI's MPMD launch ("mpirun -np 1 a : -np 1 b") the argv is one per app context: its first rank prints.
 bool firstRank() {
-  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+  if (const char* value = std::getenv("OMPI_COMM_WORLD_RANK")) {
+    const int rank = std::atoi(value);
+    std::istringstream counts(std::getenv("OMPI_APP_CTX_NUM_PROCS") ? std::getenv("OMPI_APP_CTX_NUM_PROCS") : "");
+    int first = 0;  // of each app context, in rank order
+    for (int n = 0; counts >> n && first <= rank; first += n) {
+      if (rank == first) return true;
+    }
+    return rank == 0;
+  }
+  for (const char* name : {"PMI_RANK", "SLURM_PROCID"}) {
     if (const char* value = std::getenv(name)) return std::atoi(value) == 0;
   }
   return true;
@@ -94,11 +105,33 @@ void checkTokens(const char* part, int64_t tokens, const Options& o, const std::
                                              << context << " + 1 (one window and its target); " << fix);
 }
 
-/// Checks the data against the flags; returns the token data's vocabulary (0 for images).
-int64_t checkData(const Options& o, int world) {
+/// What checkData found: the token data's vocabulary (0 for images), and the training images or tokens.
+struct TrainingData {
+  int64_t vocab = 0;
+  int64_t items = 0;
+};
+
+/// A global step against the training data: it cannot take more images, or tokens (windows of --context),
+/// than the data holds.
+void checkStepSize(const Options& o, int world, const TrainingData& d) {
+  const int64_t context = o.context();  // 0 for images
+  const long double perStep = static_cast<long double>(o.batchSize) * static_cast<long double>(o.gradAccum) * world *
+                              (context > 0 ? static_cast<long double>(context) : 1.0L);
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(0) << perStep;
+  MINIDP_CHECK(perStep <= static_cast<long double>(d.items),
+               "one step takes " << os.str()
+                                 << (context > 0 ? " tokens (--batch-size x --grad-accum x ranks x --context)"
+                                                 : " images (--batch-size x --grad-accum x ranks)")
+                                 << ", more than the " << d.items
+                                 << (context > 0 ? " tokens of the training text" : " training images")
+                                 << "; lower them");
+}
+
+/// Checks the data against the flags (but the size of a step: checkStepSize).
+TrainingData checkData(const Options& o) {
   const models::ModelEntry& entry = models::findModel(o.model);
   const std::string data = o.data.empty() ? entry.defaultData : o.data;
-  const int64_t perStep = o.batchSize * o.gradAccum * world;  // samples of one optimizer step
   if (data == "llmc") {
     int64_t vocab = 0;  // max token + 1 over both files, as loadLlmcTokens computes it
     const auto tokens = [&vocab](const char* flag, const std::string& path) {
@@ -116,13 +149,17 @@ int64_t checkData(const Options& o, int world) {
     if (o.evalBatches > 0) {
       checkTokens("--llmc-val", val, o, "give a longer token file, a shorter --context or --eval-batches 0");
     }
-    return vocab;
+    return {vocab, train};
   }
-  const std::string dir = o.dataDir.empty() ? (data == "fashion-mnist" ? kFashionMnistDir : kFortunesDir) : o.dataDir;
+  const std::string packageDir = data == "fashion-mnist" ? kFashionMnistDir : kFortunesDir;
+  const std::string dir = o.dataDir.empty() ? packageDir : o.dataDir;
   const std::string flag = o.dataDir.empty() ? "the default data folder" : "--data-dir";
   const std::string package = data == "fashion-mnist" ? "dataset-fashion-mnist" : "fortunes";
-  MINIDP_CHECK(fs::exists(dir), flag << " " << dir << " does not exist; install the Debian package " << package
-                                     << " or pass --data-dir");
+  MINIDP_CHECK(fs::exists(dir) || !o.dataDir.empty(), flag << " " << dir << " does not exist; install the Debian "
+                                                           << "package " << package << " or pass --data-dir");
+  MINIDP_CHECK(fs::exists(dir), flag << " " << dir << ": there is no folder " << fs::absolute(dir).string()
+                                     << "; pass the folder of the " << data << " files (the Debian package " << package
+                                     << " installs them in " << packageDir << ")");
   MINIDP_CHECK(fs::is_directory(dir),
                flag << " " << dir << " is a file, not a folder; pass the folder of the " << data << " files");
   if (data == "fashion-mnist") {
@@ -131,12 +168,7 @@ int64_t checkData(const Options& o, int world) {
       MINIDP_CHECK(fs::exists(fs::path(dir) / name), flag << " " << dir << " is not the Fashion-MNIST folder: it lacks "
                                                           << name << "; pass the folder of the package " << package);
     }
-    const int64_t count = readIdx((fs::path(dir) / "train-labels-idx1-ubyte.gz").string()).dims.at(0);
-    MINIDP_CHECK(perStep <= count, "one step takes " << perStep
-                                                     << " images (--batch-size x --grad-accum x ranks), "
-                                                        "more than the "
-                                                     << count << " training images; lower them");
-    return 0;
+    return {0, readIdx((fs::path(dir) / "train-labels-idx1-ubyte.gz").string()).dims.at(0)};
   }
   MINIDP_CHECK(looksLikeFortunes(dir), flag << " " << dir << " is not a fortune folder (no text file beside its "
                                             << ".dat index); pass the folder of the package fortunes (" << kFortunesDir
@@ -148,7 +180,7 @@ int64_t checkData(const Options& o, int world) {
     checkTokens("validation", static_cast<int64_t>(corpus.val.size()), o,
                 "give more text, a shorter --context or --eval-batches 0");
   }
-  return corpus.vocab;
+  return {corpus.vocab, train};
 }
 
 std::string gigabytes(double bytes) {
@@ -289,12 +321,19 @@ void addResumeOptions(CLI::App& app, Options& o) {
                "at --log-every steps");
 }
 
-int parseCommandLine(CLI::App& app, int argc, char** argv, const char* program) {
+int parseCommandLine(CLI::App& app, Options& opts, int argc, char** argv, const char* program) {
   try {
     app.parse(argc, argv);
+    recordParsedFlags(app, opts);
     return -1;
   } catch (const CLI::Success& e) {
     return app.exit(e);  // --help: the usage text, exit 0
+  } catch (const CLI::ExtrasError&) {
+    // CLI11's text lists them last first ("x --save"): here in command-line order.
+    std::string extras;
+    for (const std::string& arg : app.remaining()) extras += (extras.empty() ? "" : " ") + arg;
+    if (firstRank()) std::fprintf(stderr, "%s: error: %s: no such flag (see --help)\n", program, extras.c_str());
+    return kUsageExit;
   } catch (const CLI::ParseError& e) {
     if (firstRank()) {
       std::fprintf(stderr, "%s: error: %s (see --help)\n", program, userMessage(e.what(), false).c_str());
@@ -303,8 +342,16 @@ int parseCommandLine(CLI::App& app, int argc, char** argv, const char* program) 
   }
 }
 
-int checkUsage(const Options& o, const std::string& program) {
-  const std::string problem = usageProblem(o);
+void recordParsedFlags(const CLI::App& app, Options& opts) {
+  opts.givenFlags.clear();
+  for (const CLI::Option* option : app.get_options()) {
+    if (option->count() > 0) opts.givenFlags.insert(option->get_name());
+  }
+  opts.parsedFlags = app.config_to_str(true, false);
+}
+
+int checkUsage(const Options& o, const std::string& program, const std::vector<OutputFile>& more) {
+  const std::string problem = usageProblem(o, more);
   if (problem.empty()) return 0;
   if (firstRank()) std::fprintf(stderr, "%s: usage error: %s\n", program.c_str(), problem.c_str());
   return kUsageExit;
@@ -339,18 +386,57 @@ void agreeOnChecks(distributed::Communicator& comm, const std::function<void()>&
   throw AgreedError(alike ? problems[first] : "rank " + std::to_string(first) + ": " + problems[first]);
 }
 
-void checkTrainingRun(const Options& o, Session& session) {
+void agreeOnOptions(distributed::MpiEnvironment& mpi, const std::string& parsedFlags) {
+  const distributed::ExchangeLabel label("start-up options agreement");
+  const std::vector<std::string> texts = mpi.allGather(parsedFlags);
+  // "name=value" lines, in registration order; values as typed (config_to_str quotes text: "x", 'y').
+  const auto lines = [](const std::string& text) {
+    std::vector<std::pair<std::string, std::string>> out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) {
+      const size_t eq = line.find('=');
+      if (eq == std::string::npos) continue;
+      std::string value = line.substr(eq + 1);
+      if (value.size() >= 2 && (value[0] == '"' || value[0] == '\'') && value.back() == value[0])
+        value = value.substr(1, value.size() - 2);
+      out.emplace_back(line.substr(0, eq), value.empty() ? "(not given)" : value);
+    }
+    return out;
+  };
+  const auto valueIn = [](const std::vector<std::pair<std::string, std::string>>& flags, const std::string& name) {
+    for (const auto& [n, v] : flags) {
+      if (n == name) return v;
+    }
+    return std::string("(not given)");
+  };
+  for (size_t r = 1; r < texts.size(); ++r) {
+    if (texts[r] == texts[0]) continue;
+    const auto first = lines(texts[0]), other = lines(texts[r]);
+    std::vector<std::string> names;  // rank 0's flags, then the others' (a rank may have another model's)
+    for (const auto& flags : {first, other}) {
+      for (const auto& [name, value] : flags) names.push_back(name);
+    }
+    for (const std::string& name : names) {
+      const std::string mine = valueIn(first, name), theirs = valueIn(other, name);
+      if (mine == theirs) continue;
+      const std::string rank = "rank " + std::to_string(r);
+      throw AgreedError("rank 0 and " + rank + " were started with different flags: --" + name + " " + mine +
+                            " on rank 0, " + theirs + " on " + rank + "; give every rank the same flags",
+                        kUsageExit);
+    }
+  }
+}
+
+void checkTrainingRun(const Options& o, Session& session, const std::vector<OutputFile>& more) {
   agreeOnChecks(*session.comm, [&] {
     if (session.rank() == 0) {
       // Rank 0 writes the outputs: their folders must take a file now, not after hours of training.
-      if (!o.save.empty()) {
-        checkWritable("--save", o.save);
-        removeStrayTemporaries(o.save);
-      }
-      if (!o.trace.empty()) checkWritable("--trace", o.trace);
-      if (!o.metrics.empty()) checkWritable("--metrics", o.metrics);
+      for (const OutputFile& file : outputFiles(o, more)) checkWritable(file.flag, file.path);
+      if (!o.save.empty()) removeStrayTemporaries(o.save);
     }
-    checkMemory(o, session, checkData(o, session.world()));
+    const TrainingData data = checkData(o);
+    checkMemory(o, session, data.vocab);  // one micro-batch's, then the size of a whole step
+    checkStepSize(o, session.world(), data);
     if (!o.resume.empty()) checkResumeFile(o, o.resume, session.world());
     if (!o.load.empty()) {
       try {

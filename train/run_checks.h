@@ -13,6 +13,10 @@
 namespace CLI {
 class App;
 class Validator;
+}  // namespace CLI
+
+namespace minidp::distributed {
+class MpiEnvironment;
 }
 
 namespace minidp::train {
@@ -20,10 +24,14 @@ namespace minidp::train {
 /// Exit status of a usage error (a flag's value or syntax); runtime errors exit 1.
 inline constexpr int kUsageExit = 2;
 
-/// A failure every rank saw (the same message on each): every rank exits cleanly, no abort needed.
+/// A failure every rank saw (the same message on each): every rank exits cleanly with `status`, no abort needed.
 class AgreedError : public Error {
  public:
-  using Error::Error;
+  explicit AgreedError(const std::string& what, int status = 1) : Error(what), status_(status) {}
+  int status() const { return status_; }
+
+ private:
+  int status_;
 };
 
 /// Steps and batches a run may count to: beyond any run on one machine's clock.
@@ -40,9 +48,13 @@ CLI::Validator bucketMb(bool orAuto);
 CLI::Validator nonEmptyPath();
 /// minidp-train's own flags: --save-every, --resume, --check-finite.
 void addResumeOptions(CLI::App& app, Options& opts);
-/// Parses the command line. Returns -1 to go on, else the exit status: 0 after --help, kUsageExit after
-/// one line on stderr (printed by the first rank only under mpirun) naming the flag.
-int parseCommandLine(CLI::App& app, int argc, char** argv, const char* program);
+/// Parses the command line into the options `app` registers on `opts` and records what it read
+/// (recordParsedFlags). Returns -1 to go on, else the exit status: 0 after --help, kUsageExit after one line
+/// on stderr (printed by the first rank only under mpirun) naming the flag.
+int parseCommandLine(CLI::App& app, Options& opts, int argc, char** argv, const char* program);
+/// After `app` parsed: the flags given (CLI11's count) into opts.givenFlags, every configurable flag's value
+/// (CLI11's config_to_str, defaults included) into opts.parsedFlags.
+void recordParsedFlags(const CLI::App& app, Options& opts);
 
 /// `what` as one line for the user: without the source locations and check conditions the library adds
 /// (kept with `verbose`), newlines folded.
@@ -51,6 +63,10 @@ std::string userMessage(const std::string& what, bool verbose);
 /// Runs `check` on every rank, then agrees: if it threw anywhere, every rank throws AgreedError with the
 /// first failing rank's message (prefixed with that rank when only some failed).
 void agreeOnChecks(distributed::Communicator& comm, const std::function<void()>& check);
+/// All-gathers every rank's `parsedFlags` (Options::parsedFlags); where a rank's differ from rank 0's, every
+/// rank throws AgreedError (kUsageExit) naming the first flag that differs, its values and the two ranks.
+/// Ranks that parsed other flags would issue other collectives and wait for each other until the watchdog.
+void agreeOnOptions(distributed::MpiEnvironment& mpi, const std::string& parsedFlags);
 
 /// An upper bound of the memory one rank's training run takes, by parts (bytes).
 struct MemoryEstimate {
@@ -64,11 +80,12 @@ struct MemoryEstimate {
 /// vocabulary (token models). The formula is in run_checks.cpp, the model's part in its registry entry.
 MemoryEstimate estimateMemory(const Options& opts, int64_t vocab, Device device, DType dtype, DType compute);
 
-/// minidp-train's checks before the model is built: output paths writable (created and removed; stray
-/// temporaries of an interrupted save removed), the data folder and files, their lengths against context,
-/// batch and grad-accum, the --resume and --load files, the memory estimate against the memory there is
-/// (host memory shared by the node's ranks, or the GPU's free memory). Agreed across ranks (agreeOnChecks).
-void checkTrainingRun(const Options& opts, Session& session);
+/// The checks of minidp-train and minidp-bench before the model is built: output paths (outputFiles(opts,
+/// more)) writable (created and removed; stray temporaries of an interrupted save removed), the data folder
+/// and files, their lengths against context, batch and grad-accum, the --resume and --load files, the memory
+/// estimate against the memory there is (host memory shared by the node's ranks, or the GPU's free memory).
+/// Agreed across ranks (agreeOnChecks).
+void checkTrainingRun(const Options& opts, Session& session, const std::vector<OutputFile>& more = {});
 
 /// Throws AgreedError (every rank reads the same global loss) naming `step` when `loss` is NaN or infinite.
 void checkFiniteLoss(double loss, int64_t step, const Options& opts);

@@ -12,7 +12,7 @@ namespace minidp::train {
 /// The shape of the learning rate after the warm-up.
 enum class LrScheduleKind { Constant, Cosine, Linear };
 
-/// Flag spellings of LrScheduleKind (for CLI11's CheckedTransformer).
+/// Flag spellings of LrScheduleKind (--lr-schedule takes these names only).
 const std::map<std::string, LrScheduleKind>& lrScheduleNames();
 
 /// A learning-rate schedule over `totalSteps` optimizer steps.

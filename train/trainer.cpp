@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <random>
@@ -18,6 +19,8 @@
 #include "train/sampling.h"
 
 namespace minidp::train {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -90,12 +93,14 @@ void addModelOptions(CLI::App& app, Options& o, const std::string& name) {
 }
 
 /// A flag whose value is one name of `modes`, kept as its enum in `target` (names only, not the enum's numbers).
+/// The parsed value stays the name: what config_to_str gives agreeOnOptions to compare and print.
 template <typename Mode>
 CLI::Option* addModeOption(CLI::App& app, const std::string& flag, Mode& target,
                            const std::map<std::string, Mode>& modes, const std::string& help, const char* current) {
-  return app.add_option(flag, target, help)
-      ->transform(CLI::CheckedTransformer(modes).description(""))
-      ->transform(CLI::IsMember(modes))  // runs first
+  return app
+      .add_option_function<std::string>(
+          flag, [&target, modes](const std::string& name) { target = modes.at(name); }, help)
+      ->check(CLI::IsMember(modes))
       ->type_name("TEXT")
       ->default_str(current);
 }
@@ -188,15 +193,7 @@ void addOptions(CLI::App& app, Options& o) {
   app.add_option("--seed", o.seed, "Seed of initialisation and data order")
       ->transform(numberIn(0, 18446744073709551615.0L, true))
       ->capture_default_str();
-  app.add_option("--log-every", o.logEvery, "Print the loss every N steps (synchronises then)")
-      ->transform(numberIn(1, kMaxCount, true))
-      ->capture_default_str();
-  app.add_option("--eval-batches", o.evalBatches, "Validation batches of a token model")
-      ->transform(numberIn(0, 1e6L, true))
-      ->capture_default_str();
-  // The DDP options, typed at the flags: a named overlap mode, MiB converted to bytes here, once.
-  addModeOption(app, "--overlap", o.ddp.overlap, distributed::overlapModes(),
-                "on: all-reduce buckets during backward; off: after it", distributed::overlapName(o.ddp.overlap));
+  // The DDP options, typed at the flags: MiB converted to bytes here, once (the overlap mode: addLoopOptions).
   app.add_option_function<double>(
          "--bucket-mb", [&o](double mb) { o.ddp.bucketCapBytes = distributed::mibToBytes(mb); },
          "Gradient bucket cap (MB), or auto: chosen after the first step from the measured link and backward")
@@ -213,17 +210,10 @@ void addOptions(CLI::App& app, Options& o) {
   app.add_option("--grad-accum", o.gradAccum, "Micro-batches per step; all-reduce on the last only")
       ->transform(numberIn(1, 1e6L, true))
       ->capture_default_str();
-  app.add_option("--save", o.save,
-                 "Write the parameters (and the training state) to this safetensors file at the end: a new file or "
-                 "a regular one, replaced whole")
-      ->transform(nonEmptyPath());
   app.add_option("--load", o.load,
                  "Start from the parameters in this safetensors file (F32 or F64, converted to --dtype's "
                  "parameters: bit for bit, or exactly widened from F32; F64 into fp32 rounds to nearest)")
       ->transform(nonEmptyPath());
-  app.add_option("--sample", o.sample, "Token models: print this many generated tokens at the end")
-      ->transform(numberIn(0, 1e6L, true))
-      ->capture_default_str();
   app.add_option("--trace", o.trace, "Write a Chrome trace (JSON) of the last --trace-steps steps to this file")
       ->transform(nonEmptyPath());
   app.add_option("--trace-steps", o.traceSteps, "Steps in the trace")
@@ -250,8 +240,20 @@ void addOptions(CLI::App& app, Options& o) {
                  "forward's order; each parameter waits for its gather where the next forward reads it)")
       ->check(CLI::IsMember({"end", "overlap", "forward"}))
       ->capture_default_str();
+  addModeOption(app, "--lr-schedule", o.lrSchedule, lrScheduleNames(),
+                "Learning rate after the warm-up: constant, cosine or linear decay", "constant");
+  app.add_option("--warmup-steps", o.warmupSteps, "Linear warm-up from lr/N to lr over the first N steps")
+      ->transform(numberIn(0, kMaxCount, true))
+      ->capture_default_str();
+  app.add_option("--min-lr-frac", o.minLrFrac, "cosine/linear: decay to lr x this at the last step")
+      ->transform(numberIn(0, 1, false))
+      ->capture_default_str();
+  app.add_option("--clip-grad-norm", o.clipGradNorm,
+                 "Clip the global norm of the averaged gradients to this "
+                 "(0: no clipping)")
+      ->transform(numberIn(0, 1e9L, false))
+      ->capture_default_str();
   addSessionOptions(app, o);
-  addLoopOptions(app, o);
   app.add_flag("--cuda-graph", o.cudaGraph,
                "Capture the whole step (forward, backward with its all-reduces, "
                "optimizer) in a CUDA graph after warm-up steps and replay it");
@@ -286,10 +288,11 @@ std::string hookUsageProblem(const Options& o) {
   return distributed::findCommHook(o.ddp.commHook.name).usageProblem(usage);
 }
 
-/// The NCCL-only flags' refusals, as one line; empty when there is none. The communicator is resolved as
-/// makeCommunicator will (the launcher's world size; an unknown one counts as several ranks), which checks
-/// again with the real one.
-std::string ncclUsageProblem(const Options& o) {
+/// The communicator flags' refusals, as one line; empty when there is none: the backend's own
+/// (commSettingsProblem: the device, NCCL's settings), then a backend's flags, given at any value or set, on
+/// another backend. The communicator is resolved as makeCommunicator will (the launcher's world size; an
+/// unknown one counts as several ranks), which checks again with the real one.
+std::string commUsageProblem(const Options& o) {
   distributed::CommOptions comm = o.comm;
   comm.cuda = o.device == "cuda";
   if (comm.ncclBuffers != distributed::CommBuffers::Plain && o.zero != 0)
@@ -298,7 +301,86 @@ std::string ncclUsageProblem(const Options& o) {
            "shard at another offset; registered and symmetric NCCL buffers want the same offset on every rank)";
   const distributed::LaunchInfo launch = distributed::detectLauncher();
   const int world = !launch.launched() ? 1 : launch.size > 0 ? launch.size : 2;
-  return distributed::ncclSettingsProblem(comm, distributed::resolveCommBackend(comm, world, launch.launched()));
+  const std::string backend = distributed::resolveCommBackend(comm, world, launch.launched());
+  if (std::string problem = distributed::commSettingsProblem(comm, backend); !problem.empty()) return problem;
+  const distributed::CommOptions defaults;
+  struct BackendFlag {
+    const char* flag;
+    bool set;  // not its default
+    std::vector<std::string> backends;
+  };
+  const BackendFlag flags[] = {
+      {"--nccl-max-ctas", comm.ncclMaxCtas != defaults.ncclMaxCtas, {"nccl", "emulated"}},
+      {"--nccl-min-ctas", comm.ncclMinCtas != defaults.ncclMinCtas, {"nccl"}},
+      {"--nccl-cta-policy", comm.ncclCtaPolicy != defaults.ncclCtaPolicy, {"nccl"}},
+      {"--nccl-buffers", comm.ncclBuffers != defaults.ncclBuffers, {"nccl"}},
+      {"--emulated-world", comm.emulatedWorld != defaults.emulatedWorld, {"emulated"}},
+      {"--emulated-gbps", comm.emulatedGBps != defaults.emulatedGBps, {"emulated"}},
+      {"--emulated-latency-us", comm.emulatedLatencyUs != defaults.emulatedLatencyUs, {"emulated"}},
+  };
+  for (const BackendFlag& f : flags) {
+    if (!f.set && !o.given(f.flag)) continue;
+    if (std::find(f.backends.begin(), f.backends.end(), backend) != f.backends.end()) continue;
+    std::string names;
+    for (const std::string& name : f.backends) names += (names.empty() ? "" : " or ") + name;
+    return std::string(f.flag) + " is a setting of --comm " + names + "; this run's communicator is " + backend;
+  }
+  return {};
+}
+
+/// Flags given (at any value) where nothing reads them: their files, modes and settings belong to another
+/// --data, model, --zero or --comm-hook; periodic validation without validation batches. One line; empty
+/// when there is none.
+std::string unreadFlagProblem(const Options& o) {
+  const models::ModelEntry& entry = models::findModel(o.model);
+  const std::string data = o.data.empty() ? entry.defaultData : o.data;
+  for (const char* flag : {"--llmc-train", "--llmc-val"}) {
+    if (o.given(flag) && data != "llmc")
+      return std::string(flag) + " is a file of --data llmc; this run's data is " + data;
+  }
+  for (const char* flag : {"--sample", "--temperature", "--top-k"}) {
+    if (o.given(flag) && !entry.nextTokenLogits)  // the entry's sampling capability
+      return std::string(flag) + ": --model " + o.model + " does not generate tokens";
+  }
+  if (o.given("--zero-gather") && o.zero != 1)
+    return "--zero-gather " + o.zeroGather + " gathers ZeRO-1's parameter shards: it needs --zero 1";
+  for (const char* flag : {"--powersgd-rank", "--powersgd-start-iter"}) {
+    if (o.given(flag) && o.ddp.commHook.name != "powersgd")
+      return std::string(flag) + " is a setting of --comm-hook powersgd; this run's hook is " + o.ddp.commHook.name;
+  }
+  if (entry.data == models::DataKind::Tokens && o.evalBatches == 0 && o.evalEvery > 0)
+    return "--eval-every " + std::to_string(o.evalEvery) +
+           " validates on --eval-batches batches: not with "
+           "--eval-batches 0";
+  return {};
+}
+
+/// Whether `a` and `b` name one file (the same text, or the same place once links and ".." are resolved).
+bool sameFile(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  std::error_code ea, eb;
+  const fs::path pa = fs::weakly_canonical(fs::absolute(a), ea), pb = fs::weakly_canonical(fs::absolute(b), eb);
+  return !ea && !eb && pa == pb;
+}
+
+/// Two outputs of one run written to one file (the later would replace the earlier), as one line.
+std::string outputUsageProblem(const Options& o, const std::vector<OutputFile>& more) {
+  const std::vector<OutputFile> files = outputFiles(o, more);
+  for (size_t i = 0; i < files.size(); ++i) {
+    for (size_t j = i + 1; j < files.size(); ++j) {
+      if (sameFile(files[i].path, files[j].path))
+        return files[i].flag + " and " + files[j].flag + " both write " + files[j].path + ": give each its own file";
+    }
+  }
+  return {};
+}
+
+/// The device's rules, before the model's refusals (which take the device as given): bf16 and TF32 are CUDA's.
+std::string deviceUsageProblem(const Options& o) {
+  if (o.device == "cuda") return {};
+  if (o.dtype == "bf16") return "--dtype bf16 needs --device cuda (bf16 kernels are CUDA-only)";
+  if (o.tf32) return "--tf32 needs --device cuda (TF32 is a mode of CUDA's fp32 GEMMs)";
+  return {};
 }
 
 /// The rules between the data, precision, bucket and file flags, as one line; empty when there is none.
@@ -312,7 +394,6 @@ std::string runUsageProblem(const Options& o) {
   if (data == "llmc" && (o.llmcTrain.empty() || o.llmcVal.empty()))
     return "--data llmc needs " + std::string(o.llmcTrain.empty() ? "--llmc-train" : "--llmc-val") +
            " FILE (an llm.c .bin token file)";
-  if (o.dtype == "bf16" && o.device != "cuda") return "--dtype bf16 needs --device cuda (bf16 kernels are CUDA-only)";
   if (o.ddp.bucketCapBytes == 0 && (o.zero != 0 || o.ddp.rebuildBuckets))
     return "--bucket-mb auto re-plans after the first step: not with --zero 1 or --rebuild-buckets";
   if (o.saveEvery > 0 && o.save.empty()) return "--save-every needs --save FILE (the file it rewrites)";
@@ -323,7 +404,19 @@ std::string runUsageProblem(const Options& o) {
 
 }  // namespace
 
-std::string usageProblem(const Options& o) {
+std::vector<OutputFile> outputFiles(const Options& o, const std::vector<OutputFile>& more) {
+  std::vector<OutputFile> files;
+  for (const std::vector<OutputFile>& part :
+       {std::vector<OutputFile>{{"--save", o.save}, {"--metrics", o.metrics}, {"--trace", o.trace}}, more}) {
+    for (const OutputFile& file : part) {
+      if (!file.path.empty()) files.push_back(file);
+    }
+  }
+  return files;
+}
+
+std::string usageProblem(const Options& o, const std::vector<OutputFile>& more) {
+  if (const std::string device = deviceUsageProblem(o); !device.empty()) return device;
   try {
     const models::ModelArgs args = modelArgs(o, 0, 0);  // no data read yet
     if (std::string refused = models::findModel(o.model).refuse(args); !refused.empty()) return refused;
@@ -331,9 +424,11 @@ std::string usageProblem(const Options& o) {
     return userMessage(e.what(), false);  // a flag the model does not have, or a value out of its range
   }
   if (const std::string run = runUsageProblem(o); !run.empty()) return run;
+  if (const std::string unread = unreadFlagProblem(o); !unread.empty()) return unread;
   if (const std::string sparse = sparseUsageProblem(o); !sparse.empty()) return sparse;
   if (const std::string hook = hookUsageProblem(o); !hook.empty()) return hook;
-  if (const std::string nccl = ncclUsageProblem(o); !nccl.empty()) return nccl;
+  if (const std::string comm = commUsageProblem(o); !comm.empty()) return comm;
+  if (const std::string outputs = outputUsageProblem(o, more); !outputs.empty()) return outputs;
   if (!o.cudaGraph) return {};
   if (o.device != "cuda") return "--cuda-graph needs --device cuda";
   if (o.gradAccum != 1) return "--cuda-graph captures one micro-batch per step: not with --grad-accum > 1";
@@ -343,27 +438,28 @@ std::string usageProblem(const Options& o) {
 }
 
 void addLoopOptions(CLI::App& app, Options& o) {
-  app.add_option("--lr-schedule", o.lrSchedule, "Learning rate after the warm-up: constant, cosine or linear decay")
-      ->transform(CLI::CheckedTransformer(lrScheduleNames()))
-      ->default_str("constant");
-  app.add_option("--warmup-steps", o.warmupSteps, "Linear warm-up from lr/N to lr over the first N steps")
-      ->transform(numberIn(0, kMaxCount, true))
-      ->capture_default_str();
-  app.add_option("--min-lr-frac", o.minLrFrac, "cosine/linear: decay to lr x this at the last step")
-      ->transform(numberIn(0, 1, false))
-      ->capture_default_str();
-  app.add_option("--clip-grad-norm", o.clipGradNorm,
-                 "Clip the global norm of the averaged gradients to this "
-                 "(0: no clipping)")
-      ->transform(numberIn(0, 1e9L, false))
+  addModeOption(app, "--overlap", o.ddp.overlap, distributed::overlapModes(),
+                "on: all-reduce buckets during backward; off: after it", distributed::overlapName(o.ddp.overlap));
+  app.add_option("--log-every", o.logEvery, "Print the loss every N steps (synchronises then)")
+      ->transform(numberIn(1, kMaxCount, true))
       ->capture_default_str();
   app.add_option("--eval-every", o.evalEvery, "Validate every N steps (0: at the end only)")
       ->transform(numberIn(0, kMaxCount, true))
       ->capture_default_str();
+  app.add_option("--eval-batches", o.evalBatches, "Validation batches of a token model (0: no validation)")
+      ->transform(numberIn(0, 1e6L, true))
+      ->capture_default_str();
+  app.add_option("--save", o.save,
+                 "Write the parameters (and the training state) to this safetensors file at the end: a new file or "
+                 "a regular one, replaced whole")
+      ->transform(nonEmptyPath());
   app.add_option("--metrics", o.metrics, "Write one JSON line per logged step to this file (rank 0)")
       ->transform(nonEmptyPath());
   app.add_option("--peak-tflops", o.peakTflops, "Per-device peak TFLOP/s for MFU (default: H200 bf16 measured)")
       ->transform(numberIn(0, 1e9L, false, true))
+      ->capture_default_str();
+  app.add_option("--sample", o.sample, "Token models: print this many generated tokens at the end")
+      ->transform(numberIn(0, 1e6L, true))
       ->capture_default_str();
   app.add_option("--temperature", o.temperature, "Sampling temperature (0: greedy)")
       ->transform(numberIn(0, 1e6L, false))
@@ -404,7 +500,8 @@ void addSessionOptions(CLI::App& app, Options& o) {
       ->capture_default_str();
   app.add_option("--gpu", o.comm.gpu, "CUDA device of this rank (-1: node-local rank modulo the visible devices)")
       ->transform(numberIn(-1, 1e4L, true))
-      ->capture_default_str();
+      ->capture_default_str()
+      ->configurable(false);  // each rank's own: not compared across ranks (agreeOnOptions)
   app.add_option("--watchdog-s", o.comm.watchdogSeconds, "Abort every rank if a collective takes longer")
       ->transform(numberIn(0, 1e7L, false, true))
       ->capture_default_str();
@@ -422,6 +519,7 @@ void openSession(Options& opts, Session& s) {
   s.verbose = opts.verbose;
   if (distributed::MpiEnvironment::launchedByMpirun()) {
     s.mpi = std::make_unique<distributed::MpiEnvironment>(opts.comm.watchdogSeconds);
+    agreeOnOptions(*s.mpi, opts.parsedFlags);  // before the communicator, whose set-up they may differ in
   }
   if (s.device == Device::CUDA) {
     MINIDP_CHECK(runtime::cudaAvailable(),
@@ -645,7 +743,10 @@ double Trainer::gradNorm() {
   return clipper_->norm();
 }
 
+bool Trainer::hasValidation() const { return entry_.data != models::DataKind::Tokens || opts_.evalBatches > 0; }
+
 Evaluation Trainer::evaluate() {
+  if (!hasValidation()) return {NAN, NAN};  // the same on every rank: no collective
   NoGradGuard noGrad;
   const int rank = session_.rank(), world = session_.world();
   // Sums over this rank's shard, then averaged over the ranks: [loss sum, correct, count].
@@ -680,8 +781,9 @@ Evaluation Trainer::evaluate() {
   Tensor total = Tensor::fromVector(sums, {3}, session_.device);
   session_.comm->allReduce(total, distributed::ReduceOp::Avg, "validation")->wait();
   const std::vector<double> mean = total.toVector<double>();
-  const double count = std::max(mean[2], 1e-300);
-  return {mean[0] / count, entry_.evaluation == models::Evaluation::Accuracy ? mean[1] / count : NAN};
+  const double count = mean[2];  // 0: nothing scored, no loss (NaN)
+  return {count > 0 ? mean[0] / count : NAN,
+          entry_.evaluation == models::Evaluation::Accuracy && count > 0 ? mean[1] / count : NAN};
 }
 
 std::string Trainer::sample(int64_t count) {
@@ -721,10 +823,12 @@ int runGuarded(const char* program, Session& session, const std::function<int()>
   try {
     return body();
   } catch (const AgreedError& e) {
-    if (!session.comm || session.rank() == 0) {
-      std::fprintf(stderr, "%s: error: %s\n", program, userMessage(e.what(), session.verbose).c_str());
+    const int rank = session.comm ? session.rank() : session.mpi ? session.mpi->rank() : 0;
+    if (rank == 0) {
+      std::fprintf(stderr, "%s: %s: %s\n", program, e.status() == kUsageExit ? "usage error" : "error",
+                   userMessage(e.what(), session.verbose).c_str());
     }
-    return 1;
+    return e.status();
   } catch (const std::exception& e) {
     const std::string head = std::string(program) + ": error: ", message = userMessage(e.what(), session.verbose);
     if (session.mpi && session.mpi->worldSize() > 1) {

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -42,7 +43,7 @@ struct Options {
   double weightDecay = 0;
   uint64_t seed = 1234;
   int64_t logEvery = 100;
-  int64_t evalBatches = 20;
+  int64_t evalBatches = 20;  // token models; 0: no validation
   // The model's own flags (models::ModelEntry::flags) given on the command line, by name ("layers"); the
   // others take the model's defaults (models::flagValues).
   models::FlagValues modelFlags;
@@ -58,7 +59,7 @@ struct Options {
   distributed::CommOptions comm;
   // Precision: --dtype bf16 trains fp32 parameters with bf16 activations; --tf32 runs fp32 GEMMs on TF32.
   bool tf32 = false;
-  // The training loop (schedule, clipping, periodic validation, metrics, sampling): addLoopOptions.
+  // The schedule and clipping (addOptions); periodic validation, metrics, sampling (addLoopOptions).
   LrScheduleKind lrSchedule = LrScheduleKind::Constant;
   int64_t warmupSteps = 0;
   double minLrFrac = 0.1;   // nanoGPT: decay to lr / 10
@@ -80,10 +81,24 @@ struct Options {
   bool cudaGraph = false;
   // --sparse-embedding-grad: the model's row-sparse parameter (models::ModelEntry) all-reduced by rows.
   bool sparseEmbeddingGrad = false;
+  // What parseCommandLine read (empty in Options built in code): the flags the command line gave, for the
+  // rules between flags, and every flag's value as one text ("steps=3" lines), which the ranks compare at
+  // start-up (openSession, agreeOnOptions).
+  std::set<std::string> givenFlags;
+  std::string parsedFlags;
 
   /// Token models: the window length, the model's --context (given or its default); 0 for image models.
   int64_t context() const;
+  /// Whether the command line gave `flag` ("--zero-gather"), whatever its value.
+  bool given(const std::string& flag) const { return givenFlags.count(flag) > 0; }
 };
+
+/// An output file a program writes besides those of Options (--save, --metrics, --trace): minidp-bench's --json.
+struct OutputFile {
+  std::string flag, path;
+};
+/// The output files of a run: --save, --metrics and --trace where given, then `more`.
+std::vector<OutputFile> outputFiles(const Options& opts, const std::vector<OutputFile>& more = {});
 
 /// The model --model names on the command line, read before the flags are registered (which flags there
 /// are depends on it); `fallback` when it is not given.
@@ -98,19 +113,21 @@ models::ModelArgs modelArgs(const Options& opts, int64_t inputs, int64_t classes
 constexpr int kGraphWarmupSteps = 2;
 
 /// Flag combinations that are usage errors (exit status 2), as one line; empty when there is none. Every
-/// rule between flags is here, once (a single flag's range is checked where addOptions registers it).
-std::string usageProblem(const Options& opts);
+/// rule between flags is here, once (a single flag's range is checked where addOptions registers it);
+/// `more`: the program's own output files, which must not be one of the others.
+std::string usageProblem(const Options& opts, const std::vector<OutputFile>& more = {});
 /// After parsing: prints "<program>: usage error: <problem>" to stderr (the first rank only, under mpirun)
 /// and returns 2 when there is a problem, else 0 (train/run_checks.cpp). openSession and the Trainer refuse
 /// the same problems (an Error), for programs that build them from Options of their own.
-int checkUsage(const Options& opts, const std::string& program);
+int checkUsage(const Options& opts, const std::string& program, const std::vector<OutputFile>& more = {});
 
-/// Registers the flags of `opts` on `app` (addSessionOptions included), with the flags of the model
-/// opts.model names, its defaults in their help (set opts.model first: modelFromCommandLine); another
+/// Registers the flags of the Trainer and the session (addSessionOptions included), with the flags of the
+/// model opts.model names, its defaults in their help (set opts.model first: modelFromCommandLine); another
 /// registered model's flag is a usage error naming that model. --help lists every registered model.
 void addOptions(CLI::App& app, Options& opts);
-/// Registers the training-loop flags (--lr-schedule, --warmup-steps, --min-lr-frac, --clip-grad-norm,
-/// --eval-every, --metrics, --peak-tflops, --temperature, --top-k); addOptions calls it.
+/// Registers the flags of minidp-train's loop around the Trainer (runTraining; minidp-bench has none of
+/// them): --overlap, --log-every, --eval-every, --eval-batches, --save, --metrics, --peak-tflops, --sample,
+/// --temperature, --top-k.
 void addLoopOptions(CLI::App& app, Options& opts);
 /// Registers the device and communicator flags (--device, --comm, --nccl-max-ctas, ..., --watchdog-s).
 void addSessionOptions(CLI::App& app, Options& opts);
@@ -152,7 +169,10 @@ class Trainer {
   double globalLoss(const Tensor& loss);
   /// Validation, every rank on its shard, averaged over the ranks (a collective). image models: loss and
   /// accuracy on the test split; token models: mean loss (nats per token) over evalBatches global batches.
+  /// NaN without validation (hasValidation), and no collective then.
   Evaluation evaluate();
+  /// Whether evaluate() scores anything: not for a token model with --eval-batches 0.
+  bool hasValidation() const;
   /// The learning rate of the last step (the schedule's value).
   double lr() const { return lr_; }
   /// The global norm of the last step's averaged gradients (computed on the device now unless clipping
@@ -218,7 +238,8 @@ class Trainer {
 /// mpirun with more than one rank (even when the communicator was never built), every rank ends and one
 /// rank prints the line (distributed::MpiEnvironment::endJob: no MPI_Abort banner); before MPI started,
 /// the first rank prints it. An AgreedError, which every rank threw alike, is printed by rank 0 alone and
-/// ends no one: every rank returns 1 and finalises MPI cleanly.
+/// ends no one: every rank returns its status (1, or kUsageExit for flags the ranks disagree on) and
+/// finalises MPI cleanly.
 int runGuarded(const char* program, Session& session, const std::function<int()>& body);
 
 }  // namespace minidp::train

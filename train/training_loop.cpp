@@ -37,8 +37,9 @@ int runTraining(int argc, char** argv, const std::string& program) {
   Options opts;
   opts.model = modelFromCommandLine(argc, argv, opts.model);  // its flags and defaults join the others
   addOptions(app, opts);
+  addLoopOptions(app, opts);
   addResumeOptions(app, opts);
-  if (const int status = parseCommandLine(app, argc, argv, program.c_str()); status >= 0) return status;
+  if (const int status = parseCommandLine(app, opts, argc, argv, program.c_str()); status >= 0) return status;
   if (const int usage = checkUsage(opts, program)) return usage;
 
   Session session;
@@ -142,6 +143,8 @@ int runTraining(int argc, char** argv, const std::string& program) {
     }
     // Peak GPU memory held by tensors over the training steps (before evaluation's own allocations).
     const double peakMib = runtime::allocatorStats().peakAllocatedBytes / 1048576.0;
+    // No validation (a token model with --eval-batches 0): no evaluation, no validation source, val_loss null.
+    const bool validated = trainer.hasValidation();
     const Evaluation evaluation = trainer.evaluate();
     nlohmann::json summary = {{"model", opts.model},
                               {"device", opts.device},
@@ -166,12 +169,12 @@ int runTraining(int argc, char** argv, const std::string& program) {
                   {"communicator", session.comm->describe()}});
       if (printer) std::printf("trace of %zu step(s) written to %s\n", traced.size(), opts.trace.c_str());
     }
-    summary["val_loss"] = evaluation.loss;
+    summary["val_loss"] = validated ? nlohmann::json(evaluation.loss) : nlohmann::json(nullptr);
     if (entry.evaluation == models::Evaluation::Accuracy) {
       summary["test_accuracy"] = evaluation.accuracy;
       if (printer) std::printf("test loss %.4f, accuracy %.4f\n", evaluation.loss, evaluation.accuracy);
     } else {
-      if (printer)
+      if (printer && validated)
         std::printf("validation loss %.4f nats/%s\n", evaluation.loss, opts.data == "llmc" ? "token" : "byte");
       if (opts.sample > 0) {
         const std::string text = trainer.sample(opts.sample);  // every rank: the same forward passes

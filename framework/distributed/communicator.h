@@ -191,12 +191,15 @@ struct CommOptions {
   double watchdogSeconds = 300;
 };
 
-/// One communicator backend: its --comm name, a one-line description for the help, and its factory
-/// (which checks that the backend fits `opts` and the world size, naming what does not).
+/// One communicator backend: its --comm name, a one-line description for the help, its factory (which checks
+/// that the backend fits the world size, naming what does not) and the settings it refuses.
 struct CommBackend {
   std::string name;
   std::string description;
   std::function<std::shared_ptr<Communicator>(const CommOptions& opts, MpiEnvironment* env)> make;
+  /// The settings of `opts` (the device) the backend cannot serve, as one line; empty when it can, or when
+  /// the function is empty. Known from the flags alone: a usage error before any work (commSettingsProblem).
+  std::function<std::string(const CommOptions& opts)> refuse;
 };
 
 /// The name -> factory table makeCommunicator chooses from: single, mpi, nccl, emulated.
@@ -213,9 +216,13 @@ std::string resolveCommBackend(const CommOptions& opts, int world, bool launched
 /// defaults) against each other and the `backend` they would run on, as one line; empty when they fit.
 std::string ncclSettingsProblem(const CommOptions& opts, const std::string& backend);
 
+/// The settings of `opts` that `backend` refuses (CommBackend::refuse), then its NCCL-only settings
+/// (ncclSettingsProblem), as one line; empty when they fit.
+std::string commSettingsProblem(const CommOptions& opts, const std::string& backend);
+
 /// Builds the backend `opts` names. auto: nccl for CUDA under mpirun with a world > 1, mpi for the CPU
 /// under mpirun, single otherwise. `env` is null when the process was not started by mpirun; it must
-/// outlive the communicator. NCCL-only settings on another backend are an error (ncclSettingsProblem).
+/// outlive the communicator. Settings the backend refuses are an error (commSettingsProblem).
 std::shared_ptr<Communicator> makeCommunicator(const CommOptions& opts, MpiEnvironment* env);
 
 }  // namespace minidp::distributed

@@ -58,7 +58,7 @@ class ReducerObserver {
 enum class Overlap { DuringBackward, AfterBackward };
 /// The flag's name of `mode`: "on" or "off".
 const char* overlapName(Overlap mode);
-/// Name -> mode, the one table overlapName reads (CLI11's CheckedTransformer takes it).
+/// Name -> mode, the one table overlapName reads (and --overlap's parse).
 const std::map<std::string, Overlap>& overlapModes();
 
 /// Owns the bucket buffers for as long as it lives (a comm stream never reads memory the allocator

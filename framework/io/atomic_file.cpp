@@ -128,7 +128,11 @@ void checkWritableFile(const std::string& path) {
   MINIDP_CHECK(!path.empty(), "no file name given");
   checkTarget(path);
   const fs::path folder = folderOf(path);
-  MINIDP_CHECK(fs::is_directory(folder),
+  const std::string kind = notARegularFile(folder.string());  // empty for a regular file
+  MINIDP_CHECK(fs::is_directory(folder) || !fs::exists(folder), path << ": " << folder.string() << " is "
+                                                                     << (kind.empty() ? "a file" : kind)
+                                                                     << ", not a folder; choose another path");
+  MINIDP_CHECK(fs::exists(folder),
                path << ": the folder " << folder.string() << " does not exist; create it or choose another path");
   const std::string probe = temporaryName(path);
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);

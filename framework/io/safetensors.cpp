@@ -26,20 +26,23 @@ int64_t dtypeSize(const std::string& dtype) {
   return it == sizes.end() ? -1 : it->second;
 }
 
-// prod(shape) * dtype size, or -1 when it overflows int64.
-int64_t byteSize(const std::vector<int64_t>& shape, int64_t elementSize) {
-  int64_t n = elementSize;
-  for (int64_t d : shape) {
-    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d) return -1;
-    n *= d;
-  }
-  return n;
-}
-
 std::string describe(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
+}
+
+// prod(shape) * the size of `dtype` (known, dimensions non-negative); an error naming `where` when it overflows
+// int64.
+int64_t byteSize(const std::string& where, const std::string& dtype, const std::vector<int64_t>& shape) {
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
+  int64_t n = dtypeSize(dtype);
+  for (int64_t d : shape) {
+    MINIDP_CHECK(n <= std::numeric_limits<int64_t>::max() / d,
+                 where << ": shape " << describe(shape) << " is too large: its " << dtype << " bytes exceed 2^63 - 1");
+    n *= d;
+  }
+  return n;
 }
 
 struct Entry {
@@ -75,7 +78,7 @@ Entry parseEntry(const std::string& path, const std::string& name, const nlohman
                                                                   << "-byte buffer");
   e.begin = static_cast<int64_t>(begin);
   e.end = static_cast<int64_t>(end);
-  const int64_t expected = byteSize(e.tensor.shape, elementSize);
+  const int64_t expected = byteSize(where, e.tensor.dtype, e.tensor.shape);
   MINIDP_CHECK(expected == e.end - e.begin, where << ": data_offsets span " << e.end - e.begin << " bytes, but "
                                                   << e.tensor.dtype << " " << describe(e.tensor.shape) << " needs "
                                                   << expected);
@@ -191,7 +194,7 @@ void writeSafetensors(const std::string& path, const std::vector<std::pair<std::
     const int64_t elementSize = dtypeSize(t.dtype);
     MINIDP_CHECK(elementSize > 0, where << ": unknown dtype \"" << t.dtype << "\"");
     for (int64_t d : t.shape) MINIDP_CHECK(d >= 0, where << ": negative dimension in shape " << describe(t.shape));
-    const int64_t expected = byteSize(t.shape, elementSize);
+    const int64_t expected = byteSize(where, t.dtype, t.shape);
     MINIDP_CHECK(expected == static_cast<int64_t>(t.bytes.size()), where << ": " << t.dtype << " " << describe(t.shape)
                                                                          << " needs " << expected << " bytes, got "
                                                                          << t.bytes.size());

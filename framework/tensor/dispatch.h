@@ -52,7 +52,7 @@
   } while (0)
 
 #if MINIDP_WITH_CUDA
-/// The statement, in a CUDA build; an error naming the op otherwise.
+/// The statement, in a CUDA build; otherwise an error saying that minidp was built without CUDA.
 #define MINIDP_ON_CUDA(...) __VA_ARGS__
 #else
 #define MINIDP_ON_CUDA(...) ::minidp::throwError("minidp was built without CUDA", __FILE__, __LINE__)

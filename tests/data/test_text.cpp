@@ -115,6 +115,8 @@ TEST_F(LlmcTokens, RejectsBadFiles) {
   expectError("tiny.bin", "abc", "less than the 1024-byte header");
   EXPECT_NE(errorOf([&] { readLlmcTokenFile((dir_ / "absent.bin").string()); }).find("does not exist"),
             std::string::npos);
+  EXPECT_NE(errorOf([&] { readLlmcTokenFile(dir_.string()); }).find(dir_.string() + " is a folder, not a file"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -86,6 +86,25 @@ TEST(CommunicatorFactory, BuildsEachBackendOfTheTableByItsName) {
   }
 }
 
+// A backend's refusals of the device are known from the settings alone (a usage error before any work), and
+// makeCommunicator refuses the same.
+TEST(CommunicatorFactory, BackendsRefuseTheOtherDevicesTensorsFromTheSettings) {
+  CommOptions opts;
+  EXPECT_EQ(commSettingsProblem(opts, "nccl"), "--comm nccl averages CUDA tensors; use mpi for --device cpu");
+  EXPECT_EQ(commSettingsProblem(opts, "mpi"), "");
+  opts.cuda = true;
+  EXPECT_EQ(commSettingsProblem(opts, "mpi"), "--comm mpi averages CPU tensors; use nccl for --device cuda");
+  EXPECT_EQ(commSettingsProblem(opts, "nccl"), "");
+  opts.cuda = false;
+  opts.backend = "nccl";
+  try {
+    makeCommunicator(opts, nullptr);
+    ADD_FAILURE() << "--comm nccl built on the CPU";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("averages CUDA tensors"), std::string::npos) << e.what();
+  }
+}
+
 TEST(EmulatedCommunicator, CpuLinkKeepsBitsTakesTheModelledTimeAndDoesNotBlockTheCaller) {
   // 8 MB at 1 GB/s over 4 ranks: 1 ms + 1.5 * 8 ms = 13 ms.
   EmulatedCommunicator comm(4, 1.0, 1000, false, 0, true);

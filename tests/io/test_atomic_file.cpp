@@ -143,6 +143,11 @@ TEST_F(AtomicFile, NeverReplacesWhatIsNotARegularFile) {
   EXPECT_EQ(fs::file_size(dir_ / "file"), 0u);  // the link's file is untouched too
   EXPECT_NE(errorOf([&] { checkWritableFile((dir_ / "missing" / "x").string()); }).find("does not exist"),
             std::string::npos);
+  // A path through a file: the file is named as not a folder, not as a missing folder.
+  EXPECT_NE(errorOf([&] {
+              checkWritableFile((dir_ / "file" / "x").string());
+            }).find((dir_ / "file").string() + " is a file, not a folder"),
+            std::string::npos);
   EXPECT_EQ(errorOf([&] { checkWritableFile((dir_ / "new").string()); }), "");
   EXPECT_FALSE(fs::exists(dir_ / "new"));
   EXPECT_EQ(temporariesBeside(dir_ / "new"), 0);

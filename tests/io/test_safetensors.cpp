@@ -113,6 +113,8 @@ TEST_F(Safetensors, WriteRejectsBadInputWithoutLeavingFiles) {
   expectWriteError({{"w", ok}, {"w", ok}}, "'w' is given twice");
   expectWriteError({{"w", makeTensor<float>("F32", {3}, {1, 2})}}, "F32 [3] needs 12 bytes, got 8");
   expectWriteError({{"w", makeTensor<float>("F31", {2}, {1, 2})}}, "unknown dtype \"F31\"");
+  expectWriteError({{"w", makeTensor<float>("F32", {int64_t(1) << 62, 4}, {1, 2})}},
+                   "shape [4611686018427387904, 4] is too large");
   expectWriteError({{"__metadata__", ok}}, "reserved");
   EXPECT_TRUE(fs::is_empty(dir_));
   EXPECT_THROW(writeSafetensors((dir_ / "no" / "such" / "dir.safetensors").string(), {{"w", ok}}), Error);
@@ -153,6 +155,8 @@ TEST_F(Safetensors, CorruptHeaders) {
       {"unknown dtype \"F128\"", {R"({"w":{"dtype":"F128","shape":[1],"data_offsets":[0,8]}})", buf8}},
       {"lie outside the 8-byte buffer", {R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", buf8}},
       {"span 8 bytes, but F32 [3] needs 12", {R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", buf8}},
+      {"shape [4611686018427387904, 4] is too large: its F32 bytes exceed 2^63 - 1",
+       {R"({"w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,8]}})", buf8}},
       {"'w' appears twice",
        {R"({"w":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"w":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})",
         buf8}},

@@ -5,8 +5,9 @@ weight decay 0.1) on a GPT match PyTorch's float64 replay from the same weights 
 every parameter. The weights are drawn in float64 (no float32 holds them), so a load that rounds through
 float32 is off by about 1e-9. A --dtype fp32 run of the same file says that it rounds them.
 
-The data is an llm.c token file holding exactly one window (context + 1 tokens), which the run checks
-accept: every row of every batch is that window, so the replay knows the batches without the sampler.
+The data is an llm.c token file holding exactly one window (context + 1 tokens) and the batch one row (a step
+may not take more tokens than the text holds): every batch is that window, so the replay knows the batches
+without the sampler.
 
 Usage: fp64_replay.py MINIDP_TRAIN
 """
@@ -24,7 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from models import GPT  # noqa: E402
 
 train = sys.argv[1]
-VOCAB, CONTEXT, LAYERS, HEADS, EMBD, ROWS, STEPS = 32, 8, 1, 2, 16, 3, 2
+VOCAB, CONTEXT, LAYERS, HEADS, EMBD, ROWS, STEPS = 32, 8, 1, 2, 16, 1, 2
 LR, WEIGHT_DECAY, TOLERANCE = 0.05, 0.1, 1e-12
 
 
@@ -102,7 +103,7 @@ def main():
     print(f"--dtype fp32 --load of F64 weights says: {said}")
     if runs["fp32"].returncode != 0 or len(said) != 1 or weights not in said[0]:
         failures.append("an fp32 run does not say that it rounds the F64 weights")
-    # The replay: the same window in every row of every batch.
+    # The replay: the same window in every batch.
     x = tokens[:CONTEXT].repeat(ROWS, 1)
     y = tokens[1:].repeat(ROWS, 1)
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9, weight_decay=WEIGHT_DECAY)

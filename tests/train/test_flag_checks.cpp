@@ -14,10 +14,15 @@
 namespace minidp {
 namespace {
 
-/// Parses `args` into `o` with minidp-train's flags; the CLI11 error's text, or "" when it parsed.
+/// Parses `args` into `o` with minidp-train's flags (and records them, as parseCommandLine does); the CLI11
+/// error's text, or "" when it parsed.
 std::string parse(const std::vector<std::string>& args, train::Options& o) {
   CLI::App app;
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == "--model") o.model = args[i + 1];  // its flags join the others
+  }
   train::addOptions(app, o);
+  train::addLoopOptions(app, o);
   train::addResumeOptions(app, o);
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes argv reversed
   try {
@@ -25,6 +30,7 @@ std::string parse(const std::vector<std::string>& args, train::Options& o) {
   } catch (const CLI::ParseError& e) {
     return e.what();
   }
+  train::recordParsedFlags(app, o);
   return "";
 }
 
@@ -39,6 +45,7 @@ std::vector<std::pair<std::string, std::string>> numberFlags() {
   train::Options o;
   CLI::App app;
   train::addOptions(app, o);
+  train::addLoopOptions(app, o);
   train::addResumeOptions(app, o);
   std::vector<std::pair<std::string, std::string>> out;
   for (const CLI::Option* option : app.get_options()) {
@@ -114,9 +121,83 @@ TEST(FlagChecks, RulesBetweenFlagsAreUsageProblems) {
   EXPECT_EQ(problem({"--save-every", "2", "--save", "x"}), "");
 }
 
+// A flag given (at any value) where nothing reads it is a usage problem naming it: files of another --data,
+// sampling of a model that cannot sample (its registry entry says), settings of another --zero, comm hook or
+// communicator, TF32 off CUDA, periodic validation without batches, one file for two outputs.
+TEST(FlagChecks, FlagsGivenWhereNothingReadsThemAreUsageProblems) {
+  const auto problem = [](const std::vector<std::string>& args) {
+    train::Options o;
+    EXPECT_EQ(parse(args, o), "");
+    return train::usageProblem(o);
+  };
+  const std::vector<std::string> gpt = {"--model", "gpt"};
+  const auto with = [&gpt](std::vector<std::string> args) {
+    args.insert(args.begin(), gpt.begin(), gpt.end());
+    return args;
+  };
+  EXPECT_EQ(problem({"--llmc-train", "a.bin"}),
+            "--llmc-train is a file of --data llmc; this run's data is fashion-mnist");
+  EXPECT_EQ(problem(with({"--llmc-val", "a.bin"})), "--llmc-val is a file of --data llmc; this run's data is fortunes");
+  EXPECT_EQ(problem(with({"--data", "llmc", "--llmc-train", "a", "--llmc-val", "b"})), "");
+  for (const std::string flag : {"--sample", "--top-k", "--temperature"}) {
+    EXPECT_EQ(problem({flag, "1"}), flag + ": --model mlp does not generate tokens");
+    EXPECT_EQ(problem(with({flag, "1"})), "");
+  }
+  EXPECT_EQ(problem({"--zero-gather", "end"}),
+            "--zero-gather end gathers ZeRO-1's parameter shards: it needs --zero 1");
+  EXPECT_EQ(problem({"--zero-gather", "overlap", "--zero", "1"}), "");
+  EXPECT_EQ(problem({"--powersgd-rank", "4"}),
+            "--powersgd-rank is a setting of --comm-hook powersgd; this run's hook is allreduce");
+  EXPECT_EQ(problem({"--powersgd-start-iter", "0", "--comm-hook", "bf16"}),
+            "--powersgd-start-iter is a setting of --comm-hook powersgd; this run's hook is bf16");
+  EXPECT_EQ(problem({"--comm-hook", "powersgd", "--powersgd-rank", "4"}), "");
+  EXPECT_EQ(problem({"--emulated-gbps", "100"}),
+            "--emulated-gbps is a setting of --comm emulated; this run's communicator is single");
+  EXPECT_EQ(problem({"--comm", "emulated", "--emulated-world", "8"}), "");
+  // At their defaults too (the value cannot tell), and --nccl-max-ctas, which the emulated link reads as well.
+  EXPECT_EQ(problem({"--nccl-buffers", "plain"}),
+            "--nccl-buffers is a setting of --comm nccl; this run's communicator is single");
+  EXPECT_EQ(problem({"--nccl-max-ctas", "0"}),
+            "--nccl-max-ctas is a setting of --comm nccl or emulated; this run's communicator is single");
+  EXPECT_EQ(problem({"--comm", "emulated", "--nccl-max-ctas", "4"}), "");
+  EXPECT_EQ(problem({"--tf32"}), "--tf32 needs --device cuda (TF32 is a mode of CUDA's fp32 GEMMs)");
+  EXPECT_EQ(problem(with({"--eval-every", "5", "--eval-batches", "0"})),
+            "--eval-every 5 validates on --eval-batches batches: not with --eval-batches 0");
+  EXPECT_EQ(problem(with({"--eval-batches", "0"})), "");
+  EXPECT_EQ(problem({"--save", "x", "--metrics", "./x"}),
+            "--save and --metrics both write ./x: give each its own file");
+  EXPECT_EQ(problem({"--save", "a/../x", "--trace", "x"}), "--save and --trace both write x: give each its own file");
+  EXPECT_EQ(problem({"--metrics", "m", "--trace", "m"}), "--metrics and --trace both write m: give each its own file");
+  train::Options o;
+  ASSERT_EQ(parse({"--trace", "t.json"}, o), "");
+  EXPECT_EQ(train::usageProblem(o, {{"--json", "t.json"}}),
+            "--trace and --json both write t.json: give each its own file");
+  EXPECT_EQ(train::usageProblem(o, {{"--json", "b.json"}}), "");
+}
+
+// The device comes before the model's refusals: bf16 on the CPU says so, not that the head dim has no bf16 kernel.
+TEST(FlagChecks, TheDeviceIsCheckedBeforeTheModel) {
+  train::Options o;
+  ASSERT_EQ(parse({"--model", "gpt", "--embd", "32", "--heads", "2", "--dtype", "bf16"}, o), "");
+  EXPECT_EQ(train::usageProblem(o), "--dtype bf16 needs --device cuda (bf16 kernels are CUDA-only)");
+}
+
+// Mode flags take their names only, and a wrong one is listed against them.
+TEST(FlagChecks, TheScheduleTakesItsNamesOnly) {
+  train::Options o;
+  EXPECT_EQ(parse({"--lr-schedule", "cosine"}, o), "");
+  EXPECT_EQ(o.lrSchedule, train::LrScheduleKind::Cosine);
+  EXPECT_NE(parse({"--lr-schedule", "2"}), "");
+  const std::string error = parse({"--lr-schedule", "foo"});
+  EXPECT_NE(error.find("--lr-schedule"), std::string::npos) << error;
+  EXPECT_NE(error.find("constant"), std::string::npos) << error;
+  EXPECT_EQ(error.find("->"), std::string::npos) << error;
+  EXPECT_EQ(error.find("FAILED"), std::string::npos) << error;
+}
+
 // The NCCL-only flags: parsed into their named modes, the defaults changing nothing; refused, in one line
-// naming the flag, on any other communicator (here no launcher: auto is single), above --nccl-max-ctas, and
-// registered or symmetric buffers with ZeRO-1.
+// naming the flag, on any other communicator (here no launcher: auto is single), given at their defaults
+// too, above --nccl-max-ctas, and registered or symmetric buffers with ZeRO-1.
 TEST(FlagChecks, NcclSettingsParseAndAreRefusedOffNccl) {
   train::Options o;
   EXPECT_EQ(parse({"--nccl-cta-policy", "zero", "--nccl-buffers", "symmetric", "--nccl-min-ctas", "4"}, o), "");
@@ -149,7 +230,12 @@ TEST(FlagChecks, NcclSettingsParseAndAreRefusedOffNccl) {
   EXPECT_EQ(problem({"--comm", "nccl", "--device", "cuda", "--nccl-cta-policy", "zero", "--nccl-buffers", "symmetric",
                      "--nccl-min-ctas", "1"}),
             "");
-  EXPECT_EQ(problem({"--comm", "mpi", "--nccl-cta-policy", "default", "--nccl-buffers", "plain"}), "");
+  EXPECT_EQ(problem({"--comm", "mpi", "--nccl-cta-policy", "default", "--nccl-buffers", "plain"}),
+            "--nccl-cta-policy is a setting of --comm nccl; this run's communicator is mpi");
+  // The backend's own refusal of the device: a usage problem too.
+  EXPECT_EQ(problem({"--comm", "nccl"}), "--comm nccl averages CUDA tensors; use mpi for --device cpu");
+  EXPECT_EQ(problem({"--comm", "mpi", "--device", "cuda"}),
+            "--comm mpi averages CPU tensors; use nccl for --device cuda");
 }
 
 TEST(FlagChecks, TheChosenCommHooksRefusalIsTheUsageProblem) {

@@ -63,18 +63,23 @@ const std::vector<CommBackend>& commBackends() {
       {"mpi", "MPI all-reduce of CPU tensors (under mpirun)",
        [](const CommOptions& opts, MpiEnvironment* env) -> std::shared_ptr<Communicator> {
          MINIDP_CHECK(env, "--comm mpi needs the process to be started by mpirun");
-         MINIDP_CHECK(!opts.cuda, "--comm mpi averages CPU tensors; use nccl for --device cuda");
          return std::make_shared<MpiCommunicator>(*env, opts.watchdogSeconds);
+       },
+       [](const CommOptions& opts) -> std::string {
+         return opts.cuda ? "--comm mpi averages CPU tensors; use nccl for --device cuda" : "";
        }},
       {"nccl", "NCCL all-reduce of CUDA tensors (under mpirun)",
        [](const CommOptions& opts, MpiEnvironment* env) -> std::shared_ptr<Communicator> {
-         MINIDP_CHECK(opts.cuda, "--comm nccl averages CUDA tensors; use mpi for --device cpu");
 #if MINIDP_WITH_CUDA
          return std::make_shared<NcclCommunicator>(opts, env);
 #else
+         (void)opts;
          (void)env;
          throwError("--comm nccl: minidp was built without CUDA", __FILE__, __LINE__);
 #endif
+       },
+       [](const CommOptions& opts) -> std::string {
+         return opts.cuda ? "" : "--comm nccl averages CUDA tensors; use mpi for --device cpu";
        }},
       {"emulated", "a modelled link of --emulated-world ranks inside one process",
        [](const CommOptions& opts, MpiEnvironment* env) -> std::shared_ptr<Communicator> {
@@ -106,9 +111,17 @@ std::string resolveCommBackend(const CommOptions& opts, int world, bool launched
   return launched ? "mpi" : "single";
 }
 
+std::string commSettingsProblem(const CommOptions& opts, const std::string& backend) {
+  for (const CommBackend& b : commBackends()) {
+    if (b.name != backend || !b.refuse) continue;
+    if (std::string problem = b.refuse(opts); !problem.empty()) return problem;
+  }
+  return ncclSettingsProblem(opts, backend);
+}
+
 std::shared_ptr<Communicator> makeCommunicator(const CommOptions& opts, MpiEnvironment* env) {
   const std::string backend = resolveCommBackend(opts, env ? env->worldSize() : 1, env != nullptr);
-  if (const std::string problem = ncclSettingsProblem(opts, backend); !problem.empty())
+  if (const std::string problem = commSettingsProblem(opts, backend); !problem.empty())
     throwError(problem, __FILE__, __LINE__);
   for (const CommBackend& b : commBackends()) {
     if (b.name == backend) return b.make(opts, env);
