@@ -20,6 +20,7 @@
 #include "framework/ops/ops.h"
 #include "framework/runtime/device.h"
 #include "framework/testing/gradcheck.h"
+#include "tests/ops/composed_ops.h"
 
 namespace {
 
@@ -36,22 +37,6 @@ struct BlockWeights {
   Variable norm1, wq, wk, wv, wo, norm2, gate, up, down;
   Variable cosQ, sinQ, cosK, sinK;  // (T, H, d) and (T, Hkv, d), fp32
 };
-
-// The (T, heads, d) float64 table of cos (or sin) of t / theta^(2i/d), channel i mod d/2.
-Tensor ropeTable(const BlockShape& s, int64_t heads, bool sine) {
-  const int64_t d = s.headDim();
-  std::vector<double> table;
-  table.reserve(static_cast<size_t>(s.context * heads * d));
-  for (int64_t t = 0; t < s.context; ++t) {
-    for (int64_t h = 0; h < heads; ++h) {
-      for (int64_t c = 0; c < d; ++c) {
-        const double angle = static_cast<double>(t) / std::pow(s.theta, 2.0 * static_cast<double>(c % (d / 2)) / d);
-        table.push_back(sine ? std::sin(angle) : std::cos(angle));
-      }
-    }
-  }
-  return Tensor::fromVector(table, {s.context, heads, d});
-}
 
 Variable param(const Shape& shape, uint64_t seed, double lo, double hi, DType dtype, Device device) {
   return Variable(minidp::testing::randomTensor(shape, seed, lo, hi).toDType(dtype).to(device), true);
@@ -71,32 +56,21 @@ BlockWeights makeWeights(const BlockShape& s, DType dtype, Device device) {
   w.up = param({F, C}, 8, -scale, scale, dtype, device);
   w.down = param({C, F}, 9, -1 / std::sqrt(static_cast<double>(F)), 1 / std::sqrt(static_cast<double>(F)), dtype,
                  device);
-  w.cosQ = Variable(ropeTable(s, s.heads, false).toDType(dtype).to(device));
-  w.sinQ = Variable(ropeTable(s, s.heads, true).toDType(dtype).to(device));
-  w.cosK = Variable(ropeTable(s, s.kvHeads, false).toDType(dtype).to(device));
-  w.sinK = Variable(ropeTable(s, s.kvHeads, true).toDType(dtype).to(device));
+  w.cosQ = Variable(composed::ropeTable(s.context, s.heads, d, s.theta, false).toDType(dtype).to(device));
+  w.sinQ = Variable(composed::ropeTable(s.context, s.heads, d, s.theta, true).toDType(dtype).to(device));
+  w.cosK = Variable(composed::ropeTable(s.context, s.kvHeads, d, s.theta, false).toDType(dtype).to(device));
+  w.sinK = Variable(composed::ropeTable(s.context, s.kvHeads, d, s.theta, true).toDType(dtype).to(device));
   return w;
 }
 
-Variable composedRmsNorm(const Variable& x, const Variable& weight) {
-  const Variable inv = ops::rsqrt(ops::addScalar(ops::meanLastDim(ops::mul(x, x)), 1e-5));  // (..., 1)
-  return ops::mulBroadcast(ops::mulBroadcast(x, inv), weight);
-}
-
-Variable composedRope(const Variable& x, const Variable& cos, const Variable& sin) {
-  const int64_t half = x.shape().back() / 2;
-  const Variable swapped = ops::cat({ops::neg(ops::narrow(x, 3, half, half)), ops::narrow(x, 3, 0, half)}, 3);
-  return ops::add(ops::mulBroadcast(x, cos), ops::mulBroadcast(swapped, sin));
-}
-
-// x (B, T, C) -> the block's output; `composed` picks the RMSNorm and RoPE.
-Variable block(const BlockShape& s, const BlockWeights& w, const Variable& x, bool composed) {
+// x (B, T, C) -> the block's output; `fromOps` picks RMSNorm, RoPE and SwiGLU composed from public ops.
+Variable block(const BlockShape& s, const BlockWeights& w, const Variable& x, bool fromOps) {
   const int64_t B = x.shape()[0], T = x.shape()[1], d = s.headDim();
   const auto norm = [&](const Variable& v, const Variable& weight) {
-    return composed ? composedRmsNorm(v, weight) : ops::rmsNorm(v, weight, 1e-5);
+    return fromOps ? composed::rmsNorm(v, weight, 1e-5) : ops::rmsNorm(v, weight, 1e-5);
   };
   const auto rope = [&](const Variable& v, const Variable& cos, const Variable& sin) {
-    return composed ? composedRope(v, cos, sin) : ops::rotary(v, s.theta);
+    return fromOps ? composed::rope(v, cos, sin) : ops::rotary(v, s.theta);
   };
   const Variable h = norm(x, w.norm1);
   const Variable q = rope(ops::reshape(ops::linear(h, w.wq, {}), {B, T, s.heads, d}), w.cosQ, w.sinQ);
@@ -106,7 +80,7 @@ Variable block(const BlockShape& s, const BlockWeights& w, const Variable& x, bo
       ops::add(x, ops::linear(ops::reshape(ops::causalAttention(q, k, v), {B, T, s.heads * d}), w.wo, {}));
   const Variable h2 = norm(x1, w.norm2);
   const Variable gate = ops::linear(h2, w.gate, {}), up = ops::linear(h2, w.up, {});
-  const Variable mlp = ops::linear(composed ? ops::mul(ops::silu(gate), up) : ops::swiglu(gate, up), w.down, {});
+  const Variable mlp = ops::linear(fromOps ? ops::mul(ops::silu(gate), up) : ops::swiglu(gate, up), w.down, {});
   return ops::add(x1, mlp);
 }
 

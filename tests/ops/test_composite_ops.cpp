@@ -16,6 +16,7 @@
 #include "framework/tensor/tensor_math.h"
 #include "framework/testing/device_compare.h"
 #include "framework/testing/gradcheck.h"
+#include "tests/ops/composed_ops.h"
 
 namespace minidp {
 namespace {
@@ -198,11 +199,9 @@ TEST(CompositeOps, GatherRows) {
   EXPECT_THROW(ops::gatherRows(Variable(table), Tensor::fromVector<int32_t>({5}, {1})), Error);
 }
 
-// RMSNorm as docs/extending.md writes it: x * rsqrt(mean(x^2) + eps) * weight.
-Variable rmsNorm(const Variable& x, const Variable& weight, double eps) {
-  Variable inv = ops::rsqrt(ops::addScalar(ops::meanLastDim(ops::mul(x, x)), eps));  // (..., 1)
-  return ops::mulBroadcast(ops::mulBroadcast(x, inv), weight);
-}
+using composed::rmsNorm;
+using composed::rope;
+using composed::ropeTable;
 
 TEST(CompositeOps, RmsNormFromOps) {
   const int64_t C = 6;
@@ -216,29 +215,6 @@ TEST(CompositeOps, RmsNormFromOps) {
   }
   EXPECT_TRUE(
       gradcheckPasses([](const std::vector<Variable>& in) { return rmsNorm(in[0], in[1], 1e-5); }, {leaf(x), leaf(w)}));
-}
-
-// RoPE from public ops, as docs/extending.md writes it (rotate-half form, as ops::rotary): x (B, T, H, d) times
-// cos, plus x with its halves swapped and the first negated times sin; cos and sin are (T, H, d) tables of
-// cos(t / theta^(2i/d)) and sin(...) for channel i mod d/2, repeated over the heads.
-Variable rope(const Variable& x, const Variable& cos, const Variable& sin) {
-  const int64_t half = x.shape().back() / 2;
-  const Variable swapped = ops::cat({ops::neg(ops::narrow(x, 3, half, half)), ops::narrow(x, 3, 0, half)}, 3);
-  return ops::add(ops::mulBroadcast(x, cos), ops::mulBroadcast(swapped, sin));
-}
-
-// The (T, H, d) table of rope(): cos (or sin) of t / theta^(2i/d), float64 on the CPU.
-Tensor ropeTable(int64_t T, int64_t H, int64_t d, double theta, bool sine) {
-  std::vector<double> table;
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t h = 0; h < H; ++h) {
-      for (int64_t c = 0; c < d; ++c) {
-        const double angle = static_cast<double>(t) / std::pow(theta, 2.0 * static_cast<double>(c % (d / 2)) / d);
-        table.push_back(sine ? std::sin(angle) : std::cos(angle));
-      }
-    }
-  }
-  return Tensor::fromVector(table, {T, H, d});
 }
 
 TEST(CompositeOps, RopeFromOpsMatchesRotary) {
