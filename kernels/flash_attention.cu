@@ -7,12 +7,13 @@
 //   Bf16Math: 128 threads = 4 warps of 16 rows; mma.sync m16n8k16 bf16 -> fp32 on tensor cores; the
 //             score accumulators are reused in registers as the A operand of P @ V (no shared memory).
 // q, k and v are read through AttentionOperands (base pointers, row strides): query head h reads key/value
-// head h / G; backward writes dk and dv per query head, and the caller sums each group's G heads.
+// head h / G; backward's key pass sums the G query heads of a group in its fp32 accumulators.
 // Passes:
 //   forward    one CTA per (query tile, head, batch): online softmax over key tiles 0..i, only the
 //              diagonal tile masked; y and the row logsumexp (natural log) written.
-//   backward   rowDot D = rowsum(dout * out); then one kernel per key tile (dK, dV, looping over the
-//              query tiles at or after it) and one per query tile (dQ, looping over key tiles up to it),
+//   backward   rowDot D = rowsum(dout * out); then one kernel per key tile of a key/value head (dK, dV,
+//              looping over its G query heads and, in each, over the query tiles at or after it) and one per
+//              query tile (dQ, looping over key tiles up to it),
 //              both recomputing P from the logsumexp. Every output element has one writer: no atomics.
 //              Where a thread would hold too many accumulators (bf16 at d = 256), each CTA owns a slice
 //              of the d output columns (kSplit slices, blockIdx.y = head * kSplit + slice) and recomputes
@@ -520,9 +521,10 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
                       seqLen);
 }
 
-// dK, dV of one key tile, over the query tiles at or after it: with S^T = k q^T (keys as rows),
-// dv += P^T @ dout, dS^T = P^T * (v @ dout^T - D), dk = scale * dS^T @ q; the CTA writes columns
-// [slice Dc, slice Dc + Dc) of dk and dv, Dc = D / kSplit.
+// dK, dV of one key tile of key/value head j, over its query heads j G .. j G + G - 1 and in each over the
+// query tiles at or after the key tile: with S^T = k q^T (keys as rows), dv += P^T @ dout,
+// dS^T = P^T * (v @ dout^T - D), dk = scale * dS^T @ q; the CTA writes columns [slice Dc, slice Dc + Dc)
+// of dk and dv, Dc = D / kSplit. blockIdx.y = j * kSplit + slice.
 template <class Math, int D, int kSplit>
 __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
     flashBackwardKeyKernel(const typename Math::Elem* dout, AttentionOperands<typename Math::Elem> in, const float* lse,
@@ -539,20 +541,21 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
   float* sD = sLse + 2 * kTile;                                    // two buffers of kTile
   float* scratch = sD + 2 * kTile;
   const int kTileIndex = blockIdx.x;  // the most query tiles first
-  const int h = blockIdx.y / kSplit, col0 = blockIdx.y % kSplit * Dc, b = blockIdx.z, C = H * D,
+  const int kvHead = blockIdx.y / kSplit, col0 = blockIdx.y % kSplit * Dc, b = blockIdx.z, C = H * D,
             k0 = kTileIndex * kTile;
-  const int qTiles = (seqLen + kTile - 1) / kTile;
-  const int64_t kvHead = h / in.group;
-  const E* q = headRows(in.q, in.qStride, b, seqLen, h, D);
+  const int qTiles = (seqLen + kTile - 1) / kTile, steps = qTiles - kTileIndex;  // query tiles per head
+  const int group = int(in.group);
   const E* k = headRows(in.k, in.kStride, b, seqLen, kvHead, D);
   const E* v = headRows(in.v, in.vStride, b, seqLen, kvHead, D);
-  const E* dy = dout + int64_t(b) * seqLen * C + h * D;
-  const float* rowLse = lse + (int64_t(b) * H + h) * seqLen;
-  const float* rowD = rowDot + (int64_t(b) * H + h) * seqLen;
-  // Query tile qt into buffer buf: q and dout by cp.async (committed by the caller), the row statistics by
-  // plain stores (visible after the caller's barrier).
-  auto loadQueryTile = [&](int qt, int buf) {
-    const int row0 = qt * kTile;
+  // Step i of the loop: query head kvHead G + i / steps, query tile kTileIndex + i % steps, into buffer buf:
+  // q and dout by cp.async (committed by the caller), the row statistics by plain stores (visible after
+  // the caller's barrier).
+  auto loadQueryTile = [&](int i, int buf) {
+    const int h = kvHead * group + i / steps, row0 = (kTileIndex + i % steps) * kTile;
+    const E* q = headRows(in.q, in.qStride, b, seqLen, h, D);
+    const E* dy = dout + int64_t(b) * seqLen * C + h * D;
+    const float* rowLse = lse + (int64_t(b) * H + h) * seqLen;
+    const float* rowD = rowDot + (int64_t(b) * H + h) * seqLen;
     loadTileAsync<E, D, Math::kThreads>(sQ + buf * kTileElems, kLd, q + row0 * in.qStride, in.qStride, seqLen - row0);
     loadTileAsync<E, D, Math::kThreads>(sDout + buf * kTileElems, kLd, dy + int64_t(row0) * C, C, seqLen - row0);
     for (int r = threadIdx.x; r < kTile; r += Math::kThreads) {
@@ -563,7 +566,7 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
   };
   loadTileAsync<E, D, Math::kThreads>(sK, kLd, k + k0 * in.kStride, in.kStride, seqLen - k0);
   loadTileAsync<E, D, Math::kThreads>(sV, kLd, v + k0 * in.vStride, in.vStride, seqLen - k0);
-  loadQueryTile(kTileIndex, 0);
+  loadQueryTile(0, 0);
   cpAsyncCommit();
 
   const Math math;
@@ -571,10 +574,11 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
   float s[Math::kScores], dp[Math::kScores], dk[Math::kOutPer16 * Dc / 16], dv[Math::kOutPer16 * Dc / 16];
 #pragma unroll
   for (int e = 0; e < Math::kOutPer16 * Dc / 16; ++e) dk[e] = dv[e] = 0.0f;
-  for (int qt = kTileIndex; qt < qTiles; ++qt) {
-    const int buf = (qt - kTileIndex) & 1;
-    if (qt + 1 < qTiles) {
-      loadQueryTile(qt + 1, buf ^ 1);
+  for (int i = 0; i < group * steps; ++i) {
+    const int buf = i & 1;
+    const bool diagonal = i % steps == 0;  // the query tile of the key tile's own rows
+    if (i + 1 < group * steps) {
+      loadQueryTile(i + 1, buf ^ 1);
       cpAsyncCommit();
       cpAsyncWait<1>();
     } else {
@@ -589,7 +593,7 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
 #pragma unroll
     for (int e = 0; e < Math::kScores; ++e) {
       const int col = math.scoreCol(e);
-      const bool masked = qt == kTileIndex && col < math.slotRow(Math::scoreSlot(e));  // query < key
+      const bool masked = diagonal && col < math.slotRow(Math::scoreSlot(e));  // query < key
       s[e] = masked ? 0.0f : Math::exp(s[e] * sc - tileLse[col]);
     }
     math.template accumulate<Dc>(dv, s, doutTileS + col0, kLd, scratch);
@@ -599,11 +603,10 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
     math.template accumulate<Dc>(dk, s, qTileS + col0, kLd, scratch);
     __syncthreads();
   }
-  // dk and dv of query head h (its share of key/value head h / G): the caller sums each group.
-  storeTile<Math, Dc>(math, dk, scale, headRows(grads.dk, grads.dkStride, b, seqLen, h, D) + col0, grads.dkStride, k0,
-                      seqLen);
-  storeTile<Math, Dc>(math, dv, 1.0f, headRows(grads.dv, grads.dvStride, b, seqLen, h, D) + col0, grads.dvStride, k0,
-                      seqLen);
+  storeTile<Math, Dc>(math, dk, scale, headRows(grads.dk, grads.dkStride, b, seqLen, kvHead, D) + col0, grads.dkStride,
+                      k0, seqLen);
+  storeTile<Math, Dc>(math, dv, 1.0f, headRows(grads.dv, grads.dvStride, b, seqLen, kvHead, D) + col0, grads.dvStride,
+                      k0, seqLen);
 }
 
 // ---- fp32 row kernels: head dims whose tiles do not fit in shared memory ----
@@ -634,15 +637,21 @@ template <int D>
 struct RowWarp {
   int lane, row, h, b, H, seqLen;
   int64_t kvHead, C;
-  __device__ RowWarp(int H, int seqLen, int64_t group, int rowBlock)
+  __device__ RowWarp(int H, int seqLen, int h, int64_t kvHead, int rowBlock)
       : lane(threadIdx.x % 32),
         row(rowBlock * kRowWarps + threadIdx.x / 32),
-        h(blockIdx.y),
+        h(h),
         b(blockIdx.z),
         H(H),
         seqLen(seqLen),
-        kvHead(blockIdx.y / group),
+        kvHead(kvHead),
         C(int64_t(H) * D) {}
+  // The same row and key/value head, as seen from query head `head`.
+  __device__ RowWarp forHead(int head) const {
+    RowWarp w = *this;
+    w.h = head;
+    return w;
+  }
   // Row t of head `head` of x, whose rows lie `stride` elements apart.
   template <typename P>
   __device__ P* headRow(P* x, int64_t stride, int t, int64_t head) const {
@@ -672,7 +681,7 @@ template <int D>
 __global__ void __launch_bounds__(32 * kRowWarps)
     rowForwardKernel(AttentionOperands<float> in, float* out, float* lse, int seqLen, int H, float scale) {
   constexpr int kPer = D / 32;
-  const RowWarp<D> w(H, seqLen, in.group, blockIdx.x);
+  const RowWarp<D> w(H, seqLen, blockIdx.y, blockIdx.y / in.group, blockIdx.x);
   const int i = w.row;
   if (i >= seqLen) return;  // the whole warp: its shuffles stay among its own lanes
   float q[kPer], o[kPer];
@@ -721,7 +730,8 @@ __device__ void rowBackwardQuery(const RowWarp<D>& w, const float* dout, const A
   for (int j = 0; j < kPer; ++j) dst[32 * j] = dq[j] * scale;
 }
 
-// dk and dv of key row t: over queries i >= t, dv += P dout_i, dk += scale P (dout_i . v - D_i) q_i.
+// dk and dv of key row t of key/value head w.kvHead: over its query heads h (w.kvHead G .. + G - 1) and
+// queries i >= t, dv += P dout_i, dk += scale P (dout_i . v - D_i) q_i.
 template <int D>
 __device__ void rowBackwardKey(const RowWarp<D>& w, const float* dout, const AttentionOperands<float>& in,
                                const float* lse, const float* rowDot, const AttentionGradients<float>& grads,
@@ -733,20 +743,22 @@ __device__ void rowBackwardKey(const RowWarp<D>& w, const float* dout, const Att
   loadRow<D>(v, w.vRow(in, t));
 #pragma unroll
   for (int j = 0; j < kPer; ++j) dk[j] = dv[j] = 0.0f;
-  for (int i = t; i < w.seqLen; ++i) {
-    const float* q = w.qRow(in, i);
-    const float* dy = w.outRow(dout, i);
-    const float p = expf(warpDot<D>(k, q) * scale - lse[w.stat(i)]);
-    const float ds = p * (warpDot<D>(v, dy) - rowDot[w.stat(i)]);
+  for (int64_t g = 0; g < in.group; ++g) {
+    const RowWarp<D> wq = w.forHead(int(w.kvHead * in.group + g));
+    for (int i = t; i < w.seqLen; ++i) {
+      const float* q = wq.qRow(in, i);
+      const float* dy = wq.outRow(dout, i);
+      const float p = expf(warpDot<D>(k, q) * scale - lse[wq.stat(i)]);
+      const float ds = p * (warpDot<D>(v, dy) - rowDot[wq.stat(i)]);
 #pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-      dv[j] = fmaf(p, dy[32 * j], dv[j]);
-      dk[j] = fmaf(ds, q[32 * j], dk[j]);
+      for (int j = 0; j < kPer; ++j) {
+        dv[j] = fmaf(p, dy[32 * j], dv[j]);
+        dk[j] = fmaf(ds, q[32 * j], dk[j]);
+      }
     }
   }
-  // Query head h's share of dk and dv: the caller sums each group.
-  float* dk0 = w.headRow(grads.dk, grads.dkStride, t, w.h);
-  float* dv0 = w.headRow(grads.dv, grads.dvStride, t, w.h);
+  float* dk0 = w.headRow(grads.dk, grads.dkStride, t, w.kvHead);
+  float* dv0 = w.headRow(grads.dv, grads.dvStride, t, w.kvHead);
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
     dk0[32 * j] = dk[j] * scale;
@@ -754,14 +766,16 @@ __device__ void rowBackwardKey(const RowWarp<D>& w, const float* dout, const Att
   }
 }
 
-// Backward, one launch: blocks [0, rowBlocks) own query rows (dq), blocks [rowBlocks, 2 rowBlocks) key
-// rows (dk, dv of each query head); every element of the gradients has one writer.
+// Backward, one launch: blocks [0, rowBlocks) own query rows (dq of query head blockIdx.y), blocks
+// [rowBlocks, 2 rowBlocks) key rows (dk, dv of key/value head blockIdx.y; those with blockIdx.y >= H / G
+// have none); every element of the gradients has one writer.
 template <int D>
 __global__ void __launch_bounds__(32 * kRowWarps)
     rowBackwardKernel(const float* dout, AttentionOperands<float> in, const float* lse, const float* rowDot,
                       AttentionGradients<float> grads, int seqLen, int H, float scale) {
   const int rowBlocks = gridDim.x / 2, keys = blockIdx.x >= rowBlocks;
-  const RowWarp<D> w(H, seqLen, in.group, blockIdx.x - keys * rowBlocks);
+  if (keys && blockIdx.y >= H / in.group) return;
+  const RowWarp<D> w(H, seqLen, blockIdx.y, keys ? blockIdx.y : blockIdx.y / in.group, blockIdx.x - keys * rowBlocks);
   if (w.row >= seqLen) return;
   if (keys) {
     rowBackwardKey<D>(w, dout, in, lse, rowDot, grads, scale);
@@ -848,11 +862,11 @@ void backward(const typename Math::Elem* dout, AttentionOperands<typename Math::
     rowBackwardKernel<D><<<grid, 32 * kRowWarps, 0, stream>>>(dout, in, lse, rowDot, grads, int(seqLen), int(H), scale);
   } else {
     constexpr int kSplit = kSplitOf<Math, D>;
-    const dim3 grid(ceilDiv(seqLen, kTile), H * kSplit, B);
+    const dim3 grid(ceilDiv(seqLen, kTile), H * kSplit, B), keyGrid(grid.x, H / in.group * kSplit, B);
     auto keyKernel = flashBackwardKeyKernel<Math, D, kSplit>;
     setSharedBytes(keyKernel, kKeyBytes<Math, D>);
-    keyKernel<<<grid, Math::kThreads, kKeyBytes<Math, D>, stream>>>(dout, in, lse, rowDot, grads, int(seqLen), int(H),
-                                                                    scale);
+    keyKernel<<<keyGrid, Math::kThreads, kKeyBytes<Math, D>, stream>>>(dout, in, lse, rowDot, grads, int(seqLen),
+                                                                       int(H), scale);
     CUDA_CHECK_LAUNCH();
     auto queryKernel = flashBackwardQueryKernel<Math, D, kSplit>;
     setSharedBytes(queryKernel, kQueryBytes<Math, D>);

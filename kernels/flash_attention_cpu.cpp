@@ -71,8 +71,9 @@ void flashAttentionBackward(const T* dout, AttentionOperands<T> in, const T* out
     for (int64_t t = 0; t < seqLen; ++t)
       for (int64_t h = 0; h < H; ++h) {
         std::fill_n(grads.dq + ix.row(grads.dqStride, b, t, h), d, T(0));
-        std::fill_n(grads.dk + ix.row(grads.dkStride, b, t, h), d, T(0));
-        std::fill_n(grads.dv + ix.row(grads.dvStride, b, t, h), d, T(0));
+        if (h % in.group != 0) continue;
+        std::fill_n(grads.dk + ix.row(grads.dkStride, b, t, h / in.group), d, T(0));
+        std::fill_n(grads.dv + ix.row(grads.dvStride, b, t, h / in.group), d, T(0));
       }
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
@@ -87,8 +88,8 @@ void flashAttentionBackward(const T* dout, AttentionOperands<T> in, const T* out
         for (int64_t j = 0; j <= i; ++j) {
           const T* k = in.k + ix.row(in.kStride, b, j, kvHead);
           const T* v = in.v + ix.row(in.vStride, b, j, kvHead);
-          T* dk = grads.dk + ix.row(grads.dkStride, b, j, h);  // query head h's share
-          T* dv = grads.dv + ix.row(grads.dvStride, b, j, h);
+          T* dk = grads.dk + ix.row(grads.dkStride, b, j, kvHead);  // the group's heads summed in order
+          T* dv = grads.dv + ix.row(grads.dvStride, b, j, kvHead);
           const T p = std::exp(dot(q, k, d) * scale - rowLse);
           const T dscore = p * (dot(dy, v, d) - rowD) * scale;  // d loss / d (q . k)
           for (int64_t c = 0; c < d; ++c) {

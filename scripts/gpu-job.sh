@@ -101,9 +101,50 @@ step_bisect() { scripts/bf16-bisect.sh "$out/bisect"; }
 step_profile() {
   [ -f "$out/tokens/train.bin" ] || py scripts/make-random-tokens.py "$out/tokens"
   ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip ${NCU_SKIP:-3000} \
-    --launch-count ${NCU_COUNT:-1500} build/bin/minidp-train "${gpt2[@]}" --batch-size 8 --dtype bf16 --steps 8 \
+    --launch-count ${NCU_COUNT:-1500} build/bin/minidp-train "${gpt2[@]}" --batch-size ${PROFILE_BATCH:-8} --dtype bf16 --steps 8 \
     --log-every 8 --eval-batches 1 >"$out/ncu.csv" 2>"$out/ncu.err"
   py scripts/ncu-summary.py "$out/ncu.csv" 40
+}
+# The same for the llama model at the width-1024 shape of llama-speed (batch 8).
+step_profile_llama() {
+  [ -f "$out/tokens32k/train.bin" ] || py scripts/make-random-tokens.py "$out/tokens32k" 32000
+  ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip ${NCU_SKIP:-3000} \
+    --launch-count ${NCU_COUNT:-1500} build/bin/minidp-train --model llama --layers 12 --embd 1024 --heads 8 \
+    --kv-heads 4 --hidden 2816 --context 1024 --data llmc --llmc-train "$out/tokens32k/train.bin" \
+    --llmc-val "$out/tokens32k/val.bin" --device cuda --optimizer adamw --batch-size 8 --dtype bf16 --steps 8 \
+    --log-every 8 --eval-batches 1 >"$out/ncu_llama.csv" 2>"$out/ncu_llama.err"
+  py scripts/ncu-summary.py "$out/ncu_llama.csv" 40
+}
+# Where the GPU time of minidp-bench-block goes (the built-in block and the composed one, 3 passes each).
+step_profile_block() {
+  ncu --clock-control none --metrics gpu__time_duration.sum --csv build/bin/minidp-bench-block --repeats 3 \
+    >"$out/ncu_block.csv" 2>"$out/ncu_block.err"
+  py scripts/ncu-summary.py "$out/ncu_block.csv" 40
+}
+# compute-sanitizer's memcheck, initcheck and racecheck over short training runs of the whole program: GPT and
+# llama, fp32 and bf16, with and without --cuda-graph (fortunes, 3 steps, validation on), run side by side.
+step_whole_sanitize() {
+  local gpt=(--model gpt --layers 2 --embd 128 --heads 2 --context 100)
+  local llama=(--model llama --layers 2 --embd 256 --heads 4 --kv-heads 2 --hidden 640 --context 100)
+  local logs=() m d g tool log
+  for m in gpt llama; do
+    local -n shape=$m
+    for d in fp32 bf16; do
+      for g in eager graph; do
+        for tool in ${WHOLE_SANITIZE_TOOLS:-memcheck initcheck racecheck}; do
+          log="$out/whole_${tool}_${m}_${d}_$g.log"
+          logs+=("$log")
+          timeout ${SANITIZE_TIMEOUT:-420} compute-sanitizer --tool "$tool" --error-exitcode 3 build/bin/minidp-train \
+            "${shape[@]}" --data fortunes --device cuda --dtype $d --batch-size 4 --steps 3 --log-every 1 \
+            --eval-every 3 --eval-batches 1 $([ $g = graph ] && echo --cuda-graph) >"$log" 2>&1 &
+        done
+      done
+    done
+  done
+  wait
+  for log in "${logs[@]}"; do
+    echo "$(basename "$log" .log): $(grep -m1 'ERROR SUMMARY' "$log" || echo "no summary: $(tail -1 "$log")")"
+  done
 }
 # The fortunes GPT (10.9 M) trained 3000 steps: fp32 constant lr (the reference run), fp32 with warm-up,
 # cosine decay and clipping, and bf16 compute; run together on one GPU (loss, not speed).

@@ -3,8 +3,8 @@
 // head j are heads j G .. j G + G - 1, so in the (B, H, T, d) head layout they are one (G T, d) matrix per
 // (b, j): every product is one batched GEMM over B Hkv matrices, and the ones that reduce over the G heads
 // (dK, dV) sum them inside the GEMM, in a fixed order. Flash (CUDA): the flash kernels read q, k and v in
-// place, query head h reading key/value head h / G; backward writes dK and dV per query head and sums each
-// group's G heads in a fixed order. Packed: k and v repeated to H heads and packed with q into the
+// place, query head h reading key/value head h / G; backward writes dK and dV per key/value head, the group's
+// G heads summed in the kernel's fp32 accumulators. Packed: k and v repeated to H heads and packed with q into the
 // (B, T, 3C) qkv of causalSelfAttention; the repeat's backward sums each group's gradients in that order.
 #include <cmath>
 
@@ -13,7 +13,6 @@
 #include "kernels/attention.h"
 #include "kernels/flash_attention.h"
 #include "kernels/matmul.h"
-#include "kernels/slice.h"
 
 namespace minidp::ops {
 
@@ -66,16 +65,15 @@ kernels::AttentionOperands<T> gqaOperands(const GqaShape& s, const Tensor& q, co
   return {q.data<T>(), k.data<T>(), v.data<T>(), s.H * s.d, s.Hkv * s.d, s.Hkv * s.d, s.G()};
 }
 
-// dq, dk and dv per query head, (B, T, H, d) each, as the flash kernels write them: rows H d apart.
+// dq (B, T, H, d), dk and dv (B, T, Hkv, d), as the flash kernels write them.
 template <typename T>
-kernels::AttentionGradients<T> headGradients(const GqaShape& s, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
-  return {dq.data<T>(), dk.data<T>(), dv.data<T>(), s.H * s.d, s.H * s.d, s.H * s.d};
+kernels::AttentionGradients<T> gqaGradients(const GqaShape& s, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  return {dq.data<T>(), dk.data<T>(), dv.data<T>(), s.H * s.d, s.Hkv * s.d, s.Hkv * s.d};
 }
 
 // Flash attention (kernels/flash_attention.h) on q, k and v in place; only y and the row logsumexp
-// (B, H, T) are kept for backward. Backward has the kernels write dK and dV per query head ((B, T, H, d):
-// k and v as if repeated to H heads) and sums each group's G heads in order r = 0 .. G - 1 (fp32 for
-// bf16, rounded once), as repeatInterleave's backward does; with G = 1 the kernels write dK and dV.
+// (B, H, T) are kept for backward. Backward's kernels write dk and dv per key/value head, each group's G
+// query heads summed in their fp32 accumulators and rounded once.
 Variable flashAttention(const Variable& qVar, const Variable& kVar, const Variable& vVar, const GqaShape& s) {
   const Tensor& q = qVar.data();
   const Tensor& k = kVar.data();
@@ -87,23 +85,15 @@ Variable flashAttention(const Variable& qVar, const Variable& kVar, const Variab
       kernels::cuda::flashAttentionForward<T>(gqaOperands<T>(s, q, k, v), y.data<T>(), lse.data<float>(), s.B, s.seqLen,
                                               s.H, s.d, runtime::computeStream())));
   return Variable::fromOp(y, {qVar, kVar, vVar}, [s, q, k, v, y, lse](const Tensor& g) {
-    // dq, and dk and dv per query head, (B, T, H, d) each, fully written by the kernels.
+    // dq, dk and dv, fully written by the kernels.
     Tensor dq = Tensor::empty(q.shape(), g.dtype(), g.device());
-    Tensor dkHeads = Tensor::empty(q.shape(), g.dtype(), g.device());
-    Tensor dvHeads = Tensor::empty(q.shape(), g.dtype(), g.device());
+    Tensor dk = Tensor::empty(k.shape(), g.dtype(), g.device()), dv = Tensor::empty(v.shape(), g.dtype(), g.device());
     Tensor rowDot = Tensor::empty({s.B, s.H, s.seqLen}, DType::F32, g.device());  // rowsum(dy * y)
     MINIDP_ON_CUDA(MINIDP_DISPATCH_F32_BF16(
         g.dtype(), T,
-        kernels::cuda::flashAttentionBackward<T>(
-            g.data<T>(), gqaOperands<T>(s, q, k, v), y.data<T>(), lse.data<float>(), rowDot.data<float>(),
-            headGradients<T>(s, dq, dkHeads, dvHeads), s.B, s.seqLen, s.H, s.d, runtime::computeStream())));
-    if (s.G() == 1) return std::vector<Tensor>{dq, dkHeads, dvHeads};
-    Tensor dk = Tensor::empty(k.shape(), g.dtype(), g.device()), dv = Tensor::empty(v.shape(), g.dtype(), g.device());
-    // Key/value head j of token (b, t) gathers query heads j G .. j G + G - 1: blocks of d, G in a row.
-    MINIDP_LAUNCH_ACTIVATION(g, T, sumRepeatedBlocks, dkHeads.data<T>(), dk.data<T>(), s.B * s.seqLen * s.Hkv, s.G(),
-                             s.d);
-    MINIDP_LAUNCH_ACTIVATION(g, T, sumRepeatedBlocks, dvHeads.data<T>(), dv.data<T>(), s.B * s.seqLen * s.Hkv, s.G(),
-                             s.d);
+        kernels::cuda::flashAttentionBackward<T>(g.data<T>(), gqaOperands<T>(s, q, k, v), y.data<T>(), lse.data<float>(),
+                                                 rowDot.data<float>(), gqaGradients<T>(s, dq, dk, dv), s.B, s.seqLen,
+                                                 s.H, s.d, runtime::computeStream())));
     return std::vector<Tensor>{dq, dk, dv};
   });
 }

@@ -17,7 +17,6 @@
 #include "framework/tensor/dispatch.h"
 #include "framework/ops/ops.h"
 #include "kernels/flash_attention.h"
-#include "kernels/slice.h"
 #include "models/gpt.h"
 #include "tests/support/device_compare.h"
 #include "tests/support/gradcheck.h"
@@ -130,7 +129,7 @@ TEST(FlashAttentionCpu, FloatTwinMatchesDoubleTwin) {
 }
 
 // The twin on separate q (B, T, H, d), k and v (B, T, Hkv, d) in place as an op: dk and dv come out per
-// query head and each group's G heads are summed in order, as the op on CUDA sums them.
+// key/value head, each group's G query heads summed in the twin's accumulation.
 Variable twinGroupedAttention(const Variable& qVar, const Variable& kVar, const Variable& vVar) {
   const Tensor& q = qVar.data();
   const Tensor& k = kVar.data();
@@ -145,27 +144,23 @@ Variable twinGroupedAttention(const Variable& qVar, const Variable& kVar, const 
   kernels::cpu::flashAttentionForward<double>(operands(), y.data<double>(), lse.data<double>(), B, T, H, d);
   return Variable::fromOp(y, {qVar, kVar, vVar}, [=](const Tensor& g) {
     Tensor dq = Tensor::empty(q.shape(), DType::F64, Device::CPU);
-    Tensor dkHeads = Tensor::empty(q.shape(), DType::F64, Device::CPU);
-    Tensor dvHeads = Tensor::empty(q.shape(), DType::F64, Device::CPU);
+    Tensor dk = Tensor::empty(k.shape(), DType::F64, Device::CPU), dv = Tensor::empty(v.shape(), DType::F64, Device::CPU);
     Tensor rowDot = Tensor::empty({B, H, T}, DType::F64, Device::CPU);
     kernels::cpu::flashAttentionBackward<double>(
         g.data<double>(), operands(), y.data<double>(), lse.data<double>(), rowDot.data<double>(),
-        kernels::AttentionGradients<double>{dq.data<double>(), dkHeads.data<double>(), dvHeads.data<double>(), H * d,
-                                            H * d, H * d},
+        kernels::AttentionGradients<double>{dq.data<double>(), dk.data<double>(), dv.data<double>(), H * d, Hkv * d,
+                                            Hkv * d},
         B, T, H, d);
-    Tensor dk = Tensor::empty(k.shape(), DType::F64, Device::CPU),
-           dv = Tensor::empty(v.shape(), DType::F64, Device::CPU);
-    kernels::cpu::sumRepeatedBlocks<double>(dkHeads.data<double>(), dk.data<double>(), B * T * Hkv, G, d);
-    kernels::cpu::sumRepeatedBlocks<double>(dvHeads.data<double>(), dv.data<double>(), B * T * Hkv, G, d);
     return std::vector<Tensor>{dq, dk, dv};
   });
 }
 
 TEST(FlashAttentionCpu, SeparateGroupedOperandsEqualPackedRepeatedOnes) {
   // The twin on q, k and v in place with G = H / Hkv, against the twin on the (B, T, 3C) qkv packed from q and
-  // k, v repeated to H heads (ops::repeatInterleave, ops::cat): the same products in the same order, dk and dv
-  // summed over each group in repeatInterleave's order, so the same bits. And against the packed op as the CPU
-  // runs it (causalSelfAttention's materialised path) within 1e-12. T = 9, d = 6: no size a multiple of another.
+  // k, v repeated to H heads (ops::repeatInterleave, ops::cat): y and dq are the same products in the same
+  // order, so the same bits; dk and dv add the same terms, the group's heads into one sum instead of per head
+  // and then across heads, so they agree within 1e-12. All three against the packed op as the CPU runs it
+  // (causalSelfAttention's materialised path) within 1e-12. T = 9, d = 6: no size a multiple of another.
   const int64_t B = 2, T = 9, H = 4, d = 6;
   for (int64_t Hkv : {4, 2, 1}) {
     SCOPED_TRACE("Hkv " + std::to_string(Hkv));
@@ -192,8 +187,9 @@ TEST(FlashAttentionCpu, SeparateGroupedOperandsEqualPackedRepeatedOnes) {
     EXPECT_EQ(yGrouped.data().toVector<double>(), yPacked.data().toVector<double>());
     expectNear(yGrouped.data().toVector<double>(), yReference.data().toVector<double>(), 1e-12, "y");
     const char* names[3] = {"dq", "dk", "dv"};
+    EXPECT_EQ(grouped[0].grad().toVector<double>(), packed[0].grad().toVector<double>()) << "dq";
     for (int i = 0; i < 3; ++i) {
-      EXPECT_EQ(grouped[i].grad().toVector<double>(), packed[i].grad().toVector<double>()) << names[i];
+      expectNear(grouped[i].grad().toVector<double>(), packed[i].grad().toVector<double>(), 1e-12, names[i]);
       expectNear(grouped[i].grad().toVector<double>(), reference[i].grad().toVector<double>(), 1e-12, names[i]);
     }
   }
@@ -519,13 +515,14 @@ TEST(FlashAttentionOpBf16, MatchesFloat64AndIsReproducible) {
   }
 }
 
-TEST(FlashAttentionOpGrouped, SeparateOperandsEqualThePackedPathBitForBit) {
+TEST(FlashAttentionOpGrouped, SeparateOperandsMatchThePackedPath) {
   // causalAttention on CUDA runs the flash kernels on q, k and v in place (query head h reading key/value head
-  // h / G) and sums dk, dv over each group; causalAttentionPacked repeats k and v, packs [q | k | v], runs the
-  // same kernels on the packed qkv and sums the repeats' gradients in the same order: the same bits, y and all
-  // three gradients. BF16 and F32 at head dims 64, 128 and 256 (F32 256: the row kernels; BF16 256: two column
-  // slices), T = 77 and 200 (no multiple of a tile), G = 1, 2, 4. The float64 CPU op on the same rounded values
-  // bounds both (relative L2 < 1e-2).
+  // h / G; the key pass sums dk, dv over each group in fp32); causalAttentionPacked repeats k and v, packs
+  // [q | k | v], runs the same kernels on the packed qkv and sums the repeats' gradients after rounding each
+  // head's. y and dq are the same bits; dk and dv too where G = 1, and within the dtype's rounding otherwise
+  // (relative L2 < 1e-5 in F32, < 1e-2 in BF16). BF16 and F32 at head dims 64, 128 and 256 (F32 256: the
+  // row kernels; BF16 256: two column slices), T = 77 and 200 (no multiple of a tile), G = 1, 2, 4. The
+  // float64 CPU op on the same rounded values bounds both (relative L2 < 1e-2).
   if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
   const int64_t B = 2, H = 4;
   for (DType dtype : {DType::BF16, DType::F32}) {
@@ -561,7 +558,11 @@ TEST(FlashAttentionOpGrouped, SeparateOperandsEqualThePackedPathBitForBit) {
           const char* names[4] = {"y", "dq", "dk", "dv"};
           for (int i = 0; i < 4; ++i) {
             maxRelativeError(results[0][i], expected[i], names[i]);  // every element written and finite
-            EXPECT_TRUE(results[0][i] == results[1][i]) << names[i] << " differs from the packed path";
+            if (i < 2 || Hkv == H) {
+              EXPECT_TRUE(results[0][i] == results[1][i]) << names[i] << " differs from the packed path";
+            } else {
+              EXPECT_LT(relativeL2(results[0][i], results[1][i], 1, -1), dtype == DType::F32 ? 1e-5 : 1e-2) << names[i];
+            }
             EXPECT_LT(relativeL2(results[0][i], expected[i], 1, -1), 1e-2) << names[i];
           }
         }
