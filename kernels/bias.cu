@@ -25,9 +25,18 @@ __global__ void addBiasKernel(T* y, const ParamOf<T>* bias, int64_t n, int64_t C
 // The term of row n, column c of a plain column sum.
 template <typename T>
 struct ColumnValue {
+  static constexpr int kPack = cuda::kPack<T>;
   const T* x;
   int64_t C;
   __device__ void operator()(int64_t n, int64_t c, AccumOf<T> (&acc)[1]) const { acc[0] += toAccum(x[n * C + c]); }
+  template <int P>
+  __device__ void pack(int64_t n, int64_t c, AccumOf<T> (&acc)[P][1]) const {
+    AccumOf<T> v[P];
+    loadAccum<P>(x + n * C + c, v);
+#pragma unroll
+    for (int j = 0; j < P; ++j) acc[j][0] += v[j];
+  }
+  bool packable() const { return C % kPack == 0 && aligned16(x); }
 };
 
 }  // namespace

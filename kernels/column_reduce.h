@@ -1,5 +1,5 @@
 // How the two-stage column reductions (bias and LayerNorm parameter gradients) split the rows: stage one
-// reduces each slice of rows of a 32-column tile into a partial (slices x C) scratch, stage two adds the
+// reduces each slice of rows of a column tile into a partial (slices x C) scratch, stage two adds the
 // partials of each column in slice order. The split depends only on (N, C), never on the GPU, so the
 // summation order, and hence the bits, are the same on every device and every run.
 #pragma once
@@ -9,8 +9,10 @@
 
 namespace minidp::kernels {
 
-/// Columns per stage-one block.
+/// Columns per stage-one block of the scalar kernel (the packed one takes this many 16-byte packs).
 constexpr int64_t kColumnTile = 32;
+/// bf16 columns of a 16-byte pack: the packed kernel's blocks cover kColumnTile of them.
+constexpr int64_t kColumnPackWidth = 8;
 /// Stage-one blocks aimed for: eight 256-thread blocks per SM of an H200 (132 SMs), a full load of
 /// resident threads to keep enough loads in flight.
 constexpr int64_t kColumnReductionBlocks = 1056;
@@ -19,7 +21,7 @@ constexpr int64_t kMinRowsPerSlice = 32;
 
 /// Row slices of an (N, C) column reduction.
 inline int64_t columnSlices(int64_t N, int64_t C) {
-  const int64_t tiles = std::max<int64_t>(1, (C + kColumnTile - 1) / kColumnTile);
+  const int64_t tiles = std::max<int64_t>(1, (C + kColumnTile * kColumnPackWidth - 1) / (kColumnTile * kColumnPackWidth));
   const int64_t wanted = (kColumnReductionBlocks + tiles - 1) / tiles;
   const int64_t most = std::max<int64_t>(1, (N + kMinRowsPerSlice - 1) / kMinRowsPerSlice);
   return std::clamp<int64_t>(wanted, 1, most);

@@ -2,6 +2,7 @@
 // two-stage column reduction of cuda_utils.cuh for the leading-dimension sums), then their launchers.
 // Each element is loaded into AccumOf<T>, computed there and rounded once to T (bf16: float math).
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/composite.h"
 #include "kernels/composite_math.h"
@@ -13,25 +14,66 @@ namespace {
 
 constexpr int kBlock = 256;
 
-template <typename T>
+// The maps below take P consecutive elements per thread and step (16-byte accesses when P = kPack<T>;
+// their launchers check that the pointers allow it), the n % P past the last whole pack one per thread:
+// `step<Q>(i)` handles elements i .. i + Q - 1.
+template <int P, typename Step>
+__device__ __forceinline__ void packedMap(int64_t n, Step step) {
+  const int64_t thread = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, threads = int64_t(gridDim.x) * blockDim.x;
+  const int64_t whole = n / P * P;
+  for (int64_t i = thread * P; i < whole; i += threads * P) step(std::integral_constant<int, P>{}, i);
+  if (whole + thread < n) step(std::integral_constant<int, 1>{}, whole + thread);
+}
+
+template <int P, typename T>
 __global__ void unaryForwardKernel(UnaryOp op, const T* x, AccumOf<T> p, T* y, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    y[i] = fromAccum<T>(unaryValue(op, toAccum(x[i]), p));
+  packedMap<P>(n, [&](auto q, int64_t i) {
+    constexpr int Q = decltype(q)::value;
+    AccumOf<T> v[Q];
+    loadAccum<Q>(x + i, v);
+#pragma unroll
+    for (int j = 0; j < Q; ++j) v[j] = unaryValue(op, v[j], p);
+    storeAccum<Q>(y + i, v);
+  });
 }
 
-template <typename T>
+template <int P, typename T>
 __global__ void unaryBackwardKernel(UnaryOp op, const T* x, AccumOf<T> p, const T* dy, T* dx, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    dx[i] = fromAccum<T>(toAccum(dy[i]) * unaryDerivative(op, toAccum(x[i]), p));
+  packedMap<P>(n, [&](auto q, int64_t i) {
+    constexpr int Q = decltype(q)::value;
+    AccumOf<T> xv[Q], g[Q];
+    loadAccum<Q>(x + i, xv);
+    loadAccum<Q>(dy + i, g);
+#pragma unroll
+    for (int j = 0; j < Q; ++j) g[j] = g[j] * unaryDerivative(op, xv[j], p);
+    storeAccum<Q>(dx + i, g);
+  });
 }
 
-template <typename T, typename B>
+// P > 1 needs a pack never to straddle two rows of a broadcast b: cols % P == 0 unless b is Same.
+template <int P, typename T, typename B>
 __global__ void binaryKernel(BinaryOp op, Broadcast broadcast, const T* a, const B* b, T* out, int64_t n,
                              int64_t cols) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const AccumOf<T> bv = toAccum(b[broadcastIndex(broadcast, i, cols)]);
-    out[i] = fromAccum<T>(binaryValue(op, a ? toAccum(a[i]) : AccumOf<T>(0), bv));
-  }
+  packedMap<P>(n, [&](auto q, int64_t i) {
+    constexpr int Q = decltype(q)::value;
+    AccumOf<T> av[Q], bv[Q];
+    if (broadcast == Broadcast::Rows) {
+      const AccumOf<T> v = toAccum(b[i / cols]);
+#pragma unroll
+      for (int j = 0; j < Q; ++j) bv[j] = v;
+    } else {
+      loadAccum<Q>(b + broadcastIndex(broadcast, i, cols), bv);
+    }
+    if (a) {
+      loadAccum<Q>(a + i, av);
+    } else {
+#pragma unroll
+      for (int j = 0; j < Q; ++j) av[j] = AccumOf<T>(0);
+    }
+#pragma unroll
+    for (int j = 0; j < Q; ++j) av[j] = binaryValue(op, av[j], bv[j]);
+    storeAccum<Q>(out + i, av);
+  });
 }
 
 template <typename T>
@@ -57,6 +99,11 @@ __device__ __forceinline__ void swigluStep(const T* a, const T* b, const T* g, T
     for (int j = 0; j < Q; ++j) swigluGradients(av[j], bv[j], gv[j], o1[j], o2[j]);
     storeAccum<Q>(da + i, o1);
     storeAccum<Q>(db + i, o2);
+    if (y) {  // the forward's value again
+#pragma unroll
+      for (int j = 0; j < Q; ++j) o1[j] = swigluValue(av[j], bv[j]);
+      storeAccum<Q>(y + i, o1);
+    }
   } else {
 #pragma unroll
     for (int j = 0; j < Q; ++j) o1[j] = swigluValue(av[j], bv[j]);
@@ -76,8 +123,8 @@ template <bool kGrads, typename T>
 void launchSwiglu(const T* a, const T* b, const T* g, T* y, T* da, T* db, int64_t n, cudaStream_t s) {
   if (n == 0) return;
   constexpr int P = kPack<T>;
-  const bool vectors = aligned16(a) && aligned16(b) && (kGrads ? aligned16(g) && aligned16(da) && aligned16(db)
-                                                               : aligned16(y));
+  const bool vectors = aligned16(a) && aligned16(b) && aligned16(y) &&
+                       (!kGrads || (aligned16(g) && aligned16(da) && aligned16(db)));
   if (vectors) {
     swigluKernel<P, kGrads><<<gridFor(n / P + 1, kBlock), kBlock, 0, s>>>(a, b, g, y, da, db, n);
   } else {
@@ -102,6 +149,7 @@ __global__ void sumLastDimKernel(const T* x, const T* y, AccumOf<T> scale, O* ou
 // The term of row n, column c of a leading-dimension sum: x, or x * y.
 template <typename T>
 struct ProductTerm {
+  static constexpr int kPack = cuda::kPack<T>;
   const T* x;
   const T* y;  // null: plain sums
   int64_t C;
@@ -109,6 +157,15 @@ struct ProductTerm {
     const int64_t i = n * C + c;
     acc[0] += y ? toAccum(x[i]) * toAccum(y[i]) : toAccum(x[i]);
   }
+  template <int P>
+  __device__ void pack(int64_t n, int64_t c, AccumOf<T> (&acc)[P][1]) const {
+    AccumOf<T> xv[P], yv[P];
+    loadAccum<P>(x + n * C + c, xv);
+    if (y) loadAccum<P>(y + n * C + c, yv);
+#pragma unroll
+    for (int j = 0; j < P; ++j) acc[j][0] += y ? xv[j] * yv[j] : xv[j];
+  }
+  bool packable() const { return C % kPack == 0 && aligned16(x) && (!y || aligned16(y)); }
 };
 
 template <typename T>
@@ -124,20 +181,36 @@ __global__ void gatherRowsKernel(const T* table, const int32_t* index, T* out, i
 template <typename T>
 void unaryForward(UnaryOp op, const T* x, AccumOf<T> p, T* y, int64_t n, cudaStream_t s) {
   if (n == 0) return;
-  unaryForwardKernel<<<gridFor(n, kBlock), kBlock, 0, s>>>(op, x, p, y, n);
+  constexpr int P = kPack<T>;
+  if (aligned16(x) && aligned16(y)) {
+    unaryForwardKernel<P><<<gridFor(n / P + 1, kBlock), kBlock, 0, s>>>(op, x, p, y, n);
+  } else {
+    unaryForwardKernel<1><<<gridFor(n, kBlock), kBlock, 0, s>>>(op, x, p, y, n);
+  }
   CUDA_CHECK_LAUNCH();
 }
 template <typename T>
 void unaryBackward(UnaryOp op, const T* x, AccumOf<T> p, const T* dy, T* dx, int64_t n, cudaStream_t s) {
   if (n == 0) return;
-  unaryBackwardKernel<<<gridFor(n, kBlock), kBlock, 0, s>>>(op, x, p, dy, dx, n);
+  constexpr int P = kPack<T>;
+  if (aligned16(x) && aligned16(dy) && aligned16(dx)) {
+    unaryBackwardKernel<P><<<gridFor(n / P + 1, kBlock), kBlock, 0, s>>>(op, x, p, dy, dx, n);
+  } else {
+    unaryBackwardKernel<1><<<gridFor(n, kBlock), kBlock, 0, s>>>(op, x, p, dy, dx, n);
+  }
   CUDA_CHECK_LAUNCH();
 }
 template <typename T, typename B>
 void binaryForward(BinaryOp op, Broadcast broadcast, const T* a, const B* b, T* out, int64_t rows, int64_t cols,
                    cudaStream_t s) {
-  if (rows * cols == 0) return;
-  binaryKernel<<<gridFor(rows * cols, kBlock), kBlock, 0, s>>>(op, broadcast, a, b, out, rows * cols, cols);
+  const int64_t n = rows * cols;
+  if (n == 0) return;
+  constexpr int P = kPack<T>;
+  if ((broadcast == Broadcast::Same || cols % P == 0) && (!a || aligned16(a)) && aligned16(b) && aligned16(out)) {
+    binaryKernel<P><<<gridFor(n / P + 1, kBlock), kBlock, 0, s>>>(op, broadcast, a, b, out, n, cols);
+  } else {
+    binaryKernel<1><<<gridFor(n, kBlock), kBlock, 0, s>>>(op, broadcast, a, b, out, n, cols);
+  }
   CUDA_CHECK_LAUNCH();
 }
 template <typename T>
@@ -152,8 +225,8 @@ void swigluForward(const T* a, const T* b, T* y, int64_t n, cudaStream_t s) {
                       s);
 }
 template <typename T>
-void swigluBackward(const T* a, const T* b, const T* g, T* da, T* db, int64_t n, cudaStream_t s) {
-  launchSwiglu<true>(a, b, g, static_cast<T*>(nullptr), da, db, n, s);
+void swigluBackward(const T* a, const T* b, const T* g, T* da, T* db, T* y, int64_t n, cudaStream_t s) {
+  launchSwiglu<true>(a, b, g, y, da, db, n, s);
 }
 template <typename T, typename O>
 void sumLastDim(const T* x, const T* y, AccumOf<T> scale, O* out, int64_t rows, int64_t cols, cudaStream_t s) {
@@ -182,7 +255,7 @@ void gatherRows(const T* table, const int32_t* index, T* out, int64_t n, int64_t
   template void unaryBackward<T>(UnaryOp, const T*, AccumOf<T>, const T*, T*, int64_t, cudaStream_t); \
   template void divBackward<T>(const T*, const T*, const T*, T*, T*, int64_t, cudaStream_t);          \
   template void swigluForward<T>(const T*, const T*, T*, int64_t, cudaStream_t);                      \
-  template void swigluBackward<T>(const T*, const T*, const T*, T*, T*, int64_t, cudaStream_t);       \
+  template void swigluBackward<T>(const T*, const T*, const T*, T*, T*, T*, int64_t, cudaStream_t);   \
   template void gatherRows<T>(const T*, const int32_t*, T*, int64_t, int64_t, int64_t, cudaStream_t); \
   MINIDP_INSTANTIATE_PAIR(T, T)
 MINIDP_INSTANTIATE(float)

@@ -32,8 +32,9 @@ void swigluForward(const T* a, const T* b, T* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = swigluValue(a[i], b[i]);
 }
 template <typename T>
-void swigluBackward(const T* a, const T* b, const T* g, T* da, T* db, int64_t n) {
+void swigluBackward(const T* a, const T* b, const T* g, T* da, T* db, T* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) swigluGradients(a[i], b[i], g[i], da[i], db[i]);
+  if (y) swigluForward(a, b, y, n);
 }
 template <typename T, typename O>
 void sumLastDim(const T* x, const T* y, AccumOf<T> scale, O* out, int64_t rows, int64_t cols) {
@@ -66,7 +67,7 @@ void gatherRows(const T* table, const int32_t* index, T* out, int64_t n, int64_t
   template void binaryForward<T, T>(BinaryOp, Broadcast, const T*, const T*, T*, int64_t, int64_t); \
   template void divBackward<T>(const T*, const T*, const T*, T*, T*, int64_t);                      \
   template void swigluForward<T>(const T*, const T*, T*, int64_t);                                  \
-  template void swigluBackward<T>(const T*, const T*, const T*, T*, T*, int64_t);                    \
+  template void swigluBackward<T>(const T*, const T*, const T*, T*, T*, T*, int64_t);                \
   template void sumLastDim<T, T>(const T*, const T*, T, T*, int64_t, int64_t);                      \
   template void sumLeadingDims<T, T>(const T*, const T*, T*, T*, int64_t, int64_t);                 \
   template void gatherRows<T>(const T*, const int32_t*, T*, int64_t, int64_t, int64_t);

@@ -186,6 +186,39 @@ __global__ void columnPartialsKernel(Terms terms, A* partial, int64_t N, int64_t
   }
 }
 
+// Stage one over P consecutive columns per thread, for Terms with `pack<P>(n, c, acc)` (16-byte loads of
+// columns c .. c + P - 1 of row n) whose rows allow them (`packable()`): block (kColumnTile, kSliceLanes)
+// covers kColumnTile P columns. Each column's terms are added in the scalar kernel's order (the rows of a
+// lane, then the lanes in order), so both kernels give the same bits.
+template <int kValues, int P, typename A, typename Terms>
+__global__ void columnPartialsPackedKernel(Terms terms, A* partial, int64_t N, int64_t C, int64_t rowsPerSlice) {
+  constexpr int kCols = kColumnTile * P;
+  __shared__ A lanes[kValues][kSliceLanes][kCols + 1];
+  const int64_t col0 = int64_t(blockIdx.x) * kCols, c = col0 + threadIdx.x * P;
+  const int64_t begin = int64_t(blockIdx.y) * rowsPerSlice, end = min(N, begin + rowsPerSlice);
+  A acc[P][kValues];
+#pragma unroll
+  for (int j = 0; j < P; ++j)
+#pragma unroll
+    for (int k = 0; k < kValues; ++k) acc[j][k] = A(0);
+  if (c < C) {  // C is a multiple of P: the whole pack is in range
+#pragma unroll 2
+    for (int64_t n = begin + threadIdx.y; n < end; n += kSliceLanes) terms.template pack<P>(n, c, acc);
+  }
+#pragma unroll
+  for (int j = 0; j < P; ++j)
+#pragma unroll
+    for (int k = 0; k < kValues; ++k) lanes[k][threadIdx.y][threadIdx.x * P + j] = acc[j][k];
+  __syncthreads();
+  for (int i = threadIdx.y * kColumnTile + threadIdx.x; i < kValues * kCols; i += kColumnTile * kSliceLanes) {
+    const int k = i / kCols, col = i % kCols;
+    if (col0 + col >= C) continue;
+    A s = 0;
+    for (int r = 0; r < kSliceLanes; ++r) s += lanes[k][r][col];
+    partial[(int64_t(k) * gridDim.y + blockIdx.y) * C + col0 + col] = s;  // (kValues, slices, C)
+  }
+}
+
 // Stage two: each (value, column) adds its slices' partials in slice order into its output, rounded once.
 template <int kValues, typename A, typename P>
 __global__ void columnFinishKernel(const A* partial, ColumnOutputs<kValues, P> outs, int64_t slices, int64_t C) {
@@ -202,14 +235,23 @@ __global__ void columnFinishKernel(const A* partial, ColumnOutputs<kValues, P> o
 }
 
 /// Column sums of kValues quantities over an (N, C) array in a fixed order, deterministic and spread over
-/// columnSlices(N, C) row slices; `scratch` holds kValues * columnSlices(N, C) * C accumulators.
+/// columnSlices(N, C) row slices; `scratch` holds kValues * columnSlices(N, C) * C accumulators. Terms give
+/// row n, column c's terms (`terms(n, c, acc)`), and those of Terms::kPack columns at once with 16-byte
+/// loads (`pack`) where `packable()`; both ways add in the same order.
 template <int kValues, typename A, typename P, typename Terms>
 void reduceColumns(Terms terms, ColumnOutputs<kValues, P> outs, A* scratch, int64_t N, int64_t C, cudaStream_t stream) {
   if (C == 0) return;
   const int64_t slices = columnSlices(N, C);
-  columnPartialsKernel<kValues, A>
-      <<<dim3(ceilDiv(C, kColumnTile), static_cast<unsigned>(slices)), dim3(kColumnTile, kSliceLanes), 0, stream>>>(
-          terms, scratch, N, C, columnSliceRows(N, C));
+  constexpr int kPacked = Terms::kPack;
+  if (kPacked > 1 && terms.packable()) {
+    columnPartialsPackedKernel<kValues, kPacked, A><<<dim3(ceilDiv(C, kColumnTile * kPacked), static_cast<unsigned>(slices)),
+                                                      dim3(kColumnTile, kSliceLanes), 0, stream>>>(
+        terms, scratch, N, C, columnSliceRows(N, C));
+  } else {
+    columnPartialsKernel<kValues, A>
+        <<<dim3(ceilDiv(C, kColumnTile), static_cast<unsigned>(slices)), dim3(kColumnTile, kSliceLanes), 0, stream>>>(
+            terms, scratch, N, C, columnSliceRows(N, C));
+  }
   CUDA_CHECK_LAUNCH();
   constexpr int kBlock = 256;
   columnFinishKernel<kValues, A, P><<<gridFor(kValues * C, kBlock), kBlock, 0, stream>>>(scratch, outs, slices, C);

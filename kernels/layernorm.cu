@@ -104,11 +104,25 @@ struct LayerNormParamTerms {
   const AccumOf<T>* mean;
   const AccumOf<T>* rstd;
   int64_t C;
+  static constexpr int kPack = cuda::kPack<T>;
   __device__ void operator()(int64_t n, int64_t c, AccumOf<T> (&acc)[2]) const {
     const AccumOf<T> g = toAccum(dy[n * C + c]);
     acc[0] += g * ((toAccum(x[n * C + c]) - mean[n]) * rstd[n]);
     acc[1] += g;
   }
+  template <int P>
+  __device__ void pack(int64_t n, int64_t c, AccumOf<T> (&acc)[P][2]) const {
+    AccumOf<T> g[P], xv[P];
+    loadAccum<P>(dy + n * C + c, g);
+    loadAccum<P>(x + n * C + c, xv);
+    const AccumOf<T> m = mean[n], r = rstd[n];
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+      acc[j][0] += g[j] * ((xv[j] - m) * r);
+      acc[j][1] += g[j];
+    }
+  }
+  bool packable() const { return C % kPack == 0 && aligned16(dy) && aligned16(x); }
 };
 
 // Row n, column c's term of RMSNorm's weight gradient: dy * x * rstd.
@@ -118,9 +132,20 @@ struct RmsNormParamTerms {
   const T* x;
   const AccumOf<T>* rstd;
   int64_t C;
+  static constexpr int kPack = cuda::kPack<T>;
   __device__ void operator()(int64_t n, int64_t c, AccumOf<T> (&acc)[1]) const {
     acc[0] += toAccum(dy[n * C + c]) * (toAccum(x[n * C + c]) * rstd[n]);
   }
+  template <int P>
+  __device__ void pack(int64_t n, int64_t c, AccumOf<T> (&acc)[P][1]) const {
+    AccumOf<T> g[P], xv[P];
+    loadAccum<P>(dy + n * C + c, g);
+    loadAccum<P>(x + n * C + c, xv);
+    const AccumOf<T> r = rstd[n];
+#pragma unroll
+    for (int j = 0; j < P; ++j) acc[j][0] += g[j] * (xv[j] * r);
+  }
+  bool packable() const { return C % kPack == 0 && aligned16(dy) && aligned16(x); }
 };
 
 // Whether rows of C elements of every pointer allow P-wide 16-byte loads.

@@ -1,5 +1,5 @@
-// The strided block copy and the repeated blocks (one thread per written element, grid-stride), then the
-// launchers.
+// The strided block copy (one thread per 16-byte pack where the blocks and strides allow, per element
+// otherwise) and the repeated blocks (one thread per written element, grid-stride), then the launchers.
 #include "kernels/cuda_utils.cuh"
 #include "kernels/slice.h"
 
@@ -9,8 +9,9 @@ namespace {
 
 constexpr int kBlock = 256;
 
-template <typename T>
-__global__ void copyBlocksKernel(const T* src, int64_t srcStride, T* dst, int64_t dstStride, int64_t n,
+// V: the unit copied, T or Pack16<T>; lengths and strides in units of V.
+template <typename V>
+__global__ void copyBlocksKernel(const V* src, int64_t srcStride, V* dst, int64_t dstStride, int64_t n,
                                  int64_t blockLen) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t o = i / blockLen, j = i % blockLen;
@@ -44,7 +45,15 @@ void copyBlocks(const T* src, int64_t srcStride, T* dst, int64_t dstStride, int6
                 cudaStream_t stream) {
   const int64_t n = blocks * blockLen;
   if (n == 0) return;
-  copyBlocksKernel<T><<<gridFor(n, kBlock), kBlock, 0, stream>>>(src, srcStride, dst, dstStride, n, blockLen);
+  constexpr int P = kPack<T>;
+  if (blockLen % P == 0 && srcStride % P == 0 && dstStride % P == 0 && aligned16(src) && aligned16(dst)) {
+    using V = Pack16<T>;
+    copyBlocksKernel<V><<<gridFor(n / P, kBlock), kBlock, 0, stream>>>(reinterpret_cast<const V*>(src), srcStride / P,
+                                                                         reinterpret_cast<V*>(dst), dstStride / P,
+                                                                         n / P, blockLen / P);
+  } else {
+    copyBlocksKernel<T><<<gridFor(n, kBlock), kBlock, 0, stream>>>(src, srcStride, dst, dstStride, n, blockLen);
+  }
   CUDA_CHECK_LAUNCH();
 }
 

@@ -70,7 +70,8 @@ struct Llama::Attention : nn::Module {
   }
 };
 
-/// SwiGLU: down_proj(silu(gate_proj(x)) * up_proj(x)), the gated product fused (ops::swiglu).
+/// SwiGLU: down_proj(silu(gate_proj(x)) * up_proj(x)), the gated product fused into down_proj
+/// (ops::swigluLinear: recomputed in backward rather than kept).
 struct Llama::Mlp : nn::Module {
   std::shared_ptr<nn::Linear> gateProj, upProj, downProj;
   Mlp(const LlamaConfig& c, nn::Rng& rng) {
@@ -79,7 +80,7 @@ struct Llama::Mlp : nn::Module {
     downProj = registerModule("down_proj", std::make_shared<nn::Linear>(c.hidden, c.embd, false, rng));
   }
   Variable forward(const Variable& x) const {
-    return downProj->forward(ops::swiglu(gateProj->forward(x), upProj->forward(x)));
+    return ops::swigluLinear(gateProj->forward(x), upProj->forward(x), downProj->weight);
   }
 };
 

@@ -186,7 +186,7 @@ Variable swiglu(const Variable& gate, const Variable& up) {
     Tensor da = Tensor::empty(a.shape(), a.dtype(), a.device());
     Tensor db = Tensor::empty(a.shape(), a.dtype(), a.device());
     MINIDP_LAUNCH_ACTIVATION(a, T, swigluBackward, a.data<T>(), b.data<T>(), g.data<T>(), da.data<T>(), db.data<T>(),
-                             a.numel());
+                             static_cast<T*>(nullptr), a.numel());
     return std::vector<Tensor>{da, db};
   });
 }

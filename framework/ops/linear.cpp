@@ -8,6 +8,7 @@
 #include "framework/ops/ops.h"
 #include "framework/tensor/tensor_math.h"
 #include "kernels/bias.h"
+#include "kernels/composite.h"
 #include "kernels/elementwise.h"
 #include "kernels/transpose.h"
 
@@ -173,6 +174,38 @@ Variable geluMlp(const Variable& xv, const Variable& fcWeight, const Variable& f
       }
     }
     return std::vector<Tensor>{dx, dw2, db2, dw1, db1};
+  });
+}
+
+Variable swigluLinear(const Variable& gatev, const Variable& upv, const Variable& weightv) {
+  const Tensor a = gatev.data(), b = upv.data(), w = weightv.data();
+  MINIDP_CHECK(a.shape() == b.shape() && a.dtype() == b.dtype() && a.device() == b.device(),
+               "swigluLinear: gate " << shapeString(a.shape()) << " " << dtypeName(a.dtype()) << " and up "
+                                     << shapeString(b.shape()) << " " << dtypeName(b.dtype()) << " differ");
+  checkLinear(a, w, Tensor());
+  const int64_t in = w.size(1), out = w.size(0), rows = leadingNumel(a.shape(), 1);
+  const Tensor wc = cast(w, a.dtype());
+  Tensor y = Tensor::empty(replaceTail(a.shape(), 1, {out}), a.dtype(), a.device());  // (..., out)
+  {
+    Tensor h = Tensor::empty(a.shape(), a.dtype(), a.device());  // silu(gate) * up, freed after the product
+    MINIDP_LAUNCH_ACTIVATION(a, T, swigluForward, a.data<T>(), b.data<T>(), h.data<T>(), a.numel());
+    gemm(false, true, rows, out, in, h, 0, wc, 0, y, 0, 1);
+  }
+  const bool needGate = gatev.requiresGrad(), needUp = upv.requiresGrad(), needW = weightv.requiresGrad();
+  return Variable::fromOp(y, {gatev, upv, weightv}, [=](const Tensor& g) {  // g (..., out)
+    Tensor h = Tensor::empty(a.shape(), a.dtype(), a.device()), da, db;
+    if (needGate || needUp) {
+      Tensor dh = Tensor::empty(a.shape(), g.dtype(), g.device());  // (rows, in) = g (rows, out) @ W (out, in)
+      gemm(false, false, rows, in, out, g, 0, wc, 0, dh, 0, 1);
+      da = Tensor::empty(a.shape(), a.dtype(), a.device());
+      db = Tensor::empty(a.shape(), a.dtype(), a.device());
+      MINIDP_LAUNCH_ACTIVATION(a, T, swigluBackward, a.data<T>(), b.data<T>(), dh.data<T>(), da.data<T>(),
+                               db.data<T>(), h.data<T>(), a.numel());
+    } else {
+      MINIDP_LAUNCH_ACTIVATION(a, T, swigluForward, a.data<T>(), b.data<T>(), h.data<T>(), a.numel());
+    }
+    const Tensor dw = linearParamGrads(g, h, w, Tensor(), 2, needW, false).first;
+    return std::vector<Tensor>{needGate ? da : Tensor(), needUp ? db : Tensor(), dw};
   });
 }
 

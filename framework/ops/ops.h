@@ -43,6 +43,10 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias)
 /// GEMM that forms the hidden gradient; GELU is the tanh form either way. Otherwise the three ops.
 Variable geluMlp(const Variable& x, const Variable& fcWeight, const Variable& fcBias, const Variable& projWeight,
                  const Variable& projBias);
+/// linear(swiglu(gate, up), weight, {}) with the same bits, keeping gate and up but not their gated product:
+/// backward recomputes the product in the pass that forms gate's and up's gradients (one write more, no
+/// read), which spares the (..., hidden) activation of every SwiGLU MLP between forward and backward.
+Variable swigluLinear(const Variable& gate, const Variable& up, const Variable& weight);
 /// Swaps the last two dimensions of a (..., M, N) tensor: (..., N, M).
 Variable transpose(const Variable& x);
 /// a (..., M, K) @ b (..., K, N) -> (..., M, N); leading dimensions equal (batched).
