@@ -18,13 +18,15 @@ constexpr int64_t kColumnPackWidth = 8;
 constexpr int64_t kColumnReductionBlocks = 1056;
 /// Fewest rows a slice is given: below that the partials cost more traffic than they save.
 constexpr int64_t kMinRowsPerSlice = 32;
+/// Most slices: stage two reads every slice's partial of each column.
+constexpr int64_t kMaxColumnSlices = 128;
 
 /// Row slices of an (N, C) column reduction.
 inline int64_t columnSlices(int64_t N, int64_t C) {
   const int64_t tiles = std::max<int64_t>(1, (C + kColumnTile * kColumnPackWidth - 1) / (kColumnTile * kColumnPackWidth));
   const int64_t wanted = (kColumnReductionBlocks + tiles - 1) / tiles;
   const int64_t most = std::max<int64_t>(1, (N + kMinRowsPerSlice - 1) / kMinRowsPerSlice);
-  return std::clamp<int64_t>(wanted, 1, most);
+  return std::clamp<int64_t>(wanted, 1, std::min(most, kMaxColumnSlices));
 }
 
 /// Rows of each slice (the last may hold fewer).

@@ -219,19 +219,25 @@ __global__ void columnPartialsPackedKernel(Terms terms, A* partial, int64_t N, i
   }
 }
 
-// Stage two: each (value, column) adds its slices' partials in slice order into its output, rounded once.
+// Stage two, block (kColumnTile, kSliceLanes) per column tile and value k = blockIdx.y: thread (cx, ry) adds
+// the partials of slices ry, ry + kSliceLanes, ... in order, then row 0 adds the kSliceLanes sums in ry
+// order and writes the output, rounded once.
 template <int kValues, typename A, typename P>
 __global__ void columnFinishKernel(const A* partial, ColumnOutputs<kValues, P> outs, int64_t slices, int64_t C) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < kValues * C;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t k = i / C, c = i % C;
-    A s = 0;
-    // Unrolled so that the loads are in flight together; the adds keep slice order (the same bits).
-#pragma unroll 8
-    for (int64_t sl = 0; sl < slices; ++sl) s += partial[(k * slices + sl) * C + c];
-    P* o = outs.out[k] + c;
-    *o = fromAccum<P>(outs.accumulate[k] ? toAccum(*o) + s : s);  // P may be bf16
+  __shared__ A lanes[kSliceLanes][kColumnTile + 1];
+  const int64_t c = int64_t(blockIdx.x) * kColumnTile + threadIdx.x, k = blockIdx.y;
+  A s = 0;
+  if (c < C) {
+#pragma unroll 4
+    for (int64_t sl = threadIdx.y; sl < slices; sl += kSliceLanes) s += partial[(k * slices + sl) * C + c];
   }
+  lanes[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= C) return;
+  s = 0;
+  for (int r = 0; r < kSliceLanes; ++r) s += lanes[r][threadIdx.x];
+  P* o = outs.out[k] + c;
+  *o = fromAccum<P>(outs.accumulate[k] ? toAccum(*o) + s : s);  // P may be bf16
 }
 
 /// Column sums of kValues quantities over an (N, C) array in a fixed order, deterministic and spread over
@@ -253,8 +259,8 @@ void reduceColumns(Terms terms, ColumnOutputs<kValues, P> outs, A* scratch, int6
             terms, scratch, N, C, columnSliceRows(N, C));
   }
   CUDA_CHECK_LAUNCH();
-  constexpr int kBlock = 256;
-  columnFinishKernel<kValues, A, P><<<gridFor(kValues * C, kBlock), kBlock, 0, stream>>>(scratch, outs, slices, C);
+  columnFinishKernel<kValues, A, P><<<dim3(ceilDiv(C, kColumnTile), kValues), dim3(kColumnTile, kSliceLanes), 0,
+                                      stream>>>(scratch, outs, slices, C);
   CUDA_CHECK_LAUNCH();
 }
 
