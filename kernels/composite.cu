@@ -206,7 +206,9 @@ void binaryForward(BinaryOp op, Broadcast broadcast, const T* a, const B* b, T* 
   const int64_t n = rows * cols;
   if (n == 0) return;
   constexpr int P = kPack<T>;
-  if ((broadcast == Broadcast::Same || cols % P == 0) && (!a || aligned16(a)) && aligned16(b) && aligned16(out)) {
+  // A Rows operand is read one value per pack: only Same and Columns read b in packs.
+  const bool bPacks = broadcast == Broadcast::Rows || aligned16(b);
+  if ((broadcast == Broadcast::Same || cols % P == 0) && (!a || aligned16(a)) && bPacks && aligned16(out)) {
     binaryKernel<P><<<gridFor(n / P + 1, kBlock), kBlock, 0, s>>>(op, broadcast, a, b, out, n, cols);
   } else {
     binaryKernel<1><<<gridFor(n, kBlock), kBlock, 0, s>>>(op, broadcast, a, b, out, n, cols);

@@ -630,9 +630,10 @@ __device__ void loadRow(float (&dst)[D / 32], const float* src) {
   for (int j = 0; j < D / 32; ++j) dst[j] = src[32 * j];
 }
 
-// The row one warp of a row kernel owns (rowBlock * kRowWarps + its warp), its (batch, query head) from
-// blockIdx.z and .y, the key/value head that query head reads, and addresses in that batch: each at this
-// lane's first column.
+// The row one warp of a row kernel owns (rowBlock * kRowWarps + its warp), its batch (blockIdx.z), the
+// query head h and key/value head the caller gives (a key warp is built with h = its key/value head and
+// takes each query head of the group through forHead), and addresses in that batch: each at this lane's
+// first column.
 template <int D>
 struct RowWarp {
   int lane, row, h, b, H, seqLen;

@@ -1,8 +1,8 @@
-// The rotary embedding kernel, then its launcher. Block (t, b0) turns the pairs of position t in sequences b0,
-// b0 + gridDim.y, ... (gridDim.y chosen so that a block has several packs per thread): it first computes the position's cos and sin of every pair index (in double, rounded to
-// AccumOf<T>: the values a per-pair computation gives) into shared memory, once for all its sequences and
-// heads; then a thread per P pairs (16-byte accesses), turned in AccumOf<T> (float for bf16) and each output
-// rounded once to T.
+// The rotary embedding kernel, then its launcher. Block (t, b0) turns the pairs of position t in sequences
+// b0, b0 + gridDim.y, ... (gridDim.y chosen so that a block has about 4 packs per thread): it first computes
+// the position's cos and sin of every pair index (in double, rounded to AccumOf<T>: the values a per-pair
+// computation gives) into shared memory, once for all its sequences and heads; then a thread per P pairs
+// (16-byte accesses), turned in AccumOf<T> (float for bf16) and each output rounded once to T.
 #include <algorithm>
 #include <cmath>
 
@@ -57,8 +57,8 @@ void rotary(const T* x, T* y, int64_t B, int64_t seqLen, int64_t H, int64_t d, d
   if (B * seqLen * H * (d / 2) == 0) return;
   MINIDP_CHECK(seqLen <= INT32_MAX, "rotary: " << seqLen << " positions exceed a grid");
   constexpr int P = kPack<T>;
-  // Sequences per block: enough that the table's double-precision cos and sin (half a block of threads)
-  // are paid for by about 4 packs per thread, not one position of one sequence (a few hundred bytes).
+  // Sequences per block: enough that the table's double-precision cos and sin (d / 2 threads) are paid for
+  // by about 4 packs per thread (counted in 16-byte packs, also for the element-wise fallback).
   const int64_t packsPerSequence = H * std::max<int64_t>(d / 2 / P, 1);
   const int64_t sequencesPerBlock = std::clamp<int64_t>(4 * kBlock / packsPerSequence, 1, B);
   const dim3 grid(static_cast<unsigned>(seqLen),

@@ -193,18 +193,19 @@ Variable swigluLinear(const Variable& gatev, const Variable& upv, const Variable
   }
   const bool needGate = gatev.requiresGrad(), needUp = upv.requiresGrad(), needW = weightv.requiresGrad();
   return Variable::fromOp(y, {gatev, upv, weightv}, [=](const Tensor& g) {  // g (..., out)
-    Tensor h = Tensor::empty(a.shape(), a.dtype(), a.device()), da, db;
+    // The product again, for dW = g^T h only.
+    Tensor h = needW ? Tensor::empty(a.shape(), a.dtype(), a.device()) : Tensor(), da, db;
     if (needGate || needUp) {
       Tensor dh = Tensor::empty(a.shape(), g.dtype(), g.device());  // (rows, in) = g (rows, out) @ W (out, in)
       gemm(false, false, rows, in, out, g, 0, wc, 0, dh, 0, 1);
       da = Tensor::empty(a.shape(), a.dtype(), a.device());
       db = Tensor::empty(a.shape(), a.dtype(), a.device());
       MINIDP_LAUNCH_ACTIVATION(a, T, swigluBackward, a.data<T>(), b.data<T>(), dh.data<T>(), da.data<T>(),
-                               db.data<T>(), h.data<T>(), a.numel());
-    } else {
+                               db.data<T>(), needW ? h.data<T>() : nullptr, a.numel());
+    } else if (needW) {
       MINIDP_LAUNCH_ACTIVATION(a, T, swigluForward, a.data<T>(), b.data<T>(), h.data<T>(), a.numel());
     }
-    const Tensor dw = linearParamGrads(g, h, w, Tensor(), 2, needW, false).first;
+    const Tensor dw = needW ? linearParamGrads(g, h, w, Tensor(), 2, true, false).first : Tensor();
     return std::vector<Tensor>{needGate ? da : Tensor(), needUp ? db : Tensor(), dw};
   });
 }

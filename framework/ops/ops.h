@@ -96,7 +96,7 @@ Variable causalSelfAttentionMaterialized(const Variable& qkv, int numHeads);
 /// dividing H; query head h attends with key/value head h / (H / Hkv) (PyTorch's repeat_interleave of k
 /// and v). softmax(q k^T / sqrt(d), causal) v -> (B, T, H, d). CUDA F32 and BF16 at the flash kernels'
 /// head dims run them on q, k and v in place (k and v never repeated; dK and dV summed over each group in
-/// causalAttentionPacked's order); the rest (the CPU, CUDA F64, other head dims) runs
+/// the kernel's fp32 accumulators); the rest (the CPU, CUDA F64, other head dims) runs
 /// causalAttentionMaterialized.
 Variable causalAttention(const Variable& q, const Variable& k, const Variable& v);
 /// The same op through the (B, H, T, T) probabilities, k and v never repeated (the group's heads summed
@@ -106,7 +106,9 @@ Variable causalAttentionMaterialized(const Variable& q, const Variable& k, const
 /// The same op as causalSelfAttention: k and v repeated to H heads (repeatInterleave), [q | k | v] packed
 /// along the last dim (B, T, 3 H d), the output reshaped to (B, T, H, d). Every dtype and head dim
 /// causalSelfAttention runs (BF16: CUDA at the flash kernels' head dims). On CUDA at those head dims it
-/// gives causalAttention's bits, through copies: the reference of its flash path in tests.
+/// gives causalAttention's y and dQ bits, and dK, dV's too with one key/value head per query head (else
+/// within their rounding: each head's share is rounded before the group is summed), through copies: the
+/// reference of its flash path in tests.
 Variable causalAttentionPacked(const Variable& q, const Variable& k, const Variable& v);
 /// Rotary position embedding, rotate-half form (GPT-NeoX, Hugging Face LLaMA): x (B, T, H, d), d even;
 /// channels i and i + d/2 of a head at position t (0 .. T-1) turn by t / theta^(2i/d) (angles in double,

@@ -1,5 +1,6 @@
 // minidp-bench-block: one LLaMA-style block, forward + backward, built two ways from the same weights:
-//   built-in: ops::rmsNorm, ops::rotary and ops::swiglu (one fused kernel each way), as models/llama.cpp;
+//   built-in: ops::rmsNorm, ops::rotary (one fused kernel each way) and ops::swigluLinear (the gated product
+//             fused into down_proj, recomputed in backward), as models/llama.cpp;
 //   composed: RMSNorm, RoPE and SwiGLU written from public ops as docs/extending.md writes them (rsqrt,
 //             meanLastDim, mulBroadcast; narrow, neg, cat, mulBroadcast over (T, H, d) tables, add; silu, mul),
 // both with grouped-query ops::causalAttention, the projections and the residual adds.
@@ -80,7 +81,8 @@ Variable block(const BlockShape& s, const BlockWeights& w, const Variable& x, bo
       ops::add(x, ops::linear(ops::reshape(ops::causalAttention(q, k, v), {B, T, s.heads * d}), w.wo, {}));
   const Variable h2 = norm(x1, w.norm2);
   const Variable gate = ops::linear(h2, w.gate, {}), up = ops::linear(h2, w.up, {});
-  const Variable mlp = ops::linear(fromOps ? ops::mul(ops::silu(gate), up) : ops::swiglu(gate, up), w.down, {});
+  const Variable mlp =
+      fromOps ? ops::linear(ops::mul(ops::silu(gate), up), w.down, {}) : ops::swigluLinear(gate, up, w.down);
   return ops::add(x1, mlp);
 }
 

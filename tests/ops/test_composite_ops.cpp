@@ -13,9 +13,11 @@
 #include "framework/ops/op_kernels.h"
 #include "framework/ops/ops.h"
 #include "framework/runtime/device.h"
+#include "framework/tensor/dispatch.h"
 #include "framework/tensor/tensor_math.h"
 #include "framework/testing/device_compare.h"
 #include "framework/testing/gradcheck.h"
+#include "kernels/composite.h"
 #include "tests/ops/composed_ops.h"
 
 namespace minidp {
@@ -255,19 +257,21 @@ TEST(CompositeOps, SwigluFusedEqualsTheComposedOps) {
 }
 
 // ops::swigluLinear(gate, up, w) and linear(swiglu(gate, up), w, {}) on the same leaves: output, then the
-// gradients of gate, up and w after backward with g. Activations in `dtype` on `device`, w in `wType`.
-std::vector<std::vector<double>> swigluLinearBothWays(DType dtype, DType wType, Device device) {
+// gradients of gate, up and w after backward with g (empty where not wanted). Activations in `dtype` on
+// `device`, w in `wType`; `wantActivations` and `wantWeight` say which gradients are asked for.
+std::vector<std::vector<double>> swigluLinearBothWays(DType dtype, DType wType, Device device,
+                                                      bool wantActivations = true, bool wantWeight = true) {
   const Shape shape{3, 5, 40};
   const Tensor a = randomTensor(shape, 44, -4.0, 4.0), b = randomTensor(shape, 45);
   const Tensor w = randomTensor({24, 40}, 46, -0.3, 0.3), g = randomTensor({3, 5, 24}, 47);
   std::vector<std::vector<double>> out;
   for (bool fused : {true, false}) {
-    Variable av(a.toDType(dtype).to(device), true), bv(b.toDType(dtype).to(device), true);
-    Variable wv(w.toDType(wType).to(device), true);
+    Variable av(a.toDType(dtype).to(device), wantActivations), bv(b.toDType(dtype).to(device), wantActivations);
+    Variable wv(w.toDType(wType).to(device), wantWeight);
     Variable y = fused ? ops::swigluLinear(av, bv, wv) : ops::linear(ops::swiglu(av, bv), wv, {});
     y.backward(g.toDType(dtype).to(device));
     for (const Tensor& t : {y.data(), av.grad(), bv.grad(), wv.grad()})
-      out.push_back(t.toDType(DType::F64).to(Device::CPU).toVector<double>());
+      out.push_back(t.defined() ? t.toDType(DType::F64).to(Device::CPU).toVector<double>() : std::vector<double>{});
   }
   return out;
 }
@@ -276,9 +280,16 @@ TEST(CompositeOps, SwigluLinearEqualsSwigluThenLinear) {
   // The product recomputed in backward has the forward's bits, so everything matches bit for bit; and
   // against float64 finite differences.
   for (DType dtype : {DType::F64, DType::F32}) {
-    const auto r = swigluLinearBothWays(dtype, dtype, Device::CPU);
-    const char* names[4] = {"y", "dgate", "dup", "dweight"};
-    for (int i = 0; i < 4; ++i) EXPECT_EQ(r[i], r[i + 4]) << names[i] << " " << dtypeName(dtype);
+    // Every gradient, then the activations' alone and the weight's alone (backward's two partial paths).
+    for (const auto [activations, weight] : {std::pair{true, true}, {true, false}, {false, true}}) {
+      const auto r = swigluLinearBothWays(dtype, dtype, Device::CPU, activations, weight);
+      const char* names[4] = {"y", "dgate", "dup", "dweight"};
+      for (int i = 0; i < 4; ++i) {
+        EXPECT_EQ(r[i], r[i + 4]) << names[i] << " " << dtypeName(dtype);
+        const bool wanted = i == 0 || (i == 3 ? weight : activations);
+        EXPECT_EQ(r[i].empty(), !wanted) << names[i] << " " << dtypeName(dtype);
+      }
+    }
   }
   EXPECT_TRUE(gradcheckPasses(
       [](const std::vector<Variable>& in) { return ops::swigluLinear(in[0], in[1], in[2]); },
@@ -313,13 +324,15 @@ TEST(OpKernels, CpuOnlyOpRunsOnCpuAndNamesItselfOnCuda) {
 using CompositeCudaVsCpu = testing::CudaVsCpuTest;
 
 TEST_P(CompositeCudaVsCpu, Unary) {
-  // n = 1000 elements: several blocks, not a multiple of the block size. CUDA's expf and powf are within 2
-  // and 4 ulp, the host's within 1; a derivative adds a few roundings. 16 eps leaves a margin; a wrong
-  // formula is off by O(1).
+  // n = 1000 elements: several blocks, not a multiple of the block size; n = 917: whole 16-byte packs and a
+  // tail of single elements. CUDA's expf and powf are within 2 and 4 ulp, the host's within 1; a derivative
+  // adds a few roundings. 16 eps leaves a margin; a wrong formula is off by O(1).
   for (const Unary& u : unaryOps()) {
     SCOPED_TRACE(u.name);
     const Fn f = [&u](const std::vector<Variable>& in) { return u.op(in[0]); };
-    expectClose(compareDevices(f, {randomTensor({8, 125}, 20, 0.5, 2.0)}, GetParam()), 16 * roundingEps(GetParam()));
+    for (const Shape& shape : {Shape{8, 125}, Shape{7, 131}}) {
+      expectClose(compareDevices(f, {randomTensor(shape, 20, 0.5, 2.0)}, GetParam()), 16 * roundingEps(GetParam()));
+    }
   }
 }
 
@@ -333,24 +346,49 @@ TEST_P(CompositeCudaVsCpu, Swiglu) {
 }
 
 TEST_P(CompositeCudaVsCpu, BinaryAndBroadcast) {
+  // 80 columns: 16-byte packs (a Columns or Rows pack never straddles two rows); 81 columns: one element per
+  // thread for the broadcasts, and packs with a tail of single elements for same-shape operands.
   const DType dtype = GetParam();
-  Tensor a = randomTensor({3, 37, 80}, 21), b = randomTensor({3, 37, 80}, 22, 0.5, 2.0);
-  Tensor col = randomTensor({80}, 23), row = randomTensor({3, 37, 1}, 24), trailing = randomTensor({37, 80}, 33);
-  // The broadcast operand's gradient sums 111 (column) or 80 (row) products in a fixed but device-specific
-  // order; the rest are one or two roundings (sub and div are correctly rounded on both devices).
-  const double tol = sumTolerance(dtype, 111);
-  expectClose(compareDevices([](const std::vector<Variable>& in) { return ops::sub(in[0], in[1]); }, {a, b}, dtype),
-              4 * roundingEps(dtype));
-  expectClose(compareDevices([](const std::vector<Variable>& in) { return ops::div(in[0], in[1]); }, {a, b}, dtype),
-              4 * roundingEps(dtype));
-  for (const Tensor& y : {col, row, trailing}) {
-    expectClose(
-        compareDevices([](const std::vector<Variable>& in) { return ops::addBroadcast(in[0], in[1]); }, {a, y}, dtype),
-        tol);
-    expectClose(
-        compareDevices([](const std::vector<Variable>& in) { return ops::mulBroadcast(in[0], in[1]); }, {a, y}, dtype),
-        tol);
+  for (int64_t C : {80, 81}) {
+    SCOPED_TRACE("C " + std::to_string(C));
+    Tensor a = randomTensor({3, 37, C}, 21), b = randomTensor({3, 37, C}, 22, 0.5, 2.0);
+    Tensor col = randomTensor({C}, 23), row = randomTensor({3, 37, 1}, 24), trailing = randomTensor({37, C}, 33);
+    // The broadcast operand's gradient sums 111 (column) or C (row) products in a fixed but device-specific
+    // order; the rest are one or two roundings (sub and div are correctly rounded on both devices).
+    const double tol = sumTolerance(dtype, 111);
+    expectClose(compareDevices([](const std::vector<Variable>& in) { return ops::sub(in[0], in[1]); }, {a, b}, dtype),
+                4 * roundingEps(dtype));
+    expectClose(compareDevices([](const std::vector<Variable>& in) { return ops::div(in[0], in[1]); }, {a, b}, dtype),
+                4 * roundingEps(dtype));
+    for (const Tensor& y : {col, row, trailing}) {
+      expectClose(compareDevices([](const std::vector<Variable>& in) { return ops::addBroadcast(in[0], in[1]); },
+                                 {a, y}, dtype),
+                  tol);
+      expectClose(compareDevices([](const std::vector<Variable>& in) { return ops::mulBroadcast(in[0], in[1]); },
+                                 {a, y}, dtype),
+                  tol);
+    }
   }
+}
+
+TEST_P(CompositeCudaVsCpu, PackedAndScalarColumnSumsAgreeBitForBit) {
+  // mulBroadcast's column gradient sums g * x over the rows. x 16-byte aligned takes the packed stage-one
+  // kernel; the same values one element into a larger block take the scalar one. Both add each column's
+  // rows in the same order: the same bits.
+  const DType dtype = GetParam();
+  const Shape shape{4, 300, 80};
+  const Tensor x = randomTensor(shape, 28).toDType(dtype).to(Device::CUDA), g = randomTensor(shape, 29);
+  const Tensor w = randomTensor({80}, 30).toDType(dtype).to(Device::CUDA);
+  Tensor block = Tensor::empty({x.numel() + 1}, dtype, Device::CUDA);
+  Tensor shifted = Tensor::alias(block, 1, shape);
+  shifted.copyFrom(x);
+  std::vector<std::vector<double>> grads;
+  for (const Tensor& input : {x, shifted}) {
+    Variable xv(input, false), wv(w.clone(), true);
+    ops::mulBroadcast(xv, wv).backward(g.toDType(dtype).to(Device::CUDA));
+    grads.push_back(wv.grad().to(Device::CPU).toDType(DType::F64).toVector<double>());
+  }
+  EXPECT_EQ(grads[0], grads[1]);
 }
 
 TEST_P(CompositeCudaVsCpu, LastDimSumsRmsNormAndGather) {
@@ -455,6 +493,24 @@ TEST_F(CompositeBf16, SwigluRoundsOnce) {
     expectWithin(compareBf16(f, {bf16Exact(shape, 58, -4.0, 4.0), bf16Exact(shape, 59)}, {false, false}),
                  kOneRounding, {kOneRounding, kOneRounding});
   }
+}
+
+TEST_F(CompositeBf16, SwigluBackwardWritesTheForwardProduct) {
+  // swigluBackward's optional output: the product again, every element (the output starts as NaN), with
+  // swigluForward's bits; n = 1003 takes 16-byte packs and a tail.
+  const int64_t n = 1003;
+  const Tensor a = bf16Exact({n}, 60, -4.0, 4.0).toDType(DType::BF16).to(Device::CUDA);
+  const Tensor b = bf16Exact({n}, 61).toDType(DType::BF16).to(Device::CUDA);
+  const Tensor g = bf16Exact({n}, 62).toDType(DType::BF16).to(Device::CUDA);
+  Tensor y = Tensor::fromVector(std::vector<double>(n, NAN), {n}).toDType(DType::BF16).to(Device::CUDA);
+  Tensor forward = Tensor::empty({n}, DType::BF16, Device::CUDA), da = Tensor::empty({n}, DType::BF16, Device::CUDA),
+         db = Tensor::empty({n}, DType::BF16, Device::CUDA);
+  MINIDP_ON_CUDA(kernels::cuda::swigluForward(a.data<bf16>(), b.data<bf16>(), forward.data<bf16>(), n,
+                                              runtime::computeStream()));
+  MINIDP_ON_CUDA(kernels::cuda::swigluBackward(a.data<bf16>(), b.data<bf16>(), g.data<bf16>(), da.data<bf16>(),
+                                               db.data<bf16>(), y.data<bf16>(), n, runtime::computeStream()));
+  EXPECT_EQ(y.toDType(DType::F64).to(Device::CPU).toVector<double>(),
+            forward.toDType(DType::F64).to(Device::CPU).toVector<double>());
 }
 
 TEST_F(CompositeBf16, SwigluLinearEqualsSwigluThenLinear) {

@@ -5,7 +5,8 @@
 // sequence end are NaN (inputs: must never be read; outputs: must stay unwritten), outputs poisoned with
 // NaN first so every element must be written; two runs bitwise equal; the op on CUDA against the CPU op.
 // GPT refuses a bf16 shape without a kernel when it is built. Separate q, k, v with grouped key/value heads
-// (the twin on the CPU, causalAttention on CUDA) against the packed path on k and v repeated: the same bits.
+// (the twin on the CPU, causalAttention on CUDA) against the packed path on k and v repeated: y and dq the
+// same bits, dk and dv within the rounding of their group sums.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -155,7 +156,7 @@ Variable twinGroupedAttention(const Variable& qVar, const Variable& kVar, const 
   });
 }
 
-TEST(FlashAttentionCpu, SeparateGroupedOperandsEqualPackedRepeatedOnes) {
+TEST(FlashAttentionCpu, SeparateGroupedOperandsMatchPackedRepeatedOnes) {
   // The twin on q, k and v in place with G = H / Hkv, against the twin on the (B, T, 3C) qkv packed from q and
   // k, v repeated to H heads (ops::repeatInterleave, ops::cat): y and dq are the same products in the same
   // order, so the same bits; dk and dv add the same terms, the group's heads into one sum instead of per head

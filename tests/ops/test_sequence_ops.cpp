@@ -311,8 +311,9 @@ TEST_P(SequenceCudaVsCpu, SlicesAreExactCopies) {
 
 TEST_P(SequenceCudaVsCpu, Rotary) {
   // The angles in double on both devices; cos and sin of the CUDA math library are within an ulp or two.
-  // Head dims 16 and 128 take the kernel's 16-byte packs of pairs, 6 (3 pairs) one pair per thread.
-  for (const Shape& shape : {Shape{2, 37, 5, 16}, Shape{2, 37, 3, 6}, Shape{1, 20, 2, 128}}) {
+  // Head dims 16 and 128 take the kernel's 16-byte packs of pairs, 6 (3 pairs) one pair per thread. At
+  // (5, 3, 32, 128) a position's 5 sequences are split between blocks (2, 2 and 1 in fp32).
+  for (const Shape& shape : {Shape{2, 37, 5, 16}, Shape{2, 37, 3, 6}, Shape{1, 20, 2, 128}, Shape{5, 3, 32, 128}}) {
     SCOPED_TRACE(shapeString(shape));
     expectClose(compareDevices([](const std::vector<Variable>& in) { return ops::rotary(in[0], 10000.0); },
                                {randomTensor(shape, 37)}, GetParam()),
