@@ -123,8 +123,8 @@ template <bool kGrads, typename T>
 void launchSwiglu(const T* a, const T* b, const T* g, T* y, T* da, T* db, int64_t n, cudaStream_t s) {
   if (n == 0) return;
   constexpr int P = kPack<T>;
-  const bool vectors = aligned16(a) && aligned16(b) && aligned16(y) &&
-                       (!kGrads || (aligned16(g) && aligned16(da) && aligned16(db)));
+  const bool vectors =
+      aligned16(a) && aligned16(b) && aligned16(y) && (!kGrads || (aligned16(g) && aligned16(da) && aligned16(db)));
   if (vectors) {
     swigluKernel<P, kGrads><<<gridFor(n / P + 1, kBlock), kBlock, 0, s>>>(a, b, g, y, da, db, n);
   } else {

@@ -43,8 +43,8 @@ inline int64_t sumLeadingDimsScratchSize(int64_t rows, int64_t cols) { return co
   /* y (n) = silu(a) b: SwiGLU's gated product, rounded once */                                                     \
   template <typename T>                                                                                             \
   void swigluForward(const T* a, const T* b, T* y, int64_t n __VA_ARGS__);                                          \
-  /* da (n) = g b silu'(a) and db (n) = g silu(a): its backward, each rounded once; y, when not null, gets */      \
-  /* silu(a) b again (swigluForward's bits), for a product whose input was not kept */                             \
+  /* da (n) = g b silu'(a) and db (n) = g silu(a): its backward, each rounded once; y, when not null, gets */       \
+  /* silu(a) b again (swigluForward's bits), for a product whose input was not kept */                              \
   template <typename T>                                                                                             \
   void swigluBackward(const T* a, const T* b, const T* g, T* da, T* db, T* y, int64_t n __VA_ARGS__);               \
   /* out (rows) = scale * the sum over the columns of x (rows, cols), or of x * y when y is not null; */            \

@@ -67,7 +67,7 @@ void gatherRows(const T* table, const int32_t* index, T* out, int64_t n, int64_t
   template void binaryForward<T, T>(BinaryOp, Broadcast, const T*, const T*, T*, int64_t, int64_t); \
   template void divBackward<T>(const T*, const T*, const T*, T*, T*, int64_t);                      \
   template void swigluForward<T>(const T*, const T*, T*, int64_t);                                  \
-  template void swigluBackward<T>(const T*, const T*, const T*, T*, T*, T*, int64_t);                \
+  template void swigluBackward<T>(const T*, const T*, const T*, T*, T*, T*, int64_t);               \
   template void sumLastDim<T, T>(const T*, const T*, T, T*, int64_t, int64_t);                      \
   template void sumLeadingDims<T, T>(const T*, const T*, T*, T*, int64_t, int64_t);                 \
   template void gatherRows<T>(const T*, const int32_t*, T*, int64_t, int64_t, int64_t);

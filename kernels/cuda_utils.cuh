@@ -250,17 +250,17 @@ void reduceColumns(Terms terms, ColumnOutputs<kValues, P> outs, A* scratch, int6
   const int64_t slices = columnSlices(N, C);
   constexpr int kPacked = Terms::kPack;
   if (kPacked > 1 && terms.packable()) {
-    columnPartialsPackedKernel<kValues, kPacked, A><<<dim3(ceilDiv(C, kColumnTile * kPacked), static_cast<unsigned>(slices)),
-                                                      dim3(kColumnTile, kSliceLanes), 0, stream>>>(
-        terms, scratch, N, C, columnSliceRows(N, C));
+    columnPartialsPackedKernel<kValues, kPacked, A>
+        <<<dim3(ceilDiv(C, kColumnTile * kPacked), static_cast<unsigned>(slices)), dim3(kColumnTile, kSliceLanes), 0,
+           stream>>>(terms, scratch, N, C, columnSliceRows(N, C));
   } else {
     columnPartialsKernel<kValues, A>
         <<<dim3(ceilDiv(C, kColumnTile), static_cast<unsigned>(slices)), dim3(kColumnTile, kSliceLanes), 0, stream>>>(
             terms, scratch, N, C, columnSliceRows(N, C));
   }
   CUDA_CHECK_LAUNCH();
-  columnFinishKernel<kValues, A, P><<<dim3(ceilDiv(C, kColumnTile), kValues), dim3(kColumnTile, kSliceLanes), 0,
-                                      stream>>>(scratch, outs, slices, C);
+  columnFinishKernel<kValues, A, P>
+      <<<dim3(ceilDiv(C, kColumnTile), kValues), dim3(kColumnTile, kSliceLanes), 0, stream>>>(scratch, outs, slices, C);
   CUDA_CHECK_LAUNCH();
 }
 

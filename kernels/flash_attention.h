@@ -4,9 +4,9 @@
 // 3C, or separate q (B, T, H, d) and k, v (B, T, Hkv, d)), query head h reading key/value head h / G
 // (grouped-query attention). Writes y (B, T, H d) and the row logsumexp (B, H, T) that backward
 // recomputes the probabilities from; backward writes dq per query head and dk, dv per key/value head,
-// each the sum over its group's G query heads (accumulated in AccumOf<T>, rounded once). CUDA: float (exact FFMA, the reference path) and bf16 (tensor cores, fp32
-// accumulation and softmax statistics), head dims of flashAttentionSupportsHeadDim, any sequence length;
-// deterministic. CPU twins: float and double, any head dim.
+// each the sum over its group's G query heads (accumulated in AccumOf<T>, rounded once). CUDA: float (exact FFMA, the
+// reference path) and bf16 (tensor cores, fp32 accumulation and softmax statistics), head dims of
+// flashAttentionSupportsHeadDim, any sequence length; deterministic. CPU twins: float and double, any head dim.
 #pragma once
 
 #include <cstdint>
@@ -66,7 +66,7 @@ AttentionGradients<T> packedGradients(T* dqkv, int64_t H, int64_t d) {
   template <typename T>                                                                                              \
   void flashAttentionForward(AttentionOperands<T> in, T* out, AccumOf<T>* lse, int64_t B, int64_t seqLen, int64_t H, \
                              int64_t d __VA_ARGS__);                                                                 \
-  /* The rows of `grads` (B T rows of H or H / G heads), fully written, from dout and out (B, T, H d), `in` and */ \
+  /* The rows of `grads` (B T rows of H or H / G heads), fully written, from dout and out (B, T, H d), `in` and */   \
   /* lse of the forward; rowDot (B, H, T) is scratch for D = rowsum(dout * out). Deterministic: no atomics. */       \
   template <typename T>                                                                                              \
   void flashAttentionBackward(const T* dout, AttentionOperands<T> in, const T* out, const AccumOf<T>* lse,           \

@@ -48,9 +48,8 @@ void copyBlocks(const T* src, int64_t srcStride, T* dst, int64_t dstStride, int6
   constexpr int P = kPack<T>;
   if (blockLen % P == 0 && srcStride % P == 0 && dstStride % P == 0 && aligned16(src) && aligned16(dst)) {
     using V = Pack16<T>;
-    copyBlocksKernel<V><<<gridFor(n / P, kBlock), kBlock, 0, stream>>>(reinterpret_cast<const V*>(src), srcStride / P,
-                                                                         reinterpret_cast<V*>(dst), dstStride / P,
-                                                                         n / P, blockLen / P);
+    copyBlocksKernel<V><<<gridFor(n / P, kBlock), kBlock, 0, stream>>>(
+        reinterpret_cast<const V*>(src), srcStride / P, reinterpret_cast<V*>(dst), dstStride / P, n / P, blockLen / P);
   } else {
     copyBlocksKernel<T><<<gridFor(n, kBlock), kBlock, 0, stream>>>(src, srcStride, dst, dstStride, n, blockLen);
   }

@@ -91,9 +91,9 @@ Variable flashAttention(const Variable& qVar, const Variable& kVar, const Variab
     Tensor rowDot = Tensor::empty({s.B, s.H, s.seqLen}, DType::F32, g.device());  // rowsum(dy * y)
     MINIDP_ON_CUDA(MINIDP_DISPATCH_F32_BF16(
         g.dtype(), T,
-        kernels::cuda::flashAttentionBackward<T>(g.data<T>(), gqaOperands<T>(s, q, k, v), y.data<T>(), lse.data<float>(),
-                                                 rowDot.data<float>(), gqaGradients<T>(s, dq, dk, dv), s.B, s.seqLen,
-                                                 s.H, s.d, runtime::computeStream())));
+        kernels::cuda::flashAttentionBackward<T>(
+            g.data<T>(), gqaOperands<T>(s, q, k, v), y.data<T>(), lse.data<float>(), rowDot.data<float>(),
+            gqaGradients<T>(s, dq, dk, dv), s.B, s.seqLen, s.H, s.d, runtime::computeStream())));
     return std::vector<Tensor>{dq, dk, dv};
   });
 }

@@ -200,8 +200,8 @@ Variable swigluLinear(const Variable& gatev, const Variable& upv, const Variable
       gemm(false, false, rows, in, out, g, 0, wc, 0, dh, 0, 1);
       da = Tensor::empty(a.shape(), a.dtype(), a.device());
       db = Tensor::empty(a.shape(), a.dtype(), a.device());
-      MINIDP_LAUNCH_ACTIVATION(a, T, swigluBackward, a.data<T>(), b.data<T>(), dh.data<T>(), da.data<T>(),
-                               db.data<T>(), needW ? h.data<T>() : nullptr, a.numel());
+      MINIDP_LAUNCH_ACTIVATION(a, T, swigluBackward, a.data<T>(), b.data<T>(), dh.data<T>(), da.data<T>(), db.data<T>(),
+                               needW ? h.data<T>() : nullptr, a.numel());
     } else if (needW) {
       MINIDP_LAUNCH_ACTIVATION(a, T, swigluForward, a.data<T>(), b.data<T>(), h.data<T>(), a.numel());
     }

@@ -291,9 +291,9 @@ TEST(CompositeOps, SwigluLinearEqualsSwigluThenLinear) {
       }
     }
   }
-  EXPECT_TRUE(gradcheckPasses(
-      [](const std::vector<Variable>& in) { return ops::swigluLinear(in[0], in[1], in[2]); },
-      {leaf(randomTensor({2, 3, 8}, 48, -3.0, 3.0)), leaf(randomTensor({2, 3, 8}, 49)), leaf(randomTensor({5, 8}, 50))}));
+  EXPECT_TRUE(gradcheckPasses([](const std::vector<Variable>& in) { return ops::swigluLinear(in[0], in[1], in[2]); },
+                              {leaf(randomTensor({2, 3, 8}, 48, -3.0, 3.0)), leaf(randomTensor({2, 3, 8}, 49)),
+                               leaf(randomTensor({5, 8}, 50))}));
   EXPECT_THROW(ops::swigluLinear(Variable(randomTensor({3, 8}, 51)), Variable(randomTensor({3, 7}, 52)),
                                  Variable(randomTensor({5, 8}, 53))),
                Error);
@@ -505,8 +505,8 @@ TEST_F(CompositeBf16, SwigluBackwardWritesTheForwardProduct) {
   Tensor y = Tensor::fromVector(std::vector<double>(n, NAN), {n}).toDType(DType::BF16).to(Device::CUDA);
   Tensor forward = Tensor::empty({n}, DType::BF16, Device::CUDA), da = Tensor::empty({n}, DType::BF16, Device::CUDA),
          db = Tensor::empty({n}, DType::BF16, Device::CUDA);
-  MINIDP_ON_CUDA(kernels::cuda::swigluForward(a.data<bf16>(), b.data<bf16>(), forward.data<bf16>(), n,
-                                              runtime::computeStream()));
+  MINIDP_ON_CUDA(
+      kernels::cuda::swigluForward(a.data<bf16>(), b.data<bf16>(), forward.data<bf16>(), n, runtime::computeStream()));
   MINIDP_ON_CUDA(kernels::cuda::swigluBackward(a.data<bf16>(), b.data<bf16>(), g.data<bf16>(), da.data<bf16>(),
                                                db.data<bf16>(), y.data<bf16>(), n, runtime::computeStream()));
   EXPECT_EQ(y.toDType(DType::F64).to(Device::CPU).toVector<double>(),

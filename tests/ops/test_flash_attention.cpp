@@ -145,7 +145,8 @@ Variable twinGroupedAttention(const Variable& qVar, const Variable& kVar, const 
   kernels::cpu::flashAttentionForward<double>(operands(), y.data<double>(), lse.data<double>(), B, T, H, d);
   return Variable::fromOp(y, {qVar, kVar, vVar}, [=](const Tensor& g) {
     Tensor dq = Tensor::empty(q.shape(), DType::F64, Device::CPU);
-    Tensor dk = Tensor::empty(k.shape(), DType::F64, Device::CPU), dv = Tensor::empty(v.shape(), DType::F64, Device::CPU);
+    Tensor dk = Tensor::empty(k.shape(), DType::F64, Device::CPU),
+           dv = Tensor::empty(v.shape(), DType::F64, Device::CPU);
     Tensor rowDot = Tensor::empty({B, H, T}, DType::F64, Device::CPU);
     kernels::cpu::flashAttentionBackward<double>(
         g.data<double>(), operands(), y.data<double>(), lse.data<double>(), rowDot.data<double>(),
