@@ -85,8 +85,8 @@ __global__ void divBackwardKernel(const T* a, const T* b, const T* g, T* da, T* 
   }
 }
 
-// SwiGLU forward (kGrads false: y = silu(a) b) or backward (da, db from g): P elements per thread and step
-// (16-byte accesses when P = kPack<T>), the n % P past the last whole pack one per thread.
+// SwiGLU forward (kGrads false: y = silu(a) b) or backward (da, db from g; y too when not null) of elements
+// i .. i + Q - 1.
 template <int Q, bool kGrads, typename T>
 __device__ __forceinline__ void swigluStep(const T* a, const T* b, const T* g, T* y, T* da, T* db, int64_t i) {
   AccumOf<T> av[Q], bv[Q], o1[Q], o2[Q];
@@ -113,10 +113,7 @@ __device__ __forceinline__ void swigluStep(const T* a, const T* b, const T* g, T
 
 template <int P, bool kGrads, typename T>
 __global__ void swigluKernel(const T* a, const T* b, const T* g, T* y, T* da, T* db, int64_t n) {
-  const int64_t thread = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, threads = int64_t(gridDim.x) * blockDim.x;
-  const int64_t whole = n / P * P;
-  for (int64_t i = thread * P; i < whole; i += threads * P) swigluStep<P, kGrads>(a, b, g, y, da, db, i);
-  if (whole + thread < n) swigluStep<1, kGrads>(a, b, g, y, da, db, whole + thread);
+  packedMap<P>(n, [&](auto q, int64_t i) { swigluStep<decltype(q)::value, kGrads>(a, b, g, y, da, db, i); });
 }
 
 template <bool kGrads, typename T>

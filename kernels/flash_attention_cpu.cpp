@@ -1,6 +1,6 @@
 // CPU twins of kernels/flash_attention.cu: one query row at a time, the same contract (q, k, v read in
 // place through AttentionOperands, query head h reading key/value head h / G, lse saved, probabilities
-// recomputed in backward from lse, dk and dv per query head), no (T, T) buffer.
+// recomputed in backward from lse, dk and dv per key/value head summed over its group), no (T, T) buffer.
 #include <algorithm>
 #include <cmath>
 #include <limits>

@@ -5,7 +5,7 @@
 // (dK, dV) sum them inside the GEMM, in a fixed order. Flash (CUDA): the flash kernels read q, k and v in
 // place, query head h reading key/value head h / G; backward writes dK and dV per key/value head, the group's
 // G heads summed in the kernel's fp32 accumulators. Packed: k and v repeated to H heads and packed with q into the
-// (B, T, 3C) qkv of causalSelfAttention; the repeat's backward sums each group's gradients in that order.
+// (B, T, 3C) qkv of causalSelfAttention; the repeat's backward sums each group's rounded gradients in order.
 #include <cmath>
 
 #include "framework/ops/ops.h"
