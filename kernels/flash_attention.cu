@@ -185,8 +185,6 @@ struct F32Math {
 
 // ---- Bf16Math: tensor cores, warp-wide fragments ----
 
-__device__ uint32_t loadPair(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
-
 // Two floats as a bf16x2 register: `lo` in the low half (the lower column of a fragment).
 __device__ uint32_t packBf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -201,7 +199,16 @@ __device__ void mma16816(float* c, const uint32_t (&a)[4], uint32_t b0, uint32_t
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Four 8 x 8 bf16 matrices, transposed: lane l gives the address of row l % 8 of matrix l / 8.
+// Four 8 x 8 bf16 matrices: lane l gives the address of row l % 8 of matrix l / 8; thread (g, t) receives
+// row g, columns 2 t and 2 t + 1 of each.
+__device__ void ldmatrixX4(uint32_t (&r)[4], const __nv_bfloat16* rowAddr) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(rowAddr));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// The same, transposed.
 __device__ void ldmatrixX4Trans(uint32_t (&r)[4], const __nv_bfloat16* rowAddr) {
   const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(rowAddr));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -240,22 +247,25 @@ struct Bf16Math {
     return scoreCol(e);
   }
 
-  // s = a @ b^T for the warp's 16 rows of a: a and b are (kTile, D) tiles with rows `ld` apart, so
-  // b's rows serve directly as the "col" B operand (two bf16 of one row per register).
+  // s = a @ b^T for the warp's 16 rows of a: a and b are (kTile, D) tiles with rows `ld` apart, so b's rows
+  // serve directly as the "col" B operand. ldmatrix gives a's m16k16 fragment, and two n-tiles' of b at once.
   template <int D>
   __device__ void scores(float (&s)[kScores], const Elem* a, const Elem* b, int ld, float*) const {
 #pragma unroll
     for (int e = 0; e < kScores; ++e) s[e] = 0.0f;
-    const Elem* aRow = a + (16 * warp + g) * ld + 2 * t;
-    const Elem* bRow = b + g * ld + 2 * t;
+    const int lane = threadIdx.x % 32;
+    const Elem* aRow = a + (16 * warp + lane % 16) * ld + lane / 16 * 8;        // rows 0-15, k half lane / 16
+    const Elem* bRow = b + (lane / 16 * 8 + lane % 8) * ld + lane / 8 % 2 * 8;  // n-tile 2 np + lane / 16, k half
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t af[4] = {loadPair(aRow + kk * 16), loadPair(aRow + 8 * ld + kk * 16), loadPair(aRow + kk * 16 + 8),
-                              loadPair(aRow + 8 * ld + kk * 16 + 8)};
+      uint32_t af[4];
+      ldmatrixX4(af, aRow + kk * 16);
 #pragma unroll
-      for (int nt = 0; nt < kTile / 8; ++nt) {
-        const Elem* bp = bRow + nt * 8 * ld + kk * 16;
-        mma16816(s + 4 * nt, af, loadPair(bp), loadPair(bp + 8));
+      for (int np = 0; np < kTile / 16; ++np) {
+        uint32_t bf[4];
+        ldmatrixX4(bf, bRow + np * 16 * ld + kk * 16);
+        mma16816(s + 8 * np, af, bf[0], bf[1]);
+        mma16816(s + 8 * np + 4, af, bf[2], bf[3]);
       }
     }
   }
