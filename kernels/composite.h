@@ -16,7 +16,7 @@
 namespace minidp::kernels {
 
 /// y = f(x; p) for one element; p is the exponent of Pow and the addend of AddScalar, unused otherwise.
-enum class UnaryOp { Neg, Exp, Sqrt, Rsqrt, Pow, AddScalar, Sigmoid, Silu };
+enum class UnaryOp { Neg, Exp, Sqrt, Rsqrt, Pow, AddScalar, Sigmoid, Silu, Square };
 /// out = a op b; Right returns b (a broadcast copy: `a` may be null).
 enum class BinaryOp { Add, Sub, Mul, Div, Right };
 /// How b (of a binary map) lines up with a (rows, cols): Same (rows, cols), Columns (cols) repeated over

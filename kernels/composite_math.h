@@ -25,6 +25,7 @@ MINIDP_HOST_DEVICE inline T unaryValue(UnaryOp op, T x, T p) {
     case UnaryOp::AddScalar: return x + p;
     case UnaryOp::Sigmoid: return sigmoidValue(x);
     case UnaryOp::Silu: return x * sigmoidValue(x);
+    case UnaryOp::Square: return x * x;
   }
   return x;
 }
@@ -47,6 +48,7 @@ MINIDP_HOST_DEVICE inline T unaryDerivative(UnaryOp op, T x, T p) {
       const T s = sigmoidValue(x);
       return s * (T(1) + x * (T(1) - s));
     }
+    case UnaryOp::Square: return T(2) * x;
   }
   return T(0);
 }

@@ -149,9 +149,10 @@ Variable scaledLastDimSum(const char* op, const Variable& v, bool keepdim, doubl
 
 Variable sub(const Variable& a, const Variable& b) {
   checkSameShape("sub", a, b);
+  const bool needB = b.requiresGrad();
   return Variable::fromOp(binary(BinaryOp::Sub, Broadcast::Same, a.data(), b.data(), a.shape(), a.dtype()), {a, b},
-                          [](const Tensor& g) {
-                            return std::vector<Tensor>{g, scale(g, -1.0)};
+                          [needB](const Tensor& g) {
+                            return std::vector<Tensor>{g, needB ? scale(g, -1.0) : Tensor()};
                           });
 }
 
@@ -170,6 +171,7 @@ Variable div(const Variable& a, const Variable& b) {
 
 Variable neg(const Variable& x) { return unary("neg", UnaryOp::Neg, x); }
 Variable addScalar(const Variable& x, double s) { return unary("addScalar", UnaryOp::AddScalar, x, s); }
+Variable square(const Variable& x) { return unary("square", UnaryOp::Square, x); }
 Variable pow(const Variable& x, double p) { return unary("pow", UnaryOp::Pow, x, p); }
 Variable sqrt(const Variable& x) { return unary("sqrt", UnaryOp::Sqrt, x); }
 Variable rsqrt(const Variable& x) { return unary("rsqrt", UnaryOp::Rsqrt, x); }
@@ -195,19 +197,23 @@ Variable addBroadcast(const Variable& x, const Variable& y) {
   const Broadcast broadcast = broadcastOf("addBroadcast", x, y);
   const Shape yShape = y.shape();
   const DType yType = y.dtype();
+  const bool needY = y.requiresGrad();
   return Variable::fromOp(binary(BinaryOp::Add, broadcast, x.data(), y.data(), x.shape(), x.dtype()), {x, y},
-                          [broadcast, yShape, yType](const Tensor& g) {
-                            return std::vector<Tensor>{g, reduceTo(g, Tensor(), broadcast, yShape, yType)};
+                          [broadcast, yShape, yType, needY](const Tensor& g) {
+                            return std::vector<Tensor>{
+                                g, needY ? reduceTo(g, Tensor(), broadcast, yShape, yType) : Tensor()};
                           });
 }
 
 Variable mulBroadcast(const Variable& x, const Variable& y) {
   const Broadcast broadcast = broadcastOf("mulBroadcast", x, y);
   const Tensor a = x.data(), b = y.data();
+  const bool needX = x.requiresGrad(), needY = y.requiresGrad();
   return Variable::fromOp(binary(BinaryOp::Mul, broadcast, a, b, a.shape(), a.dtype()), {x, y},
-                          [broadcast, a, b](const Tensor& g) {
-                            Tensor da = binary(BinaryOp::Mul, broadcast, g, b, g.shape(), g.dtype());
-                            Tensor db = reduceTo(g, a, broadcast, b.shape(), b.dtype());
+                          [broadcast, a, b, needX, needY](const Tensor& g) {
+                            Tensor da, db;  // only the wanted ones: y is often a constant table (RoPE's cos, sin)
+                            if (needX) da = binary(BinaryOp::Mul, broadcast, g, b, g.shape(), g.dtype());
+                            if (needY) db = reduceTo(g, a, broadcast, b.shape(), b.dtype());
                             return std::vector<Tensor>{da, db};
                           });
 }

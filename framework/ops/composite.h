@@ -18,6 +18,8 @@ Variable div(const Variable& a, const Variable& b);
 Variable neg(const Variable& x);
 /// x + s.
 Variable addScalar(const Variable& x, double s);
+/// x * x, one kernel each way (mul(x, x) of one variable runs it: its backward is g 2 x, not g x + x g).
+Variable square(const Variable& x);
 /// x ^ p for a scalar exponent p (x > 0 unless p is a whole number).
 Variable pow(const Variable& x, double p);
 /// sqrt(x), x > 0.

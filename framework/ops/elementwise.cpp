@@ -11,9 +11,14 @@ Variable add(const Variable& a, const Variable& b) {
 }
 
 Variable mul(const Variable& a, const Variable& b) {
+  if (a.id() == b.id()) {  // same bits, one backward kernel where two and an add would run
+    checkActivation("mul", a.data());
+    return square(a);
+  }
   Tensor x = a.data(), y = b.data();
-  return Variable::fromOp(mul(x, y), {a, b}, [x, y](const Tensor& g) {
-    return std::vector<Tensor>{mul(g, y), mul(g, x)};
+  const bool needA = a.requiresGrad(), needB = b.requiresGrad();
+  return Variable::fromOp(mul(x, y), {a, b}, [x, y, needA, needB](const Tensor& g) {
+    return std::vector<Tensor>{needA ? mul(g, y) : Tensor(), needB ? mul(g, x) : Tensor()};
   });
 }
 

@@ -52,6 +52,8 @@ std::vector<Unary> unaryOps() {
       {"addScalar", [](const Variable& x) { return ops::addScalar(x, 0.25); }, [](double x) { return x + 0.25; }},
       {"sigmoid", [](const Variable& x) { return ops::sigmoid(x); }, [](double x) { return 1 / (1 + std::exp(-x)); }},
       {"silu", [](const Variable& x) { return ops::silu(x); }, [](double x) { return x / (1 + std::exp(-x)); }},
+      {"square", [](const Variable& x) { return ops::square(x); }, [](double x) { return x * x; }},
+      {"mul(x, x)", [](const Variable& x) { return ops::mul(x, x); }, [](double x) { return x * x; }},
   };
 }
 
@@ -85,6 +87,51 @@ TEST(CompositeOps, SubAndDiv) {
       gradcheckPasses([](const std::vector<Variable>& in) { return ops::sub(in[0], in[1]); }, {leaf(a), leaf(b)}));
   EXPECT_TRUE(
       gradcheckPasses([](const std::vector<Variable>& in) { return ops::div(in[0], in[1]); }, {leaf(a), leaf(b)}));
+}
+
+TEST(CompositeOps, MulOfAVariableByItselfMatchesMulOfTwoCopies) {
+  // mul(x, x) runs square's one backward kernel (g 2 x); mul of two leaves holding the same values gives
+  // g x to each. Doubling is exact, so x's gradient is the sum of theirs bit for bit, output too.
+  for (DType dtype : {DType::F32, DType::F64}) {
+    const Tensor values = randomTensor({5, 9}, 31).toDType(dtype), g = randomTensor({5, 9}, 32).toDType(dtype);
+    Variable x(values.clone(), true), a(values.clone(), true), b(values.clone(), true);
+    Variable self = ops::mul(x, x), pair = ops::mul(a, b);
+    self.backward(g);
+    pair.backward(g);
+    const auto values64 = [](const Tensor& t) { return t.toDType(DType::F64).toVector<double>(); };
+    EXPECT_EQ(values64(self.data()), values64(pair.data()));
+    const std::vector<double> ga = values64(a.grad()), gb = values64(b.grad());
+    std::vector<double> sum(ga.size());
+    for (size_t i = 0; i < ga.size(); ++i) sum[i] = ga[i] + gb[i];
+    EXPECT_EQ(values64(x.grad()), sum) << dtypeName(dtype);
+  }
+}
+
+TEST(CompositeOps, ConstantOperandsTakeNoGradientAndChangeNoOther) {
+  // An operand that requires no gradient (a RoPE table, a mask) gets none, and the other operand's
+  // gradient is the same bits as when both require one.
+  const Tensor x = randomTensor({2, 3, 4}, 33), g = randomTensor({2, 3, 4}, 34);
+  const std::vector<std::pair<std::string, Fn>> ops2 = {
+      {"mul", [](const std::vector<Variable>& in) { return ops::mul(in[0], in[1]); }},
+      {"sub", [](const std::vector<Variable>& in) { return ops::sub(in[0], in[1]); }},
+      {"addBroadcast", [](const std::vector<Variable>& in) { return ops::addBroadcast(in[0], in[1]); }},
+      {"mulBroadcast", [](const std::vector<Variable>& in) { return ops::mulBroadcast(in[0], in[1]); }},
+  };
+  for (const auto& [name, f] : ops2) {
+    SCOPED_TRACE(name);
+    const Tensor y = name.rfind("Broadcast") != std::string::npos ? randomTensor({3, 4}, 35) : randomTensor({2, 3, 4}, 35);
+    Variable xBoth(x.clone(), true), yBoth(y.clone(), true), xOnly(x.clone(), true), yConst(y.clone());
+    f({xBoth, yBoth}).backward(g);
+    f({xOnly, yConst}).backward(g);
+    EXPECT_EQ(xOnly.grad().toVector<double>(), xBoth.grad().toVector<double>());
+    EXPECT_FALSE(yConst.grad().defined());
+    if (name == "mul") {  // the constant first
+      Variable xConst(x.clone()), yOnly(y.clone(), true);
+      f({xConst, yOnly}).backward(g);
+      EXPECT_EQ(yOnly.grad().toVector<double>(), yBoth.grad().toVector<double>());
+      EXPECT_FALSE(xConst.grad().defined());
+    }
+  }
 }
 
 TEST(CompositeOps, BroadcastForward) {
