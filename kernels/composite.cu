@@ -25,44 +25,45 @@ __device__ __forceinline__ void packedMap(int64_t n, Step step) {
   if (whole + thread < n) step(std::integral_constant<int, 1>{}, whole + thread);
 }
 
-template <int P, typename T>
-__global__ void unaryForwardKernel(UnaryOp op, const T* x, AccumOf<T> p, T* y, int64_t n) {
+// The op (and the broadcast) are template arguments, so that each kernel holds only its own formula: a
+// runtime switch kept every formula's registers (pow, exp) in every map and slowed the memory-bound ones.
+template <int P, UnaryOp kOp, typename T>
+__global__ void unaryForwardKernel(const T* x, AccumOf<T> p, T* y, int64_t n) {
   packedMap<P>(n, [&](auto q, int64_t i) {
     constexpr int Q = decltype(q)::value;
     AccumOf<T> v[Q];
     loadAccum<Q>(x + i, v);
 #pragma unroll
-    for (int j = 0; j < Q; ++j) v[j] = unaryValue(op, v[j], p);
+    for (int j = 0; j < Q; ++j) v[j] = unaryValue(kOp, v[j], p);
     storeAccum<Q>(y + i, v);
   });
 }
 
-template <int P, typename T>
-__global__ void unaryBackwardKernel(UnaryOp op, const T* x, AccumOf<T> p, const T* dy, T* dx, int64_t n) {
+template <int P, UnaryOp kOp, typename T>
+__global__ void unaryBackwardKernel(const T* x, AccumOf<T> p, const T* dy, T* dx, int64_t n) {
   packedMap<P>(n, [&](auto q, int64_t i) {
     constexpr int Q = decltype(q)::value;
     AccumOf<T> xv[Q], g[Q];
     loadAccum<Q>(x + i, xv);
     loadAccum<Q>(dy + i, g);
 #pragma unroll
-    for (int j = 0; j < Q; ++j) g[j] = g[j] * unaryDerivative(op, xv[j], p);
+    for (int j = 0; j < Q; ++j) g[j] = g[j] * unaryDerivative(kOp, xv[j], p);
     storeAccum<Q>(dx + i, g);
   });
 }
 
 // P > 1 needs a pack never to straddle two rows of a broadcast b: cols % P == 0 unless b is Same.
-template <int P, typename T, typename B>
-__global__ void binaryKernel(BinaryOp op, Broadcast broadcast, const T* a, const B* b, T* out, int64_t n,
-                             int64_t cols) {
+template <int P, BinaryOp kOp, Broadcast kBroadcast, typename T, typename B>
+__global__ void binaryKernel(const T* a, const B* b, T* out, int64_t n, int64_t cols) {
   packedMap<P>(n, [&](auto q, int64_t i) {
     constexpr int Q = decltype(q)::value;
     AccumOf<T> av[Q], bv[Q];
-    if (broadcast == Broadcast::Rows) {
+    if constexpr (kBroadcast == Broadcast::Rows) {
       const AccumOf<T> v = toAccum(b[i / cols]);
 #pragma unroll
       for (int j = 0; j < Q; ++j) bv[j] = v;
     } else {
-      loadAccum<Q>(b + broadcastIndex(broadcast, i, cols), bv);
+      loadAccum<Q>(b + broadcastIndex(kBroadcast, i, cols), bv);
     }
     if (a) {
       loadAccum<Q>(a + i, av);
@@ -71,9 +72,45 @@ __global__ void binaryKernel(BinaryOp op, Broadcast broadcast, const T* a, const
       for (int j = 0; j < Q; ++j) av[j] = AccumOf<T>(0);
     }
 #pragma unroll
-    for (int j = 0; j < Q; ++j) av[j] = binaryValue(op, av[j], bv[j]);
+    for (int j = 0; j < Q; ++j) av[j] = binaryValue(kOp, av[j], bv[j]);
     storeAccum<Q>(out + i, av);
   });
+}
+
+// f(std::integral_constant<UnaryOp, op>{}): the op as a template argument.
+template <typename F>
+void withUnaryOp(UnaryOp op, F&& f) {
+  using U = UnaryOp;
+  switch (op) {
+    case U::Neg: return f(std::integral_constant<U, U::Neg>{});
+    case U::Exp: return f(std::integral_constant<U, U::Exp>{});
+    case U::Sqrt: return f(std::integral_constant<U, U::Sqrt>{});
+    case U::Rsqrt: return f(std::integral_constant<U, U::Rsqrt>{});
+    case U::Pow: return f(std::integral_constant<U, U::Pow>{});
+    case U::AddScalar: return f(std::integral_constant<U, U::AddScalar>{});
+    case U::Sigmoid: return f(std::integral_constant<U, U::Sigmoid>{});
+    case U::Silu: return f(std::integral_constant<U, U::Silu>{});
+    case U::Square: return f(std::integral_constant<U, U::Square>{});
+  }
+}
+// f(op constant, broadcast constant).
+template <typename F>
+void withBinaryOp(BinaryOp op, Broadcast broadcast, F&& f) {
+  using O = BinaryOp;
+  const auto withBroadcast = [&](auto kOp) {
+    switch (broadcast) {
+      case Broadcast::Same: return f(kOp, std::integral_constant<Broadcast, Broadcast::Same>{});
+      case Broadcast::Columns: return f(kOp, std::integral_constant<Broadcast, Broadcast::Columns>{});
+      case Broadcast::Rows: return f(kOp, std::integral_constant<Broadcast, Broadcast::Rows>{});
+    }
+  };
+  switch (op) {
+    case O::Add: return withBroadcast(std::integral_constant<O, O::Add>{});
+    case O::Sub: return withBroadcast(std::integral_constant<O, O::Sub>{});
+    case O::Mul: return withBroadcast(std::integral_constant<O, O::Mul>{});
+    case O::Div: return withBroadcast(std::integral_constant<O, O::Div>{});
+    case O::Right: return withBroadcast(std::integral_constant<O, O::Right>{});
+  }
 }
 
 template <typename T>
@@ -179,22 +216,26 @@ template <typename T>
 void unaryForward(UnaryOp op, const T* x, AccumOf<T> p, T* y, int64_t n, cudaStream_t s) {
   if (n == 0) return;
   constexpr int P = kPack<T>;
-  if (aligned16(x) && aligned16(y)) {
-    unaryForwardKernel<P><<<gridFor(n / P + 1, kBlock), kBlock, 0, s>>>(op, x, p, y, n);
-  } else {
-    unaryForwardKernel<1><<<gridFor(n, kBlock), kBlock, 0, s>>>(op, x, p, y, n);
-  }
+  withUnaryOp(op, [&](auto kOp) {
+    if (aligned16(x) && aligned16(y)) {
+      unaryForwardKernel<P, kOp.value><<<gridFor(n / P + 1, kBlock), kBlock, 0, s>>>(x, p, y, n);
+    } else {
+      unaryForwardKernel<1, kOp.value><<<gridFor(n, kBlock), kBlock, 0, s>>>(x, p, y, n);
+    }
+  });
   CUDA_CHECK_LAUNCH();
 }
 template <typename T>
 void unaryBackward(UnaryOp op, const T* x, AccumOf<T> p, const T* dy, T* dx, int64_t n, cudaStream_t s) {
   if (n == 0) return;
   constexpr int P = kPack<T>;
-  if (aligned16(x) && aligned16(dy) && aligned16(dx)) {
-    unaryBackwardKernel<P><<<gridFor(n / P + 1, kBlock), kBlock, 0, s>>>(op, x, p, dy, dx, n);
-  } else {
-    unaryBackwardKernel<1><<<gridFor(n, kBlock), kBlock, 0, s>>>(op, x, p, dy, dx, n);
-  }
+  withUnaryOp(op, [&](auto kOp) {
+    if (aligned16(x) && aligned16(dy) && aligned16(dx)) {
+      unaryBackwardKernel<P, kOp.value><<<gridFor(n / P + 1, kBlock), kBlock, 0, s>>>(x, p, dy, dx, n);
+    } else {
+      unaryBackwardKernel<1, kOp.value><<<gridFor(n, kBlock), kBlock, 0, s>>>(x, p, dy, dx, n);
+    }
+  });
   CUDA_CHECK_LAUNCH();
 }
 template <typename T, typename B>
@@ -205,11 +246,15 @@ void binaryForward(BinaryOp op, Broadcast broadcast, const T* a, const B* b, T* 
   constexpr int P = kPack<T>;
   // A Rows operand is read one value per pack: only Same and Columns read b in packs.
   const bool bPacks = broadcast == Broadcast::Rows || aligned16(b);
-  if ((broadcast == Broadcast::Same || cols % P == 0) && (!a || aligned16(a)) && bPacks && aligned16(out)) {
-    binaryKernel<P><<<gridFor(n / P + 1, kBlock), kBlock, 0, s>>>(op, broadcast, a, b, out, n, cols);
-  } else {
-    binaryKernel<1><<<gridFor(n, kBlock), kBlock, 0, s>>>(op, broadcast, a, b, out, n, cols);
-  }
+  const bool packs =
+      (broadcast == Broadcast::Same || cols % P == 0) && (!a || aligned16(a)) && bPacks && aligned16(out);
+  withBinaryOp(op, broadcast, [&](auto kOp, auto kBroadcast) {
+    if (packs) {
+      binaryKernel<P, kOp.value, kBroadcast.value><<<gridFor(n / P + 1, kBlock), kBlock, 0, s>>>(a, b, out, n, cols);
+    } else {
+      binaryKernel<1, kOp.value, kBroadcast.value><<<gridFor(n, kBlock), kBlock, 0, s>>>(a, b, out, n, cols);
+    }
+  });
   CUDA_CHECK_LAUNCH();
 }
 template <typename T>
