@@ -198,11 +198,11 @@ Variable addBroadcast(const Variable& x, const Variable& y) {
   const Shape yShape = y.shape();
   const DType yType = y.dtype();
   const bool needY = y.requiresGrad();
-  return Variable::fromOp(binary(BinaryOp::Add, broadcast, x.data(), y.data(), x.shape(), x.dtype()), {x, y},
-                          [broadcast, yShape, yType, needY](const Tensor& g) {
-                            return std::vector<Tensor>{
-                                g, needY ? reduceTo(g, Tensor(), broadcast, yShape, yType) : Tensor()};
-                          });
+  return Variable::fromOp(
+      binary(BinaryOp::Add, broadcast, x.data(), y.data(), x.shape(), x.dtype()), {x, y},
+      [broadcast, yShape, yType, needY](const Tensor& g) {
+        return std::vector<Tensor>{g, needY ? reduceTo(g, Tensor(), broadcast, yShape, yType) : Tensor()};
+      });
 }
 
 Variable mulBroadcast(const Variable& x, const Variable& y) {

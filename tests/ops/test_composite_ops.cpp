@@ -119,7 +119,8 @@ TEST(CompositeOps, ConstantOperandsTakeNoGradientAndChangeNoOther) {
   };
   for (const auto& [name, f] : ops2) {
     SCOPED_TRACE(name);
-    const Tensor y = name.rfind("Broadcast") != std::string::npos ? randomTensor({3, 4}, 35) : randomTensor({2, 3, 4}, 35);
+    const Tensor y =
+        name.rfind("Broadcast") != std::string::npos ? randomTensor({3, 4}, 35) : randomTensor({2, 3, 4}, 35);
     Variable xBoth(x.clone(), true), yBoth(y.clone(), true), xOnly(x.clone(), true), yConst(y.clone());
     f({xBoth, yBoth}).backward(g);
     f({xOnly, yConst}).backward(g);
