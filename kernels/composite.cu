@@ -4,6 +4,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "base/check.h"
 #include "kernels/composite.h"
 #include "kernels/composite_math.h"
 #include "kernels/cuda_utils.cuh"
@@ -92,6 +93,7 @@ void withUnaryOp(UnaryOp op, F&& f) {
     case U::Silu: return f(std::integral_constant<U, U::Silu>{});
     case U::Square: return f(std::integral_constant<U, U::Square>{});
   }
+  MINIDP_CHECK(false, "composable map: unknown unary op " << static_cast<int>(op));
 }
 // f(op constant, broadcast constant).
 template <typename F>
@@ -103,6 +105,7 @@ void withBinaryOp(BinaryOp op, Broadcast broadcast, F&& f) {
       case Broadcast::Columns: return f(kOp, std::integral_constant<Broadcast, Broadcast::Columns>{});
       case Broadcast::Rows: return f(kOp, std::integral_constant<Broadcast, Broadcast::Rows>{});
     }
+    MINIDP_CHECK(false, "composable map: unknown broadcast " << static_cast<int>(broadcast));
   };
   switch (op) {
     case O::Add: return withBroadcast(std::integral_constant<O, O::Add>{});
@@ -111,6 +114,7 @@ void withBinaryOp(BinaryOp op, Broadcast broadcast, F&& f) {
     case O::Div: return withBroadcast(std::integral_constant<O, O::Div>{});
     case O::Right: return withBroadcast(std::integral_constant<O, O::Right>{});
   }
+  MINIDP_CHECK(false, "composable map: unknown binary op " << static_cast<int>(op));
 }
 
 template <typename T>

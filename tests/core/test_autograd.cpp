@@ -66,7 +66,8 @@ TEST(Autograd, OpsAccumulateIntoAnInstalledLeafGradient) {
 }
 
 TEST(Autograd, HookFiresOnceAfterLastContribution) {
-  // y = sum(x * x + x + other * x): x has four consumer edges; the hook must see the full gradient 2x + 1 + other.
+  // y = sum(x * x + x + other * x): x has three consumer edges (mul(x, x) is one: square); the hook must see
+  // the full gradient 2x + 1 + other.
   Variable x = leaf({4}, 2);
   Variable other = leaf({4}, 3);
   int fired = 0;
@@ -84,6 +85,22 @@ TEST(Autograd, HookFiresOnceAfterLastContribution) {
   std::vector<double> xv = x.data().toVector<double>(), ov = other.data().toVector<double>();
   ASSERT_EQ(seen.size(), 4u);
   for (int i = 0; i < 4; ++i) EXPECT_DOUBLE_EQ(seen[i], 2 * xv[i] + 1 + ov[i]);
+}
+
+TEST(Autograd, OneNodeTakingAVariableTwiceGivesBothGradients) {
+  // add(x, x) and sub(x, x) record x as both inputs: two edges of one node. The gradients are 2 and 0 (plus
+  // the 1 of the last term), and the hook fires once, after both edges.
+  Variable x = leaf({4}, 6);
+  int fired = 0;
+  std::vector<double> seen;
+  x.addGradReadyHook([&](Variable& v) {
+    ++fired;
+    seen = v.grad().toVector<double>();
+  });
+  ops::sum(ops::add(ops::add(x, x), ops::add(ops::sub(x, x), x))).backward();
+  EXPECT_EQ(fired, 1);
+  ASSERT_EQ(seen.size(), 4u);
+  for (double g : seen) EXPECT_EQ(g, 2.0 + 0.0 + 1.0);
 }
 
 TEST(Autograd, HookOrderFollowsGraphAndFiresAgainNextBackward) {
