@@ -29,6 +29,7 @@
 // instead: a warp per query or key row, the rows it meets read from global memory (L2), no tiles.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -1068,22 +1069,29 @@ void flashAttentionForward(AttentionOperands<T> in, T* out, AccumOf<T>* lse, int
 template <typename T>
 size_t flashAttentionBackwardScratchBytes(int64_t B, int64_t seqLen, int64_t H, int64_t d) {
   if (!std::is_same_v<T, bf16> || d > 128 || !flashAttentionSupportsHeadDim(d)) return 0;
-  const int64_t tiles = ceilDiv(seqLen, kTile);
-  const int64_t bytes = B * H * (tiles * (tiles + 1) / 2) * kTile * kTile * int64_t(sizeof(bf16));
-  return bytes <= kMaxScoreScratchBytes ? static_cast<size_t>(bytes) : 0;
+  const int64_t tiles = ceilDiv(seqLen, kTile), tileBytes = kTile * kTile * int64_t(sizeof(bf16));
+  const int64_t perHead = tiles * (tiles + 1) / 2;  // tiles < 2^25 (seqLen <= 2^30): no overflow
+  if (perHead > kMaxScoreScratchBytes / tileBytes / std::max<int64_t>(1, B * H)) return 0;
+  return static_cast<size_t>(B * H * perHead * tileBytes);
 }
 
 template <typename T>
 void flashAttentionBackward(const T* dout, AttentionOperands<T> in, const T* out, const AccumOf<T>* lse,
                             AccumOf<T>* rowDot, AttentionGradients<T> grads, int64_t B, int64_t seqLen, int64_t H,
-                            int64_t d, void* scratch, cudaStream_t stream) {
+                            int64_t d, void* scratch, size_t scratchBytes, cudaStream_t stream) {
   checkShape(in, B, seqLen, H, d);
   MINIDP_CHECK(reinterpret_cast<uintptr_t>(dout) % 16 == 0, "flash attention: dout must be 16-byte aligned");
-  MINIDP_CHECK(reinterpret_cast<uintptr_t>(scratch) % 16 == 0, "flash attention: scratch must be 16-byte aligned");
   if (B * seqLen * H == 0) return;
   using F = MathFor<T>;
   using E = typename F::type::Elem;
-  E* scores = flashAttentionBackwardScratchBytes<T>(B, seqLen, H, d) > 0 ? static_cast<E*>(scratch) : nullptr;
+  const size_t needed = flashAttentionBackwardScratchBytes<T>(B, seqLen, H, d);
+  E* scores = nullptr;
+  if (scratch && needed > 0) {
+    MINIDP_CHECK(reinterpret_cast<uintptr_t>(scratch) % 16 == 0 && scratchBytes >= needed,
+                 "flash attention: score scratch of " << scratchBytes << " bytes, 16-byte aligned, for the "
+                                                      << needed << " this shape needs");
+    scores = static_cast<E*>(scratch);
+  }
   withHeadDim(d, [&](auto dim) {
     backward<typename F::type, decltype(dim)::value>(F::cast(dout), elemOperands(in), F::cast(out), lse, rowDot,
                                                      elemGradients(grads), scores, B, seqLen, H, stream);
@@ -1094,7 +1102,7 @@ template <typename T>
 void flashAttentionBackward(const T* dout, AttentionOperands<T> in, const T* out, const AccumOf<T>* lse,
                             AccumOf<T>* rowDot, AttentionGradients<T> grads, int64_t B, int64_t seqLen, int64_t H,
                             int64_t d, cudaStream_t stream) {
-  flashAttentionBackward(dout, in, out, lse, rowDot, grads, B, seqLen, H, d, nullptr, stream);
+  flashAttentionBackward(dout, in, out, lse, rowDot, grads, B, seqLen, H, d, nullptr, 0, stream);
 }
 
 #define MINIDP_INSTANTIATE(T)                                                                                       \
@@ -1103,7 +1111,7 @@ void flashAttentionBackward(const T* dout, AttentionOperands<T> in, const T* out
   template void flashAttentionBackward<T>(const T*, AttentionOperands<T>, const T*, const AccumOf<T>*, AccumOf<T>*, \
                                           AttentionGradients<T>, int64_t, int64_t, int64_t, int64_t, cudaStream_t); \
   template void flashAttentionBackward<T>(const T*, AttentionOperands<T>, const T*, const AccumOf<T>*, AccumOf<T>*, \
-                                          AttentionGradients<T>, int64_t, int64_t, int64_t, int64_t, void*,         \
+                                          AttentionGradients<T>, int64_t, int64_t, int64_t, int64_t, void*, size_t, \
                                           cudaStream_t);                                                            \
   template size_t flashAttentionBackwardScratchBytes<T>(int64_t, int64_t, int64_t, int64_t);
 MINIDP_INSTANTIATE(float)

@@ -84,12 +84,13 @@ MINIDP_FLASH_ATTENTION_DECLARATIONS(, cudaStream_t stream)
 /// each score gradient dS it forms and the query pass reads them back instead of recomputing S, P and dP.
 template <typename T>
 size_t flashAttentionBackwardScratchBytes(int64_t B, int64_t seqLen, int64_t H, int64_t d);
-/// flashAttentionBackward with that scratch (16-byte aligned; null, or scratch at a shape that uses none:
+/// flashAttentionBackward with `scratchBytes` of scratch (16-byte aligned; at least
+/// flashAttentionBackwardScratchBytes, else an error; null with 0 bytes, or any at a shape that uses none:
 /// the recomputing path). Same dk and dv bits either way.
 template <typename T>
 void flashAttentionBackward(const T* dout, AttentionOperands<T> in, const T* out, const AccumOf<T>* lse,
                             AccumOf<T>* rowDot, AttentionGradients<T> grads, int64_t B, int64_t seqLen, int64_t H,
-                            int64_t d, void* scratch, cudaStream_t stream);
+                            int64_t d, void* scratch, size_t scratchBytes, cudaStream_t stream);
 }  // namespace cuda
 
 #undef MINIDP_FLASH_ATTENTION_DECLARATIONS

@@ -97,7 +97,7 @@ Variable flashAttention(const Variable& qVar, const Variable& kVar, const Variab
       kernels::cuda::flashAttentionBackward<T>(g.data<T>(), gqaOperands<T>(s, q, k, v), y.data<T>(),
                                                lse.data<float>(), rowDot.data<float>(), gqaGradients<T>(s, dq, dk, dv),
                                                s.B, s.seqLen, s.H, s.d, bytes ? scratch.data<bf16>() : nullptr,
-                                               runtime::computeStream());
+                                               bytes, runtime::computeStream());
     }));
     return std::vector<Tensor>{dq, dk, dv};
   });

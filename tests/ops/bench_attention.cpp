@@ -118,7 +118,7 @@ void benchFlash(const Shape4& s, DType dtype, const std::vector<float>& qkvValue
     kernels::cuda::flashAttentionBackward<T>(
         dy.data<T>(), kernels::packedOperands<T>(qkv.data<T>(), s.H, s.d), y.data<T>(), lse.data<float>(),
         rowDot.data<float>(), kernels::packedGradients<T>(dqkv.data<T>(), s.H, s.d), s.B, s.T, s.H, s.d,
-        scratchBytes ? static_cast<void*>(scratch.data<bf16>()) : nullptr, stream);
+        scratchBytes ? static_cast<void*>(scratch.data<bf16>()) : nullptr, scratchBytes, stream);
   };
   const double fwdMs = medianMs(forward), fwdBwdMs = medianMs(forwardBackward);
   printRow(scratchBytes ? "flash dS" : "flash", dtype == DType::F32 ? "fp32" : "bf16", s, fwdMs, fwdBwdMs,

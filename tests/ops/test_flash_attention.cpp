@@ -298,7 +298,7 @@ AttentionResult runCuda(const Dims& s, const std::vector<double>& qkv, const std
   const Padded x(qkv, s.B * s.T, 3 * s.C(), dtype, tail), g(dy, s.B * s.T, s.C(), dtype, tail);
   const Padded y({}, s.B * s.T, s.C(), dtype, tail), dx({}, s.B * s.T, 3 * s.C(), dtype, tail);
   const Padded lse({}, s.B * s.H, s.T, DType::F32, tail), rowDot({}, s.B * s.H, s.T, DType::F32, tail);
-  const size_t scratchBytes = dtype == DType::BF16 ? scoreScratchBytes(s) : 0;
+  const size_t scratchBytes = dtype == DType::BF16 && scores == Scores::Stored ? scoreScratchBytes(s) : 0;
   // The scratch as (tiles, 64 x 64) bf16, poisoned; one row of tiles at least, so that Padded has a shape.
   const int64_t scratchTiles = std::max<int64_t>(1, int64_t(scratchBytes) / (64 * 64 * 2));
   const Padded scratch({}, scratchTiles, 64 * 64, DType::BF16, tail);
@@ -310,7 +310,7 @@ AttentionResult runCuda(const Dims& s, const std::vector<double>& qkv, const std
     MINIDP_ON_CUDA(kernels::cuda::flashAttentionBackward<T>(
         g.data<T>(), kernels::packedOperands<T>(x.data<T>(), s.H, s.d), y.data<T>(), lse.data<float>(),
         rowDot.data<float>(), kernels::packedGradients<T>(dx.data<T>(), s.H, s.d), s.B, s.T, s.H, s.d,
-        scores == Scores::Stored ? static_cast<void*>(scratch.data<bf16>()) : nullptr, runtime::computeStream()));
+        scratchBytes ? static_cast<void*>(scratch.data<bf16>()) : nullptr, scratchBytes, runtime::computeStream()));
   };
   if (dtype == DType::F32) {
     run(float{});
