@@ -597,10 +597,8 @@ __global__ void __launch_bounds__(Bf16Math::kThreads)
   // Key tile j's rows of k and its dS^T tile (every row written by the key pass) into buffer j & 1.
   const auto load = [&](int j) {
     const int row0 = j * kTile, buf = j & 1;
-    loadTileAsync<E, D, Math::kThreads>(sK + buf * kTileElems, kLd, k + row0 * in.kStride, in.kStride,
-                                        seqLen - row0);
-    loadTileAsync<E, kTile, Math::kThreads>(sS + buf * kScoreElems, kScoreLd, tiles + j * kTile * kTile, kTile,
-                                            kTile);
+    loadTileAsync<E, D, Math::kThreads>(sK + buf * kTileElems, kLd, k + row0 * in.kStride, in.kStride, seqLen - row0);
+    loadTileAsync<E, kTile, Math::kThreads>(sS + buf * kScoreElems, kScoreLd, tiles + j * kTile * kTile, kTile, kTile);
   };
   load(0);
   cpAsyncCommit();
@@ -916,10 +914,10 @@ constexpr int kSplitOf = (D > 128 && std::is_same_v<Math, Bf16Math>) ? 2 : 1;
 // Where the key pass stores its dS tiles for the query pass (given scratch): bf16 with one CTA per key
 // tile (D <= 128); the query pass then holds two K and two dS^T buffers.
 template <class Math, int D>
-constexpr bool kScoresStored = std::is_same_v<Math, Bf16Math> && kSplitOf<Math, D> == 1;
+constexpr bool kScoresStored = std::is_same_v<Math, Bf16Math>&& kSplitOf<Math, D> == 1;
 template <int D>
-constexpr size_t kQueryFromScoresBytes =
-    2 * kTile * (D + Bf16Math::kPad) * sizeof(__nv_bfloat16) + 2 * kTile * (kTile + Bf16Math::kPad) * sizeof(__nv_bfloat16);
+constexpr size_t kQueryFromScoresBytes = 2 * kTile*(D + Bf16Math::kPad) * sizeof(__nv_bfloat16) +
+                                         2 * kTile*(kTile + Bf16Math::kPad) * sizeof(__nv_bfloat16);
 // The largest dS scratch used: beyond it (long sequences) the query pass recomputes the scores.
 constexpr int64_t kMaxScoreScratchBytes = int64_t(1) << 30;
 
@@ -992,8 +990,8 @@ void backward(const typename Math::Elem* dout, AttentionOperands<typename Math::
         CUDA_CHECK_LAUNCH();
         auto queryKernel = flashBackwardQueryFromScoresKernel<D>;
         setSharedBytes(queryKernel, kQueryFromScoresBytes<D>);
-        queryKernel<<<grid, Math::kThreads, kQueryFromScoresBytes<D>, stream>>>(scores, in, grads, int(seqLen),
-                                                                                int(H), scale);
+        queryKernel<<<grid, Math::kThreads, kQueryFromScoresBytes<D>, stream>>>(scores, in, grads, int(seqLen), int(H),
+                                                                                scale);
         CUDA_CHECK_LAUNCH();
         return;
       }
@@ -1088,8 +1086,8 @@ void flashAttentionBackward(const T* dout, AttentionOperands<T> in, const T* out
   E* scores = nullptr;
   if (scratch && needed > 0) {
     MINIDP_CHECK(reinterpret_cast<uintptr_t>(scratch) % 16 == 0 && scratchBytes >= needed,
-                 "flash attention: score scratch of " << scratchBytes << " bytes, 16-byte aligned, for the "
-                                                      << needed << " this shape needs");
+                 "flash attention: score scratch of " << scratchBytes << " bytes, 16-byte aligned, for the " << needed
+                                                      << " this shape needs");
     scores = static_cast<E*>(scratch);
   }
   withHeadDim(d, [&](auto dim) {

@@ -94,10 +94,10 @@ Variable flashAttention(const Variable& qVar, const Variable& kVar, const Variab
       const size_t bytes = kernels::cuda::flashAttentionBackwardScratchBytes<T>(s.B, s.seqLen, s.H, s.d);
       const Tensor scratch =
           bytes ? Tensor::empty({static_cast<int64_t>(bytes / sizeof(bf16))}, DType::BF16, g.device()) : Tensor();
-      kernels::cuda::flashAttentionBackward<T>(g.data<T>(), gqaOperands<T>(s, q, k, v), y.data<T>(),
-                                               lse.data<float>(), rowDot.data<float>(), gqaGradients<T>(s, dq, dk, dv),
-                                               s.B, s.seqLen, s.H, s.d, bytes ? scratch.data<bf16>() : nullptr,
-                                               bytes, runtime::computeStream());
+      kernels::cuda::flashAttentionBackward<T>(g.data<T>(), gqaOperands<T>(s, q, k, v), y.data<T>(), lse.data<float>(),
+                                               rowDot.data<float>(), gqaGradients<T>(s, dq, dk, dv), s.B, s.seqLen, s.H,
+                                               s.d, bytes ? scratch.data<bf16>() : nullptr, bytes,
+                                               runtime::computeStream());
     }));
     return std::vector<Tensor>{dq, dk, dv};
   });

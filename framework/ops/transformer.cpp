@@ -163,11 +163,10 @@ Variable flashSelfAttention(const Variable& qkvVar, const AttentionShape& s) {
       const size_t bytes = kernels::cuda::flashAttentionBackwardScratchBytes<T>(s.B, s.seqLen, s.H, s.d);
       const Tensor scratch =
           bytes ? Tensor::empty({static_cast<int64_t>(bytes / sizeof(bf16))}, DType::BF16, g.device()) : Tensor();
-      kernels::cuda::flashAttentionBackward<T>(g.data<T>(), kernels::packedOperands<T>(qkv.data<T>(), s.H, s.d),
-                                               y.data<T>(), lse.data<float>(), rowDot.data<float>(),
-                                               kernels::packedGradients<T>(dqkv.data<T>(), s.H, s.d), s.B, s.seqLen,
-                                               s.H, s.d, bytes ? scratch.data<bf16>() : nullptr, bytes,
-                                               runtime::computeStream());
+      kernels::cuda::flashAttentionBackward<T>(
+          g.data<T>(), kernels::packedOperands<T>(qkv.data<T>(), s.H, s.d), y.data<T>(), lse.data<float>(),
+          rowDot.data<float>(), kernels::packedGradients<T>(dqkv.data<T>(), s.H, s.d), s.B, s.seqLen, s.H, s.d,
+          bytes ? scratch.data<bf16>() : nullptr, bytes, runtime::computeStream());
     }));
     return std::vector<Tensor>{dqkv};
   });

@@ -107,7 +107,8 @@ void benchFlash(const Shape4& s, DType dtype, const std::vector<float>& qkvValue
   Tensor lse = Tensor::empty({s.B, s.H, s.T}, DType::F32, Device::CUDA);
   Tensor rowDot = Tensor::empty({s.B, s.H, s.T}, DType::F32, Device::CUDA);
   const size_t scratchBytes = stored ? kernels::cuda::flashAttentionBackwardScratchBytes<T>(s.B, s.T, s.H, s.d) : 0;
-  const Tensor scratch = scratchBytes ? Tensor::empty({int64_t(scratchBytes / 2)}, DType::BF16, Device::CUDA) : Tensor();
+  const Tensor scratch =
+      scratchBytes ? Tensor::empty({int64_t(scratchBytes / 2)}, DType::BF16, Device::CUDA) : Tensor();
   cudaStream_t stream = runtime::computeStream();
   auto forward = [&] {
     kernels::cuda::flashAttentionForward<T>(kernels::packedOperands<T>(qkv.data<T>(), s.H, s.d), y.data<T>(),

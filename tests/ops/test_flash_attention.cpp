@@ -427,8 +427,8 @@ TEST_P(FlashAttentionCuda, Bf16StoredScoreGradientsMatchRecomputedOnes) {
       dqStored.push_back(stored.dqkv[i]);
       dqRecomputed.push_back(recomputed.dqkv[i]);
     } else {
-      EXPECT_EQ(stored.dqkv[i], recomputed.dqkv[i]) << (part == 1 ? "dk" : "dv") << " element " << i << " "
-                                                    << describe(s);
+      EXPECT_EQ(stored.dqkv[i], recomputed.dqkv[i])
+          << (part == 1 ? "dk" : "dv") << " element " << i << " " << describe(s);
       if (stored.dqkv[i] != recomputed.dqkv[i]) break;
     }
   }
