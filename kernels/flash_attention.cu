@@ -15,6 +15,9 @@
 //              looping over its G query heads and, in each, over the query tiles at or after it) and one per
 //              query tile (dQ, looping over key tiles up to it),
 //              both recomputing P from the logsumexp. Every output element has one writer: no atomics.
+//              bf16 up to D = 128, given scratch (flashAttentionBackwardScratchBytes): the key pass also
+//              stores each dS tile it forms (bf16, as the query pass would round it), and the query pass
+//              is one product per key tile, dq += dS @ k, instead of recomputing S, P and dP.
 //              Where a thread would hold too many accumulators (bf16 at d = 256), each CTA owns a slice
 //              of the d output columns (kSplit slices, blockIdx.y = head * kSplit + slice) and recomputes
 //              the scores over the whole d.
@@ -26,6 +29,7 @@
 // instead: a warp per query or key row, the rows it meets read from global memory (L2), no tiles.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -291,6 +295,39 @@ struct Bf16Math {
       }
     }
   }
+
+  // The warp's 16 rows of a (kTile, kTile) fp32 score tile, rounded to bf16 as accumulate() rounds its A
+  // operand, into dst (rows `ld` elements apart): a thread's two columns of a row as one 4-byte store.
+  __device__ void storeScores(Elem* dst, int64_t ld, const float (&s)[kScores]) const {
+#pragma unroll
+    for (int e = 0; e < kScores; e += 2) {
+      *reinterpret_cast<uint32_t*>(dst + slotRow(scoreSlot(e)) * ld + scoreCol(e)) = packBf16(s[e], s[e + 1]);
+    }
+  }
+
+  // acc += a @ b for the warp's 16 rows of a, where a (kTile, kTile) is held transposed in shared memory
+  // (at[k][r], rows `lda` apart: the key pass's dS^T tiles) and read back by ldmatrix.trans; b a (kTile, D)
+  // tile read transposed as in accumulate().
+  template <int D>
+  __device__ void accumulateTransposed(float (&acc)[kOutPer16 * D / 16], const Elem* at, int lda, const Elem* b,
+                                       int ld) const {
+    const int lane = threadIdx.x % 32, m = lane / 8;
+    // Matrix m: keys (m >> 1) 8 .. + 7 of the k-step, this warp's rows (m & 1) 8 .. + 7: a0 .. a3 in order.
+    const Elem* aRow = at + ((m >> 1) * 8 + lane % 8) * lda + 16 * warp + (m & 1) * 8;
+    const Elem* bRow = b + ((m & 1) * 8 + lane % 8) * ld + (m >> 1) * 8;
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) {
+      uint32_t af[4];
+      ldmatrixX4Trans(af, aRow + kk * 16 * lda);
+#pragma unroll
+      for (int np = 0; np < D / 16; ++np) {
+        uint32_t bf[4];
+        ldmatrixX4Trans(bf, bRow + kk * 16 * ld + np * 16);
+        mma16816(acc + 8 * np, af, bf[0], bf[1]);
+        mma16816(acc + 8 * np + 4, af, bf[2], bf[3]);
+      }
+    }
+  }
 };
 
 // Shared memory of one CTA: `tiles` (kTile, D + kPad) tiles of Elem, then `floats` floats.
@@ -531,15 +568,70 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
                       seqLen);
 }
 
+// The (kTile, kTile) dS^T tile of query tile qt and key tile kt <= qt of (batch b, query head h) in the
+// key pass's score scratch: per (b, h), the tiles of query tile 0, 1, ... in turn (those of one query tile
+// adjacent, key tile 0 first), each row-major with keys as rows.
+template <typename P>
+__device__ P* scoreTile(P* scores, int b, int h, int H, int qTiles, int qt, int kt) {
+  const int64_t perHead = int64_t(qTiles) * (qTiles + 1) / 2;
+  return scores + ((int64_t(b) * H + h) * perHead + int64_t(qt) * (qt + 1) / 2 + kt) * kTile * kTile;
+}
+
+// dQ of one query tile from the dS tiles the key pass stored: dq = scale * sum over key tiles 0..i of
+// dS @ k, both streamed through two shared buffers (cp.async), as the query pass's loop without its scores.
+template <int D>
+__global__ void __launch_bounds__(Bf16Math::kThreads)
+    flashBackwardQueryFromScoresKernel(const __nv_bfloat16* scores, AttentionOperands<__nv_bfloat16> in,
+                                       AttentionGradients<__nv_bfloat16> grads, int seqLen, int H, float scale) {
+  using Math = Bf16Math;
+  using E = __nv_bfloat16;
+  constexpr int kLd = D + Math::kPad, kTileElems = kTile * kLd;
+  constexpr int kScoreLd = kTile + Math::kPad, kScoreElems = kTile * kScoreLd;
+  extern __shared__ __align__(16) unsigned char smem[];
+  E* sK = reinterpret_cast<E*>(smem);  // two buffers
+  E* sS = sK + 2 * kTileElems;         // two buffers of dS^T
+  const int qTile = gridDim.x - 1 - blockIdx.x;
+  const int h = blockIdx.y, b = blockIdx.z, q0 = qTile * kTile, qTiles = gridDim.x;
+  const E* k = headRows(in.k, in.kStride, b, seqLen, h / in.group, D);
+  const E* tiles = scoreTile(scores, b, h, H, qTiles, qTile, 0);  // key tiles 0..qTile, adjacent
+  // Key tile j's rows of k and its dS^T tile (every row written by the key pass) into buffer j & 1.
+  const auto load = [&](int j) {
+    const int row0 = j * kTile, buf = j & 1;
+    loadTileAsync<E, D, Math::kThreads>(sK + buf * kTileElems, kLd, k + row0 * in.kStride, in.kStride, seqLen - row0);
+    loadTileAsync<E, kTile, Math::kThreads>(sS + buf * kScoreElems, kScoreLd, tiles + j * kTile * kTile, kTile, kTile);
+  };
+  load(0);
+  cpAsyncCommit();
+  const Math math;
+  float dq[Math::kOutPer16 * D / 16];
+#pragma unroll
+  for (int e = 0; e < Math::kOutPer16 * D / 16; ++e) dq[e] = 0.0f;
+  for (int kt = 0; kt <= qTile; ++kt) {
+    if (kt < qTile) {
+      load(kt + 1);
+      cpAsyncCommit();
+      cpAsyncWait<1>();
+    } else {
+      cpAsyncWait<0>();
+    }
+    __syncthreads();
+    math.template accumulateTransposed<D>(dq, sS + (kt & 1) * kScoreElems, kScoreLd, sK + (kt & 1) * kTileElems, kLd);
+    __syncthreads();  // this tile's buffers are refilled by the next iteration's copies
+  }
+  storeTile<Math, D>(math, dq, scale, headRows(grads.dq, grads.dqStride, b, seqLen, h, D), grads.dqStride, q0, seqLen);
+}
+
 // dK, dV of one key tile of key/value head j, over its query heads j G .. j G + G - 1 and in each over the
 // query tiles at or after the key tile: with S^T = k q^T (keys as rows), dv += P^T @ dout,
 // dS^T = P^T * (v @ dout^T - D), dk = scale * dS^T @ q; the CTA writes columns [slice Dc, slice Dc + Dc)
 // of dk and dv, Dc = D / kSplit. blockIdx.y = j * kSplit + slice.
-template <class Math, int D, int kSplit>
+// kStoreScores (Bf16Math, kSplit 1): each dS^T tile is also written to `scores` for the query pass
+// (scoreTile's layout).
+template <class Math, int D, int kSplit, bool kStoreScores>
 __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
     flashBackwardKeyKernel(const typename Math::Elem* dout, AttentionOperands<typename Math::Elem> in, const float* lse,
-                           const float* rowDot, AttentionGradients<typename Math::Elem> grads, int seqLen, int H,
-                           float scale) {
+                           const float* rowDot, AttentionGradients<typename Math::Elem> grads,
+                           typename Math::Elem* scores, int seqLen, int H, float scale) {
   using E = typename Math::Elem;
   constexpr int kLd = D + Math::kPad, kTileElems = kTile * kLd, Dc = D / kSplit;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -610,6 +702,11 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
     math.template scores<D>(dp, sV, doutTileS, kLd, scratch);
 #pragma unroll
     for (int e = 0; e < Math::kScores; ++e) s[e] *= dp[e] - tileD[math.scoreCol(e)];
+    if constexpr (kStoreScores) {
+      static_assert(kSplit == 1, "one CTA per key tile writes its dS tiles");
+      math.storeScores(scoreTile(scores, b, kvHead * group + i / steps, H, qTiles, kTileIndex + i % steps, kTileIndex),
+                       kTile, s);
+    }
     math.template accumulate<Dc>(dk, s, qTileS + col0, kLd, scratch);
     __syncthreads();
   }
@@ -814,6 +911,16 @@ constexpr bool kRowKernels = kKeyBytes<Math, D> > kMaxSharedPerBlock;
 template <class Math, int D>
 constexpr int kSplitOf = (D > 128 && std::is_same_v<Math, Bf16Math>) ? 2 : 1;
 
+// Where the key pass stores its dS tiles for the query pass (given scratch): bf16 with one CTA per key
+// tile (D <= 128); the query pass then holds two K and two dS^T buffers.
+template <class Math, int D>
+constexpr bool kScoresStored = std::is_same_v<Math, Bf16Math>&& kSplitOf<Math, D> == 1;
+template <int D>
+constexpr size_t kQueryFromScoresBytes = 2 * kTile*(D + Bf16Math::kPad) * sizeof(__nv_bfloat16) +
+                                         2 * kTile*(kTile + Bf16Math::kPad) * sizeof(__nv_bfloat16);
+// The largest dS scratch used: beyond it (long sequences) the query pass recomputes the scores.
+constexpr int64_t kMaxScoreScratchBytes = int64_t(1) << 30;
+
 template <typename Kernel>
 void setSharedBytes(Kernel kernel, size_t bytes) {
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
@@ -856,8 +963,8 @@ void forward(AttentionOperands<typename Math::Elem> in, typename Math::Elem* out
 template <class Math, int D>
 void backward(const typename Math::Elem* dout, AttentionOperands<typename Math::Elem> in,
               const typename Math::Elem* out, const float* lse, float* rowDot,
-              AttentionGradients<typename Math::Elem> grads, int64_t B, int64_t seqLen, int64_t H,
-              cudaStream_t stream) {
+              AttentionGradients<typename Math::Elem> grads, typename Math::Elem* scores, int64_t B, int64_t seqLen,
+              int64_t H, cudaStream_t stream) {
   using E = typename Math::Elem;
   constexpr int kRowDotBlock = 256, kRowsPerBlock = kRowDotBlock / rowDotLanes(D * sizeof(E) / 16);
   const int64_t rows = B * seqLen * H;
@@ -874,10 +981,25 @@ void backward(const typename Math::Elem* dout, AttentionOperands<typename Math::
   } else {
     constexpr int kSplit = kSplitOf<Math, D>;
     const dim3 grid(ceilDiv(seqLen, kTile), H * kSplit, B), keyGrid(grid.x, H / in.group * kSplit, B);
-    auto keyKernel = flashBackwardKeyKernel<Math, D, kSplit>;
+    if constexpr (kScoresStored<Math, D>) {
+      if (scores) {  // the key pass stores dS; the query pass is one product per key tile
+        auto keyKernel = flashBackwardKeyKernel<Math, D, kSplit, true>;
+        setSharedBytes(keyKernel, kKeyBytes<Math, D>);
+        keyKernel<<<keyGrid, Math::kThreads, kKeyBytes<Math, D>, stream>>>(dout, in, lse, rowDot, grads, scores,
+                                                                           int(seqLen), int(H), scale);
+        CUDA_CHECK_LAUNCH();
+        auto queryKernel = flashBackwardQueryFromScoresKernel<D>;
+        setSharedBytes(queryKernel, kQueryFromScoresBytes<D>);
+        queryKernel<<<grid, Math::kThreads, kQueryFromScoresBytes<D>, stream>>>(scores, in, grads, int(seqLen), int(H),
+                                                                                scale);
+        CUDA_CHECK_LAUNCH();
+        return;
+      }
+    }
+    auto keyKernel = flashBackwardKeyKernel<Math, D, kSplit, false>;
     setSharedBytes(keyKernel, kKeyBytes<Math, D>);
-    keyKernel<<<keyGrid, Math::kThreads, kKeyBytes<Math, D>, stream>>>(dout, in, lse, rowDot, grads, int(seqLen),
-                                                                       int(H), scale);
+    keyKernel<<<keyGrid, Math::kThreads, kKeyBytes<Math, D>, stream>>>(dout, in, lse, rowDot, grads, nullptr,
+                                                                       int(seqLen), int(H), scale);
     CUDA_CHECK_LAUNCH();
     auto queryKernel = flashBackwardQueryKernel<Math, D, kSplit>;
     setSharedBytes(queryKernel, kQueryBytes<Math, D>);
@@ -943,24 +1065,53 @@ void flashAttentionForward(AttentionOperands<T> in, T* out, AccumOf<T>* lse, int
 }
 
 template <typename T>
+size_t flashAttentionBackwardScratchBytes(int64_t B, int64_t seqLen, int64_t H, int64_t d) {
+  if (!std::is_same_v<T, bf16> || d > 128 || !flashAttentionSupportsHeadDim(d)) return 0;
+  const int64_t tiles = ceilDiv(seqLen, kTile), tileBytes = kTile * kTile * int64_t(sizeof(bf16));
+  const int64_t perHead = tiles * (tiles + 1) / 2;  // tiles < 2^25 (seqLen <= 2^30): no overflow
+  if (perHead > kMaxScoreScratchBytes / tileBytes / std::max<int64_t>(1, B * H)) return 0;
+  return static_cast<size_t>(B * H * perHead * tileBytes);
+}
+
+template <typename T>
 void flashAttentionBackward(const T* dout, AttentionOperands<T> in, const T* out, const AccumOf<T>* lse,
                             AccumOf<T>* rowDot, AttentionGradients<T> grads, int64_t B, int64_t seqLen, int64_t H,
-                            int64_t d, cudaStream_t stream) {
+                            int64_t d, void* scratch, size_t scratchBytes, cudaStream_t stream) {
   checkShape(in, B, seqLen, H, d);
   MINIDP_CHECK(reinterpret_cast<uintptr_t>(dout) % 16 == 0, "flash attention: dout must be 16-byte aligned");
   if (B * seqLen * H == 0) return;
   using F = MathFor<T>;
+  using E = typename F::type::Elem;
+  const size_t needed = flashAttentionBackwardScratchBytes<T>(B, seqLen, H, d);
+  E* scores = nullptr;
+  if (scratch && needed > 0) {
+    MINIDP_CHECK(reinterpret_cast<uintptr_t>(scratch) % 16 == 0 && scratchBytes >= needed,
+                 "flash attention: score scratch of " << scratchBytes << " bytes, 16-byte aligned, for the " << needed
+                                                      << " this shape needs");
+    scores = static_cast<E*>(scratch);
+  }
   withHeadDim(d, [&](auto dim) {
     backward<typename F::type, decltype(dim)::value>(F::cast(dout), elemOperands(in), F::cast(out), lse, rowDot,
-                                                     elemGradients(grads), B, seqLen, H, stream);
+                                                     elemGradients(grads), scores, B, seqLen, H, stream);
   });
+}
+
+template <typename T>
+void flashAttentionBackward(const T* dout, AttentionOperands<T> in, const T* out, const AccumOf<T>* lse,
+                            AccumOf<T>* rowDot, AttentionGradients<T> grads, int64_t B, int64_t seqLen, int64_t H,
+                            int64_t d, cudaStream_t stream) {
+  flashAttentionBackward(dout, in, out, lse, rowDot, grads, B, seqLen, H, d, nullptr, 0, stream);
 }
 
 #define MINIDP_INSTANTIATE(T)                                                                                       \
   template void flashAttentionForward<T>(AttentionOperands<T>, T*, AccumOf<T>*, int64_t, int64_t, int64_t, int64_t, \
                                          cudaStream_t);                                                             \
   template void flashAttentionBackward<T>(const T*, AttentionOperands<T>, const T*, const AccumOf<T>*, AccumOf<T>*, \
-                                          AttentionGradients<T>, int64_t, int64_t, int64_t, int64_t, cudaStream_t);
+                                          AttentionGradients<T>, int64_t, int64_t, int64_t, int64_t, cudaStream_t); \
+  template void flashAttentionBackward<T>(const T*, AttentionOperands<T>, const T*, const AccumOf<T>*, AccumOf<T>*, \
+                                          AttentionGradients<T>, int64_t, int64_t, int64_t, int64_t, void*, size_t, \
+                                          cudaStream_t);                                                            \
+  template size_t flashAttentionBackwardScratchBytes<T>(int64_t, int64_t, int64_t, int64_t);
 MINIDP_INSTANTIATE(float)
 MINIDP_INSTANTIATE(bf16)
 #undef MINIDP_INSTANTIATE

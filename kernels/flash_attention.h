@@ -79,6 +79,18 @@ MINIDP_FLASH_ATTENTION_DECLARATIONS()
 
 namespace cuda {
 MINIDP_FLASH_ATTENTION_DECLARATIONS(, cudaStream_t stream)
+/// Bytes of scratch the backward below can use at this shape, 0 where it uses none: bf16 at head dims up to
+/// 128, while B H (T/64)(T/64 + 1)/2 tiles of 64 x 64 bf16 take at most 1 GiB. With it, the key pass stores
+/// each score gradient dS it forms and the query pass reads them back instead of recomputing S, P and dP.
+template <typename T>
+size_t flashAttentionBackwardScratchBytes(int64_t B, int64_t seqLen, int64_t H, int64_t d);
+/// flashAttentionBackward with `scratchBytes` of scratch (16-byte aligned; at least
+/// flashAttentionBackwardScratchBytes, else an error; null with 0 bytes, or any at a shape that uses none:
+/// the recomputing path). Same dk and dv bits either way.
+template <typename T>
+void flashAttentionBackward(const T* dout, AttentionOperands<T> in, const T* out, const AccumOf<T>* lse,
+                            AccumOf<T>* rowDot, AttentionGradients<T> grads, int64_t B, int64_t seqLen, int64_t H,
+                            int64_t d, void* scratch, size_t scratchBytes, cudaStream_t stream);
 }  // namespace cuda
 
 #undef MINIDP_FLASH_ATTENTION_DECLARATIONS

@@ -89,11 +89,16 @@ Variable flashAttention(const Variable& qVar, const Variable& kVar, const Variab
     Tensor dq = Tensor::empty(q.shape(), g.dtype(), g.device());
     Tensor dk = Tensor::empty(k.shape(), g.dtype(), g.device()), dv = Tensor::empty(v.shape(), g.dtype(), g.device());
     Tensor rowDot = Tensor::empty({s.B, s.H, s.seqLen}, DType::F32, g.device());  // rowsum(dy * y)
-    MINIDP_ON_CUDA(MINIDP_DISPATCH_F32_BF16(
-        g.dtype(), T,
-        kernels::cuda::flashAttentionBackward<T>(
-            g.data<T>(), gqaOperands<T>(s, q, k, v), y.data<T>(), lse.data<float>(), rowDot.data<float>(),
-            gqaGradients<T>(s, dq, dk, dv), s.B, s.seqLen, s.H, s.d, runtime::computeStream())));
+    MINIDP_ON_CUDA(MINIDP_DISPATCH_F32_BF16(g.dtype(), T, {
+      // The score gradients the key pass stores for the query pass, where the shape takes them (bf16).
+      const size_t bytes = kernels::cuda::flashAttentionBackwardScratchBytes<T>(s.B, s.seqLen, s.H, s.d);
+      const Tensor scratch =
+          bytes ? Tensor::empty({static_cast<int64_t>(bytes / sizeof(bf16))}, DType::BF16, g.device()) : Tensor();
+      kernels::cuda::flashAttentionBackward<T>(g.data<T>(), gqaOperands<T>(s, q, k, v), y.data<T>(), lse.data<float>(),
+                                               rowDot.data<float>(), gqaGradients<T>(s, dq, dk, dv), s.B, s.seqLen, s.H,
+                                               s.d, bytes ? scratch.data<bf16>() : nullptr, bytes,
+                                               runtime::computeStream());
+    }));
     return std::vector<Tensor>{dq, dk, dv};
   });
 }

@@ -145,7 +145,8 @@ void headGemm(const AttentionShape& s, bool transA, bool transB, int64_t M, int6
 }
 
 // Flash attention (kernels/flash_attention.h): reads q, k, v in place from qkv, keeps only y and the row
-// logsumexp (B, H, T) for backward, which recomputes the probabilities tile by tile.
+// logsumexp (B, H, T) for backward, which recomputes the probabilities tile by tile (bf16: the query pass
+// reads the key pass's score gradients back from scratch).
 Variable flashSelfAttention(const Variable& qkvVar, const AttentionShape& s) {
   const Tensor& qkv = qkvVar.data();
   Tensor y = Tensor::empty({s.B, s.seqLen, s.C()}, qkv.dtype(), qkv.device());  // (B, T, C)
@@ -157,12 +158,16 @@ Variable flashSelfAttention(const Variable& qkvVar, const AttentionShape& s) {
   return Variable::fromOp(y, {qkvVar}, [s, qkv, y, lse](const Tensor& g) {
     Tensor dqkv = Tensor::empty(qkv.shape(), g.dtype(), g.device());              // fully written by the kernels
     Tensor rowDot = Tensor::empty({s.B, s.H, s.seqLen}, DType::F32, g.device());  // rowsum(dy * y)
-    MINIDP_ON_CUDA(MINIDP_DISPATCH_F32_BF16(
-        g.dtype(), T,
-        kernels::cuda::flashAttentionBackward<T>(g.data<T>(), kernels::packedOperands<T>(qkv.data<T>(), s.H, s.d),
-                                                 y.data<T>(), lse.data<float>(), rowDot.data<float>(),
-                                                 kernels::packedGradients<T>(dqkv.data<T>(), s.H, s.d), s.B, s.seqLen,
-                                                 s.H, s.d, runtime::computeStream())));
+    MINIDP_ON_CUDA(MINIDP_DISPATCH_F32_BF16(g.dtype(), T, {
+      // The score gradients the key pass stores for the query pass, where the shape takes them (bf16).
+      const size_t bytes = kernels::cuda::flashAttentionBackwardScratchBytes<T>(s.B, s.seqLen, s.H, s.d);
+      const Tensor scratch =
+          bytes ? Tensor::empty({static_cast<int64_t>(bytes / sizeof(bf16))}, DType::BF16, g.device()) : Tensor();
+      kernels::cuda::flashAttentionBackward<T>(
+          g.data<T>(), kernels::packedOperands<T>(qkv.data<T>(), s.H, s.d), y.data<T>(), lse.data<float>(),
+          rowDot.data<float>(), kernels::packedGradients<T>(dqkv.data<T>(), s.H, s.d), s.B, s.seqLen, s.H, s.d,
+          bytes ? scratch.data<bf16>() : nullptr, bytes, runtime::computeStream());
+    }));
     return std::vector<Tensor>{dqkv};
   });
 }

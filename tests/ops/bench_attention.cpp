@@ -96,14 +96,19 @@ void printRow(const char* impl, const char* dtype, const Shape4& s, double fwdMs
 }
 
 // The flash kernels in `dtype` on preallocated buffers; `check` against the materialised fp32 output.
+// stored: the backward with its score scratch (the key pass stores dS for the query pass), where the
+// shape takes one.
 template <typename T>
 void benchFlash(const Shape4& s, DType dtype, const std::vector<float>& qkvValues, const std::vector<float>& dyValues,
-                const std::vector<float>& reference) {
+                const std::vector<float>& reference, bool stored = false) {
   const int64_t C = s.H * s.d;
   Tensor qkv = cudaTensor(qkvValues, {s.B, s.T, 3 * C}, dtype), dy = cudaTensor(dyValues, {s.B, s.T, C}, dtype);
   Tensor y = Tensor::empty({s.B, s.T, C}, dtype, Device::CUDA), dqkv = Tensor::empty(qkv.shape(), dtype, Device::CUDA);
   Tensor lse = Tensor::empty({s.B, s.H, s.T}, DType::F32, Device::CUDA);
   Tensor rowDot = Tensor::empty({s.B, s.H, s.T}, DType::F32, Device::CUDA);
+  const size_t scratchBytes = stored ? kernels::cuda::flashAttentionBackwardScratchBytes<T>(s.B, s.T, s.H, s.d) : 0;
+  const Tensor scratch =
+      scratchBytes ? Tensor::empty({int64_t(scratchBytes / 2)}, DType::BF16, Device::CUDA) : Tensor();
   cudaStream_t stream = runtime::computeStream();
   auto forward = [&] {
     kernels::cuda::flashAttentionForward<T>(kernels::packedOperands<T>(qkv.data<T>(), s.H, s.d), y.data<T>(),
@@ -113,10 +118,11 @@ void benchFlash(const Shape4& s, DType dtype, const std::vector<float>& qkvValue
     forward();
     kernels::cuda::flashAttentionBackward<T>(
         dy.data<T>(), kernels::packedOperands<T>(qkv.data<T>(), s.H, s.d), y.data<T>(), lse.data<float>(),
-        rowDot.data<float>(), kernels::packedGradients<T>(dqkv.data<T>(), s.H, s.d), s.B, s.T, s.H, s.d, stream);
+        rowDot.data<float>(), kernels::packedGradients<T>(dqkv.data<T>(), s.H, s.d), s.B, s.T, s.H, s.d,
+        scratchBytes ? static_cast<void*>(scratch.data<bf16>()) : nullptr, scratchBytes, stream);
   };
   const double fwdMs = medianMs(forward), fwdBwdMs = medianMs(forwardBackward);
-  printRow("flash", dtype == DType::F32 ? "fp32" : "bf16", s, fwdMs, fwdBwdMs,
+  printRow(scratchBytes ? "flash dS" : "flash", dtype == DType::F32 ? "fp32" : "bf16", s, fwdMs, fwdBwdMs,
            relativeDifference(hostValues(y), reference));
 }
 
@@ -141,6 +147,9 @@ void benchShape(const Shape4& s) {
   printRow("materialised", "fp32", s, fwdMs, fwdBwdMs, 0.0);
   benchFlash<float>(s, DType::F32, qkvValues, dyValues, reference);
   benchFlash<bf16>(s, DType::BF16, qkvValues, dyValues, reference);
+  if (kernels::cuda::flashAttentionBackwardScratchBytes<bf16>(s.B, s.T, s.H, s.d) > 0) {
+    benchFlash<bf16>(s, DType::BF16, qkvValues, dyValues, reference, true);
+  }
 }
 
 // The shapes the command line asks for; exits with status 2 and the usage on a bad argument.

@@ -279,13 +279,29 @@ struct Padded {
   }
 };
 
+// flashAttentionBackwardScratchBytes<bf16> at s (a CUDA build's; the CUDA tests skip before this elsewhere).
+size_t scoreScratchBytes(const Dims& s) {
+  size_t bytes = 0;
+  MINIDP_ON_CUDA(bytes = kernels::cuda::flashAttentionBackwardScratchBytes<bf16>(s.B, s.T, s.H, s.d));
+  return bytes;
+}
+
+// How runCuda's backward runs: without scratch (the query pass recomputes the scores), or with the scratch
+// of flashAttentionBackwardScratchBytes (the key pass stores dS for it where the shape allows).
+enum class Scores { Recomputed, Stored };
+
 // The CUDA kernels in `dtype` (F32 or BF16) on qkv and dy rounded to it, every tensor inside a longer
-// allocation (Padded); outputs poisoned first. With Tail::NaN, expects the output tails still poisoned.
+// allocation (Padded); outputs poisoned first. With Tail::NaN, expects the output tails still poisoned
+// (the score scratch's too).
 AttentionResult runCuda(const Dims& s, const std::vector<double>& qkv, const std::vector<double>& dy, DType dtype,
-                        Tail tail = Tail::NaN) {
+                        Tail tail = Tail::NaN, Scores scores = Scores::Recomputed) {
   const Padded x(qkv, s.B * s.T, 3 * s.C(), dtype, tail), g(dy, s.B * s.T, s.C(), dtype, tail);
   const Padded y({}, s.B * s.T, s.C(), dtype, tail), dx({}, s.B * s.T, 3 * s.C(), dtype, tail);
   const Padded lse({}, s.B * s.H, s.T, DType::F32, tail), rowDot({}, s.B * s.H, s.T, DType::F32, tail);
+  const size_t scratchBytes = dtype == DType::BF16 && scores == Scores::Stored ? scoreScratchBytes(s) : 0;
+  // The scratch as (tiles, 64 x 64) bf16, poisoned; one row of tiles at least, so that Padded has a shape.
+  const int64_t scratchTiles = std::max<int64_t>(1, int64_t(scratchBytes) / (64 * 64 * 2));
+  const Padded scratch({}, scratchTiles, 64 * 64, DType::BF16, tail);
   auto run = [&](auto tag) {
     using T = decltype(tag);
     MINIDP_ON_CUDA(kernels::cuda::flashAttentionForward<T>(kernels::packedOperands<T>(x.data<T>(), s.H, s.d),
@@ -294,7 +310,7 @@ AttentionResult runCuda(const Dims& s, const std::vector<double>& qkv, const std
     MINIDP_ON_CUDA(kernels::cuda::flashAttentionBackward<T>(
         g.data<T>(), kernels::packedOperands<T>(x.data<T>(), s.H, s.d), y.data<T>(), lse.data<float>(),
         rowDot.data<float>(), kernels::packedGradients<T>(dx.data<T>(), s.H, s.d), s.B, s.T, s.H, s.d,
-        runtime::computeStream()));
+        scratchBytes ? static_cast<void*>(scratch.data<bf16>()) : nullptr, scratchBytes, runtime::computeStream()));
   };
   if (dtype == DType::F32) {
     run(float{});
@@ -302,9 +318,9 @@ AttentionResult runCuda(const Dims& s, const std::vector<double>& qkv, const std
     run(bf16{});
   }
   if (tail == Tail::NaN) {
-    const char* names[4] = {"y", "dqkv", "lse", "rowDot"};
-    const Padded* outputs[4] = {&y, &dx, &lse, &rowDot};
-    for (int i = 0; i < 4; ++i) EXPECT_EQ(outputs[i]->tailWritten(), 0) << names[i] << " written past its end";
+    const char* names[5] = {"y", "dqkv", "lse", "rowDot", "score scratch"};
+    const Padded* outputs[5] = {&y, &dx, &lse, &rowDot, &scratch};
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(outputs[i]->tailWritten(), 0) << names[i] << " written past its end";
   }
   return {y.values(), lse.values(), dx.values()};
 }
@@ -386,6 +402,44 @@ TEST_P(FlashAttentionCuda, Bf16MatchesFloat64) {
   }
   const AttentionResult again = runCuda(s, qkv, dy, DType::BF16);  // deterministic: the same bits
   EXPECT_TRUE(again.y == actual.y && again.lse == actual.lse && again.dqkv == actual.dqkv) << describe(s);
+}
+
+TEST_P(FlashAttentionCuda, Bf16StoredScoreGradientsMatchRecomputedOnes) {
+  // The key pass's stored dS against the query pass's own: y and lse are the forward's; dk and dv come from
+  // the same key pass, bit for bit. dq is the same product over the same bf16 dS wherever the key pass's
+  // S^T = k q^T gives the query pass's S = q k^T to the bit; where the two tensor-core sums round
+  // differently, a dS element moves by one bf16 rounding: within 2^-7 of the largest dq. Then the stored
+  // path against float64, as Bf16MatchesFloat64.
+  const Dims s = GetParam();
+  if (scoreScratchBytes(s) == 0) {
+    GTEST_SKIP() << "no score scratch at head dim " << s.d;
+  }
+  const std::vector<double> qkv = randomValues(s.B * s.T * 3 * s.C(), 205, DType::BF16);
+  const std::vector<double> dy = randomValues(s.B * s.T * s.C(), 206, DType::BF16);
+  const AttentionResult recomputed = runCuda(s, qkv, dy, DType::BF16);
+  const AttentionResult stored = runCuda(s, qkv, dy, DType::BF16, Tail::NaN, Scores::Stored);
+  EXPECT_TRUE(stored.y == recomputed.y && stored.lse == recomputed.lse) << describe(s);
+  const int64_t C = s.C();
+  std::vector<double> dqStored, dqRecomputed;
+  for (size_t i = 0; i < stored.dqkv.size(); ++i) {
+    const int64_t part = static_cast<int64_t>(i) % (3 * C) / C;
+    if (part == 0) {
+      dqStored.push_back(stored.dqkv[i]);
+      dqRecomputed.push_back(recomputed.dqkv[i]);
+    } else {
+      EXPECT_EQ(stored.dqkv[i], recomputed.dqkv[i])
+          << (part == 1 ? "dk" : "dv") << " element " << i << " " << describe(s);
+      if (stored.dqkv[i] != recomputed.dqkv[i]) break;
+    }
+  }
+  EXPECT_LE(maxRelativeError(dqStored, dqRecomputed, "dq"), 1.0 / 128) << describe(s);
+  const AttentionResult expected = referenceTwin(s, qkv, dy);
+  const char* names[3] = {"dq", "dk", "dv"};
+  for (int part = 0; part < 3; ++part) {
+    EXPECT_LT(relativeL2(stored.dqkv, expected.dqkv, C, part), 1e-2) << names[part] << " " << describe(s);
+  }
+  const AttentionResult again = runCuda(s, qkv, dy, DType::BF16, Tail::NaN, Scores::Stored);
+  EXPECT_TRUE(again.dqkv == stored.dqkv) << "deterministic " << describe(s);
 }
 
 // Every head dim with a kernel at T = 1, 7, 63, 65, 100, 257 (one key; partial single tiles; one tile and
