@@ -243,10 +243,11 @@ void gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
   // As gemm: cuBLASLt (column-major) computes C^T (N, M) = op(B)^T op(A)^T, so our B is its first operand.
   const uint32_t alignA = alignmentOf(A, batch > 1 ? strideA * 2 : 0);
   const uint32_t alignB = alignmentOf(B, batch > 1 ? strideB * 2 : 0);
-  // C and D share one layout and plan: the alignment both allow.
-  const uint32_t alignC =
-      std::min(alignmentOf(C, batch > 1 ? strideC * static_cast<int64_t>(sizeof(TC)) : 0),
-               addend ? alignmentOf(addend, batch > 1 ? strideC * static_cast<int64_t>(sizeof(TC)) : 0) : 16u);
+  // C and D share one layout and plan: with an addend apart from C, the alignment both allow.
+  const int64_t strideBytesC = batch > 1 ? strideC * static_cast<int64_t>(sizeof(TC)) : 0;
+  const uint32_t alignC = addend && addend != C
+                              ? std::min(alignmentOf(C, strideBytesC), alignmentOf(addend, strideBytesC))
+                              : alignmentOf(C, strideBytesC);
   const LtContext::Key key{transA,
                            transB,
                            M,

@@ -64,8 +64,8 @@ void gemmBf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float a
               cudaStream_t stream) {
   gemmBf16<TC>(MINIDP_GEMM_FORWARD, bias, GemmLd{}, stream);
 }
-/// gemmBf16 with C = alpha op(A) op(B) + beta addend (+ bias): the addend (laid out as C, 16-byte aligned
-/// as C is) is read in the GEMM's epilogue (cuBLASLt's C apart from its D), so a residual stream is added
+/// gemmBf16 with C = alpha op(A) op(B) + beta addend (+ bias): the addend (laid out as C; the plan takes the
+/// alignment both allow) is read in the GEMM's epilogue (cuBLASLt's C apart from its D), so a residual stream is added
 /// without a pass of its own; addend == C is gemmBf16. bf16 output.
 template <typename TC>
 void gemmBf16Addend(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
