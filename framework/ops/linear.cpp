@@ -213,24 +213,25 @@ Variable geluMlp(const Variable& xv, const Variable& fcWeight, const Variable& f
              needW2 = projWeight.requiresGrad(), needB2 = projBias.requiresGrad(),
              needR = hasResidual && residual.requiresGrad();
   // The projection's parameters come first, so their grad-ready hooks fire first, as with two linear ops.
-  return Variable::fromOp(y, withResidual({xv, projWeight, projBias, fcWeight, fcBias}, residual), [=](const Tensor& g) {
-    auto [dw2, db2] = linearParamGrads(g, h, w2, b2, 1, needW2, needB2);
-    Tensor dx, dw1, db1;
-    if (needX || needW1 || needB1) {
-      // (rows, hidden) = (g (rows, out) @ W2 (out, hidden)) * gelu'(pre), in the GEMM's epilogue.
-      Tensor dpre = Tensor::empty(pre.shape(), DType::BF16, g.device());
-      MINIDP_ON_CUDA(kernels::cuda::gemmBf16DGelu(false, false, rows, hidden, out, g.data<bf16>(), w2c.data<bf16>(),
-                                                  pre.data<bf16>(), dpre.data<bf16>(), runtime::computeStream()));
-      std::tie(dw1, db1) = linearParamGrads(dpre, x, w1, b1, 3, needW1, needB1);
-      if (needX) {
-        dx = Tensor::empty(x.shape(), DType::BF16, g.device());  // (rows, in) = dpre (rows, hidden) @ W1
-        gemm(false, false, rows, in, hidden, dpre, 0, w1c, 0, dx, 0, 1);
-      }
-    }
-    std::vector<Tensor> grads{dx, dw2, db2, dw1, db1};
-    if (hasResidual) grads.push_back(needR ? g : Tensor());
-    return grads;
-  });
+  return Variable::fromOp(
+      y, withResidual({xv, projWeight, projBias, fcWeight, fcBias}, residual), [=](const Tensor& g) {
+        auto [dw2, db2] = linearParamGrads(g, h, w2, b2, 1, needW2, needB2);
+        Tensor dx, dw1, db1;
+        if (needX || needW1 || needB1) {
+          // (rows, hidden) = (g (rows, out) @ W2 (out, hidden)) * gelu'(pre), in the GEMM's epilogue.
+          Tensor dpre = Tensor::empty(pre.shape(), DType::BF16, g.device());
+          MINIDP_ON_CUDA(kernels::cuda::gemmBf16DGelu(false, false, rows, hidden, out, g.data<bf16>(), w2c.data<bf16>(),
+                                                      pre.data<bf16>(), dpre.data<bf16>(), runtime::computeStream()));
+          std::tie(dw1, db1) = linearParamGrads(dpre, x, w1, b1, 3, needW1, needB1);
+          if (needX) {
+            dx = Tensor::empty(x.shape(), DType::BF16, g.device());  // (rows, in) = dpre (rows, hidden) @ W1
+            gemm(false, false, rows, in, hidden, dpre, 0, w1c, 0, dx, 0, 1);
+          }
+        }
+        std::vector<Tensor> grads{dx, dw2, db2, dw1, db1};
+        if (hasResidual) grads.push_back(needR ? g : Tensor());
+        return grads;
+      });
 }
 
 Variable swigluLinear(const Variable& gate, const Variable& up, const Variable& weight) {

@@ -169,8 +169,10 @@ TEST(GemmBf16, MatchesFloat64Reference) {
 // copies the addend into C first.
 TEST(GemmBf16, AddendApartFromTheOutput) {
   SKIP_WITHOUT_CUDA();
-  const std::vector<GemmCase> cases{{false, true, 64, 96, 128, 1}, {false, true, 37, 45, 29, 1},
-                                    {true, false, 1, 40, 300, 1},  {false, true, 1, 10, 16, 1}};
+  const std::vector<GemmCase> cases{{false, true, 64, 96, 128, 1},
+                                    {false, true, 37, 45, 29, 1},
+                                    {true, false, 1, 40, 300, 1},
+                                    {false, true, 1, 10, 16, 1}};
   uint64_t seed = 60;
   for (const GemmCase& c : cases) {
     SCOPED_TRACE(::testing::Message() << "M " << c.M << " N " << c.N << " K " << c.K);
@@ -185,13 +187,12 @@ TEST(GemmBf16, AddendApartFromTheOutput) {
     const Tensor da = a.to(Device::CUDA), db = b.to(Device::CUDA), dadd = addend.to(Device::CUDA),
                  dbias = bias.to(Device::CUDA);
     for (bool withBias : {false, true}) {
-      Tensor out = Tensor::fromVector(std::vector<double>(c.M * c.N, NAN), {1, c.M * c.N})
-                       .toDType(DType::BF16)
-                       .to(Device::CUDA);
-      MINIDP_ON_CUDA(kernels::cuda::gemmBf16Addend<bf16>(
-          c.transA, c.transB, c.M, c.N, c.K, 1.0f, da.data<bf16>(), 0, db.data<bf16>(), 0, 1.0f, dadd.data<bf16>(),
-          out.data<bf16>(), 0, 1, withBias ? dbias.data<bf16>() : nullptr, kernels::GemmLd{},
-          runtime::computeStream()));
+      Tensor out =
+          Tensor::fromVector(std::vector<double>(c.M * c.N, NAN), {1, c.M * c.N}).toDType(DType::BF16).to(Device::CUDA);
+      MINIDP_ON_CUDA(kernels::cuda::gemmBf16Addend<bf16>(c.transA, c.transB, c.M, c.N, c.K, 1.0f, da.data<bf16>(), 0,
+                                                         db.data<bf16>(), 0, 1.0f, dadd.data<bf16>(), out.data<bf16>(),
+                                                         0, 1, withBias ? dbias.data<bf16>() : nullptr,
+                                                         kernels::GemmLd{}, runtime::computeStream()));
       const Tensor expected =
           Tensor::fromVector(referenceGemm(c, av, bv, 1.0, addv, withBias ? &biasv : nullptr), {1, c.M * c.N});
       EXPECT_LT(relativeL2(out, expected), kBf16OutTolerance) << "bias " << withBias;
