@@ -371,14 +371,14 @@ TEST(Bf16Ops, GeluMlpMatchesF32) {
 TEST(Bf16Ops, ResidualFormsMatchF32) {
   SKIP_WITHOUT_CUDA();
   const auto linear = [](const std::vector<Variable>& v) { return ops::linear(v[0], v[1], v[2], v[3]); };
-  expectBf16MatchesF32(linear,
-                       {randomTensor({4, 6, 40}, 81), randomTensor({48, 40}, 82), randomTensor({48}, 83),
-                        randomTensor({4, 6, 48}, 84)},
-                       {false, true, true, false});
-  expectBf16MatchesF32(linear,
-                       {randomTensor({1, 64}, 85), randomTensor({48, 64}, 86), randomTensor({48}, 87),
-                        randomTensor({1, 48}, 88)},
-                       {false, true, true, false});
+  expectBf16MatchesF32(
+      linear,
+      {randomTensor({4, 6, 40}, 81), randomTensor({48, 40}, 82), randomTensor({48}, 83), randomTensor({4, 6, 48}, 84)},
+      {false, true, true, false});
+  expectBf16MatchesF32(
+      linear,
+      {randomTensor({1, 64}, 85), randomTensor({48, 64}, 86), randomTensor({48}, 87), randomTensor({1, 48}, 88)},
+      {false, true, true, false});
   expectBf16MatchesF32([](const std::vector<Variable>& v) { return ops::linear(v[0], v[1], Variable(), v[2]); },
                        {randomTensor({7, 13}, 89), randomTensor({5, 13}, 90), randomTensor({7, 5}, 91)},
                        {false, true, false});
@@ -391,11 +391,10 @@ TEST(Bf16Ops, ResidualFormsMatchF32) {
                        {randomTensor({7, 13}, 98), randomTensor({20, 13}, 99), randomTensor({20}, 100),
                         randomTensor({13, 20}, 101), randomTensor({13}, 102), randomTensor({7, 13}, 103)},
                        {false, true, true, true, true, false});
-  expectBf16MatchesF32(
-      [](const std::vector<Variable>& v) { return ops::swigluLinear(v[0], v[1], v[2], v[3]); },
-      {randomTensor({4, 6, 64}, 104), randomTensor({4, 6, 64}, 105), randomTensor({40, 64}, 106),
-       randomTensor({4, 6, 40}, 107)},
-      {false, false, true, false});
+  expectBf16MatchesF32([](const std::vector<Variable>& v) { return ops::swigluLinear(v[0], v[1], v[2], v[3]); },
+                       {randomTensor({4, 6, 64}, 104), randomTensor({4, 6, 64}, 105), randomTensor({40, 64}, 106),
+                        randomTensor({4, 6, 40}, 107)},
+                       {false, false, true, false});
 }
 
 TEST(Bf16Ops, MatmulMatchesF32) {
