@@ -225,11 +225,12 @@ cublasLtMatrixLayout_t layout(cudaDataType_t type, int64_t rows, int64_t cols, i
 }
 
 // gemmBf16 with an epilogue: `bias` (N) for Bias and GeluAuxBias, `aux` (M, N) row-major written by
-// GeluAuxBias and read by DGelu.
+// GeluAuxBias and read by DGelu; `addend` (null: C itself) is what beta scales, laid out as C.
 template <typename TC>
 void gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
                       int64_t strideA, const bf16* B, int64_t strideB, float beta, TC* C, int64_t strideC,
-                      int64_t batch, Epilogue epilogue, const TC* bias, TC* aux, GemmLd ld, cudaStream_t stream) {
+                      int64_t batch, Epilogue epilogue, const TC* bias, TC* aux, GemmLd ld, cudaStream_t stream,
+                      const TC* addend = nullptr) {
   static_assert(std::is_same_v<TC, bf16> || std::is_same_v<TC, float>, "gemmBf16 writes bf16 or float");
   if (!checkGemmSizes(M, N, K, batch)) return;
   MINIDP_CHECK(K > 0, "gemmBf16: K = 0 (an empty reduction) is not supported");
@@ -242,7 +243,11 @@ void gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
   // As gemm: cuBLASLt (column-major) computes C^T (N, M) = op(B)^T op(A)^T, so our B is its first operand.
   const uint32_t alignA = alignmentOf(A, batch > 1 ? strideA * 2 : 0);
   const uint32_t alignB = alignmentOf(B, batch > 1 ? strideB * 2 : 0);
-  const uint32_t alignC = alignmentOf(C, batch > 1 ? strideC * static_cast<int64_t>(sizeof(TC)) : 0);
+  // C and D share one layout and plan: with an addend apart from C, the alignment both allow.
+  const int64_t strideBytesC = batch > 1 ? strideC * static_cast<int64_t>(sizeof(TC)) : 0;
+  const uint32_t alignC = addend && addend != C
+                              ? std::min(alignmentOf(C, strideBytesC), alignmentOf(addend, strideBytesC))
+                              : alignmentOf(C, strideBytesC);
   const LtContext::Key key{transA,
                            transB,
                            M,
@@ -305,6 +310,10 @@ void gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
   });
   if (!plan.found) {
     // No cuBLASLt kernel for this shape: cuBLAS's general GEMM (any sizes), then the epilogue in a pass of its own.
+    if (addend && addend != C && beta != 0.0f) {  // C in place: the addend copied into it first
+      MINIDP_CHECK(batch == 1 && ldc == N, "gemmBf16: an addend apart from C needs batch 1 and an unpadded C");
+      CUDA_CHECK(cudaMemcpyAsync(C, addend, static_cast<size_t>(M * N) * sizeof(TC), cudaMemcpyDeviceToDevice, stream));
+    }
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(
         handleOn(stream), transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(N),
         static_cast<int>(M), static_cast<int>(K), &alpha, B, CUDA_R_16BF, static_cast<int>(ldb), strideB, A,
@@ -319,8 +328,8 @@ void gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
   }
   if (bias) setAttribute<const void*>(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   if (aux) setAttribute<void*>(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
-  CUBLAS_CHECK(cublasLtMatmul(lt.handle(), plan.desc, &alpha, B, plan.a, A, plan.b, &beta, C, plan.c, C, plan.c,
-                              &plan.algo, lt.workspace(), kLtWorkspaceBytes, stream));
+  CUBLAS_CHECK(cublasLtMatmul(lt.handle(), plan.desc, &alpha, B, plan.a, A, plan.b, &beta, addend ? addend : C, plan.c,
+                              C, plan.c, &plan.algo, lt.workspace(), kLtWorkspaceBytes, stream));
 }
 
 }  // namespace
@@ -331,6 +340,14 @@ void gemmBf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float a
               GemmLd ld, cudaStream_t stream) {
   gemmBf16Epilogue<TC>(transA, transB, M, N, K, alpha, A, strideA, B, strideB, beta, C, strideC, batch,
                        bias ? Epilogue::Bias : Epilogue::None, bias, nullptr, ld, stream);
+}
+
+template <typename TC>
+void gemmBf16Addend(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
+                    int64_t strideA, const bf16* B, int64_t strideB, float beta, const TC* addend, TC* C,
+                    int64_t strideC, int64_t batch, const TC* bias, GemmLd ld, cudaStream_t stream) {
+  gemmBf16Epilogue<TC>(transA, transB, M, N, K, alpha, A, strideA, B, strideB, beta, C, strideC, batch,
+                       bias ? Epilogue::Bias : Epilogue::None, bias, nullptr, ld, stream, addend);
 }
 
 void gemmBf16GeluBias(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const bf16* A, const bf16* B,
@@ -350,6 +367,9 @@ template void gemmBf16<bf16>(bool, bool, int64_t, int64_t, int64_t, float, const
                              float, bf16*, int64_t, int64_t, const bf16*, GemmLd, cudaStream_t);
 template void gemmBf16<float>(bool, bool, int64_t, int64_t, int64_t, float, const bf16*, int64_t, const bf16*, int64_t,
                               float, float*, int64_t, int64_t, const float*, GemmLd, cudaStream_t);
+template void gemmBf16Addend<bf16>(bool, bool, int64_t, int64_t, int64_t, float, const bf16*, int64_t, const bf16*,
+                                   int64_t, float, const bf16*, bf16*, int64_t, int64_t, const bf16*, GemmLd,
+                                   cudaStream_t);
 
 template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t,
                           float, float*, int64_t, int64_t, GemmLd, cudaStream_t);

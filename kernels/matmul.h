@@ -64,6 +64,13 @@ void gemmBf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float a
               cudaStream_t stream) {
   gemmBf16<TC>(MINIDP_GEMM_FORWARD, bias, GemmLd{}, stream);
 }
+/// gemmBf16 with C = alpha op(A) op(B) + beta addend (+ bias): the addend (laid out as C; the plan takes the
+/// alignment both allow) is read in the GEMM's epilogue (cuBLASLt's C apart from its D), so a residual stream is added
+/// without a pass of its own; addend == C is gemmBf16. bf16 output.
+template <typename TC>
+void gemmBf16Addend(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
+                    int64_t strideA, const bf16* B, int64_t strideB, float beta, const TC* addend, TC* C,
+                    int64_t strideC, int64_t batch, const TC* bias, GemmLd ld, cudaStream_t stream);
 /// The GELU MLP's fusions, bf16 with fp32 accumulation, batch 1, all row-major; N divisible by 8 (the
 /// cuBLASLt auxiliary matrix). Forward: pre = op(A) op(B) + bias (N) and C = gelu(pre) (tanh form, from the
 /// fp32 pre-activation), both (M, N). Other arguments as gemm.

@@ -25,9 +25,9 @@ struct GPT::Attention : nn::Module {
     cAttn = registerModule("c_attn", std::make_shared<nn::Linear>(c.embd, 3 * c.embd, true, rng));
     cProj = registerModule("c_proj", std::make_shared<nn::Linear>(c.embd, c.embd, true, rng));
   }
-  // x (B, T, C) -> (B, T, C)
-  Variable forward(const Variable& x) const {
-    return cProj->forward(ops::causalSelfAttention(cAttn->forward(x), heads));
+  // x (B, T, C) -> (B, T, C); with a residual, residual + that (added by c_proj's GEMM).
+  Variable forward(const Variable& x, const Variable& residual = Variable()) const {
+    return ops::linear(ops::causalSelfAttention(cAttn->forward(x), heads), cProj->weight, cProj->bias, residual);
   }
 };
 
@@ -38,9 +38,9 @@ struct GPT::Mlp : nn::Module {
     cFc = registerModule("c_fc", std::make_shared<nn::Linear>(c.embd, 4 * c.embd, true, rng));
     cProj = registerModule("c_proj", std::make_shared<nn::Linear>(4 * c.embd, c.embd, true, rng));
   }
-  // x (B, T, C) -> (B, T, C)
-  Variable forward(const Variable& x) const {
-    return ops::geluMlp(x, cFc->weight, cFc->bias, cProj->weight, cProj->bias);
+  // x (B, T, C) -> (B, T, C); with a residual, residual + that (added by c_proj's GEMM).
+  Variable forward(const Variable& x, const Variable& residual = Variable()) const {
+    return ops::geluMlp(x, cFc->weight, cFc->bias, cProj->weight, cProj->bias, residual);
   }
 };
 
@@ -58,9 +58,13 @@ struct GPT::Block : nn::Module {
   }
 
   // x (B, T, C) -> (B, T, C), in x's dtype; attention and the MLP compute in `compute` (the residual
-  // stream x may be wider).
+  // stream x may be wider: then cast, and added on its own).
   Variable forward(const Variable& x, DType compute) const {
     const DType stream = x.dtype();
+    if (stream == compute) {  // each residual addition in its projection's GEMM
+      Variable h = attn->forward(ln1->forward(x), x);
+      return mlp->forward(ln2->forward(h), h);
+    }
     Variable h = ops::add(x, ops::cast(attn->forward(ops::cast(ln1->forward(x), compute)), stream));
     return ops::add(h, ops::cast(mlp->forward(ops::cast(ln2->forward(h), compute)), stream));
   }

@@ -60,13 +60,14 @@ struct Llama::Attention : nn::Module {
     vProj = registerModule("v_proj", std::make_shared<nn::Linear>(c.embd, kvHeads * headDim, false, rng));
     oProj = registerModule("o_proj", std::make_shared<nn::Linear>(heads * headDim, c.embd, false, rng));
   }
-  // x (B, T, C) -> (B, T, C)
-  Variable forward(const Variable& x) const {
+  // x (B, T, C) -> residual + attention(x), (B, T, C); the addition in o_proj's GEMM.
+  Variable forward(const Variable& x, const Variable& residual) const {
     const int64_t B = x.shape()[0], T = x.shape()[1];
     Variable q = ops::rotary(ops::reshape(qProj->forward(x), {B, T, heads, headDim}), theta);
     Variable k = ops::rotary(ops::reshape(kProj->forward(x), {B, T, kvHeads, headDim}), theta);
     Variable v = ops::reshape(vProj->forward(x), {B, T, kvHeads, headDim});
-    return oProj->forward(ops::reshape(ops::causalAttention(q, k, v), {B, T, heads * headDim}));
+    return ops::linear(ops::reshape(ops::causalAttention(q, k, v), {B, T, heads * headDim}), oProj->weight, {},
+                       residual);
   }
 };
 
@@ -79,12 +80,14 @@ struct Llama::Mlp : nn::Module {
     upProj = registerModule("up_proj", std::make_shared<nn::Linear>(c.embd, c.hidden, false, rng));
     downProj = registerModule("down_proj", std::make_shared<nn::Linear>(c.hidden, c.embd, false, rng));
   }
-  Variable forward(const Variable& x) const {
-    return ops::swigluLinear(gateProj->forward(x), upProj->forward(x), downProj->weight);
+  // residual + the MLP of x; the addition in down_proj's GEMM.
+  Variable forward(const Variable& x, const Variable& residual) const {
+    return ops::swigluLinear(gateProj->forward(x), upProj->forward(x), downProj->weight, residual);
   }
 };
 
-/// A pre-norm block: h = x + attn(norm(x)), then h + mlp(norm(h)). Registered in Hugging Face's order.
+/// A pre-norm block: h = x + attn(norm(x)), then h + mlp(norm(h)), each addition in the output projection's
+/// GEMM. Registered in Hugging Face's order.
 struct Llama::Block : nn::Module {
   std::shared_ptr<Attention> attn;
   std::shared_ptr<Mlp> mlp;
@@ -96,8 +99,8 @@ struct Llama::Block : nn::Module {
     postNorm = registerModule("post_attention_layernorm", std::make_shared<nn::RMSNorm>(c.embd, c.normEps));
   }
   Variable forward(const Variable& x) const {
-    Variable h = ops::add(x, attn->forward(inputNorm->forward(x)));
-    return ops::add(h, mlp->forward(postNorm->forward(h)));
+    Variable h = attn->forward(inputNorm->forward(x), x);
+    return mlp->forward(postNorm->forward(h), h);
   }
 };
 

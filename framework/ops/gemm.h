@@ -11,9 +11,11 @@ namespace minidp::ops {
 /// matrix), leading dimensions as kernels::GemmLd (default packed). fp32/fp64: a, b and c share the dtype.
 /// bf16 a and b (CUDA): c is bf16 or fp32, accumulation fp32, and `bias` (c's dtype, one per column of c)
 /// may be added in the GEMM's epilogue.
+/// With `addend` (c's shape and dtype, batch 1): c = op(a) op(b) + addend (+ bias), beta must be 1; bf16
+/// reads it in the GEMM's epilogue, the others copy it into c first.
 void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const Tensor& a, int64_t strideA, const Tensor& b,
           int64_t strideB, Tensor& c, int64_t strideC, int64_t batch, double beta = 0, const Tensor& bias = Tensor(),
-          kernels::GemmLd ld = {});
+          kernels::GemmLd ld = {}, const Tensor& addend = Tensor());
 
 /// Where backward puts the gradient of parameter input `index` (shaped and typed like `param`).
 struct GradSink {

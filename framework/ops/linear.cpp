@@ -16,7 +16,12 @@ namespace minidp::ops {
 
 void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const Tensor& a, int64_t strideA, const Tensor& b,
           int64_t strideB, Tensor& c, int64_t strideC, int64_t batch, double beta, const Tensor& bias,
-          kernels::GemmLd ld) {
+          kernels::GemmLd ld, const Tensor& addend) {
+  if (addend.defined()) {
+    MINIDP_CHECK(beta == 1 && batch == 1 && addend.shape() == c.shape() && addend.dtype() == c.dtype(),
+                 "gemm: an addend takes beta 1, batch 1 and c's shape and dtype");
+    if (a.dtype() != DType::BF16 || !a.isCuda() || c.dtype() != DType::BF16) c.copyFrom(addend);
+  }
   if (a.dtype() != DType::BF16) {
     MINIDP_LAUNCH_FLOAT(c, T, gemm, transA, transB, M, N, K, T(1), a.data<T>(), strideA, b.data<T>(), strideB, T(beta),
                         c.data<T>(), strideC, batch, ld);
@@ -24,7 +29,13 @@ void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const Tenso
   }
   MINIDP_CHECK(a.isCuda(), "bf16 matrix products are CUDA-only");
   MINIDP_DISPATCH_ACTIVATION(c.dtype(), TC, {
-    if constexpr (!std::is_same_v<TC, double>) {
+    if constexpr (std::is_same_v<TC, bf16>) {
+      // c = op(a) op(b) + beta (addend, or c itself) (+ bias): the addend read in the epilogue.
+      MINIDP_ON_CUDA(kernels::cuda::gemmBf16Addend<TC>(
+          transA, transB, M, N, K, 1.0f, a.data<bf16>(), strideA, b.data<bf16>(), strideB, static_cast<float>(beta),
+          addend.defined() ? addend.data<TC>() : c.data<TC>(), c.data<TC>(), strideC, batch,
+          bias.defined() ? bias.data<TC>() : nullptr, ld, runtime::computeStream()));
+    } else if constexpr (!std::is_same_v<TC, double>) {
       MINIDP_ON_CUDA(kernels::cuda::gemmBf16<TC>(
           transA, transB, M, N, K, 1.0f, a.data<bf16>(), strideA, b.data<bf16>(), strideB, static_cast<float>(beta),
           c.data<TC>(), strideC, batch, bias.defined() ? bias.data<TC>() : nullptr, ld, runtime::computeStream()));
@@ -109,7 +120,25 @@ Tensor transposeLast2(const Tensor& x) {
 
 }  // namespace
 
-Variable linear(const Variable& xv, const Variable& weightv, const Variable& biasv) {
+namespace {
+
+// A residual (undefined: none) of y's shape and x's dtype and device, added by the GEMM (`gemm`'s addend).
+void checkResidual(const char* op, const Variable& residual, const Shape& yShape, const Tensor& x) {
+  if (!residual.defined()) return;
+  const Tensor& r = residual.data();
+  MINIDP_CHECK(r.shape() == yShape && r.dtype() == x.dtype() && r.device() == x.device(),
+               op << ": residual " << dtypeName(r.dtype()) << shapeString(r.shape()) << " on " << deviceName(r.device())
+                  << " must be the output's " << dtypeName(x.dtype()) << shapeString(yShape) << " on "
+                  << deviceName(x.device()));
+}
+
+// The op's inputs, the residual appended when there is one.
+std::vector<Variable> withResidual(std::vector<Variable> inputs, const Variable& residual) {
+  if (residual.defined()) inputs.push_back(residual);
+  return inputs;
+}
+
+Variable linearWith(const Variable& xv, const Variable& weightv, const Variable& biasv, const Variable& residualv) {
   const Tensor x = xv.data(), w = weightv.data();
   const bool hasBias = biasv.defined();
   const Tensor b = hasBias ? biasv.data() : Tensor();
@@ -121,28 +150,49 @@ Variable linear(const Variable& xv, const Variable& weightv, const Variable& bia
   // cuBLASLt's bias type is its output type, so the bias is cast too (as PyTorch's autocast does).
   const Tensor wc = cast(w, x.dtype());
   Tensor y = Tensor::empty(replaceTail(x.shape(), 1, {out}), x.dtype(), x.device());  // (..., out)
-  gemm(false, true, rows, out, in, x, 0, wc, 0, y, 0, 1, 0, mixed && hasBias ? cast(b, x.dtype()) : Tensor());
+  checkResidual("linear", residualv, y.shape(), x);
+  const bool hasResidual = residualv.defined();
+  gemm(false, true, rows, out, in, x, 0, wc, 0, y, 0, 1, hasResidual ? 1 : 0,
+       mixed && hasBias ? cast(b, x.dtype()) : Tensor(), {}, hasResidual ? residualv.data() : Tensor());
   if (!mixed && hasBias) MINIDP_LAUNCH_FLOAT(y, T, addBias, y.data<T>(), b.data<T>(), rows, out);
   // Only the gradients that are wanted: the first layer's input usually needs none, and its dx is a GEMM.
-  const bool needX = xv.requiresGrad(), needW = weightv.requiresGrad(), needB = hasBias && biasv.requiresGrad();
-  return Variable::fromOp(y, {xv, weightv, biasv}, [=](const Tensor& g) {  // g (..., out), x's dtype
+  const bool needX = xv.requiresGrad(), needW = weightv.requiresGrad(), needB = hasBias && biasv.requiresGrad(),
+             needR = hasResidual && residualv.requiresGrad();
+  return Variable::fromOp(y, withResidual({xv, weightv, biasv}, residualv), [=](const Tensor& g) {  // g (..., out)
     Tensor dx;
     if (needX) {
       dx = Tensor::empty(x.shape(), g.dtype(), g.device());  // (rows, in) = g (rows, out) @ W (out, in)
       gemm(false, false, rows, in, out, g, 0, wc, 0, dx, 0, 1);
     }
     auto [dw, db] = linearParamGrads(g, x, w, b, 1, needW, needB);
-    return std::vector<Tensor>{dx, dw, db};
+    std::vector<Tensor> grads{dx, dw, db};
+    if (hasResidual) grads.push_back(needR ? g : Tensor());
+    return grads;
   });
+}
+
+}  // namespace
+
+Variable linear(const Variable& x, const Variable& weight, const Variable& bias) {
+  return linearWith(x, weight, bias, Variable());
+}
+
+Variable linear(const Variable& x, const Variable& weight, const Variable& bias, const Variable& residual) {
+  return linearWith(x, weight, bias, residual);
 }
 
 Variable geluMlp(const Variable& xv, const Variable& fcWeight, const Variable& fcBias, const Variable& projWeight,
                  const Variable& projBias) {
+  return geluMlp(xv, fcWeight, fcBias, projWeight, projBias, Variable());
+}
+
+Variable geluMlp(const Variable& xv, const Variable& fcWeight, const Variable& fcBias, const Variable& projWeight,
+                 const Variable& projBias, const Variable& residual) {
   const Tensor x = xv.data(), w1 = fcWeight.data(), w2 = projWeight.data();
   // The fused path: bf16 CUDA activations, both biases, a hidden width cuBLASLt's auxiliary matrix takes.
   const bool fused = x.dtype() == DType::BF16 && x.isCuda() && fcBias.defined() && projBias.defined() &&
                      w1.ndim() == 2 && w1.size(0) % 8 == 0;
-  if (!fused) return linear(gelu(linear(xv, fcWeight, fcBias)), projWeight, projBias);
+  if (!fused) return linearWith(gelu(linear(xv, fcWeight, fcBias)), projWeight, projBias, residual);
   const Tensor b1 = fcBias.data(), b2 = projBias.data();
   checkLinear(x, w1, b1);
   const int64_t rows = leadingNumel(x.shape(), 1), in = w1.size(1), hidden = w1.size(0);
@@ -155,29 +205,40 @@ Variable geluMlp(const Variable& xv, const Variable& fcWeight, const Variable& f
                                                  cast(b1, DType::BF16).data<bf16>(), h.data<bf16>(), pre.data<bf16>(),
                                                  runtime::computeStream()));
   Tensor y = Tensor::empty(replaceTail(x.shape(), 1, {out}), DType::BF16, x.device());  // (..., out)
-  gemm(false, true, rows, out, hidden, h, 0, w2c, 0, y, 0, 1, 0, cast(b2, DType::BF16));
+  checkResidual("geluMlp", residual, y.shape(), x);
+  const bool hasResidual = residual.defined();
+  gemm(false, true, rows, out, hidden, h, 0, w2c, 0, y, 0, 1, hasResidual ? 1 : 0, cast(b2, DType::BF16), {},
+       hasResidual ? residual.data() : Tensor());
   const bool needX = xv.requiresGrad(), needW1 = fcWeight.requiresGrad(), needB1 = fcBias.requiresGrad(),
-             needW2 = projWeight.requiresGrad(), needB2 = projBias.requiresGrad();
+             needW2 = projWeight.requiresGrad(), needB2 = projBias.requiresGrad(),
+             needR = hasResidual && residual.requiresGrad();
   // The projection's parameters come first, so their grad-ready hooks fire first, as with two linear ops.
-  return Variable::fromOp(y, {xv, projWeight, projBias, fcWeight, fcBias}, [=](const Tensor& g) {  // g (..., out)
-    auto [dw2, db2] = linearParamGrads(g, h, w2, b2, 1, needW2, needB2);
-    Tensor dx, dw1, db1;
-    if (needX || needW1 || needB1) {
-      // (rows, hidden) = (g (rows, out) @ W2 (out, hidden)) * gelu'(pre), in the GEMM's epilogue.
-      Tensor dpre = Tensor::empty(pre.shape(), DType::BF16, g.device());
-      MINIDP_ON_CUDA(kernels::cuda::gemmBf16DGelu(false, false, rows, hidden, out, g.data<bf16>(), w2c.data<bf16>(),
-                                                  pre.data<bf16>(), dpre.data<bf16>(), runtime::computeStream()));
-      std::tie(dw1, db1) = linearParamGrads(dpre, x, w1, b1, 3, needW1, needB1);
-      if (needX) {
-        dx = Tensor::empty(x.shape(), DType::BF16, g.device());  // (rows, in) = dpre (rows, hidden) @ W1
-        gemm(false, false, rows, in, hidden, dpre, 0, w1c, 0, dx, 0, 1);
-      }
-    }
-    return std::vector<Tensor>{dx, dw2, db2, dw1, db1};
-  });
+  return Variable::fromOp(
+      y, withResidual({xv, projWeight, projBias, fcWeight, fcBias}, residual), [=](const Tensor& g) {
+        auto [dw2, db2] = linearParamGrads(g, h, w2, b2, 1, needW2, needB2);
+        Tensor dx, dw1, db1;
+        if (needX || needW1 || needB1) {
+          // (rows, hidden) = (g (rows, out) @ W2 (out, hidden)) * gelu'(pre), in the GEMM's epilogue.
+          Tensor dpre = Tensor::empty(pre.shape(), DType::BF16, g.device());
+          MINIDP_ON_CUDA(kernels::cuda::gemmBf16DGelu(false, false, rows, hidden, out, g.data<bf16>(), w2c.data<bf16>(),
+                                                      pre.data<bf16>(), dpre.data<bf16>(), runtime::computeStream()));
+          std::tie(dw1, db1) = linearParamGrads(dpre, x, w1, b1, 3, needW1, needB1);
+          if (needX) {
+            dx = Tensor::empty(x.shape(), DType::BF16, g.device());  // (rows, in) = dpre (rows, hidden) @ W1
+            gemm(false, false, rows, in, hidden, dpre, 0, w1c, 0, dx, 0, 1);
+          }
+        }
+        std::vector<Tensor> grads{dx, dw2, db2, dw1, db1};
+        if (hasResidual) grads.push_back(needR ? g : Tensor());
+        return grads;
+      });
 }
 
-Variable swigluLinear(const Variable& gatev, const Variable& upv, const Variable& weightv) {
+Variable swigluLinear(const Variable& gate, const Variable& up, const Variable& weight) {
+  return swigluLinear(gate, up, weight, Variable());
+}
+
+Variable swigluLinear(const Variable& gatev, const Variable& upv, const Variable& weightv, const Variable& residual) {
   const Tensor a = gatev.data(), b = upv.data(), w = weightv.data();
   MINIDP_CHECK(a.shape() == b.shape() && a.dtype() == b.dtype() && a.device() == b.device(),
                "swigluLinear: gate " << shapeString(a.shape()) << " " << dtypeName(a.dtype()) << " and up "
@@ -186,13 +247,17 @@ Variable swigluLinear(const Variable& gatev, const Variable& upv, const Variable
   const int64_t in = w.size(1), out = w.size(0), rows = leadingNumel(a.shape(), 1);
   const Tensor wc = cast(w, a.dtype());
   Tensor y = Tensor::empty(replaceTail(a.shape(), 1, {out}), a.dtype(), a.device());  // (..., out)
+  checkResidual("swigluLinear", residual, y.shape(), a);
+  const bool hasResidual = residual.defined();
   {
     Tensor h = Tensor::empty(a.shape(), a.dtype(), a.device());  // silu(gate) * up, freed after the product
     MINIDP_LAUNCH_ACTIVATION(a, T, swigluForward, a.data<T>(), b.data<T>(), h.data<T>(), a.numel());
-    gemm(false, true, rows, out, in, h, 0, wc, 0, y, 0, 1);
+    gemm(false, true, rows, out, in, h, 0, wc, 0, y, 0, 1, hasResidual ? 1 : 0, Tensor(), {},
+         hasResidual ? residual.data() : Tensor());
   }
-  const bool needGate = gatev.requiresGrad(), needUp = upv.requiresGrad(), needW = weightv.requiresGrad();
-  return Variable::fromOp(y, {gatev, upv, weightv}, [=](const Tensor& g) {  // g (..., out)
+  const bool needGate = gatev.requiresGrad(), needUp = upv.requiresGrad(), needW = weightv.requiresGrad(),
+             needR = hasResidual && residual.requiresGrad();
+  return Variable::fromOp(y, withResidual({gatev, upv, weightv}, residual), [=](const Tensor& g) {  // g (..., out)
     // The product again, for dW = g^T h only.
     Tensor h = needW ? Tensor::empty(a.shape(), a.dtype(), a.device()) : Tensor(), da, db;
     if (needGate || needUp) {
@@ -206,7 +271,9 @@ Variable swigluLinear(const Variable& gatev, const Variable& upv, const Variable
       MINIDP_LAUNCH_ACTIVATION(a, T, swigluForward, a.data<T>(), b.data<T>(), h.data<T>(), a.numel());
     }
     const Tensor dw = needW ? linearParamGrads(g, h, w, Tensor(), 2, true, false).first : Tensor();
-    return std::vector<Tensor>{needGate ? da : Tensor(), needUp ? db : Tensor(), dw};
+    std::vector<Tensor> grads{needGate ? da : Tensor(), needUp ? db : Tensor(), dw};
+    if (hasResidual) grads.push_back(needR ? g : Tensor());
+    return grads;
   });
 }
 

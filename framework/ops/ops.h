@@ -37,16 +37,23 @@ Variable reshape(const Variable& x, const Shape& shape);
 /// weight and bias gradients are fp32. Parameter gradients go straight into an installed gradient
 /// (leafGradTarget, e.g. a DDP bucket view) with beta = 1 GEMMs.
 Variable linear(const Variable& x, const Variable& weight, const Variable& bias);
+/// residual + linear(x, weight, bias), residual of the output's shape and x's dtype: the addition is the
+/// GEMM's (beta = 1; bf16 on CUDA reads the residual in cuBLASLt's epilogue), so a pre-norm block's residual
+/// stream takes no add of its own. residual's gradient is the output's. geluMlp and swigluLinear take one too.
+Variable linear(const Variable& x, const Variable& weight, const Variable& bias, const Variable& residual);
 /// The transformer MLP: linear(gelu(linear(x, fcWeight, fcBias)), projWeight, projBias), shapes as linear's.
 /// bf16 x on CUDA with both biases and a hidden width divisible by 8 runs fused: bias and GELU in the first
 /// GEMM's epilogue (the pre-activation saved for backward) and GELU's derivative in the epilogue of the
 /// GEMM that forms the hidden gradient; GELU is the tanh form either way. Otherwise the three ops.
 Variable geluMlp(const Variable& x, const Variable& fcWeight, const Variable& fcBias, const Variable& projWeight,
                  const Variable& projBias);
+Variable geluMlp(const Variable& x, const Variable& fcWeight, const Variable& fcBias, const Variable& projWeight,
+                 const Variable& projBias, const Variable& residual);
 /// linear(swiglu(gate, up), weight, {}) with the same bits, keeping gate and up but not their gated product:
 /// backward recomputes the product in the pass that forms gate's and up's gradients (one write more, no
 /// read), which spares the (..., hidden) activation of every SwiGLU MLP between forward and backward.
 Variable swigluLinear(const Variable& gate, const Variable& up, const Variable& weight);
+Variable swigluLinear(const Variable& gate, const Variable& up, const Variable& weight, const Variable& residual);
 /// Swaps the last two dimensions of a (..., M, N) tensor: (..., N, M).
 Variable transpose(const Variable& x);
 /// a (..., M, K) @ b (..., K, N) -> (..., M, N); leading dimensions equal (batched).

@@ -3,7 +3,8 @@
 //             fused into down_proj, recomputed in backward), as models/llama.cpp;
 //   composed: RMSNorm, RoPE and SwiGLU written from public ops as docs/extending.md writes them (rsqrt,
 //             meanLastDim, mulBroadcast; narrow, neg, cat, mulBroadcast over (T, H, d) tables, add; silu, mul),
-// both with grouped-query ops::causalAttention, the projections and the residual adds.
+// both with grouped-query ops::causalAttention, the projections and the residual additions (in the output
+// projections' GEMMs).
 // Prints the median ms of each, the composed / built-in ratio, and how far the composed block's output and
 // gradients are from the built-in one's (relative to the largest value), so a wrong composition shows.
 // Default shape: width 1024, 8 query heads, 4 key/value heads (head dim 128), SwiGLU hidden 2816, context
@@ -77,13 +78,11 @@ Variable block(const BlockShape& s, const BlockWeights& w, const Variable& x, bo
   const Variable q = rope(ops::reshape(ops::linear(h, w.wq, {}), {B, T, s.heads, d}), w.cosQ, w.sinQ);
   const Variable k = rope(ops::reshape(ops::linear(h, w.wk, {}), {B, T, s.kvHeads, d}), w.cosK, w.sinK);
   const Variable v = ops::reshape(ops::linear(h, w.wv, {}), {B, T, s.kvHeads, d});
-  const Variable x1 =
-      ops::add(x, ops::linear(ops::reshape(ops::causalAttention(q, k, v), {B, T, s.heads * d}), w.wo, {}));
+  // The residual additions in the output projections' GEMMs (linear's and swigluLinear's residual), both ways.
+  const Variable x1 = ops::linear(ops::reshape(ops::causalAttention(q, k, v), {B, T, s.heads * d}), w.wo, {}, x);
   const Variable h2 = norm(x1, w.norm2);
   const Variable gate = ops::linear(h2, w.gate, {}), up = ops::linear(h2, w.up, {});
-  const Variable mlp =
-      fromOps ? ops::linear(ops::mul(ops::silu(gate), up), w.down, {}) : ops::swigluLinear(gate, up, w.down);
-  return ops::add(x1, mlp);
+  return fromOps ? ops::linear(ops::mul(ops::silu(gate), up), w.down, {}, x1) : ops::swigluLinear(gate, up, w.down, x1);
 }
 
 // max |a - b| / max |b| over two tensors (any dtype, any device).

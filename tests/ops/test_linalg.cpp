@@ -78,6 +78,58 @@ TEST(GeluMlp, GradcheckAndEqualsTheThreeOps) {
             ops::linear(ops::gelu(ops::linear(x, w1, b1)), w2, b2).data().toVector<double>());
 }
 
+// residual + linear in one op (the GEMM adds the residual): float64 gradcheck over all four inputs, and the
+// output and every gradient within rounding of add(residual, linear(...)), for linear, geluMlp and
+// swigluLinear (the residual's gradient is the output's, exactly).
+TEST(Linear, ResidualFormsMatchAnAddAfterTheOp) {
+  const std::vector<std::pair<std::string, std::pair<Fn, Fn>>> forms = {
+      {"linear",
+       {[](const std::vector<Variable>& in) { return ops::linear(in[0], in[1], in[2], in[3]); },
+        [](const std::vector<Variable>& in) { return ops::add(in[3], ops::linear(in[0], in[1], in[2])); }}},
+      {"geluMlp",
+       {[](const std::vector<Variable>& in) { return ops::geluMlp(in[0], in[1], in[2], in[4], in[5], in[3]); },
+        [](const std::vector<Variable>& in) {
+          return ops::add(in[3], ops::geluMlp(in[0], in[1], in[2], in[4], in[5]));
+        }}},
+      {"swigluLinear",
+       {[](const std::vector<Variable>& in) { return ops::swigluLinear(in[0], in[6], in[4], in[3]); },
+        [](const std::vector<Variable>& in) { return ops::add(in[3], ops::swigluLinear(in[0], in[6], in[4])); }}},
+  };
+  for (const auto& [name, fns] : forms) {
+    SCOPED_TRACE(name);
+    // x (2, 3, 8), w (8, 8), b (8), residual (2, 3, 5), w2 (5, 8), b2 (5), up (2, 3, 8); each form uses its own.
+    const bool mlp = name == "geluMlp", swiglu = name == "swigluLinear";
+    const std::vector<bool> used = swiglu ? std::vector<bool>{true, false, false, true, true, false, true}
+                                   : mlp  ? std::vector<bool>{true, true, true, true, true, true, false}
+                                          : std::vector<bool>{true, true, true, true, false, false, false};
+    const auto inputs = [&] {
+      const std::vector<Shape> shapes = {{2, 3, 8}, {8, 8}, {8}, {2, 3, mlp || swiglu ? 5 : 8}, {5, 8}, {5}, {2, 3, 8}};
+      std::vector<Variable> v;
+      for (size_t i = 0; i < shapes.size(); ++i) v.emplace_back(randomTensor(shapes[i], 40 + i), used[i]);
+      return v;
+    };
+    std::vector<Variable> fused = inputs(), added = inputs();
+    const Fn& f = fns.first;
+    Variable y1 = f(fused), y2 = fns.second(added);
+    const Tensor g = randomTensor(y1.shape(), 47);
+    y1.backward(g);
+    y2.backward(g);
+    expectNear(y1.data().toVector<double>(), y2.data().toVector<double>(), 1e-14);
+    for (size_t i = 0; i < fused.size(); ++i) {
+      SCOPED_TRACE("input " + std::to_string(i));
+      ASSERT_EQ(fused[i].grad().defined(), added[i].grad().defined());
+      if (fused[i].grad().defined())
+        expectNear(fused[i].grad().toVector<double>(), added[i].grad().toVector<double>(), 1e-14);
+    }
+    EXPECT_EQ(fused[3].grad().toVector<double>(), g.toVector<double>());  // the residual's: the output's
+    EXPECT_TRUE(gradcheckPasses(f, inputs()));
+  }
+  // A residual of another shape or dtype is an error naming the op.
+  Variable x = leaf({3, 4}, 48), w = leaf({5, 4}, 49);
+  EXPECT_THROW(ops::linear(x, w, Variable(), leaf({3, 4}, 50)), Error);
+  EXPECT_THROW(ops::linear(x, w, Variable(), Variable(randomTensor({3, 5}, 51).toDType(DType::F32))), Error);
+}
+
 TEST(Linear, SkipsGradientsNobodyWants) {
   Variable x(randomTensor({3, 2}, 9)), w = leaf({4, 2}, 10), b(randomTensor({4}, 11));
   ops::sum(ops::linear(x, w, b)).backward();
@@ -201,6 +253,17 @@ TEST_P(CudaVsCpu, Linear) {
   expectClose(
       compareDevices(noBias, {randomTensor({37, 48}, 35), randomTensor({33, 48}, 36)}, dtype, kUpstreamLo, kUpstreamHi),
       sumTolerance(dtype, 2 * 48));
+}
+
+TEST_P(CudaVsCpu, LinearWithResidual) {
+  // The residual copied into the output and added by the GEMM (beta = 1) on both devices.
+  const DType dtype = GetParam();
+  const Fn f = [](const std::vector<Variable>& in) { return ops::linear(in[0], in[1], in[2], in[3]); };
+  expectClose(compareDevices(f,
+                             {randomTensor({6, 20, 48}, 37), randomTensor({33, 48}, 38), randomTensor({33}, 39),
+                              randomTensor({6, 20, 33}, 40)},
+                             dtype, kUpstreamLo, kUpstreamHi),
+              sumTolerance(dtype, 2 * 6 * 20));
 }
 
 TEST_P(CudaVsCpu, MatmulBatched) {

@@ -163,6 +163,44 @@ TEST(GemmBf16, MatchesFloat64Reference) {
   }
 }
 
+// gemmBf16Addend: C = op(A) op(B) + addend (+ bias) with the addend in a tensor of its own (a residual), bf16
+// out, batch 1, against float64; the output starts as NaN (every element written from the addend, not
+// from what C held) and the addend is left as it was. The one-row shapes take the general GEMM, whose path
+// copies the addend into C first.
+TEST(GemmBf16, AddendApartFromTheOutput) {
+  SKIP_WITHOUT_CUDA();
+  const std::vector<GemmCase> cases{{false, true, 64, 96, 128, 1},
+                                    {false, true, 37, 45, 29, 1},
+                                    {true, false, 1, 40, 300, 1},
+                                    {false, true, 1, 10, 16, 1}};
+  uint64_t seed = 60;
+  for (const GemmCase& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "M " << c.M << " N " << c.N << " K " << c.K);
+    const Tensor a = randomTensor({1, c.M * c.K}, ++seed).toDType(DType::BF16);
+    const Tensor b = randomTensor({1, c.K * c.N}, ++seed).toDType(DType::BF16);
+    const Tensor addend = randomTensor({1, c.M * c.N}, ++seed).toDType(DType::BF16);
+    const Tensor bias = randomTensor({c.N}, ++seed).toDType(DType::BF16);
+    const std::vector<double> av = a.toDType(DType::F64).toVector<double>(),
+                              bv = b.toDType(DType::F64).toVector<double>(),
+                              addv = addend.toDType(DType::F64).toVector<double>(),
+                              biasv = bias.toDType(DType::F64).toVector<double>();
+    const Tensor da = a.to(Device::CUDA), db = b.to(Device::CUDA), dadd = addend.to(Device::CUDA),
+                 dbias = bias.to(Device::CUDA);
+    for (bool withBias : {false, true}) {
+      Tensor out =
+          Tensor::fromVector(std::vector<double>(c.M * c.N, NAN), {1, c.M * c.N}).toDType(DType::BF16).to(Device::CUDA);
+      MINIDP_ON_CUDA(kernels::cuda::gemmBf16Addend<bf16>(c.transA, c.transB, c.M, c.N, c.K, 1.0f, da.data<bf16>(), 0,
+                                                         db.data<bf16>(), 0, 1.0f, dadd.data<bf16>(), out.data<bf16>(),
+                                                         0, 1, withBias ? dbias.data<bf16>() : nullptr,
+                                                         kernels::GemmLd{}, runtime::computeStream()));
+      const Tensor expected =
+          Tensor::fromVector(referenceGemm(c, av, bv, 1.0, addv, withBias ? &biasv : nullptr), {1, c.M * c.N});
+      EXPECT_LT(relativeL2(out, expected), kBf16OutTolerance) << "bias " << withBias;
+      EXPECT_EQ(dadd.toDType(DType::F64).to(Device::CPU).toVector<double>(), addv) << "the addend changed";
+    }
+  }
+}
+
 // The GELU MLP's epilogues against float64. Per element: the pre-activation saved as aux, GELU of it and
 // the product times GELU's derivative at the saved aux, within one bf16 rounding (two for the aux and the
 // derivative, which cuBLASLt may round twice) plus what a fast tanh
@@ -325,6 +363,38 @@ TEST(Bf16Ops, GeluMlpMatchesF32) {
                        {randomTensor({7, 13}, 61), randomTensor({20, 13}, 62), randomTensor({20}, 63),
                         randomTensor({13, 20}, 64), randomTensor({13}, 65)},
                        params);
+}
+
+// The residual forms in bf16 (the residual a bf16 activation: cuBLASLt's C beside its output D) against
+// their fp32 runs (the residual copied into the output first): linear with and without a bias, the fused
+// and the unfused GELU MLP, swigluLinear; a one-row and an odd shape take the general GEMM's copy.
+TEST(Bf16Ops, ResidualFormsMatchF32) {
+  SKIP_WITHOUT_CUDA();
+  const auto linear = [](const std::vector<Variable>& v) { return ops::linear(v[0], v[1], v[2], v[3]); };
+  expectBf16MatchesF32(
+      linear,
+      {randomTensor({4, 6, 40}, 81), randomTensor({48, 40}, 82), randomTensor({48}, 83), randomTensor({4, 6, 48}, 84)},
+      {false, true, true, false});
+  expectBf16MatchesF32(
+      linear,
+      {randomTensor({1, 64}, 85), randomTensor({48, 64}, 86), randomTensor({48}, 87), randomTensor({1, 48}, 88)},
+      {false, true, true, false});
+  expectBf16MatchesF32([](const std::vector<Variable>& v) { return ops::linear(v[0], v[1], Variable(), v[2]); },
+                       {randomTensor({7, 13}, 89), randomTensor({5, 13}, 90), randomTensor({7, 5}, 91)},
+                       {false, true, false});
+  const auto mlp = [](const std::vector<Variable>& v) { return ops::geluMlp(v[0], v[1], v[2], v[3], v[4], v[5]); };
+  expectBf16MatchesF32(mlp,
+                       {randomTensor({4, 6, 40}, 92), randomTensor({64, 40}, 93), randomTensor({64}, 94),
+                        randomTensor({40, 64}, 95), randomTensor({40}, 96), randomTensor({4, 6, 40}, 97)},
+                       {false, true, true, true, true, false});
+  expectBf16MatchesF32(mlp,
+                       {randomTensor({7, 13}, 98), randomTensor({20, 13}, 99), randomTensor({20}, 100),
+                        randomTensor({13, 20}, 101), randomTensor({13}, 102), randomTensor({7, 13}, 103)},
+                       {false, true, true, true, true, false});
+  expectBf16MatchesF32([](const std::vector<Variable>& v) { return ops::swigluLinear(v[0], v[1], v[2], v[3]); },
+                       {randomTensor({4, 6, 64}, 104), randomTensor({4, 6, 64}, 105), randomTensor({40, 64}, 106),
+                        randomTensor({4, 6, 40}, 107)},
+                       {false, false, true, false});
 }
 
 TEST(Bf16Ops, MatmulMatchesF32) {
