@@ -28,7 +28,6 @@ struct ColumnValue {
   static constexpr int kPack = cuda::kPack<T>;
   const T* x;
   int64_t C;
-  __device__ void operator()(int64_t n, int64_t c, AccumOf<T> (&acc)[1]) const { acc[0] += toAccum(x[n * C + c]); }
   template <int P>
   __device__ void pack(int64_t n, int64_t c, AccumOf<T> (&acc)[P][1]) const {
     AccumOf<T> v[P];

@@ -10,7 +10,7 @@
 
 namespace minidp::kernels {
 
-/// Columns per stage-one block of the scalar kernel (the packed one takes this many 16-byte packs).
+/// Threads per row of a stage-one block, each over P consecutive columns (one, or a 16-byte pack).
 constexpr int64_t kColumnTile = 32;
 /// bf16 columns of a 16-byte pack: the packed kernel's blocks cover kColumnTile of them.
 constexpr int64_t kColumnPackWidth = 8;

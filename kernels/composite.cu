@@ -191,10 +191,6 @@ struct ProductTerm {
   const T* x;
   const T* y;  // null: plain sums
   int64_t C;
-  __device__ void operator()(int64_t n, int64_t c, AccumOf<T> (&acc)[1]) const {
-    const int64_t i = n * C + c;
-    acc[0] += y ? toAccum(x[i]) * toAccum(y[i]) : toAccum(x[i]);
-  }
   template <int P>
   __device__ void pack(int64_t n, int64_t c, AccumOf<T> (&acc)[P][1]) const {
     AccumOf<T> xv[P], yv[P];

@@ -161,37 +161,13 @@ struct ColumnOutputs {
   bool accumulate[kValues];
 };
 
-// Stage one. Block (kColumnTile, kSliceLanes) reduces rows [slice * rowsPerSlice, ...) of its column
-// tile: thread (cx, ry) adds every kSliceLanes-th row, then row ry = k adds the kSliceLanes partials of
-// value k in ry order. `terms(n, c, acc)` adds row n, column c's kValues terms into acc.
-template <int kValues, typename A, typename Terms>
-__global__ void columnPartialsKernel(Terms terms, A* partial, int64_t N, int64_t C, int64_t rowsPerSlice) {
-  __shared__ A lanes[kValues][kSliceLanes][kColumnTile + 1];
-  const int64_t c = int64_t(blockIdx.x) * kColumnTile + threadIdx.x;
-  const int64_t begin = int64_t(blockIdx.y) * rowsPerSlice, end = min(N, begin + rowsPerSlice);
-  A acc[kValues];
-#pragma unroll
-  for (int k = 0; k < kValues; ++k) acc[k] = A(0);
-  if (c < C) {
-#pragma unroll 4
-    for (int64_t n = begin + threadIdx.y; n < end; n += kSliceLanes) terms(n, c, acc);
-  }
-#pragma unroll
-  for (int k = 0; k < kValues; ++k) lanes[k][threadIdx.y][threadIdx.x] = acc[k];
-  __syncthreads();
-  if (threadIdx.y < kValues && c < C) {
-    A s = 0;
-    for (int r = 0; r < kSliceLanes; ++r) s += lanes[threadIdx.y][r][threadIdx.x];
-    partial[(int64_t(threadIdx.y) * gridDim.y + blockIdx.y) * C + c] = s;  // (kValues, slices, C)
-  }
-}
-
-// Stage one over P consecutive columns per thread, for Terms with `pack<P>(n, c, acc)` (16-byte loads of
-// columns c .. c + P - 1 of row n) whose rows allow them (`packable()`): block (kColumnTile, kSliceLanes)
-// covers kColumnTile P columns. Each column's terms are added in the scalar kernel's order (the rows of a
-// lane, then the lanes in order), so both kernels give the same bits.
+// Stage one. Block (kColumnTile, kSliceLanes) reduces rows [slice * rowsPerSlice, ...) of kColumnTile P
+// columns, P consecutive ones per thread: `terms.pack<P>(n, c, acc)` adds row n's terms of columns
+// c .. c + P - 1 (16-byte loads at P = Terms::kPack, where `packable()`; any P = 1). Thread (cx, ry) adds
+// every kSliceLanes-th row, then the kSliceLanes partials of each column are added in ry order: the same
+// order at every P, so the packed and the one-column launches give the same bits.
 template <int kValues, int P, typename A, typename Terms>
-__global__ void columnPartialsPackedKernel(Terms terms, A* partial, int64_t N, int64_t C, int64_t rowsPerSlice) {
+__global__ void columnPartialsKernel(Terms terms, A* partial, int64_t N, int64_t C, int64_t rowsPerSlice) {
   constexpr int kCols = kColumnTile * P;
   __shared__ A lanes[kValues][kSliceLanes][kCols + 1];
   const int64_t col0 = int64_t(blockIdx.x) * kCols, c = col0 + threadIdx.x * P;
@@ -242,21 +218,23 @@ __global__ void columnFinishKernel(const A* partial, ColumnOutputs<kValues, P> o
 
 /// Column sums of kValues quantities over an (N, C) array in a fixed order, deterministic and spread over
 /// columnSlices(N, C) row slices; `scratch` holds kValues * columnSlices(N, C) * C accumulators. Terms give
-/// row n, column c's terms (`terms(n, c, acc)`), and those of Terms::kPack columns at once with 16-byte
-/// loads (`pack`) where `packable()`; both ways add in the same order.
+/// row n's terms of P consecutive columns (`pack<P>`): Terms::kPack columns with 16-byte loads where
+/// `packable()`, one column otherwise; both ways add in the same order.
 template <int kValues, typename A, typename P, typename Terms>
 void reduceColumns(Terms terms, ColumnOutputs<kValues, P> outs, A* scratch, int64_t N, int64_t C, cudaStream_t stream) {
   if (C == 0) return;
   const int64_t slices = columnSlices(N, C);
   constexpr int kPacked = Terms::kPack;
-  if (kPacked > 1 && terms.packable()) {
-    columnPartialsPackedKernel<kValues, kPacked, A>
-        <<<dim3(ceilDiv(C, kColumnTile * kPacked), static_cast<unsigned>(slices)), dim3(kColumnTile, kSliceLanes), 0,
+  const auto partials = [&](auto pack) {
+    constexpr int kWidth = decltype(pack)::value;
+    columnPartialsKernel<kValues, kWidth, A>
+        <<<dim3(ceilDiv(C, kColumnTile * kWidth), static_cast<unsigned>(slices)), dim3(kColumnTile, kSliceLanes), 0,
            stream>>>(terms, scratch, N, C, columnSliceRows(N, C));
+  };
+  if (kPacked > 1 && terms.packable()) {
+    partials(std::integral_constant<int, kPacked>{});
   } else {
-    columnPartialsKernel<kValues, A>
-        <<<dim3(ceilDiv(C, kColumnTile), static_cast<unsigned>(slices)), dim3(kColumnTile, kSliceLanes), 0, stream>>>(
-            terms, scratch, N, C, columnSliceRows(N, C));
+    partials(std::integral_constant<int, 1>{});
   }
   CUDA_CHECK_LAUNCH();
   columnFinishKernel<kValues, A, P>

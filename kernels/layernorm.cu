@@ -105,11 +105,6 @@ struct LayerNormParamTerms {
   const AccumOf<T>* rstd;
   int64_t C;
   static constexpr int kPack = cuda::kPack<T>;
-  __device__ void operator()(int64_t n, int64_t c, AccumOf<T> (&acc)[2]) const {
-    const AccumOf<T> g = toAccum(dy[n * C + c]);
-    acc[0] += g * ((toAccum(x[n * C + c]) - mean[n]) * rstd[n]);
-    acc[1] += g;
-  }
   template <int P>
   __device__ void pack(int64_t n, int64_t c, AccumOf<T> (&acc)[P][2]) const {
     AccumOf<T> g[P], xv[P];
@@ -133,9 +128,6 @@ struct RmsNormParamTerms {
   const AccumOf<T>* rstd;
   int64_t C;
   static constexpr int kPack = cuda::kPack<T>;
-  __device__ void operator()(int64_t n, int64_t c, AccumOf<T> (&acc)[1]) const {
-    acc[0] += toAccum(dy[n * C + c]) * (toAccum(x[n * C + c]) * rstd[n]);
-  }
   template <int P>
   __device__ void pack(int64_t n, int64_t c, AccumOf<T> (&acc)[P][1]) const {
     AccumOf<T> g[P], xv[P];

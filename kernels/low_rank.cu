@@ -588,9 +588,11 @@ void copyRuns(const float* src, float* dst, const CopyRun* runs, int64_t count, 
   }
 }
 
-// Each runs the matrices of kProductBatchMax consecutive entries of the batch as one launch (their splits
-// from productSplits, as productScratchBytes counts them); the scratch is free again after each launch's sums.
-void projectRowsBatch(const LowRankMatrix* mats, int64_t count, void* scratch, cudaStream_t stream) {
+// P = M Q (kRows: M's rows against Q) or Q = M^T P (M's columns against P) for every matrix of the batch: the
+// matrices of kProductBatchMax consecutive entries run as one launch (their splits from productSplits, as
+// productScratchBytes counts them); the scratch is free again after each launch's sums.
+template <bool kRows>
+void projectBatch(const LowRankMatrix* mats, int64_t count, void* scratch, cudaStream_t stream) {
   static_assert(kProjectRowsPerWarp * (kProductThreads / 32) == 32, "productSplits' row groups of 32 rows");
   for (int64_t first = 0; first < count; first += kProductBatchMax) {
     const int64_t size = std::min(kProductBatchMax, count - first);
@@ -598,45 +600,39 @@ void projectRowsBatch(const LowRankMatrix* mats, int64_t count, void* scratch, c
     ProductLaunch launch;
     for (int64_t k = first; k < first + size; ++k) {
       const LowRankMatrix& x = mats[k];
-      if (x.n == 0 || x.r == 0) continue;
+      const int64_t length = kRows ? x.n : x.m;  // rows of the product
+      if (length == 0 || x.r == 0) continue;
       if (!onProductKernels(x)) {
-        gemm<float>(false, false, x.n, x.r, x.m, 1.0f, x.matrix, 0, x.q, 0, 0.0f, x.p, 0, 1, stream);
+        if constexpr (kRows) {
+          gemm<float>(false, false, x.n, x.r, x.m, 1.0f, x.matrix, 0, x.q, 0, 0.0f, x.p, 0, 1, stream);
+        } else {
+          gemm<float>(true, false, x.m, x.r, x.n, 1.0f, x.matrix, 0, x.p, 0, 0.0f, x.q, 0, 1, stream);
+        }
         continue;
       }
-      const int64_t splits = productSplits(x, elements).rows;
-      float* out = launch.partialsFor(x.p, x.n * x.r, splits, static_cast<float*>(scratch));
-      launch.add({x.matrix, x.q, out, nullptr, x.n, x.m, static_cast<int>(x.r), static_cast<int>(splits)},
-                 ceilDiv(x.n, 32) * splits);
+      const ProductSplits splits = productSplits(x, elements);
+      const int64_t split = kRows ? splits.rows : splits.columns;
+      float* out = launch.partialsFor(kRows ? x.p : x.q, length * x.r, split, static_cast<float*>(scratch));
+      launch.add({x.matrix, kRows ? x.q : x.p, out, nullptr, x.n, x.m, static_cast<int>(x.r), static_cast<int>(split)},
+                 (kRows ? ceilDiv(x.n, 32) : ceilDiv(x.m, kProductThreads)) * split);
     }
     launch.run(stream, [&](auto tile, int blocks) {
       constexpr int R = decltype(tile)::value;
-      projectRowsBatchKernel<R><<<blocks, kProductThreads, 0, stream>>>(launch.batch);
+      if constexpr (kRows) {
+        projectRowsBatchKernel<R><<<blocks, kProductThreads, 0, stream>>>(launch.batch);
+      } else {
+        projectColumnsBatchKernel<R><<<blocks, kProductThreads, 0, stream>>>(launch.batch);
+      }
     });
   }
 }
 
+void projectRowsBatch(const LowRankMatrix* mats, int64_t count, void* scratch, cudaStream_t stream) {
+  projectBatch<true>(mats, count, scratch, stream);
+}
+
 void projectColumnsBatch(const LowRankMatrix* mats, int64_t count, void* scratch, cudaStream_t stream) {
-  for (int64_t first = 0; first < count; first += kProductBatchMax) {
-    const int64_t size = std::min(kProductBatchMax, count - first);
-    const int64_t elements = productLaunchElements(mats + first, size);
-    ProductLaunch launch;
-    for (int64_t k = first; k < first + size; ++k) {
-      const LowRankMatrix& x = mats[k];
-      if (x.m == 0 || x.r == 0) continue;
-      if (!onProductKernels(x)) {
-        gemm<float>(true, false, x.m, x.r, x.n, 1.0f, x.matrix, 0, x.p, 0, 0.0f, x.q, 0, 1, stream);
-        continue;
-      }
-      const int64_t splits = productSplits(x, elements).columns;
-      float* out = launch.partialsFor(x.q, x.m * x.r, splits, static_cast<float*>(scratch));
-      launch.add({x.matrix, x.p, out, nullptr, x.n, x.m, static_cast<int>(x.r), static_cast<int>(splits)},
-                 ceilDiv(x.m, kProductThreads) * splits);
-    }
-    launch.run(stream, [&](auto tile, int blocks) {
-      constexpr int R = decltype(tile)::value;
-      projectColumnsBatchKernel<R><<<blocks, kProductThreads, 0, stream>>>(launch.batch);
-    });
-  }
+  projectBatch<false>(mats, count, scratch, stream);
 }
 
 void expandBatch(const LowRankMatrix* mats, int64_t count, bool updateError, cudaStream_t stream) {
