@@ -126,6 +126,7 @@ enum class Epilogue : int64_t {
   Bias,         // C = AB + bias (per column of our row-major C)
   GeluAuxBias,  // aux = AB + bias, C = gelu(aux) (tanh form)
   DGelu,        // C = AB * gelu'(aux)
+  BiasGrad,     // C = AB, and bias (M) = the sums of op(A) over K, written: cuBLASLt's BGRADB, whose B is our A
 };
 
 cublasLtEpilogue_t ltEpilogue(Epilogue e) {
@@ -133,6 +134,7 @@ cublasLtEpilogue_t ltEpilogue(Epilogue e) {
     case Epilogue::Bias: return CUBLASLT_EPILOGUE_BIAS;
     case Epilogue::GeluAuxBias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     case Epilogue::DGelu: return CUBLASLT_EPILOGUE_DGELU;
+    case Epilogue::BiasGrad: return CUBLASLT_EPILOGUE_BGRADB;
     default: return CUBLASLT_EPILOGUE_DEFAULT;
   }
 }
@@ -224,15 +226,17 @@ cublasLtMatrixLayout_t layout(cudaDataType_t type, int64_t rows, int64_t cols, i
   return l;
 }
 
-// gemmBf16 with an epilogue: `bias` (N) for Bias and GeluAuxBias, `aux` (M, N) row-major written by
-// GeluAuxBias and read by DGelu; `addend` (null: C itself) is what beta scales, laid out as C.
+// gemmBf16 with an epilogue: `bias` (N) for Bias and GeluAuxBias, (M) written by BiasGrad; `aux` (M, N)
+// row-major written by GeluAuxBias and read by DGelu; `addend` (null: C itself) is what beta scales, laid out
+// as C. Returns false where cuBLASLt has no kernel: the general GEMM and a pass of the epilogue's own ran
+// instead, except BiasGrad's, which is left to the caller.
 template <typename TC>
-void gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
+bool gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
                       int64_t strideA, const bf16* B, int64_t strideB, float beta, TC* C, int64_t strideC,
                       int64_t batch, Epilogue epilogue, const TC* bias, TC* aux, GemmLd ld, cudaStream_t stream,
                       const TC* addend = nullptr) {
   static_assert(std::is_same_v<TC, bf16> || std::is_same_v<TC, float>, "gemmBf16 writes bf16 or float");
-  if (!checkGemmSizes(M, N, K, batch)) return;
+  if (!checkGemmSizes(M, N, K, batch)) return false;
   MINIDP_CHECK(K > 0, "gemmBf16: K = 0 (an empty reduction) is not supported");
   MINIDP_CHECK(epilogue == Epilogue::None || batch == 1, "gemmBf16: a fused epilogue needs batch 1");
   MINIDP_CHECK(aux == nullptr || N % 8 == 0, "gemmBf16: a GELU epilogue needs N divisible by 8, got " << N);
@@ -319,17 +323,18 @@ void gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
         static_cast<int>(M), static_cast<int>(K), &alpha, B, CUDA_R_16BF, static_cast<int>(ldb), strideB, A,
         CUDA_R_16BF, static_cast<int>(lda), strideA, &beta, C, typeC, static_cast<int>(ldc), strideC,
         static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    if (epilogue != Epilogue::None) {
+    if (epilogue != Epilogue::None && epilogue != Epilogue::BiasGrad) {
       epilogueKernel<TC>
           <<<gridFor(M * N, kEpilogueBlock), kEpilogueBlock, 0, stream>>>(epilogue, C, bias, aux, M * N, N);
       CUDA_CHECK_LAUNCH();
     }
-    return;
+    return false;
   }
   if (bias) setAttribute<const void*>(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   if (aux) setAttribute<void*>(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
   CUBLAS_CHECK(cublasLtMatmul(lt.handle(), plan.desc, &alpha, B, plan.a, A, plan.b, &beta, addend ? addend : C, plan.c,
                               C, plan.c, &plan.algo, lt.workspace(), kLtWorkspaceBytes, stream));
+  return true;
 }
 
 }  // namespace
@@ -361,6 +366,13 @@ void gemmBf16DGelu(bool transA, bool transB, int64_t M, int64_t N, int64_t K, co
   // DGelu only reads aux; the pointer is non-const because GeluAuxBias writes it.
   gemmBf16Epilogue<bf16>(transA, transB, M, N, K, 1.0f, A, 0, B, 0, 0.0f, C, 0, 1, Epilogue::DGelu, nullptr,
                          const_cast<bf16*>(pre), GemmLd{}, stream);
+}
+
+bool gemmBf16BiasGrad(int64_t M, int64_t N, int64_t K, const bf16* A, const bf16* B, float beta, float* C,
+                      float* biasGrad, cudaStream_t stream) {
+  MINIDP_CHECK(biasGrad != nullptr, "gemmBf16BiasGrad: no bias gradient to write");
+  return gemmBf16Epilogue<float>(true, false, M, N, K, 1.0f, A, 0, B, 0, beta, C, 0, 1, Epilogue::BiasGrad, biasGrad,
+                                 nullptr, GemmLd{}, stream);
 }
 
 template void gemmBf16<bf16>(bool, bool, int64_t, int64_t, int64_t, float, const bf16*, int64_t, const bf16*, int64_t,

@@ -94,8 +94,24 @@ std::pair<Tensor, Tensor> linearParamGrads(const Tensor& g, const Tensor& x, con
   Tensor dw, db;
   if (needW) {
     GradSink sink = gradSink(index, w);  // (out, in) (+)= g^T (out, rows) @ x (rows, in), in w's dtype
-    gemm(true, false, out, in, rows, g, 0, x, 0, sink.out, 0, 1, sink.beta);
-    dw = sink.returned;
+    if (needB && g.dtype() == DType::BF16 && g.isCuda() && w.dtype() == DType::F32) {
+      // Mixed precision: db from the same GEMM's epilogue (its fp32 sums of g's columns), written into a
+      // tensor of its own where the sink accumulates.
+      GradSink biasSink = gradSink(index + 1, b);
+      Tensor written = biasSink.beta == 0 ? biasSink.out : Tensor::empty(b.shape(), DType::F32, b.device());
+      bool fused = false;
+      MINIDP_ON_CUDA(fused = kernels::cuda::gemmBf16BiasGrad(
+                         out, in, rows, g.data<bf16>(), x.data<bf16>(), static_cast<float>(sink.beta),
+                         sink.out.data<float>(), written.data<float>(), runtime::computeStream()));
+      dw = sink.returned;
+      if (fused) {
+        if (biasSink.beta != 0) addInPlace(biasSink.out, written);
+        return {dw, biasSink.returned};
+      }
+    } else {
+      gemm(true, false, out, in, rows, g, 0, x, 0, sink.out, 0, 1, sink.beta);
+      dw = sink.returned;
+    }
   }
   if (needB) {
     // (out) (+)= the column sums of g (rows, out), in a fixed order, accumulated in ParamOf<T>.

@@ -201,6 +201,59 @@ TEST(GemmBf16, AddendApartFromTheOutput) {
   }
 }
 
+// gemmBf16BiasGrad: a linear layer's weight gradient A^T B (+ beta C) in fp32 and its bias gradient, the
+// column sums of A, from one GEMM (cuBLASLt's BGRADB epilogue), against float64. The output starts as NaN
+// where beta is 0 and the bias gradient always does, so every element must be written. Where cuBLASLt has no
+// such kernel (the call returns false) the bias gradient must be left untouched for the caller; the GPT-2
+// widths must take the fused kernel, which is what the epilogue is for.
+TEST(GemmBf16, BiasGradientFromTheWeightGradientGemm) {
+  SKIP_WITHOUT_CUDA();
+  struct Case {
+    int64_t M, N, K;
+    bool mustFuse;
+  };
+  const std::vector<Case> cases{
+      {768, 768, 2048, true}, {3072, 768, 1024, true}, {768, 3072, 1024, true}, {37, 45, 29, false}, {1, 40, 300, false}};
+  uint64_t seed = 80;
+  for (const Case& c : cases) {
+    for (const double beta : {0.0, 1.0}) {
+      SCOPED_TRACE(::testing::Message() << "M " << c.M << " N " << c.N << " K " << c.K << " beta " << beta);
+      const GemmCase shape{true, false, c.M, c.N, c.K, 1};
+      const Tensor a = randomTensor({c.K * c.M}, ++seed).toDType(DType::BF16);
+      const Tensor b = randomTensor({c.K * c.N}, ++seed).toDType(DType::BF16);
+      const Tensor c0 = randomTensor({c.M * c.N}, ++seed).toDType(DType::F32);
+      const std::vector<double> av = a.toDType(DType::F64).toVector<double>(),
+                                bv = b.toDType(DType::F64).toVector<double>(),
+                                c0v = c0.toDType(DType::F64).toVector<double>();
+      const Tensor da = a.to(Device::CUDA), db = b.to(Device::CUDA);
+      Tensor out = beta != 0 ? c0.to(Device::CUDA)
+                             : Tensor::fromVector(std::vector<double>(c.M * c.N, NAN), {c.M * c.N})
+                                   .toDType(DType::F32)
+                                   .to(Device::CUDA);
+      Tensor biasGrad =
+          Tensor::fromVector(std::vector<double>(c.M, NAN), {c.M}).toDType(DType::F32).to(Device::CUDA);
+      bool fused = false;
+      MINIDP_ON_CUDA(fused = kernels::cuda::gemmBf16BiasGrad(c.M, c.N, c.K, da.data<bf16>(), db.data<bf16>(),
+                                                             static_cast<float>(beta), out.data<float>(),
+                                                             biasGrad.data<float>(), runtime::computeStream()));
+      const Tensor expected =
+          Tensor::fromVector(referenceGemm(shape, av, bv, beta, c0v, nullptr), {c.M * c.N});
+      EXPECT_LT(relativeL2(out, expected), kF32OutTolerance) << "weight gradient";
+      if (c.mustFuse) EXPECT_TRUE(fused) << "cuBLASLt took no BGRADB kernel";
+      const std::vector<double> written = biasGrad.toDType(DType::F64).to(Device::CPU).toVector<double>();
+      if (fused) {
+        std::vector<double> sums(c.M, 0.0);
+        for (int64_t k = 0; k < c.K; ++k) {
+          for (int64_t m = 0; m < c.M; ++m) sums[m] += av[k * c.M + m];
+        }
+        EXPECT_LT(relativeL2(biasGrad, Tensor::fromVector(sums, {c.M})), kF32OutTolerance) << "bias gradient";
+      } else {
+        for (double v : written) ASSERT_TRUE(std::isnan(v)) << "the bias gradient was written without the epilogue";
+      }
+    }
+  }
+}
+
 // The GELU MLP's epilogues against float64. Per element: the pre-activation saved as aux, GELU of it and
 // the product times GELU's derivative at the saved aux, within one bf16 rounding (two for the aux and the
 // derivative, which cuBLASLt may round twice) plus what a fast tanh
