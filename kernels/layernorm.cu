@@ -59,10 +59,11 @@ __global__ void normForwardKernel(const T* x, const ParamOf<T>* weight, const Pa
 }
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * weight, one warp per row; RMSNorm
-// (!kCentered): xhat = x * rstd and no mean(g) term.
+// (!kCentered): xhat = x * rstd and no mean(g) term. With `accumulate`, dx += that, rounded to T first: the
+// bits of a separate add of the two.
 template <int P, bool kCentered, typename T>
 __global__ void normBackwardInputKernel(const T* dy, const T* x, const ParamOf<T>* weight, const AccumOf<T>* mean,
-                                        const AccumOf<T>* rstd, T* dx, int64_t N, int64_t C) {
+                                        const AccumOf<T>* rstd, T* dx, int64_t N, int64_t C, bool accumulate) {
   using A = AccumOf<T>;
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -92,6 +93,12 @@ __global__ void normBackwardInputKernel(const T* dy, const T* x, const ParamOf<T
     loadAccum<P>(weight + c, w);
 #pragma unroll
     for (int j = 0; j < P; ++j) gv[j] = s * (gv[j] * w[j] - meanG - ((xv[j] - m) * s) * meanGx);
+    if (accumulate) {
+      A held[P];
+      loadAccum<P>(dxr + c, held);
+#pragma unroll
+      for (int j = 0; j < P; ++j) gv[j] = held[j] + toAccum(fromAccum<T>(gv[j]));
+    }
     storeAccum<P>(dxr + c, gv);
   }
 }
@@ -169,15 +176,18 @@ void layerNormForward(const T* x, const ParamOf<T>* weight, const ParamOf<T>* bi
 template <typename T>
 void layerNormBackward(const T* dy, const T* x, const ParamOf<T>* weight, const AccumOf<T>* mean,
                        const AccumOf<T>* rstd, T* dx, ParamOf<T>* dweight, ParamOf<T>* dbias, AccumOf<T>* scratch,
-                       int64_t N, int64_t C, bool accumulateWeight, bool accumulateBias, cudaStream_t stream) {
+                       int64_t N, int64_t C, bool accumulateDx, bool accumulateWeight, bool accumulateBias,
+                       cudaStream_t stream) {
   if (C == 0) return;
   if (N > 0) {
     constexpr int P = kPack<T>;
     const unsigned grid = ceilDiv(N, kRowsPerBlock);
     if (vectorRows<P>(C, {dy, x, weight, dx})) {
-      normBackwardInputKernel<P, true, T><<<grid, kRowsPerBlock * 32, 0, stream>>>(dy, x, weight, mean, rstd, dx, N, C);
+      normBackwardInputKernel<P, true, T>
+          <<<grid, kRowsPerBlock * 32, 0, stream>>>(dy, x, weight, mean, rstd, dx, N, C, accumulateDx);
     } else {
-      normBackwardInputKernel<1, true, T><<<grid, kRowsPerBlock * 32, 0, stream>>>(dy, x, weight, mean, rstd, dx, N, C);
+      normBackwardInputKernel<1, true, T>
+          <<<grid, kRowsPerBlock * 32, 0, stream>>>(dy, x, weight, mean, rstd, dx, N, C, accumulateDx);
     }
     CUDA_CHECK_LAUNCH();
   }
@@ -204,18 +214,18 @@ void rmsNormForward(const T* x, const ParamOf<T>* weight, T* y, AccumOf<T>* rstd
 
 template <typename T>
 void rmsNormBackward(const T* dy, const T* x, const ParamOf<T>* weight, const AccumOf<T>* rstd, T* dx,
-                     ParamOf<T>* dweight, AccumOf<T>* scratch, int64_t N, int64_t C, bool accumulateWeight,
-                     cudaStream_t stream) {
+                     ParamOf<T>* dweight, AccumOf<T>* scratch, int64_t N, int64_t C, bool accumulateDx,
+                     bool accumulateWeight, cudaStream_t stream) {
   if (C == 0) return;
   if (N > 0) {
     constexpr int P = kPack<T>;
     const unsigned grid = ceilDiv(N, kRowsPerBlock);
     if (vectorRows<P>(C, {dy, x, weight, dx})) {
       normBackwardInputKernel<P, false, T>
-          <<<grid, kRowsPerBlock * 32, 0, stream>>>(dy, x, weight, nullptr, rstd, dx, N, C);
+          <<<grid, kRowsPerBlock * 32, 0, stream>>>(dy, x, weight, nullptr, rstd, dx, N, C, accumulateDx);
     } else {
       normBackwardInputKernel<1, false, T>
-          <<<grid, kRowsPerBlock * 32, 0, stream>>>(dy, x, weight, nullptr, rstd, dx, N, C);
+          <<<grid, kRowsPerBlock * 32, 0, stream>>>(dy, x, weight, nullptr, rstd, dx, N, C, accumulateDx);
     }
     CUDA_CHECK_LAUNCH();
   }
@@ -227,12 +237,12 @@ void rmsNormBackward(const T* dy, const T* x, const ParamOf<T>* weight, const Ac
   template void layerNormForward<T>(const T*, const ParamOf<T>*, const ParamOf<T>*, T*, AccumOf<T>*, AccumOf<T>*,     \
                                     int64_t, int64_t, AccumOf<T>, cudaStream_t);                                      \
   template void layerNormBackward<T>(const T*, const T*, const ParamOf<T>*, const AccumOf<T>*, const AccumOf<T>*, T*, \
-                                     ParamOf<T>*, ParamOf<T>*, AccumOf<T>*, int64_t, int64_t, bool, bool,             \
+                                     ParamOf<T>*, ParamOf<T>*, AccumOf<T>*, int64_t, int64_t, bool, bool, bool,       \
                                      cudaStream_t);                                                                   \
   template void rmsNormForward<T>(const T*, const ParamOf<T>*, T*, AccumOf<T>*, int64_t, int64_t, AccumOf<T>,         \
                                   cudaStream_t);                                                                      \
   template void rmsNormBackward<T>(const T*, const T*, const ParamOf<T>*, const AccumOf<T>*, T*, ParamOf<T>*,         \
-                                   AccumOf<T>*, int64_t, int64_t, bool, cudaStream_t);
+                                   AccumOf<T>*, int64_t, int64_t, bool, bool, cudaStream_t);
 MINIDP_INSTANTIATE(float)
 MINIDP_INSTANTIATE(double)
 MINIDP_INSTANTIATE(bf16)

@@ -24,22 +24,23 @@ inline int64_t rmsNormBackwardScratchSize(int64_t N, int64_t C) { return columnS
   template <typename T>                                                                                              \
   void layerNormForward(const T* x, const ParamOf<T>* weight, const ParamOf<T>* bias, T* y, AccumOf<T>* mean,        \
                         AccumOf<T>* rstd, int64_t N, int64_t C, AccumOf<T> eps __VA_ARGS__);                         \
-  /* From dy (N, C) and the saved mean, rstd: dx (N, C) (overwritten), dweight and dbias (C), each */                \
-  /* overwritten or, when its accumulate flag is set, added to (+=). scratch: */                                     \
-  /* layerNormBackwardScratchSize(N, C) accumulators. */                                                             \
+  /* From dy (N, C) and the saved mean, rstd: dx (N, C), dweight and dbias (C), each overwritten or, */            \
+  /* when its accumulate flag is set, added to (+=; dx's term rounded to T first, as a separate add */               \
+  /* would). scratch: layerNormBackwardScratchSize(N, C) accumulators. */                                            \
   template <typename T>                                                                                              \
   void layerNormBackward(const T* dy, const T* x, const ParamOf<T>* weight, const AccumOf<T>* mean,                  \
                          const AccumOf<T>* rstd, T* dx, ParamOf<T>* dweight, ParamOf<T>* dbias, AccumOf<T>* scratch, \
-                         int64_t N, int64_t C, bool accumulateWeight, bool accumulateBias __VA_ARGS__);         \
+                         int64_t N, int64_t C, bool accumulateDx, bool accumulateWeight,                             \
+                         bool accumulateBias __VA_ARGS__);                                                           \
   /* y = x * rstd * weight per row, rstd = 1 / sqrt(mean(x^2) + eps) (saved, N). */                                  \
   template <typename T>                                                                                              \
   void rmsNormForward(const T* x, const ParamOf<T>* weight, T* y, AccumOf<T>* rstd, int64_t N, int64_t C,            \
                       AccumOf<T> eps __VA_ARGS__);                                                                   \
-  /* From dy (N, C) and the saved rstd: dx (N, C) (overwritten) and dweight (C), overwritten or, with */            \
-  /* accumulateWeight, added to. scratch: rmsNormBackwardScratchSize(N, C) accumulators. */                         \
+  /* From dy (N, C) and the saved rstd: dx (N, C) and dweight (C), each overwritten or added to, as */             \
+  /* layerNormBackward's. scratch: rmsNormBackwardScratchSize(N, C) accumulators. */                                 \
   template <typename T>                                                                                              \
   void rmsNormBackward(const T* dy, const T* x, const ParamOf<T>* weight, const AccumOf<T>* rstd, T* dx,             \
-                       ParamOf<T>* dweight, AccumOf<T>* scratch, int64_t N, int64_t C,                               \
+                       ParamOf<T>* dweight, AccumOf<T>* scratch, int64_t N, int64_t C, bool accumulateDx,            \
                        bool accumulateWeight __VA_ARGS__);
 
 namespace cpu {

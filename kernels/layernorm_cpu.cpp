@@ -26,8 +26,8 @@ void layerNormForward(const T* x, const ParamOf<T>* weight, const ParamOf<T>* bi
 template <typename T>
 void layerNormBackward(const T* dy, const T* x, const ParamOf<T>* weight, const AccumOf<T>* mean,
                        const AccumOf<T>* rstd, T* dx, ParamOf<T>* dweight, ParamOf<T>* dbias,
-                       AccumOf<T>* /*scratch: the CPU sums rows in order*/, int64_t N, int64_t C, bool accumulateWeight,
-                       bool accumulateBias) {
+                       AccumOf<T>* /*scratch: the CPU sums rows in order*/, int64_t N, int64_t C, bool accumulateDx,
+                       bool accumulateWeight, bool accumulateBias) {
   for (int64_t c = 0; c < C; ++c) {
     if (!accumulateWeight) dweight[c] = 0;
     if (!accumulateBias) dbias[c] = 0;
@@ -49,7 +49,8 @@ void layerNormBackward(const T* dy, const T* x, const ParamOf<T>* weight, const 
     T* dxr = dx + n * C;
     for (int64_t c = 0; c < C; ++c) {
       const T xhat = (xr[c] - mean[n]) * rstd[n];
-      dxr[c] = rstd[n] * (dyr[c] * weight[c] - meanG - xhat * meanGx);
+      const T term = rstd[n] * (dyr[c] * weight[c] - meanG - xhat * meanGx);
+      dxr[c] = accumulateDx ? dxr[c] + term : term;
     }
   }
 }
@@ -71,7 +72,7 @@ void rmsNormForward(const T* x, const ParamOf<T>* weight, T* y, AccumOf<T>* rstd
 template <typename T>
 void rmsNormBackward(const T* dy, const T* x, const ParamOf<T>* weight, const AccumOf<T>* rstd, T* dx,
                      ParamOf<T>* dweight, AccumOf<T>* /*scratch: the CPU sums rows in order*/, int64_t N, int64_t C,
-                     bool accumulateWeight) {
+                     bool accumulateDx, bool accumulateWeight) {
   if (!accumulateWeight) {
     for (int64_t c = 0; c < C; ++c) dweight[c] = 0;
   }
@@ -87,16 +88,19 @@ void rmsNormBackward(const T* dy, const T* x, const ParamOf<T>* weight, const Ac
     }
     const T meanGx = sumGx / static_cast<T>(C);
     T* dxr = dx + n * C;
-    for (int64_t c = 0; c < C; ++c) dxr[c] = rstd[n] * (dyr[c] * weight[c] - xr[c] * rstd[n] * meanGx);
+    for (int64_t c = 0; c < C; ++c) {
+      const T term = rstd[n] * (dyr[c] * weight[c] - xr[c] * rstd[n] * meanGx);
+      dxr[c] = accumulateDx ? dxr[c] + term : term;
+    }
   }
 }
 
 #define MINIDP_INSTANTIATE(T)                                                                                   \
   template void layerNormForward<T>(const T*, const T*, const T*, T*, T*, T*, int64_t, int64_t, T);             \
   template void layerNormBackward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*, T*, int64_t, \
-                                     int64_t, bool, bool);                                                      \
+                                     int64_t, bool, bool, bool);                                                \
   template void rmsNormForward<T>(const T*, const T*, T*, T*, int64_t, int64_t, T);                             \
-  template void rmsNormBackward<T>(const T*, const T*, const T*, const T*, T*, T*, T*, int64_t, int64_t, bool);
+  template void rmsNormBackward<T>(const T*, const T*, const T*, const T*, T*, T*, T*, int64_t, int64_t, bool, bool);
 MINIDP_INSTANTIATE(float)
 MINIDP_INSTANTIATE(double)
 #undef MINIDP_INSTANTIATE

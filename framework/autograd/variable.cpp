@@ -10,21 +10,25 @@ namespace minidp {
 
 namespace {
 thread_local bool gGradMode = true;
-// The inputs of the node whose backward runs on this thread, and which of them the op accumulated into
-// directly through leafGradTarget.
+// The inputs of the node whose backward runs on this thread, which of them the op accumulated into
+// directly through leafGradTarget or heldGradTarget, and the gradients the engine holds for non-leaf nodes.
 thread_local const std::vector<Variable>* gBackwardInputs = nullptr;
 thread_local std::vector<bool>* gTakenGrads = nullptr;
+thread_local std::unordered_map<const void*, Tensor>* gHeldGrads = nullptr;
 
-// Publishes a node's inputs to leafGradTarget while its backward runs.
+// Publishes a node's inputs to leafGradTarget and heldGradTarget while its backward runs.
 class BackwardScope {
  public:
-  BackwardScope(const std::vector<Variable>& inputs, std::vector<bool>& taken) {
+  BackwardScope(const std::vector<Variable>& inputs, std::vector<bool>& taken,
+                std::unordered_map<const void*, Tensor>& held) {
     gBackwardInputs = &inputs;
     gTakenGrads = &taken;
+    gHeldGrads = &held;
   }
   ~BackwardScope() {
     gBackwardInputs = nullptr;
     gTakenGrads = nullptr;
+    gHeldGrads = nullptr;
   }
   BackwardScope(const BackwardScope&) = delete;
   BackwardScope& operator=(const BackwardScope&) = delete;
@@ -61,6 +65,25 @@ Tensor leafGradTarget(size_t index) {
   if (!input.defined() || !input.requiresGrad() || !input.isLeaf() || !input.grad().defined()) return Tensor();
   (*gTakenGrads)[index] = true;
   return input.grad();
+}
+
+Tensor heldGradTarget(size_t index) {
+  MINIDP_CHECK(gBackwardInputs != nullptr, "heldGradTarget is only valid inside an op's backward");
+  MINIDP_CHECK(index < gBackwardInputs->size(),
+               "heldGradTarget(" << index << ") for an op with " << gBackwardInputs->size() << " inputs");
+  const Variable& input = (*gBackwardInputs)[index];
+  if (!input.defined() || !input.requiresGrad() || input.isLeaf()) return Tensor();
+  const auto it = gHeldGrads->find(input.id());
+  if (it == gHeldGrads->end()) return Tensor();
+  const Tensor& g = it->second;
+  // Only memory the engine holds alone may be added into: a gradient shared with another holder (an add's
+  // backward passes one tensor to both inputs) must keep its value.
+  if (!g.defined() || !g.ownsStorageAlone() || g.shape() != input.shape() || g.dtype() != input.dtype() ||
+      g.device() != input.device()) {
+    return Tensor();
+  }
+  (*gTakenGrads)[index] = true;
+  return g;
 }
 
 void Variable::setBeforeUse(std::function<void()> hook) { impl_->beforeUse = std::move(hook); }
@@ -131,7 +154,7 @@ class BackwardEngine {
         stack.pop_back();
       }
     }
-    std::unordered_map<Impl*, Tensor> grads;  // gradients of non-leaf nodes
+    std::unordered_map<const void*, Tensor> grads;  // gradients of non-leaf nodes, by node
     grads[root.impl_.get()] = seed;
     for (auto it = order.rbegin(); it != order.rend(); ++it) {
       Impl* node = it->get();
@@ -141,7 +164,7 @@ class BackwardEngine {
       std::vector<bool> taken(node->inputs.size(), false);
       std::vector<Tensor> inGrads;
       {
-        BackwardScope scope(node->inputs, taken);
+        BackwardScope scope(node->inputs, taken, grads);
         inGrads = node->backward(gradOut);
       }
       MINIDP_CHECK(inGrads.size() == node->inputs.size(),
@@ -154,7 +177,8 @@ class BackwardEngine {
                      (taken[i] ? "an op accumulated into a leaf's gradient and also returned one"
                                : "an op returned no gradient for an input that requires it"));
         if (taken[i]) {
-          // the op accumulated into the leaf's installed gradient itself (leafGradTarget)
+          // the op accumulated into the leaf's installed gradient (leafGradTarget), or into the gradient the
+          // engine holds for a non-leaf input (heldGradTarget), itself
         } else if (input.isLeaf()) {
           accumulateLeaf(*in, inGrads[i]);
         } else {

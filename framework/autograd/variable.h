@@ -112,4 +112,11 @@ bool gradModeEnabled();
 /// Saves a temporary and an add per parameter gradient.
 Tensor leafGradTarget(size_t index);
 
+/// Inside an op's backward only: the gradient the engine already holds for the op's non-leaf input `index`
+/// (the sum of what its other consumers gave so far), when the engine holds that memory alone and it has
+/// the input's shape, dtype and device. The op may then add its contribution into it (`+=`, in its own
+/// kernel: a residual stream's gradient takes the normalisation's without an add of its own) and must
+/// return an undefined Tensor for that input. Undefined otherwise: return the gradient as usual.
+Tensor heldGradTarget(size_t index);
+
 }  // namespace minidp

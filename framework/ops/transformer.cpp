@@ -76,7 +76,10 @@ Variable layerNorm(const Variable& xVar, const Variable& weightVar, const Variab
                            y.data<T>(), mean.data<AccumOf<T>>(), rstd.data<AccumOf<T>>(), N, C,
                            static_cast<AccumOf<T>>(eps));
   return Variable::fromOp(y, {xVar, weightVar, biasVar}, [x, weight, mean, rstd, N, C](const Tensor& g) {
-    Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+    // dx is added into the gradient the engine holds for x (a residual stream's) when it may be, else new.
+    Tensor dx = heldGradTarget(0);
+    const bool intoX = dx.defined();
+    if (!intoX) dx = Tensor::empty(x.shape(), x.dtype(), x.device());
     // Parameter gradients go straight into installed ones (+=) when there are, else into new tensors.
     Tensor dweight = leafGradTarget(1), dbias = leafGradTarget(2);
     const bool intoWeight = dweight.defined(), intoBias = dbias.defined();
@@ -86,8 +89,8 @@ Variable layerNorm(const Variable& xVar, const Variable& weightVar, const Variab
     Tensor scratch = Tensor::empty({scratchSize}, mean.dtype(), x.device());
     MINIDP_LAUNCH_ACTIVATION(x, T, layerNormBackward, g.data<T>(), x.data<T>(), weight.data<ParamOf<T>>(),
                              mean.data<AccumOf<T>>(), rstd.data<AccumOf<T>>(), dx.data<T>(), dweight.data<ParamOf<T>>(),
-                             dbias.data<ParamOf<T>>(), scratch.data<AccumOf<T>>(), N, C, intoWeight, intoBias);
-    return std::vector<Tensor>{dx, intoWeight ? Tensor() : dweight, intoBias ? Tensor() : dbias};
+                             dbias.data<ParamOf<T>>(), scratch.data<AccumOf<T>>(), N, C, intoX, intoWeight, intoBias);
+    return std::vector<Tensor>{intoX ? Tensor() : dx, intoWeight ? Tensor() : dweight, intoBias ? Tensor() : dbias};
   });
 }
 
@@ -109,7 +112,10 @@ Variable rmsNorm(const Variable& xVar, const Variable& weightVar, double eps) {
   MINIDP_LAUNCH_ACTIVATION(x, T, rmsNormForward, x.data<T>(), weight.data<ParamOf<T>>(), y.data<T>(),
                            rstd.data<AccumOf<T>>(), N, C, static_cast<AccumOf<T>>(eps));
   return Variable::fromOp(y, {xVar, weightVar}, [x, weight, rstd, N, C](const Tensor& g) {
-    Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+    // dx as layerNorm's: into the gradient the engine holds for x when it may be, else new.
+    Tensor dx = heldGradTarget(0);
+    const bool intoX = dx.defined();
+    if (!intoX) dx = Tensor::empty(x.shape(), x.dtype(), x.device());
     // The weight's gradient goes straight into an installed one (+=) when there is, else into a new tensor.
     Tensor dweight = leafGradTarget(1);
     const bool intoWeight = dweight.defined();
@@ -118,8 +124,8 @@ Variable rmsNorm(const Variable& xVar, const Variable& weightVar, double eps) {
     Tensor scratch = Tensor::empty({scratchSize}, rstd.dtype(), x.device());
     MINIDP_LAUNCH_ACTIVATION(x, T, rmsNormBackward, g.data<T>(), x.data<T>(), weight.data<ParamOf<T>>(),
                              rstd.data<AccumOf<T>>(), dx.data<T>(), dweight.data<ParamOf<T>>(),
-                             scratch.data<AccumOf<T>>(), N, C, intoWeight);
-    return std::vector<Tensor>{dx, intoWeight ? Tensor() : dweight};
+                             scratch.data<AccumOf<T>>(), N, C, intoX, intoWeight);
+    return std::vector<Tensor>{intoX ? Tensor() : dx, intoWeight ? Tensor() : dweight};
   });
 }
 

@@ -65,6 +65,49 @@ TEST(Autograd, OpsAccumulateIntoAnInstalledLeafGradient) {
   EXPECT_THROW(leafGradTarget(0), Error);  // outside a backward
 }
 
+// An op that adds 3 into the gradient the engine holds for its non-leaf input through heldGradTarget when
+// it may, and returns the gradient (3) otherwise; counts the times it added.
+Variable addsThreeIntoHeld(const Variable& x, int& added) {
+  return Variable::fromOp(x.data().clone(), {x}, [&added](const Tensor& g) {
+    Tensor target = heldGradTarget(0);
+    Tensor three = ops::full(g.shape(), 3.0, g.dtype(), g.device());
+    if (!target.defined()) return std::vector<Tensor>{three};
+    ++added;
+    ops::addInPlace(target, three);
+    return std::vector<Tensor>{Tensor()};
+  });
+}
+
+// The residual pattern: a non-leaf h feeds two ops, and the one whose backward runs second adds into the
+// gradient the first gave (here 2, from scale). Backward runs the consumers in reverse order of the
+// depth-first walk over the graph, so the op listed first in the add runs last.
+TEST(Autograd, OpsAddIntoTheGradientHeldForANonLeaf) {
+  Variable x = leaf({4}, 5);
+  int added = 0;
+  Variable h = ops::scale(x, 1.0);
+  ops::sum(ops::add(addsThreeIntoHeld(h, added), ops::scale(h, 2.0))).backward();
+  EXPECT_EQ(added, 1);  // scale's gradient was held alone: added into
+  for (double g : x.grad().toVector<double>()) EXPECT_EQ(g, 5.0);
+  // Run first, nothing is held yet: the op returns its gradient and the engine adds.
+  x.zeroGrad();
+  Variable h2 = ops::scale(x, 1.0);
+  ops::sum(ops::add(ops::scale(h2, 2.0), addsThreeIntoHeld(h2, added))).backward();
+  EXPECT_EQ(added, 1);
+  for (double g : x.grad().toVector<double>()) EXPECT_EQ(g, 5.0);
+  // A held gradient that is also another node's (an add passes one tensor to both inputs) is not offered.
+  x.zeroGrad();
+  Variable y = leaf({4}, 6);
+  Variable h3 = ops::scale(x, 1.0);
+  ops::sum(ops::add(addsThreeIntoHeld(h3, added), ops::add(h3, y))).backward();
+  EXPECT_EQ(added, 1);
+  for (double g : x.grad().toVector<double>()) EXPECT_EQ(g, 4.0);
+  // A leaf is never offered (its installed gradient is leafGradTarget's).
+  x.zeroGrad();
+  ops::sum(addsThreeIntoHeld(x, added)).backward();
+  EXPECT_EQ(added, 1);
+  EXPECT_THROW(heldGradTarget(0), Error);  // outside a backward
+}
+
 TEST(Autograd, HookFiresOnceAfterLastContribution) {
   // y = sum(x * x + x + other * x): x has three consumer edges (mul(x, x) is one: square); the hook must see
   // the full gradient 2x + 1 + other.

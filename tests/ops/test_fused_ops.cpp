@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "framework/tensor/dispatch.h"
 #include "framework/ops/ops.h"
 #include "framework/runtime/device.h"
+#include "framework/tensor/tensor_math.h"
 #include "kernels/bias.h"
 #include "tests/support/device_compare.h"
 #include "tests/support/gradcheck.h"
@@ -94,6 +96,46 @@ TEST(FusedOps, LayerNormAddsIntoInstalledGradients) {
 TEST(FusedOps, RmsNormAddsIntoInstalledGradients) {
   const Fn f = [](const std::vector<Variable>& in) { return ops::rmsNorm(in[0], in[1]); };
   expectAddsIntoInstalled(f, {randomTensor({5, 7}, 7), randomTensor({7}, 8, 0.5, 1.5)}, {5, 7});
+}
+
+// A residual stream x (a non-leaf) normalised and projected, the residual added by the projection's
+// GEMM: x's gradient arrives from the residual first, and the norm's backward adds its dx into it
+// (heldGradTarget) instead of returning dx for the engine to add. The bits must be those of that add:
+// the residual's gradient (the upstream, through scale 1) plus the dx the norm returns in a graph without
+// the residual, added by the engine's op in `dtype`; compared through the cast or scale that made x.
+void expectNormAddsIntoTheResidualGradient(bool rms, Device device, DType dtype) {
+  SCOPED_TRACE(::testing::Message() << (rms ? "rmsNorm " : "layerNorm ") << deviceName(device) << " "
+                                    << dtypeName(dtype));
+  const int64_t N = 33, C = 24;
+  const DType param = dtype == DType::BF16 ? DType::F32 : dtype;
+  const Tensor xv = randomTensor({N, C}, 211, -2.0, 2.0, param).to(device);
+  const Tensor wv = randomTensor({C}, 212, 0.5, 1.5, param).to(device), bv = randomTensor({C}, 213, -1.0, 1.0, param).to(device);
+  const Tensor pwv = randomTensor({C, C}, 214, -0.3, 0.3, param).to(device), pbv = randomTensor({C}, 215, -1.0, 1.0, param).to(device);
+  const auto as = [](const Tensor& t, DType d) { return t.dtype() == d ? t : ops::cast(t, d); };
+  const Tensor upstream = as(randomTensor({N, C}, 216, -1.0, 1.0, param).to(device), dtype);
+  // x's gradient (in `param`) from out = scale(proj(norm(x)) [+ x in the GEMM], 1).
+  const auto run = [&](bool residual) {
+    Variable leaf(xv.clone(), true), w(wv, false), b(bv, false), pw(pwv, false), pb(pbv, false);
+    const Variable x = dtype == DType::BF16 ? ops::cast(leaf, DType::BF16) : ops::scale(leaf, 1.0);
+    const Variable normed = rms ? ops::rmsNorm(x, w) : ops::layerNorm(x, w, b);
+    const Variable y = residual ? ops::linear(normed, pw, pb, x) : ops::linear(normed, pw, pb);
+    ops::scale(y, 1.0).backward(upstream);
+    return leaf.grad();
+  };
+  const Tensor held = run(true), normOnly = run(false);
+  const Tensor expected = as(ops::add(upstream, as(normOnly, dtype)), param);
+  const Tensor a = held.to(Device::CPU), e = expected.to(Device::CPU);
+  ASSERT_EQ(a.shape(), e.shape());
+  EXPECT_EQ(std::memcmp(a.raw(), e.raw(), a.nbytes()), 0) << "largest difference "
+                                                           << relativeError(a, e) << " of the largest element";
+}
+
+TEST(FusedOps, NormsAddIntoTheResidualGradient) {
+  for (bool rms : {false, true}) {
+    for (DType dtype : {DType::F64, DType::F32}) expectNormAddsIntoTheResidualGradient(rms, Device::CPU, dtype);
+    if (!runtime::cudaAvailable()) continue;
+    for (DType dtype : {DType::F32, DType::BF16}) expectNormAddsIntoTheResidualGradient(rms, Device::CUDA, dtype);
+  }
 }
 
 TEST(FusedOps, EmbeddingAddsIntoInstalledGradients) {
