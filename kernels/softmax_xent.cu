@@ -86,17 +86,31 @@ __global__ void __launch_bounds__(kBlock)
   const int64_t r = blockIdx.x;
   const T* x = logits + r * ld;  // (V)
   MaxSum<A> s{-INFINITY, A(0)};
-  forRow(
-      x, V,
-      [&](int64_t j) {
-        const A v[1] = {toAccum(x[j])};
-        addValues<1>(s, v);
-      },
-      [&](int64_t j) {
-        A v[P];
-        loadAccum<P>(x + j, v);
-        addValues<P>(s, v);
-      });
+  // As forRow, with each thread's packs loaded kLoadsInFlight at a time before they are added in the same
+  // order: the running sum's dependence would otherwise leave one load in flight per thread.
+  constexpr int kLoadsInFlight = 4;
+  const int64_t head = headLength(x, V);
+  const int64_t packs = (V - head) / P;
+  const int64_t tail = head + packs * P;
+  const auto addScalar = [&](int64_t j) {
+    const A v[1] = {toAccum(x[j])};
+    addValues<1>(s, v);
+  };
+  for (int64_t j = threadIdx.x; j < head; j += kBlock) addScalar(j);
+  int64_t k = threadIdx.x;
+  for (; k + (kLoadsInFlight - 1) * kBlock < packs; k += kLoadsInFlight * kBlock) {
+    A v[kLoadsInFlight][P];
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) loadAccum<P>(x + head + (k + u * kBlock) * P, v[u]);
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) addValues<P>(s, v[u]);
+  }
+  for (; k < packs; k += kBlock) {
+    A v[P];
+    loadAccum<P>(x + head + k * P, v);
+    addValues<P>(s, v);
+  }
+  for (int64_t j = tail + threadIdx.x; j < V; j += kBlock) addScalar(j);
   s = blockReduce<kBlock>(s, MergeMaxSum());
   if (threadIdx.x == 0) {
     const A l = s.max + log(s.sum);
