@@ -58,6 +58,11 @@ __global__ void normForwardKernel(const T* x, const ParamOf<T>* weight, const Pa
   }
 }
 
+// a + b in one rounding that the compiler may not fuse with the product that made b: a separate add kernel
+// adds the stored product, so an FMA here would give other bits (fp32 and fp64; bf16 terms are rounded first).
+__device__ __forceinline__ float unfusedAdd(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ double unfusedAdd(double a, double b) { return __dadd_rn(a, b); }
+
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * weight, one warp per row; RMSNorm
 // (!kCentered): xhat = x * rstd and no mean(g) term. With `accumulate`, dx += that, rounded to T first: the
 // bits of a separate add of the two.
@@ -97,7 +102,7 @@ __global__ void normBackwardInputKernel(const T* dy, const T* x, const ParamOf<T
       A held[P];
       loadAccum<P>(dxr + c, held);
 #pragma unroll
-      for (int j = 0; j < P; ++j) gv[j] = held[j] + toAccum(fromAccum<T>(gv[j]));
+      for (int j = 0; j < P; ++j) gv[j] = unfusedAdd(held[j], toAccum(fromAccum<T>(gv[j])));
     }
     storeAccum<P>(dxr + c, gv);
   }
