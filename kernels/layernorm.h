@@ -24,7 +24,7 @@ inline int64_t rmsNormBackwardScratchSize(int64_t N, int64_t C) { return columnS
   template <typename T>                                                                                              \
   void layerNormForward(const T* x, const ParamOf<T>* weight, const ParamOf<T>* bias, T* y, AccumOf<T>* mean,        \
                         AccumOf<T>* rstd, int64_t N, int64_t C, AccumOf<T> eps __VA_ARGS__);                         \
-  /* From dy (N, C) and the saved mean, rstd: dx (N, C), dweight and dbias (C), each overwritten or, */            \
+  /* From dy (N, C) and the saved mean, rstd: dx (N, C), dweight and dbias (C), each overwritten or, */              \
   /* when its accumulate flag is set, added to (+=; dx's term rounded to T first, as a separate add */               \
   /* would). scratch: layerNormBackwardScratchSize(N, C) accumulators. */                                            \
   template <typename T>                                                                                              \
@@ -36,7 +36,7 @@ inline int64_t rmsNormBackwardScratchSize(int64_t N, int64_t C) { return columnS
   template <typename T>                                                                                              \
   void rmsNormForward(const T* x, const ParamOf<T>* weight, T* y, AccumOf<T>* rstd, int64_t N, int64_t C,            \
                       AccumOf<T> eps __VA_ARGS__);                                                                   \
-  /* From dy (N, C) and the saved rstd: dx (N, C) and dweight (C), each overwritten or added to, as */             \
+  /* From dy (N, C) and the saved rstd: dx (N, C) and dweight (C), each overwritten or added to, as */               \
   /* layerNormBackward's. scratch: rmsNormBackwardScratchSize(N, C) accumulators. */                                 \
   template <typename T>                                                                                              \
   void rmsNormBackward(const T* dy, const T* x, const ParamOf<T>* weight, const AccumOf<T>* rstd, T* dx,             \

@@ -100,9 +100,9 @@ std::pair<Tensor, Tensor> linearParamGrads(const Tensor& g, const Tensor& x, con
       GradSink biasSink = gradSink(index + 1, b);
       Tensor written = biasSink.beta == 0 ? biasSink.out : Tensor::empty(b.shape(), DType::F32, b.device());
       bool fused = false;
-      MINIDP_ON_CUDA(fused = kernels::cuda::gemmBf16BiasGrad(
-                         out, in, rows, g.data<bf16>(), x.data<bf16>(), static_cast<float>(sink.beta),
-                         sink.out.data<float>(), written.data<float>(), runtime::computeStream()));
+      MINIDP_ON_CUDA(fused = kernels::cuda::gemmBf16BiasGrad(out, in, rows, g.data<bf16>(), x.data<bf16>(),
+                                                             static_cast<float>(sink.beta), sink.out.data<float>(),
+                                                             written.data<float>(), runtime::computeStream()));
       dw = sink.returned;
       if (fused) {
         if (biasSink.beta != 0) addInPlace(biasSink.out, written);

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "framework/tensor/dispatch.h"
 #include "framework/ops/ops.h"
 #include "framework/runtime/device.h"
+#include "framework/tensor/dispatch.h"
 #include "framework/tensor/tensor_math.h"
 #include "kernels/bias.h"
 #include "tests/support/device_compare.h"
@@ -109,8 +109,10 @@ void expectNormAddsIntoTheResidualGradient(bool rms, Device device, DType dtype)
   const int64_t N = 33, C = 24;
   const DType param = dtype == DType::BF16 ? DType::F32 : dtype;
   const Tensor xv = randomTensor({N, C}, 211, -2.0, 2.0, param).to(device);
-  const Tensor wv = randomTensor({C}, 212, 0.5, 1.5, param).to(device), bv = randomTensor({C}, 213, -1.0, 1.0, param).to(device);
-  const Tensor pwv = randomTensor({C, C}, 214, -0.3, 0.3, param).to(device), pbv = randomTensor({C}, 215, -1.0, 1.0, param).to(device);
+  const Tensor wv = randomTensor({C}, 212, 0.5, 1.5, param).to(device),
+               bv = randomTensor({C}, 213, -1.0, 1.0, param).to(device);
+  const Tensor pwv = randomTensor({C, C}, 214, -0.3, 0.3, param).to(device),
+               pbv = randomTensor({C}, 215, -1.0, 1.0, param).to(device);
   const auto as = [](const Tensor& t, DType d) { return t.dtype() == d ? t : ops::cast(t, d); };
   const Tensor upstream = as(randomTensor({N, C}, 216, -1.0, 1.0, param).to(device), dtype);
   // x's gradient (in `param`) from out = scale(proj(norm(x)) [+ x in the GEMM], 1).
@@ -126,8 +128,8 @@ void expectNormAddsIntoTheResidualGradient(bool rms, Device device, DType dtype)
   const Tensor expected = as(ops::add(upstream, as(normOnly, dtype)), param);
   const Tensor a = held.to(Device::CPU), e = expected.to(Device::CPU);
   ASSERT_EQ(a.shape(), e.shape());
-  EXPECT_EQ(std::memcmp(a.raw(), e.raw(), a.nbytes()), 0) << "largest difference "
-                                                           << relativeError(a, e) << " of the largest element";
+  EXPECT_EQ(std::memcmp(a.raw(), e.raw(), a.nbytes()), 0)
+      << "largest difference " << relativeError(a, e) << " of the largest element";
 }
 
 TEST(FusedOps, NormsAddIntoTheResidualGradient) {

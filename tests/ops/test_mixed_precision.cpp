@@ -212,8 +212,11 @@ TEST(GemmBf16, BiasGradientFromTheWeightGradientGemm) {
     int64_t M, N, K;
     bool mustFuse;
   };
-  const std::vector<Case> cases{
-      {768, 768, 2048, true}, {3072, 768, 1024, true}, {768, 3072, 1024, true}, {37, 45, 29, false}, {1, 40, 300, false}};
+  const std::vector<Case> cases{{768, 768, 2048, true},
+                                {3072, 768, 1024, true},
+                                {768, 3072, 1024, true},
+                                {37, 45, 29, false},
+                                {1, 40, 300, false}};
   uint64_t seed = 80;
   for (const Case& c : cases) {
     for (const double beta : {0.0, 1.0}) {
@@ -230,14 +233,12 @@ TEST(GemmBf16, BiasGradientFromTheWeightGradientGemm) {
                              : Tensor::fromVector(std::vector<double>(c.M * c.N, NAN), {c.M * c.N})
                                    .toDType(DType::F32)
                                    .to(Device::CUDA);
-      Tensor biasGrad =
-          Tensor::fromVector(std::vector<double>(c.M, NAN), {c.M}).toDType(DType::F32).to(Device::CUDA);
+      Tensor biasGrad = Tensor::fromVector(std::vector<double>(c.M, NAN), {c.M}).toDType(DType::F32).to(Device::CUDA);
       bool fused = false;
       MINIDP_ON_CUDA(fused = kernels::cuda::gemmBf16BiasGrad(c.M, c.N, c.K, da.data<bf16>(), db.data<bf16>(),
                                                              static_cast<float>(beta), out.data<float>(),
                                                              biasGrad.data<float>(), runtime::computeStream()));
-      const Tensor expected =
-          Tensor::fromVector(referenceGemm(shape, av, bv, beta, c0v, nullptr), {c.M * c.N});
+      const Tensor expected = Tensor::fromVector(referenceGemm(shape, av, bv, beta, c0v, nullptr), {c.M * c.N});
       EXPECT_LT(relativeL2(out, expected), kF32OutTolerance) << "weight gradient";
       if (c.mustFuse) EXPECT_TRUE(fused) << "cuBLASLt took no BGRADB kernel";
       const std::vector<double> written = biasGrad.toDType(DType::F64).to(Device::CPU).toVector<double>();
