@@ -174,7 +174,7 @@ class BackwardEngine {
         Impl* in = input.impl_.get();
         if (!in || !in->requiresGrad) continue;
         MINIDP_CHECK(inGrads[i].defined() != taken[i],
-                     (taken[i] ? "an op accumulated into a leaf's gradient and also returned one"
+                     (taken[i] ? "an op added into an input's gradient (leafGradTarget or heldGradTarget) and also returned one"
                                : "an op returned no gradient for an input that requires it"));
         if (taken[i]) {
           // the op accumulated into the leaf's installed gradient (leafGradTarget), or into the gradient the

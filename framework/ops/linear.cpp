@@ -91,38 +91,35 @@ void checkLinear(const Tensor& x, const Tensor& w, const Tensor& b) {
 std::pair<Tensor, Tensor> linearParamGrads(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor& b,
                                            size_t index, bool needW, bool needB) {
   const int64_t rows = leadingNumel(g.shape(), 1), out = w.size(0), in = w.size(1);
-  Tensor dw, db;
+  GradSink biasSink;
+  if (needB) biasSink = gradSink(index + 1, b);
+  Tensor dw;
   if (needW) {
     GradSink sink = gradSink(index, w);  // (out, in) (+)= g^T (out, rows) @ x (rows, in), in w's dtype
+    dw = sink.returned;
     if (needB && g.dtype() == DType::BF16 && g.isCuda() && w.dtype() == DType::F32) {
       // Mixed precision: db from the same GEMM's epilogue (its fp32 sums of g's columns), written into a
       // tensor of its own where the sink accumulates.
-      GradSink biasSink = gradSink(index + 1, b);
       Tensor written = biasSink.beta == 0 ? biasSink.out : Tensor::empty(b.shape(), DType::F32, b.device());
       bool fused = false;
       MINIDP_ON_CUDA(fused = kernels::cuda::gemmBf16BiasGrad(out, in, rows, g.data<bf16>(), x.data<bf16>(),
                                                              static_cast<float>(sink.beta), sink.out.data<float>(),
                                                              written.data<float>(), runtime::computeStream()));
-      dw = sink.returned;
       if (fused) {
         if (biasSink.beta != 0) addInPlace(biasSink.out, written);
         return {dw, biasSink.returned};
       }
     } else {
       gemm(true, false, out, in, rows, g, 0, x, 0, sink.out, 0, 1, sink.beta);
-      dw = sink.returned;
     }
   }
-  if (needB) {
-    // (out) (+)= the column sums of g (rows, out), in a fixed order, accumulated in ParamOf<T>.
-    GradSink sink = gradSink(index + 1, b);
-    const DType accum = g.dtype() == DType::BF16 ? DType::F32 : g.dtype();
-    Tensor scratch = Tensor::empty({kernels::sumColumnsScratchSize(rows, out)}, accum, g.device());
-    MINIDP_LAUNCH_ACTIVATION(g, T, sumColumns, g.data<T>(), sink.out.data<ParamOf<T>>(), scratch.data<AccumOf<T>>(),
-                             rows, out, sink.beta != 0);
-    db = sink.returned;
-  }
-  return {dw, db};
+  if (!needB) return {dw, Tensor()};
+  // (out) (+)= the column sums of g (rows, out), in a fixed order, accumulated in ParamOf<T>.
+  const DType accum = g.dtype() == DType::BF16 ? DType::F32 : g.dtype();
+  Tensor scratch = Tensor::empty({kernels::sumColumnsScratchSize(rows, out)}, accum, g.device());
+  MINIDP_LAUNCH_ACTIVATION(g, T, sumColumns, g.data<T>(), biasSink.out.data<ParamOf<T>>(), scratch.data<AccumOf<T>>(),
+                           rows, out, biasSink.beta != 0);
+  return {dw, biasSink.returned};
 }
 
 // (..., M, N) -> (..., N, M).

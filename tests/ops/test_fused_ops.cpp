@@ -100,13 +100,16 @@ TEST(FusedOps, RmsNormAddsIntoInstalledGradients) {
 
 // A residual stream x (a non-leaf) normalised and projected, the residual added by the projection's
 // GEMM: x's gradient arrives from the residual first, and the norm's backward adds its dx into it
-// (heldGradTarget) instead of returning dx for the engine to add. The bits must be those of that add:
-// the residual's gradient (the upstream, through scale 1) plus the dx the norm returns in a graph without
-// the residual, added by the engine's op in `dtype`; compared through the cast or scale that made x.
-void expectNormAddsIntoTheResidualGradient(bool rms, Device device, DType dtype) {
+// (heldGradTarget: Autograd.OpsAddIntoTheGradientHeldForANonLeaf checks when the engine offers it) instead
+// of returning dx for the engine to add. The bits must be those of that add: the residual's gradient (the
+// upstream, through scale 1) plus the dx the norm returns in a graph without the residual, added by the
+// engine's op in `dtype`; compared through the cast or scale that made x. A norm that ignored the offer
+// would pass (the engine's add gives these bits); one that took it and added wrongly, or with the product
+// fused into the add (an FMA), fails. C = 24 takes the packed kernels, C = 25 the one-element ones.
+void expectNormAddsIntoTheResidualGradient(bool rms, int64_t C, Device device, DType dtype) {
   SCOPED_TRACE(::testing::Message() << (rms ? "rmsNorm " : "layerNorm ") << deviceName(device) << " "
-                                    << dtypeName(dtype));
-  const int64_t N = 33, C = 24;
+                                    << dtypeName(dtype) << " C " << C);
+  const int64_t N = 33;
   const DType param = dtype == DType::BF16 ? DType::F32 : dtype;
   const Tensor xv = randomTensor({N, C}, 211, -2.0, 2.0, param).to(device);
   const Tensor wv = randomTensor({C}, 212, 0.5, 1.5, param).to(device),
@@ -134,9 +137,13 @@ void expectNormAddsIntoTheResidualGradient(bool rms, Device device, DType dtype)
 
 TEST(FusedOps, NormsAddIntoTheResidualGradient) {
   for (bool rms : {false, true}) {
-    for (DType dtype : {DType::F64, DType::F32}) expectNormAddsIntoTheResidualGradient(rms, Device::CPU, dtype);
-    if (!runtime::cudaAvailable()) continue;
-    for (DType dtype : {DType::F32, DType::BF16}) expectNormAddsIntoTheResidualGradient(rms, Device::CUDA, dtype);
+    for (int64_t C : {24, 25}) {
+      for (DType dtype : {DType::F64, DType::F32}) expectNormAddsIntoTheResidualGradient(rms, C, Device::CPU, dtype);
+      if (!runtime::cudaAvailable()) continue;
+      for (DType dtype : {DType::F64, DType::F32, DType::BF16}) {
+        expectNormAddsIntoTheResidualGradient(rms, C, Device::CUDA, dtype);
+      }
+    }
   }
 }
 
