@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <iomanip>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "data/fashion_mnist.h"
 #include "data/idx.h"
@@ -57,6 +59,15 @@ bool firstRank() {
     if (const char* value = std::getenv(name)) return std::atoi(value) == 0;
   }
   return true;
+}
+
+// A usage error every rank found: the first rank prints it; the others wait before they return
+// kUsageExit, since mpirun ends the job as soon as one rank exits non-zero, and a rank exiting first
+// would take the first rank down before its line is out (seen under load). The first rank's exit ends the
+// wait (mpirun stops the others); without such a launcher the wait is a few seconds.
+int usageExit() {
+  if (!firstRank()) std::this_thread::sleep_for(std::chrono::seconds(5));
+  return kUsageExit;
 }
 
 /// Drops the " [condition]" MINIDP_CHECK appends at the end of `text`.
@@ -333,12 +344,12 @@ int parseCommandLine(CLI::App& app, Options& opts, int argc, char** argv, const 
     std::string extras;
     for (const std::string& arg : app.remaining()) extras += (extras.empty() ? "" : " ") + arg;
     if (firstRank()) std::fprintf(stderr, "%s: error: %s: no such flag (see --help)\n", program, extras.c_str());
-    return kUsageExit;
+    return usageExit();
   } catch (const CLI::ParseError& e) {
     if (firstRank()) {
       std::fprintf(stderr, "%s: error: %s (see --help)\n", program, userMessage(e.what(), false).c_str());
     }
-    return kUsageExit;
+    return usageExit();
   }
 }
 
@@ -354,7 +365,7 @@ int checkUsage(const Options& o, const std::string& program, const std::vector<O
   const std::string problem = usageProblem(o, more);
   if (problem.empty()) return 0;
   if (firstRank()) std::fprintf(stderr, "%s: usage error: %s\n", program.c_str(), problem.c_str());
-  return kUsageExit;
+  return usageExit();
 }
 
 std::string userMessage(const std::string& what, bool verbose) {
