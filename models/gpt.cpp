@@ -27,7 +27,7 @@ struct GPT::Attention : nn::Module {
   }
   // x (B, T, C) -> (B, T, C); with a residual, residual + that (added by c_proj's GEMM).
   Variable forward(const Variable& x, const Variable& residual = Variable()) const {
-    return ops::linear(ops::causalSelfAttention(cAttn->forward(x), heads), cProj->weight, cProj->bias, residual);
+    return cProj->forward(ops::causalSelfAttention(cAttn->forward(x), heads), residual);
   }
 };
 

@@ -66,8 +66,7 @@ struct Llama::Attention : nn::Module {
     Variable q = ops::rotary(ops::reshape(qProj->forward(x), {B, T, heads, headDim}), theta);
     Variable k = ops::rotary(ops::reshape(kProj->forward(x), {B, T, kvHeads, headDim}), theta);
     Variable v = ops::reshape(vProj->forward(x), {B, T, kvHeads, headDim});
-    return ops::linear(ops::reshape(ops::causalAttention(q, k, v), {B, T, heads * headDim}), oProj->weight, {},
-                       residual);
+    return oProj->forward(ops::reshape(ops::causalAttention(q, k, v), {B, T, heads * headDim}), residual);
   }
 };
 

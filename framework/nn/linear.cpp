@@ -14,4 +14,8 @@ Linear::Linear(int64_t in, int64_t out, bool hasBias, Rng& rng) {
 
 Variable Linear::forward(const Variable& x) const { return ops::linear(x, weight, bias); }
 
+Variable Linear::forward(const Variable& x, const Variable& residual) const {
+  return ops::linear(x, weight, bias, residual);
+}
+
 }  // namespace minidp::nn

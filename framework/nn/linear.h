@@ -12,6 +12,8 @@ class Linear : public Module {
  public:
   Linear(int64_t in, int64_t out, bool bias, Rng& rng);
   Variable forward(const Variable& x) const;
+  /// residual + forward(x), the addition in the GEMM (ops::linear's residual form).
+  Variable forward(const Variable& x, const Variable& residual) const;
   Variable weight, bias;
 };
 

@@ -135,21 +135,36 @@ Tensor transposeLast2(const Tensor& x) {
 
 namespace {
 
-// A residual (undefined: none) of y's shape and x's dtype and device, added by the GEMM (`gemm`'s addend).
-void checkResidual(const char* op, const Variable& residual, const Shape& yShape, const Tensor& x) {
-  if (!residual.defined()) return;
-  const Tensor& r = residual.data();
-  MINIDP_CHECK(r.shape() == yShape && r.dtype() == x.dtype() && r.device() == x.device(),
-               op << ": residual " << dtypeName(r.dtype()) << shapeString(r.shape()) << " on " << deviceName(r.device())
-                  << " must be the output's " << dtypeName(x.dtype()) << shapeString(yShape) << " on "
-                  << deviceName(x.device()));
-}
+// A residual an op's output GEMM adds (undefined: none), of the output's shape and x's dtype and device:
+// what `gemm` takes for it (beta, addend), the op's inputs with it appended, and its gradient (the output's).
+struct Residual {
+  Variable v;
+  bool needsGrad = false;
 
-// The op's inputs, the residual appended when there is one.
-std::vector<Variable> withResidual(std::vector<Variable> inputs, const Variable& residual) {
-  if (residual.defined()) inputs.push_back(residual);
-  return inputs;
-}
+  Residual(const char* op, const Variable& residual, const Shape& yShape, const Tensor& x) : v(residual) {
+    if (!v.defined()) return;
+    const Tensor& r = v.data();
+    MINIDP_CHECK(r.shape() == yShape && r.dtype() == x.dtype() && r.device() == x.device(),
+                 op << ": residual " << dtypeName(r.dtype()) << shapeString(r.shape()) << " on "
+                    << deviceName(r.device()) << " must be the output's " << dtypeName(x.dtype()) << shapeString(yShape)
+                    << " on " << deviceName(x.device()));
+    needsGrad = v.requiresGrad();
+  }
+  double beta() const { return v.defined() ? 1.0 : 0.0; }
+  Tensor addend() const { return v.defined() ? v.data() : Tensor(); }
+  std::vector<Variable> appendedTo(std::vector<Variable> inputs) const {
+    if (v.defined()) inputs.push_back(v);
+    return inputs;
+  }
+  // What backward returns for it, after the op's other gradients (a bool pair: the lambda keeps no tensor).
+  struct Gradient {
+    bool present, needed;
+    void appendTo(std::vector<Tensor>& grads, const Tensor& g) const {
+      if (present) grads.push_back(needed ? g : Tensor());
+    }
+  };
+  Gradient gradient() const { return {v.defined(), needsGrad}; }
+};
 
 Variable linearWith(const Variable& xv, const Variable& weightv, const Variable& biasv, const Variable& residualv) {
   const Tensor x = xv.data(), w = weightv.data();
@@ -163,15 +178,14 @@ Variable linearWith(const Variable& xv, const Variable& weightv, const Variable&
   // cuBLASLt's bias type is its output type, so the bias is cast too (as PyTorch's autocast does).
   const Tensor wc = cast(w, x.dtype());
   Tensor y = Tensor::empty(replaceTail(x.shape(), 1, {out}), x.dtype(), x.device());  // (..., out)
-  checkResidual("linear", residualv, y.shape(), x);
-  const bool hasResidual = residualv.defined();
-  gemm(false, true, rows, out, in, x, 0, wc, 0, y, 0, 1, hasResidual ? 1 : 0,
-       mixed && hasBias ? cast(b, x.dtype()) : Tensor(), {}, hasResidual ? residualv.data() : Tensor());
+  const Residual residual("linear", residualv, y.shape(), x);
+  gemm(false, true, rows, out, in, x, 0, wc, 0, y, 0, 1, residual.beta(), mixed && hasBias ? cast(b, x.dtype()) : Tensor(),
+       {}, residual.addend());
   if (!mixed && hasBias) MINIDP_LAUNCH_FLOAT(y, T, addBias, y.data<T>(), b.data<T>(), rows, out);
   // Only the gradients that are wanted: the first layer's input usually needs none, and its dx is a GEMM.
-  const bool needX = xv.requiresGrad(), needW = weightv.requiresGrad(), needB = hasBias && biasv.requiresGrad(),
-             needR = hasResidual && residualv.requiresGrad();
-  return Variable::fromOp(y, withResidual({xv, weightv, biasv}, residualv), [=](const Tensor& g) {  // g (..., out)
+  const bool needX = xv.requiresGrad(), needW = weightv.requiresGrad(), needB = hasBias && biasv.requiresGrad();
+  const Residual::Gradient dr = residual.gradient();
+  return Variable::fromOp(y, residual.appendedTo({xv, weightv, biasv}), [=](const Tensor& g) {  // g (..., out)
     Tensor dx;
     if (needX) {
       dx = Tensor::empty(x.shape(), g.dtype(), g.device());  // (rows, in) = g (rows, out) @ W (out, in)
@@ -179,7 +193,7 @@ Variable linearWith(const Variable& xv, const Variable& weightv, const Variable&
     }
     auto [dw, db] = linearParamGrads(g, x, w, b, 1, needW, needB);
     std::vector<Tensor> grads{dx, dw, db};
-    if (hasResidual) grads.push_back(needR ? g : Tensor());
+    dr.appendTo(grads, g);
     return grads;
   });
 }
@@ -218,16 +232,14 @@ Variable geluMlp(const Variable& xv, const Variable& fcWeight, const Variable& f
                                                  cast(b1, DType::BF16).data<bf16>(), h.data<bf16>(), pre.data<bf16>(),
                                                  runtime::computeStream()));
   Tensor y = Tensor::empty(replaceTail(x.shape(), 1, {out}), DType::BF16, x.device());  // (..., out)
-  checkResidual("geluMlp", residual, y.shape(), x);
-  const bool hasResidual = residual.defined();
-  gemm(false, true, rows, out, hidden, h, 0, w2c, 0, y, 0, 1, hasResidual ? 1 : 0, cast(b2, DType::BF16), {},
-       hasResidual ? residual.data() : Tensor());
+  const Residual r("geluMlp", residual, y.shape(), x);
+  gemm(false, true, rows, out, hidden, h, 0, w2c, 0, y, 0, 1, r.beta(), cast(b2, DType::BF16), {}, r.addend());
   const bool needX = xv.requiresGrad(), needW1 = fcWeight.requiresGrad(), needB1 = fcBias.requiresGrad(),
-             needW2 = projWeight.requiresGrad(), needB2 = projBias.requiresGrad(),
-             needR = hasResidual && residual.requiresGrad();
+             needW2 = projWeight.requiresGrad(), needB2 = projBias.requiresGrad();
+  const Residual::Gradient dr = r.gradient();
   // The projection's parameters come first, so their grad-ready hooks fire first, as with two linear ops.
   return Variable::fromOp(
-      y, withResidual({xv, projWeight, projBias, fcWeight, fcBias}, residual), [=](const Tensor& g) {
+      y, r.appendedTo({xv, projWeight, projBias, fcWeight, fcBias}), [=](const Tensor& g) {
         auto [dw2, db2] = linearParamGrads(g, h, w2, b2, 1, needW2, needB2);
         Tensor dx, dw1, db1;
         if (needX || needW1 || needB1) {
@@ -242,7 +254,7 @@ Variable geluMlp(const Variable& xv, const Variable& fcWeight, const Variable& f
           }
         }
         std::vector<Tensor> grads{dx, dw2, db2, dw1, db1};
-        if (hasResidual) grads.push_back(needR ? g : Tensor());
+        dr.appendTo(grads, g);
         return grads;
       });
 }
@@ -260,17 +272,15 @@ Variable swigluLinear(const Variable& gatev, const Variable& upv, const Variable
   const int64_t in = w.size(1), out = w.size(0), rows = leadingNumel(a.shape(), 1);
   const Tensor wc = cast(w, a.dtype());
   Tensor y = Tensor::empty(replaceTail(a.shape(), 1, {out}), a.dtype(), a.device());  // (..., out)
-  checkResidual("swigluLinear", residual, y.shape(), a);
-  const bool hasResidual = residual.defined();
+  const Residual r("swigluLinear", residual, y.shape(), a);
   {
     Tensor h = Tensor::empty(a.shape(), a.dtype(), a.device());  // silu(gate) * up, freed after the product
     MINIDP_LAUNCH_ACTIVATION(a, T, swigluForward, a.data<T>(), b.data<T>(), h.data<T>(), a.numel());
-    gemm(false, true, rows, out, in, h, 0, wc, 0, y, 0, 1, hasResidual ? 1 : 0, Tensor(), {},
-         hasResidual ? residual.data() : Tensor());
+    gemm(false, true, rows, out, in, h, 0, wc, 0, y, 0, 1, r.beta(), Tensor(), {}, r.addend());
   }
-  const bool needGate = gatev.requiresGrad(), needUp = upv.requiresGrad(), needW = weightv.requiresGrad(),
-             needR = hasResidual && residual.requiresGrad();
-  return Variable::fromOp(y, withResidual({gatev, upv, weightv}, residual), [=](const Tensor& g) {  // g (..., out)
+  const bool needGate = gatev.requiresGrad(), needUp = upv.requiresGrad(), needW = weightv.requiresGrad();
+  const Residual::Gradient dr = r.gradient();
+  return Variable::fromOp(y, r.appendedTo({gatev, upv, weightv}), [=](const Tensor& g) {  // g (..., out)
     // The product again, for dW = g^T h only.
     Tensor h = needW ? Tensor::empty(a.shape(), a.dtype(), a.device()) : Tensor(), da, db;
     if (needGate || needUp) {
@@ -285,7 +295,7 @@ Variable swigluLinear(const Variable& gatev, const Variable& upv, const Variable
     }
     const Tensor dw = needW ? linearParamGrads(g, h, w, Tensor(), 2, true, false).first : Tensor();
     std::vector<Tensor> grads{needGate ? da : Tensor(), needUp ? db : Tensor(), dw};
-    if (hasResidual) grads.push_back(needR ? g : Tensor());
+    dr.appendTo(grads, g);
     return grads;
   });
 }

@@ -53,6 +53,18 @@ Variable embedding(const Variable& wteVar, const Variable& wpeVar, const Tensor&
   });
 }
 
+namespace {
+
+// Inside a norm's backward: where its dx (x's shape) goes, and whether that is the gradient the engine holds
+// for x (a residual stream's, heldGradTarget), to be added into, or a new tensor.
+std::pair<Tensor, bool> normInputGradient(const Tensor& x) {
+  Tensor held = heldGradTarget(0);
+  if (held.defined()) return {held, true};
+  return {Tensor::empty(x.shape(), x.dtype(), x.device()), false};
+}
+
+}  // namespace
+
 Variable layerNorm(const Variable& xVar, const Variable& weightVar, const Variable& biasVar, double eps) {
   const Tensor& x = xVar.data();
   const Tensor& weight = weightVar.data();
@@ -76,10 +88,7 @@ Variable layerNorm(const Variable& xVar, const Variable& weightVar, const Variab
                            y.data<T>(), mean.data<AccumOf<T>>(), rstd.data<AccumOf<T>>(), N, C,
                            static_cast<AccumOf<T>>(eps));
   return Variable::fromOp(y, {xVar, weightVar, biasVar}, [x, weight, mean, rstd, N, C](const Tensor& g) {
-    // dx is added into the gradient the engine holds for x (a residual stream's) when it may be, else new.
-    Tensor dx = heldGradTarget(0);
-    const bool intoX = dx.defined();
-    if (!intoX) dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+    const auto [dx, intoX] = normInputGradient(x);
     // Parameter gradients go straight into installed ones (+=) when there are, else into new tensors.
     Tensor dweight = leafGradTarget(1), dbias = leafGradTarget(2);
     const bool intoWeight = dweight.defined(), intoBias = dbias.defined();
@@ -112,10 +121,7 @@ Variable rmsNorm(const Variable& xVar, const Variable& weightVar, double eps) {
   MINIDP_LAUNCH_ACTIVATION(x, T, rmsNormForward, x.data<T>(), weight.data<ParamOf<T>>(), y.data<T>(),
                            rstd.data<AccumOf<T>>(), N, C, static_cast<AccumOf<T>>(eps));
   return Variable::fromOp(y, {xVar, weightVar}, [x, weight, rstd, N, C](const Tensor& g) {
-    // dx as layerNorm's: into the gradient the engine holds for x when it may be, else new.
-    Tensor dx = heldGradTarget(0);
-    const bool intoX = dx.defined();
-    if (!intoX) dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+    const auto [dx, intoX] = normInputGradient(x);
     // The weight's gradient goes straight into an installed one (+=) when there is, else into a new tensor.
     Tensor dweight = leafGradTarget(1);
     const bool intoWeight = dweight.defined();

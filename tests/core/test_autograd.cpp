@@ -23,18 +23,21 @@ TEST(Autograd, GradientsAccumulateUntilZeroed) {
   for (double g : x.grad().toVector<double>()) EXPECT_EQ(g, 0.0);
 }
 
-// An op that accumulates 3 into its input's installed gradient through leafGradTarget when it can, and
-// returns the gradient (3) otherwise.
-Variable addsThreeDirectly(const Variable& x, int& direct) {
-  return Variable::fromOp(x.data().clone(), {x}, [&direct](const Tensor& g) {
-    Tensor target = leafGradTarget(0);
+// An op that adds 3 into the gradient `target(0)` offers for its input (leafGradTarget or heldGradTarget)
+// when there is one, counting the times, and returns the gradient (3) otherwise.
+Variable addsThreeVia(Tensor (*target)(size_t), const Variable& x, int& added) {
+  return Variable::fromOp(x.data().clone(), {x}, [target, &added](const Tensor& g) {
+    Tensor into = target(0);
     Tensor three = ops::full(g.shape(), 3.0, g.dtype(), g.device());
-    if (!target.defined()) return std::vector<Tensor>{three};
-    ++direct;
-    ops::addInPlace(target, three);
+    if (!into.defined()) return std::vector<Tensor>{three};
+    ++added;
+    ops::addInPlace(into, three);
     return std::vector<Tensor>{Tensor()};
   });
 }
+
+Tensor leafTarget(size_t index) { return leafGradTarget(index); }
+Variable addsThreeDirectly(const Variable& x, int& direct) { return addsThreeVia(leafTarget, x, direct); }
 
 // A non-leaf with three contributions, two of them one tensor (an add's backward passes its gradient to
 // both inputs): accumulating in place into a shared gradient would change the other copy and give 4w.
@@ -65,18 +68,7 @@ TEST(Autograd, OpsAccumulateIntoAnInstalledLeafGradient) {
   EXPECT_THROW(leafGradTarget(0), Error);  // outside a backward
 }
 
-// An op that adds 3 into the gradient the engine holds for its non-leaf input through heldGradTarget when
-// it may, and returns the gradient (3) otherwise; counts the times it added.
-Variable addsThreeIntoHeld(const Variable& x, int& added) {
-  return Variable::fromOp(x.data().clone(), {x}, [&added](const Tensor& g) {
-    Tensor target = heldGradTarget(0);
-    Tensor three = ops::full(g.shape(), 3.0, g.dtype(), g.device());
-    if (!target.defined()) return std::vector<Tensor>{three};
-    ++added;
-    ops::addInPlace(target, three);
-    return std::vector<Tensor>{Tensor()};
-  });
-}
+Variable addsThreeIntoHeld(const Variable& x, int& added) { return addsThreeVia(heldGradTarget, x, added); }
 
 // The residual pattern: a non-leaf h feeds two ops, and the one whose backward runs second adds into the
 // gradient the first gave (here 2, from scale). Backward runs the consumers in reverse order of the
