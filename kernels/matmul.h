@@ -48,6 +48,11 @@ void gemm(MINIDP_GEMM_ARGS, cudaStream_t stream) {
 }
 /// Whether fp32 GEMMs run on TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32); off by default. Process-wide.
 void setTf32(bool enabled);
+/// Whether the bf16 GEMMs below run a plain kernel of minidp's own (one thread per output element, fp32 sums,
+/// epilogues in a pass of their own, no bias-gradient epilogue) instead of cuBLASLt: slow, for
+/// compute-sanitizer's initcheck, which does not see the writes of cuBLASLt's sm90 (TMA) kernels. Off by
+/// default. Process-wide.
+void setPlainBf16Gemms(bool enabled);
 /// Mixed precision: A and B bf16, C bf16 (activations) or float (weight gradients), fp32 accumulation
 /// and float alpha/beta, through cuBLASLt with a workspace allocated once per thread. `bias` (N), of
 /// C's type (cuBLASLt's bias type is the output type), may be null; else it is added to every row of C
