@@ -166,10 +166,9 @@ __global__ void epilogueKernel(Epilogue e, TC* C, const TC* bias, TC* aux, int64
 // thread per output element, fp32 sums in k order; beta 0 never reads the addend. Row-major operands with
 // leading dimensions lda, ldb, ldc, batch z at z times each stride.
 template <typename TC>
-__global__ void plainGemmKernel(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
-                                const bf16* A, int64_t lda, int64_t strideA, const bf16* B, int64_t ldb,
-                                int64_t strideB, float beta, const TC* addend, TC* C, int64_t ldc, int64_t strideC,
-                                int64_t batch) {
+__global__ void plainGemmKernel(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
+                                int64_t lda, int64_t strideA, const bf16* B, int64_t ldb, int64_t strideB, float beta,
+                                const TC* addend, TC* C, int64_t ldc, int64_t strideC, int64_t batch) {
   const int64_t total = batch * M * N;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t z = i / (M * N), m = i / N % M, n = i % N;
