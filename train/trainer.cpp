@@ -380,7 +380,10 @@ std::string outputUsageProblem(const Options& o, const std::vector<OutputFile>& 
 
 /// The device's rules, before the model's refusals (which take the device as given): bf16 and TF32 are CUDA's.
 std::string deviceUsageProblem(const Options& o) {
-  if (o.device == "cuda") return {};
+  if (o.device == "cuda") {
+    if (o.plainGemms && o.dtype != "bf16") return "--plain-gemms needs --dtype bf16 (it replaces cuBLASLt's bf16 GEMMs)";
+    return {};
+  }
   if (o.dtype == "bf16") return "--dtype bf16 needs --device cuda (bf16 kernels are CUDA-only)";
   if (o.tf32) return "--tf32 needs --device cuda (TF32 is a mode of CUDA's fp32 GEMMs)";
   if (o.plainGemms) return "--plain-gemms needs --device cuda (it replaces cuBLASLt's bf16 GEMMs)";

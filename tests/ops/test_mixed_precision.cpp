@@ -489,6 +489,34 @@ TEST(GemmBf16, PlainKernelPassesTheSameChecks) {
   checkAddendApartFromTheOutput();
   checkGeluEpiloguesAreTheTanhForm();
   checkBiasGradientEpilogue(true);
+  // beta 0 never reads C (initcheck would report it): C full of NaN, bf16 and fp32 outputs, padded C rows.
+  const GemmCase c{false, true, 24, 40, 56, 1};
+  const Tensor a = randomTensor({c.M * c.K}, 141).toDType(DType::BF16), b = randomTensor({c.N * c.K}, 142).toDType(DType::BF16);
+  const std::vector<double> av = a.toDType(DType::F64).toVector<double>(), bv = b.toDType(DType::F64).toVector<double>();
+  const std::vector<double> expected = referenceGemm(c, av, bv, 0.0, std::vector<double>(c.M * c.N, 0.0), nullptr);
+  const Tensor da = a.to(Device::CUDA), db = b.to(Device::CUDA);
+  const int64_t ldc = c.N + 8;
+  for (DType outType : {DType::BF16, DType::F32}) {
+    Tensor out = Tensor::fromVector(std::vector<double>(c.M * ldc, NAN), {c.M * ldc}).toDType(outType).to(Device::CUDA);
+    if (outType == DType::BF16) {
+      MINIDP_ON_CUDA(kernels::cuda::gemmBf16<bf16>(c.transA, c.transB, c.M, c.N, c.K, 1.0f, da.data<bf16>(), 0,
+                                                   db.data<bf16>(), 0, 0.0f, out.data<bf16>(), 0, 1, nullptr,
+                                                   kernels::GemmLd{0, 0, ldc}, runtime::computeStream()));
+    } else {
+      MINIDP_ON_CUDA(kernels::cuda::gemmBf16<float>(c.transA, c.transB, c.M, c.N, c.K, 1.0f, da.data<bf16>(), 0,
+                                                    db.data<bf16>(), 0, 0.0f, out.data<float>(), 0, 1, nullptr,
+                                                    kernels::GemmLd{0, 0, ldc}, runtime::computeStream()));
+    }
+    const std::vector<double> got = out.toDType(DType::F64).to(Device::CPU).toVector<double>();
+    std::vector<double> rows;
+    for (int64_t m = 0; m < c.M; ++m) {
+      for (int64_t n = 0; n < c.N; ++n) rows.push_back(got[m * ldc + n]);
+      for (int64_t n = c.N; n < ldc; ++n) EXPECT_TRUE(std::isnan(got[m * ldc + n])) << "padding written";
+    }
+    EXPECT_LT(relativeL2(Tensor::fromVector(rows, {c.M * c.N}), Tensor::fromVector(expected, {c.M * c.N})),
+              outType == DType::BF16 ? kBf16OutTolerance : kF32OutTolerance)
+        << dtypeName(outType);
+  }
   const auto linear = [](const std::vector<Variable>& v) { return ops::linear(v[0], v[1], v[2]); };
   expectBf16MatchesF32(linear, {randomTensor({4, 6, 40}, 131), randomTensor({48, 40}, 132), randomTensor({48}, 133)},
                        {false, true, true});
