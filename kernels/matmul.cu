@@ -125,6 +125,8 @@ uint32_t alignmentOf(const void* ptr, int64_t strideBytes) {
 }
 
 constexpr int kEpilogueBlock = 256;
+// The bias-gradient epilogue is used when its plan keeps at least this share of the plain plan's waves.
+constexpr float kBiasGradMinWaveShare = 0.9f;
 
 // What a bf16 GEMM does to its (M, N) product before storing it.
 enum class Epilogue : int64_t {
@@ -191,6 +193,7 @@ struct LtPlan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
   bool found = false;
+  float waves = 0;  // the heuristic's wavesCount: how many times the kernel's CTAs fill the GPU
 };
 
 // cuBLASLt state of one host thread: handle, workspace (allocated once) and the plans by shape.
@@ -257,8 +260,9 @@ cublasLtMatrixLayout_t layout(cudaDataType_t type, int64_t rows, int64_t cols, i
 
 // gemmBf16 with an epilogue: `bias` (N) for Bias and GeluAuxBias, (M) written by BiasGrad; `aux` (M, N)
 // row-major written by GeluAuxBias and read by DGelu; `addend` (null: C itself) is what beta scales, laid out
-// as C. Returns false where cuBLASLt has no kernel: the general GEMM and a pass of the epilogue's own ran
-// instead, except BiasGrad's, which is left to the caller.
+// as C. Returns false where the epilogue did not run in cuBLASLt: the general GEMM and a pass of the
+// epilogue's own ran instead where cuBLASLt has no kernel, except BiasGrad's, which is left to the caller, as
+// it is where the bias-gradient plan would fill fewer waves than the plain one (kBiasGradMinWaveShare).
 template <typename TC>
 bool gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
                       int64_t strideA, const bf16* B, int64_t strideB, float beta, TC* C, int64_t strideC,
@@ -293,66 +297,85 @@ bool gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
   const uint32_t alignC = addend && addend != C
                               ? std::min(alignmentOf(C, strideBytesC), alignmentOf(addend, strideBytesC))
                               : alignmentOf(C, strideBytesC);
-  const LtContext::Key key{transA,
-                           transB,
-                           M,
-                           N,
-                           K,
-                           strideA,
-                           strideB,
-                           strideC,
-                           batch,
-                           typeC,
-                           static_cast<int64_t>(epilogue),
-                           alignA,
-                           alignB,
-                           alignC,
-                           bias ? alignmentOf(bias, 0) : 0,
-                           aux ? alignmentOf(aux, 0) : 0,
-                           lda,
-                           ldb,
-                           ldc};
+  // The plan of this shape with epilogue e: cached per shape, leading dimensions and alignments.
+  const auto planFor = [&](Epilogue e, const TC* biasPtr, TC* auxPtr) -> LtPlan& {
+    const LtContext::Key key{transA,
+                             transB,
+                             M,
+                             N,
+                             K,
+                             strideA,
+                             strideB,
+                             strideC,
+                             batch,
+                             typeC,
+                             static_cast<int64_t>(e),
+                             alignA,
+                             alignB,
+                             alignC,
+                             biasPtr ? alignmentOf(biasPtr, 0) : 0,
+                             auxPtr ? alignmentOf(auxPtr, 0) : 0,
+                             lda,
+                             ldb,
+                             ldc};
+    return ltContext().plan(key, [&](cublasLtHandle_t handle) {
+      LtPlan p;
+      CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      setAttribute<int32_t>(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, transB ? CUBLAS_OP_T : CUBLAS_OP_N);
+      setAttribute<int32_t>(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, transA ? CUBLAS_OP_T : CUBLAS_OP_N);
+      if (e != Epilogue::None) setAttribute<uint32_t>(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, ltEpilogue(e));
+      if (biasPtr) {
+        setAttribute<int32_t>(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, typeC);
+        setAttribute<const void*>(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, biasPtr);
+      }
+      if (auxPtr) {  // (M, N) row-major: (N, M) column-major with leading dimension N, of C's type (the default)
+        setAttribute<int64_t>(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, N);
+        setAttribute<void*>(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, auxPtr);
+      }
+      p.a = layout(CUDA_R_16BF, transB ? K : N, transB ? N : K, ldb, batch, strideB);
+      p.b = layout(CUDA_R_16BF, transA ? M : K, transA ? K : M, lda, batch, strideA);
+      p.c = layout(typeC, N, M, ldc, batch, strideC);
+      cublasLtMatmulPreference_t pref = nullptr;
+      CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+      const uint64_t workspace = kLtWorkspaceBytes;
+      const std::array<std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t>, 4> alignments{
+          {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignB},
+           {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignA},
+           {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignC},
+           {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignC}}};
+      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                        sizeof workspace));
+      for (const auto& [attribute, bytes] : alignments) {
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attribute, &bytes, sizeof bytes));
+      }
+      cublasLtMatmulHeuristicResult_t result{};
+      int count = 0;
+      const cublasStatus_t status =
+          cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &count);
+      cublasLtMatmulPreferenceDestroy(pref);
+      // NOT_SUPPORTED, or INVALID_VALUE for some one-row or one-column shapes: the general GEMM takes those.
+      p.found = status == CUBLAS_STATUS_SUCCESS && count > 0;
+      if (p.found) {
+      p.algo = result.algo;
+      p.waves = result.wavesCount;
+    }
+      return p;
+    });
+  };
   LtContext& lt = ltContext();
-  LtPlan& plan = lt.plan(key, [&](cublasLtHandle_t handle) {
-    LtPlan p;
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    setAttribute<int32_t>(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, transB ? CUBLAS_OP_T : CUBLAS_OP_N);
-    setAttribute<int32_t>(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, transA ? CUBLAS_OP_T : CUBLAS_OP_N);
-    if (epilogue != Epilogue::None) setAttribute<uint32_t>(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, ltEpilogue(epilogue));
-    if (bias) {
-      setAttribute<int32_t>(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, typeC);
-      setAttribute<const void*>(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  LtPlan* chosen = &planFor(epilogue, bias, aux);
+  bool withEpilogue = epilogue != Epilogue::None;
+  if (epilogue == Epilogue::BiasGrad && chosen->found) {
+    // The bias gradient's epilogue only where it costs the GEMM no parallelism: cuBLASLt may give it no
+    // split-K kernel, which leaves a narrow weight gradient (768 x 768 over 16384 rows) a fraction of the
+    // GPU's waves. Then the plain plan writes C, and the caller reduces the bias gradient on its own.
+    LtPlan& plain = planFor(Epilogue::None, nullptr, nullptr);
+    if (plain.found && chosen->waves < kBiasGradMinWaveShare * plain.waves) {
+      chosen = &plain;
+      withEpilogue = false;
     }
-    if (aux) {  // (M, N) row-major: (N, M) column-major with leading dimension N, of C's type (the default)
-      setAttribute<int64_t>(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, N);
-      setAttribute<void*>(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
-    }
-    p.a = layout(CUDA_R_16BF, transB ? K : N, transB ? N : K, ldb, batch, strideB);
-    p.b = layout(CUDA_R_16BF, transA ? M : K, transA ? K : M, lda, batch, strideA);
-    p.c = layout(typeC, N, M, ldc, batch, strideC);
-    cublasLtMatmulPreference_t pref = nullptr;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t workspace = kLtWorkspaceBytes;
-    const std::array<std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t>, 4> alignments{
-        {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignB},
-         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignA},
-         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignC},
-         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignC}}};
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                                      sizeof workspace));
-    for (const auto& [attribute, bytes] : alignments) {
-      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attribute, &bytes, sizeof bytes));
-    }
-    cublasLtMatmulHeuristicResult_t result{};
-    int count = 0;
-    const cublasStatus_t status =
-        cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &count);
-    cublasLtMatmulPreferenceDestroy(pref);
-    // NOT_SUPPORTED, or INVALID_VALUE for some one-row or one-column shapes: the general GEMM takes those.
-    p.found = status == CUBLAS_STATUS_SUCCESS && count > 0;
-    if (p.found) p.algo = result.algo;
-    return p;
-  });
+  }
+  LtPlan& plan = *chosen;
   if (!plan.found) {
     // No cuBLASLt kernel for this shape: cuBLAS's general GEMM (any sizes), then the epilogue in a pass of its own.
     if (addend && addend != C && beta != 0.0f) {  // C in place: the addend copied into it first
@@ -371,11 +394,11 @@ bool gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
     }
     return false;
   }
-  if (bias) setAttribute<const void*>(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-  if (aux) setAttribute<void*>(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
+  if (withEpilogue && bias) setAttribute<const void*>(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  if (withEpilogue && aux) setAttribute<void*>(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
   CUBLAS_CHECK(cublasLtMatmul(lt.handle(), plan.desc, &alpha, B, plan.a, A, plan.b, &beta, addend ? addend : C, plan.c,
                               C, plan.c, &plan.algo, lt.workspace(), kLtWorkspaceBytes, stream));
-  return true;
+  return withEpilogue || epilogue == Epilogue::None;
 }
 
 }  // namespace
