@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <climits>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <type_traits>
@@ -125,7 +126,8 @@ uint32_t alignmentOf(const void* ptr, int64_t strideBytes) {
 }
 
 constexpr int kEpilogueBlock = 256;
-// The bias-gradient epilogue is used when its plan keeps at least this share of the plain plan's waves.
+// The bias-gradient epilogue is used when its plan keeps the SMs at least this share as busy as the plain
+// plan does (the fill of their heuristics' wavesCount).
 constexpr float kBiasGradMinWaveShare = 0.9f;
 
 // What a bf16 GEMM does to its (M, N) product before storing it.
@@ -370,7 +372,9 @@ bool gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
     // split-K kernel, which leaves a narrow weight gradient (768 x 768 over 16384 rows) a fraction of the
     // GPU's waves. Then the plain plan writes C, and the caller reduces the bias gradient on its own.
     LtPlan& plain = planFor(Epilogue::None, nullptr, nullptr);
-    if (plain.found && chosen->waves < kBiasGradMinWaveShare * plain.waves) {
+    // A launch's fill: the share of the SMs its waves keep busy (1.6 waves fill 0.8, 0.27 fill 0.27).
+    const auto fill = [](float waves) { return waves > 0 ? waves / std::ceil(waves) : 0.0f; };
+    if (plain.found && fill(chosen->waves) < kBiasGradMinWaveShare * fill(plain.waves)) {
       chosen = &plain;
       withEpilogue = false;
     }
