@@ -358,9 +358,9 @@ bool gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
       // NOT_SUPPORTED, or INVALID_VALUE for some one-row or one-column shapes: the general GEMM takes those.
       p.found = status == CUBLAS_STATUS_SUCCESS && count > 0;
       if (p.found) {
-      p.algo = result.algo;
-      p.waves = result.wavesCount;
-    }
+        p.algo = result.algo;
+        p.waves = result.wavesCount;
+      }
       return p;
     });
   };
