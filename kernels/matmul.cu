@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <climits>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <type_traits>
@@ -85,6 +86,12 @@ GemmLd leadingDims(bool transA, bool transB, int64_t M, int64_t N, int64_t K, Ge
 
 void setTf32(bool enabled) { gTf32 = enabled; }
 
+namespace {
+std::atomic<bool> gPlainBf16{false};
+}  // namespace
+
+void setPlainBf16Gemms(bool enabled) { gPlainBf16 = enabled; }
+
 template <typename T>
 void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t strideA, const T* B,
           int64_t strideB, T beta, T* C, int64_t strideC, int64_t batch, GemmLd ld, cudaStream_t stream) {
@@ -119,6 +126,9 @@ uint32_t alignmentOf(const void* ptr, int64_t strideBytes) {
 }
 
 constexpr int kEpilogueBlock = 256;
+// The bias-gradient epilogue is used when its plan keeps the SMs at least this share as busy as the plain
+// plan does (the fill of their heuristics' wavesCount).
+constexpr float kBiasGradMinWaveShare = 0.9f;
 
 // What a bf16 GEMM does to its (M, N) product before storing it.
 enum class Epilogue : int64_t {
@@ -156,12 +166,36 @@ __global__ void epilogueKernel(Epilogue e, TC* C, const TC* bias, TC* aux, int64
   }
 }
 
+// C = alpha op(A) op(B) + beta addend (the addend laid out as C; C itself when the caller has none), one
+// thread per output element, fp32 sums in k order; beta 0 never reads the addend. Row-major operands with
+// leading dimensions lda, ldb, ldc, batch z at z times each stride.
+template <typename TC>
+__global__ void plainGemmKernel(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
+                                int64_t lda, int64_t strideA, const bf16* B, int64_t ldb, int64_t strideB, float beta,
+                                const TC* addend, TC* C, int64_t ldc, int64_t strideC, int64_t batch) {
+  const int64_t total = batch * M * N;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t z = i / (M * N), m = i / N % M, n = i % N;
+    const bf16* a = A + z * strideA;
+    const bf16* b = B + z * strideB;
+    float sum = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      sum += toAccum(transA ? a[k * lda + m] : a[m * lda + k]) * toAccum(transB ? b[n * ldb + k] : b[k * ldb + n]);
+    }
+    const int64_t o = z * strideC + m * ldc + n;
+    float v = alpha * sum;
+    if (beta != 0.0f) v += beta * toAccum(addend[o]);
+    C[o] = fromAccum<TC>(v);
+  }
+}
+
 // One cuBLASLt matmul shape: descriptors and the algorithm the heuristic chose (found false: none).
 struct LtPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
   bool found = false;
+  float waves = 0;  // the heuristic's wavesCount: how many times the kernel's CTAs fill the GPU
 };
 
 // cuBLASLt state of one host thread: handle, workspace (allocated once) and the plans by shape.
@@ -228,8 +262,9 @@ cublasLtMatrixLayout_t layout(cudaDataType_t type, int64_t rows, int64_t cols, i
 
 // gemmBf16 with an epilogue: `bias` (N) for Bias and GeluAuxBias, (M) written by BiasGrad; `aux` (M, N)
 // row-major written by GeluAuxBias and read by DGelu; `addend` (null: C itself) is what beta scales, laid out
-// as C. Returns false where cuBLASLt has no kernel: the general GEMM and a pass of the epilogue's own ran
-// instead, except BiasGrad's, which is left to the caller.
+// as C. Returns false where the epilogue did not run in cuBLASLt: the general GEMM and a pass of the
+// epilogue's own ran instead where cuBLASLt has no kernel, except BiasGrad's, which is left to the caller, as
+// it is where the bias-gradient plan would fill fewer waves than the plain one (kBiasGradMinWaveShare).
 template <typename TC>
 bool gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
                       int64_t strideA, const bf16* B, int64_t strideB, float beta, TC* C, int64_t strideC,
@@ -244,6 +279,18 @@ bool gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
   const GemmLd lds = leadingDims(transA, transB, M, N, K, ld);
   const int64_t lda = lds.a, ldb = lds.b, ldc = lds.c;
   MINIDP_CHECK(epilogue == Epilogue::None || ldc == N, "gemmBf16: an epilogue with a padded C is not supported");
+  if (gPlainBf16) {  // setPlainBf16Gemms: our own kernel, then the epilogue in a pass of its own
+    plainGemmKernel<TC><<<gridFor(batch * M * N, kEpilogueBlock), kEpilogueBlock, 0, stream>>>(
+        transA, transB, M, N, K, alpha, A, lda, strideA, B, ldb, strideB, beta, addend ? addend : C, C, ldc, strideC,
+        batch);
+    CUDA_CHECK_LAUNCH();
+    if (epilogue != Epilogue::None && epilogue != Epilogue::BiasGrad) {
+      epilogueKernel<TC>
+          <<<gridFor(M * N, kEpilogueBlock), kEpilogueBlock, 0, stream>>>(epilogue, C, bias, aux, M * N, N);
+      CUDA_CHECK_LAUNCH();
+    }
+    return false;
+  }
   // As gemm: cuBLASLt (column-major) computes C^T (N, M) = op(B)^T op(A)^T, so our B is its first operand.
   const uint32_t alignA = alignmentOf(A, batch > 1 ? strideA * 2 : 0);
   const uint32_t alignB = alignmentOf(B, batch > 1 ? strideB * 2 : 0);
@@ -252,66 +299,87 @@ bool gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
   const uint32_t alignC = addend && addend != C
                               ? std::min(alignmentOf(C, strideBytesC), alignmentOf(addend, strideBytesC))
                               : alignmentOf(C, strideBytesC);
-  const LtContext::Key key{transA,
-                           transB,
-                           M,
-                           N,
-                           K,
-                           strideA,
-                           strideB,
-                           strideC,
-                           batch,
-                           typeC,
-                           static_cast<int64_t>(epilogue),
-                           alignA,
-                           alignB,
-                           alignC,
-                           bias ? alignmentOf(bias, 0) : 0,
-                           aux ? alignmentOf(aux, 0) : 0,
-                           lda,
-                           ldb,
-                           ldc};
+  // The plan of this shape with epilogue e: cached per shape, leading dimensions and alignments.
+  const auto planFor = [&](Epilogue e, const TC* biasPtr, TC* auxPtr) -> LtPlan& {
+    const LtContext::Key key{transA,
+                             transB,
+                             M,
+                             N,
+                             K,
+                             strideA,
+                             strideB,
+                             strideC,
+                             batch,
+                             typeC,
+                             static_cast<int64_t>(e),
+                             alignA,
+                             alignB,
+                             alignC,
+                             biasPtr ? alignmentOf(biasPtr, 0) : 0,
+                             auxPtr ? alignmentOf(auxPtr, 0) : 0,
+                             lda,
+                             ldb,
+                             ldc};
+    return ltContext().plan(key, [&](cublasLtHandle_t handle) {
+      LtPlan p;
+      CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      setAttribute<int32_t>(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, transB ? CUBLAS_OP_T : CUBLAS_OP_N);
+      setAttribute<int32_t>(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, transA ? CUBLAS_OP_T : CUBLAS_OP_N);
+      if (e != Epilogue::None) setAttribute<uint32_t>(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, ltEpilogue(e));
+      if (biasPtr) {
+        setAttribute<int32_t>(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, typeC);
+        setAttribute<const void*>(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, biasPtr);
+      }
+      if (auxPtr) {  // (M, N) row-major: (N, M) column-major with leading dimension N, of C's type (the default)
+        setAttribute<int64_t>(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, N);
+        setAttribute<void*>(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, auxPtr);
+      }
+      p.a = layout(CUDA_R_16BF, transB ? K : N, transB ? N : K, ldb, batch, strideB);
+      p.b = layout(CUDA_R_16BF, transA ? M : K, transA ? K : M, lda, batch, strideA);
+      p.c = layout(typeC, N, M, ldc, batch, strideC);
+      cublasLtMatmulPreference_t pref = nullptr;
+      CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+      const uint64_t workspace = kLtWorkspaceBytes;
+      const std::array<std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t>, 4> alignments{
+          {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignB},
+           {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignA},
+           {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignC},
+           {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignC}}};
+      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                        sizeof workspace));
+      for (const auto& [attribute, bytes] : alignments) {
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attribute, &bytes, sizeof bytes));
+      }
+      cublasLtMatmulHeuristicResult_t result{};
+      int count = 0;
+      const cublasStatus_t status =
+          cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &count);
+      cublasLtMatmulPreferenceDestroy(pref);
+      // NOT_SUPPORTED, or INVALID_VALUE for some one-row or one-column shapes: the general GEMM takes those.
+      p.found = status == CUBLAS_STATUS_SUCCESS && count > 0;
+      if (p.found) {
+        p.algo = result.algo;
+        p.waves = result.wavesCount;
+      }
+      return p;
+    });
+  };
   LtContext& lt = ltContext();
-  LtPlan& plan = lt.plan(key, [&](cublasLtHandle_t handle) {
-    LtPlan p;
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    setAttribute<int32_t>(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, transB ? CUBLAS_OP_T : CUBLAS_OP_N);
-    setAttribute<int32_t>(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, transA ? CUBLAS_OP_T : CUBLAS_OP_N);
-    if (epilogue != Epilogue::None) setAttribute<uint32_t>(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, ltEpilogue(epilogue));
-    if (bias) {
-      setAttribute<int32_t>(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, typeC);
-      setAttribute<const void*>(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  LtPlan* chosen = &planFor(epilogue, bias, aux);
+  bool withEpilogue = epilogue != Epilogue::None;
+  if (epilogue == Epilogue::BiasGrad && chosen->found) {
+    // The bias gradient's epilogue only where it costs the GEMM no parallelism: cuBLASLt may give it no
+    // split-K kernel, which leaves a narrow weight gradient (768 x 768 over 16384 rows) a fraction of the
+    // GPU's waves. Then the plain plan writes C, and the caller reduces the bias gradient on its own.
+    LtPlan& plain = planFor(Epilogue::None, nullptr, nullptr);
+    // A launch's fill: the share of the SMs its waves keep busy (1.6 waves fill 0.8, 0.27 fill 0.27).
+    const auto fill = [](float waves) { return waves > 0 ? waves / std::ceil(waves) : 0.0f; };
+    if (plain.found && fill(chosen->waves) < kBiasGradMinWaveShare * fill(plain.waves)) {
+      chosen = &plain;
+      withEpilogue = false;
     }
-    if (aux) {  // (M, N) row-major: (N, M) column-major with leading dimension N, of C's type (the default)
-      setAttribute<int64_t>(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, N);
-      setAttribute<void*>(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
-    }
-    p.a = layout(CUDA_R_16BF, transB ? K : N, transB ? N : K, ldb, batch, strideB);
-    p.b = layout(CUDA_R_16BF, transA ? M : K, transA ? K : M, lda, batch, strideA);
-    p.c = layout(typeC, N, M, ldc, batch, strideC);
-    cublasLtMatmulPreference_t pref = nullptr;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t workspace = kLtWorkspaceBytes;
-    const std::array<std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t>, 4> alignments{
-        {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignB},
-         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignA},
-         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignC},
-         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignC}}};
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                                      sizeof workspace));
-    for (const auto& [attribute, bytes] : alignments) {
-      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attribute, &bytes, sizeof bytes));
-    }
-    cublasLtMatmulHeuristicResult_t result{};
-    int count = 0;
-    const cublasStatus_t status =
-        cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &count);
-    cublasLtMatmulPreferenceDestroy(pref);
-    // NOT_SUPPORTED, or INVALID_VALUE for some one-row or one-column shapes: the general GEMM takes those.
-    p.found = status == CUBLAS_STATUS_SUCCESS && count > 0;
-    if (p.found) p.algo = result.algo;
-    return p;
-  });
+  }
+  LtPlan& plan = *chosen;
   if (!plan.found) {
     // No cuBLASLt kernel for this shape: cuBLAS's general GEMM (any sizes), then the epilogue in a pass of its own.
     if (addend && addend != C && beta != 0.0f) {  // C in place: the addend copied into it first
@@ -330,11 +398,11 @@ bool gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
     }
     return false;
   }
-  if (bias) setAttribute<const void*>(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-  if (aux) setAttribute<void*>(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
+  if (withEpilogue && bias) setAttribute<const void*>(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  if (withEpilogue && aux) setAttribute<void*>(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
   CUBLAS_CHECK(cublasLtMatmul(lt.handle(), plan.desc, &alpha, B, plan.a, A, plan.b, &beta, addend ? addend : C, plan.c,
                               C, plan.c, &plan.algo, lt.workspace(), kLtWorkspaceBytes, stream));
-  return true;
+  return withEpilogue || epilogue == Epilogue::None;
 }
 
 }  // namespace

@@ -48,6 +48,11 @@ void gemm(MINIDP_GEMM_ARGS, cudaStream_t stream) {
 }
 /// Whether fp32 GEMMs run on TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32); off by default. Process-wide.
 void setTf32(bool enabled);
+/// Whether the bf16 GEMMs below run a plain kernel of minidp's own (one thread per output element, fp32 sums,
+/// epilogues in a pass of their own, no bias-gradient epilogue) instead of cuBLASLt: slow, for
+/// compute-sanitizer's initcheck, which does not see the writes of cuBLASLt's sm90 (TMA) kernels. Off by
+/// default. Process-wide.
+void setPlainBf16Gemms(bool enabled);
 /// Mixed precision: A and B bf16, C bf16 (activations) or float (weight gradients), fp32 accumulation
 /// and float alpha/beta, through cuBLASLt with a workspace allocated once per thread. `bias` (N), of
 /// C's type (cuBLASLt's bias type is the output type), may be null; else it is added to every row of C
@@ -82,8 +87,9 @@ void gemmBf16DGelu(bool transA, bool transB, int64_t M, int64_t N, int64_t K, co
 /// A linear layer's weight and bias gradients in one GEMM: C (M, N) = A^T B + beta C in fp32, with A (K, M)
 /// the output gradient and B (K, N) the input, both row-major, and `biasGrad` (M) = the sums of A's columns
 /// over its K rows, written (not accumulated) by cuBLASLt's BGRADB epilogue from the fp32 accumulators.
-/// Returns false where cuBLASLt has no such kernel for the shape: C is then written by the general GEMM and
-/// biasGrad is untouched, for the caller to reduce on its own.
+/// Returns false where cuBLASLt has no such kernel for the shape, or where its plan would keep the SMs less
+/// than 0.9 as busy as the plain plan (the epilogue may take the split-K kernels from a narrow weight gradient):
+/// C is then written by the general or the plain GEMM and biasGrad is untouched, for the caller to reduce.
 bool gemmBf16BiasGrad(int64_t M, int64_t N, int64_t K, const bf16* A, const bf16* B, float beta, float* C,
                       float* biasGrad, cudaStream_t stream);
 }  // namespace cuda

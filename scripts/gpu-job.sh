@@ -123,6 +123,7 @@ step_profile_block() {
 }
 # compute-sanitizer's memcheck, initcheck and racecheck over short training runs of the whole program: GPT and
 # llama, fp32 and bf16, with and without --cuda-graph (fortunes, 3 steps, validation on), run side by side.
+# bf16 initcheck runs take --plain-gemms: initcheck does not see the writes of cuBLASLt's TMA kernels.
 step_whole_sanitize() {
   local gpt=(--model gpt --layers 2 --embd 128 --heads 2 --context 100)
   local llama=(--model llama --layers 2 --embd 256 --heads 4 --kv-heads 2 --hidden 640 --context 100)
@@ -136,7 +137,8 @@ step_whole_sanitize() {
           logs+=("$log")
           timeout ${SANITIZE_TIMEOUT:-420} compute-sanitizer --tool "$tool" --error-exitcode 3 build/bin/minidp-train \
             "${shape[@]}" --data fortunes --device cuda --dtype $d --batch-size 4 --steps 3 --log-every 1 \
-            --eval-every 3 --eval-batches 1 $([ $g = graph ] && echo --cuda-graph) >"$log" 2>&1 &
+            --eval-every 3 --eval-batches 1 $([ $g = graph ] && echo --cuda-graph) \
+            $([ $d = bf16 ] && [ $tool = initcheck ] && echo --plain-gemms) >"$log" 2>&1 &
         done
       done
     done

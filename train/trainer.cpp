@@ -174,6 +174,9 @@ void addOptions(CLI::App& app, Options& o) {
       ->check(CLI::IsMember({"fp32", "fp64", "bf16"}))
       ->capture_default_str();
   app.add_flag("--tf32", o.tf32, "CUDA fp32 GEMMs on TF32 tensor cores (default: exact fp32)");
+  app.add_flag("--plain-gemms", o.plainGemms,
+               "bf16 GEMMs in a slow plain kernel of minidp's own instead of cuBLASLt, for compute-sanitizer's "
+               "initcheck (which does not see cuBLASLt's writes)");
   app.add_option("--steps", o.steps,
                  "Optimizer steps (0: the model's default" + modelDefault(known ? std::to_string(entry->defaultSteps) : "") + ")")
       ->transform(numberIn(0, kMaxCount, true))
@@ -377,9 +380,13 @@ std::string outputUsageProblem(const Options& o, const std::vector<OutputFile>& 
 
 /// The device's rules, before the model's refusals (which take the device as given): bf16 and TF32 are CUDA's.
 std::string deviceUsageProblem(const Options& o) {
-  if (o.device == "cuda") return {};
+  if (o.device == "cuda") {
+    if (o.plainGemms && o.dtype != "bf16") return "--plain-gemms needs --dtype bf16 (it replaces cuBLASLt's bf16 GEMMs)";
+    return {};
+  }
   if (o.dtype == "bf16") return "--dtype bf16 needs --device cuda (bf16 kernels are CUDA-only)";
   if (o.tf32) return "--tf32 needs --device cuda (TF32 is a mode of CUDA's fp32 GEMMs)";
+  if (o.plainGemms) return "--plain-gemms needs --device cuda (it replaces cuBLASLt's bf16 GEMMs)";
   return {};
 }
 
@@ -515,6 +522,7 @@ void openSession(Options& opts, Session& s) {
   s.compute = opts.dtype == "bf16" ? DType::BF16 : s.dtype;
   if (const std::string problem = usageProblem(opts); !problem.empty()) throw Error(problem);  // checkUsage's rules
   ops::setFp32Gemm(opts.tf32 ? ops::Fp32Gemm::Tf32 : ops::Fp32Gemm::Exact);
+  ops::setBf16Gemm(opts.plainGemms ? ops::Bf16Gemm::Plain : ops::Bf16Gemm::CublasLt);
   // MPI first: any failure after it (on any rank) ends every rank through runGuarded.
   s.verbose = opts.verbose;
   if (distributed::MpiEnvironment::launchedByMpirun()) {

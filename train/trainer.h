@@ -59,6 +59,8 @@ struct Options {
   distributed::CommOptions comm;
   // Precision: --dtype bf16 trains fp32 parameters with bf16 activations; --tf32 runs fp32 GEMMs on TF32.
   bool tf32 = false;
+  // --plain-gemms: bf16 GEMMs in minidp's own plain kernel instead of cuBLASLt (for compute-sanitizer).
+  bool plainGemms = false;
   // The schedule and clipping (addOptions); periodic validation, metrics, sampling (addLoopOptions).
   LrScheduleKind lrSchedule = LrScheduleKind::Constant;
   int64_t warmupSteps = 0;

@@ -111,4 +111,12 @@ void setFp32Gemm(Fp32Gemm mode) {
 #endif
 }
 
+void setBf16Gemm(Bf16Gemm mode) {
+#if MINIDP_WITH_CUDA
+  kernels::cuda::setPlainBf16Gemms(mode == Bf16Gemm::Plain);
+#else
+  (void)mode;
+#endif
+}
+
 }  // namespace minidp::ops

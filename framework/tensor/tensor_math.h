@@ -28,5 +28,10 @@ void castInto(const Tensor& x, Tensor& y);
 enum class Fp32Gemm { Exact, Tf32 };
 /// Sets the fp32 GEMM mode for the process (default Exact); a no-op without CUDA.
 void setFp32Gemm(Fp32Gemm mode);
+/// How bf16 GEMMs run on CUDA: cuBLASLt (the fast path), or a plain kernel of minidp's own that
+/// compute-sanitizer's initcheck can follow (kernels::cuda::setPlainBf16Gemms).
+enum class Bf16Gemm { CublasLt, Plain };
+/// Sets the bf16 GEMM path for the process (default CublasLt); a no-op without CUDA.
+void setBf16Gemm(Bf16Gemm mode);
 
 }  // namespace minidp::ops

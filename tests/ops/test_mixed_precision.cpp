@@ -114,8 +114,7 @@ std::vector<double> referenceGemm(const GemmCase& c, const std::vector<double>& 
 constexpr double kBf16OutTolerance = 1e-2;
 constexpr double kF32OutTolerance = 1e-5;
 
-TEST(GemmBf16, MatchesFloat64Reference) {
-  SKIP_WITHOUT_CUDA();
+void checkGemmsMatchFloat64() {
   const std::vector<GemmCase> cases{
       {false, false, 64, 96, 128, 1}, {false, true, 64, 96, 128, 1}, {true, false, 64, 96, 128, 1},
       {true, true, 64, 96, 128, 1},   {false, true, 37, 45, 29, 1},  {false, false, 16, 24, 32, 3},
@@ -163,12 +162,16 @@ TEST(GemmBf16, MatchesFloat64Reference) {
   }
 }
 
+TEST(GemmBf16, MatchesFloat64Reference) {
+  SKIP_WITHOUT_CUDA();
+  checkGemmsMatchFloat64();
+}
+
 // gemmBf16Addend: C = op(A) op(B) + addend (+ bias) with the addend in a tensor of its own (a residual), bf16
 // out, batch 1, against float64; the output starts as NaN (every element written from the addend, not
 // from what C held) and the addend is left as it was. The one-row shapes take the general GEMM, whose path
 // copies the addend into C first.
-TEST(GemmBf16, AddendApartFromTheOutput) {
-  SKIP_WITHOUT_CUDA();
+void checkAddendApartFromTheOutput() {
   const std::vector<GemmCase> cases{{false, true, 64, 96, 128, 1},
                                     {false, true, 37, 45, 29, 1},
                                     {true, false, 1, 40, 300, 1},
@@ -201,18 +204,23 @@ TEST(GemmBf16, AddendApartFromTheOutput) {
   }
 }
 
+TEST(GemmBf16, AddendApartFromTheOutput) {
+  SKIP_WITHOUT_CUDA();
+  checkAddendApartFromTheOutput();
+}
+
 // gemmBf16BiasGrad: a linear layer's weight gradient A^T B (+ beta C) in fp32 and its bias gradient, the
 // column sums of A, from one GEMM (cuBLASLt's BGRADB epilogue), against float64. The output starts as NaN
 // where beta is 0 and the bias gradient always does, so every element must be written. Where cuBLASLt has no
-// such kernel (the call returns false) the bias gradient must be left untouched for the caller; the GPT-2
-// widths must take the fused kernel, which is what the epilogue is for.
-TEST(GemmBf16, BiasGradientFromTheWeightGradientGemm) {
-  SKIP_WITHOUT_CUDA();
+// such kernel, or its plan would fill fewer waves than the plain one (the call returns false), the bias
+// gradient must be left untouched for the caller. The wide GPT-2 weight gradients (144 output tiles) must
+// take the fused kernel, which is what the epilogue is for; the narrow one (768 x 768) may not.
+void checkBiasGradientEpilogue(bool plain) {
   struct Case {
     int64_t M, N, K;
     bool mustFuse;
   };
-  const std::vector<Case> cases{{768, 768, 2048, true},
+  const std::vector<Case> cases{{768, 768, 2048, false},
                                 {3072, 768, 1024, true},
                                 {768, 3072, 1024, true},
                                 {37, 45, 29, false},
@@ -240,7 +248,11 @@ TEST(GemmBf16, BiasGradientFromTheWeightGradientGemm) {
                                                              biasGrad.data<float>(), runtime::computeStream()));
       const Tensor expected = Tensor::fromVector(referenceGemm(shape, av, bv, beta, c0v, nullptr), {c.M * c.N});
       EXPECT_LT(relativeL2(out, expected), kF32OutTolerance) << "weight gradient";
-      if (c.mustFuse) EXPECT_TRUE(fused) << "cuBLASLt took no BGRADB kernel";
+      if (plain) {
+        EXPECT_FALSE(fused) << "the plain kernel has no bias-gradient epilogue";
+      } else if (c.mustFuse) {
+        EXPECT_TRUE(fused) << "cuBLASLt took no BGRADB kernel";
+      }
       const std::vector<double> written = biasGrad.toDType(DType::F64).to(Device::CPU).toVector<double>();
       if (fused) {
         std::vector<double> sums(c.M, 0.0);
@@ -255,6 +267,11 @@ TEST(GemmBf16, BiasGradientFromTheWeightGradientGemm) {
   }
 }
 
+TEST(GemmBf16, BiasGradientFromTheWeightGradientGemm) {
+  SKIP_WITHOUT_CUDA();
+  checkBiasGradientEpilogue(false);
+}
+
 // The GELU MLP's epilogues against float64. Per element: the pre-activation saved as aux, GELU of it and
 // the product times GELU's derivative at the saved aux, within one bf16 rounding (two for the aux and the
 // derivative, which cuBLASLt may round twice) plus what a fast tanh
@@ -263,8 +280,7 @@ TEST(GemmBf16, BiasGradientFromTheWeightGradientGemm) {
 // so the mean signed error against the tanh form must stay under 1.5e-4 (bf16 rounding averages out).
 // Biases spread over [-4, 4] put pre-activations all along GELU's curve; the one-row and odd shapes may
 // take the general GEMM with the epilogue in a pass of its own.
-TEST(GemmBf16, GeluEpiloguesAreTheTanhForm) {
-  SKIP_WITHOUT_CUDA();
+void checkGeluEpiloguesAreTheTanhForm() {
   const std::vector<GemmCase> cases{{false, true, 64, 96, 128, 1},
                                     {false, false, 64, 96, 128, 1},
                                     {false, true, 1, 40, 64, 1},
@@ -324,6 +340,11 @@ TEST(GemmBf16, GeluEpiloguesAreTheTanhForm) {
     EXPECT_LT(std::abs(signedSum / static_cast<double>(inRange)), 1.5e-4)
         << "mean GELU error over " << inRange << " pre-activations in [-3, -2]: the erf form gives about -3.7e-4";
   }
+}
+
+TEST(GemmBf16, GeluEpiloguesAreTheTanhForm) {
+  SKIP_WITHOUT_CUDA();
+  checkGeluEpiloguesAreTheTanhForm();
 }
 
 TEST(GemmTf32, CloseToFloat64AndOffIsExactAgain) {
@@ -449,6 +470,62 @@ TEST(Bf16Ops, ResidualFormsMatchF32) {
                        {randomTensor({4, 6, 64}, 104), randomTensor({4, 6, 64}, 105), randomTensor({40, 64}, 106),
                         randomTensor({4, 6, 40}, 107)},
                        {false, false, true, false});
+}
+
+// Runs the bf16 GEMMs in minidp's plain kernel (ops::Bf16Gemm::Plain, minidp-train's --plain-gemms) while alive.
+struct PlainBf16Gemms {
+  PlainBf16Gemms() { ops::setBf16Gemm(ops::Bf16Gemm::Plain); }
+  ~PlainBf16Gemms() { ops::setBf16Gemm(ops::Bf16Gemm::CublasLt); }
+  PlainBf16Gemms(const PlainBf16Gemms&) = delete;
+  PlainBf16Gemms& operator=(const PlainBf16Gemms&) = delete;
+};
+
+// The plain kernel, which compute-sanitizer's initcheck can follow, passes the cuBLASLt path's GEMM checks
+// against float64 (every transpose, batches, bias, an addend apart from C, the GELU epilogues, the weight
+// gradient without its bias epilogue), and the bf16 linear layer and GELU MLP against their fp32 runs.
+TEST(GemmBf16, PlainKernelPassesTheSameChecks) {
+  SKIP_WITHOUT_CUDA();
+  PlainBf16Gemms plain;
+  checkGemmsMatchFloat64();
+  checkAddendApartFromTheOutput();
+  checkGeluEpiloguesAreTheTanhForm();
+  checkBiasGradientEpilogue(true);
+  // beta 0 never reads C (initcheck would report it): C full of NaN, bf16 and fp32 outputs, padded C rows.
+  const GemmCase c{false, true, 24, 40, 56, 1};
+  const Tensor a = randomTensor({c.M * c.K}, 141).toDType(DType::BF16), b = randomTensor({c.N * c.K}, 142).toDType(DType::BF16);
+  const std::vector<double> av = a.toDType(DType::F64).toVector<double>(), bv = b.toDType(DType::F64).toVector<double>();
+  const std::vector<double> expected = referenceGemm(c, av, bv, 0.0, std::vector<double>(c.M * c.N, 0.0), nullptr);
+  const Tensor da = a.to(Device::CUDA), db = b.to(Device::CUDA);
+  const int64_t ldc = c.N + 8;
+  for (DType outType : {DType::BF16, DType::F32}) {
+    Tensor out = Tensor::fromVector(std::vector<double>(c.M * ldc, NAN), {c.M * ldc}).toDType(outType).to(Device::CUDA);
+    if (outType == DType::BF16) {
+      MINIDP_ON_CUDA(kernels::cuda::gemmBf16<bf16>(c.transA, c.transB, c.M, c.N, c.K, 1.0f, da.data<bf16>(), 0,
+                                                   db.data<bf16>(), 0, 0.0f, out.data<bf16>(), 0, 1, nullptr,
+                                                   kernels::GemmLd{0, 0, ldc}, runtime::computeStream()));
+    } else {
+      MINIDP_ON_CUDA(kernels::cuda::gemmBf16<float>(c.transA, c.transB, c.M, c.N, c.K, 1.0f, da.data<bf16>(), 0,
+                                                    db.data<bf16>(), 0, 0.0f, out.data<float>(), 0, 1, nullptr,
+                                                    kernels::GemmLd{0, 0, ldc}, runtime::computeStream()));
+    }
+    const std::vector<double> got = out.toDType(DType::F64).to(Device::CPU).toVector<double>();
+    std::vector<double> rows;
+    for (int64_t m = 0; m < c.M; ++m) {
+      for (int64_t n = 0; n < c.N; ++n) rows.push_back(got[m * ldc + n]);
+      for (int64_t n = c.N; n < ldc; ++n) EXPECT_TRUE(std::isnan(got[m * ldc + n])) << "padding written";
+    }
+    EXPECT_LT(relativeL2(Tensor::fromVector(rows, {c.M * c.N}), Tensor::fromVector(expected, {c.M * c.N})),
+              outType == DType::BF16 ? kBf16OutTolerance : kF32OutTolerance)
+        << dtypeName(outType);
+  }
+  const auto linear = [](const std::vector<Variable>& v) { return ops::linear(v[0], v[1], v[2]); };
+  expectBf16MatchesF32(linear, {randomTensor({4, 6, 40}, 131), randomTensor({48, 40}, 132), randomTensor({48}, 133)},
+                       {false, true, true});
+  const auto mlp = [](const std::vector<Variable>& v) { return ops::geluMlp(v[0], v[1], v[2], v[3], v[4]); };
+  expectBf16MatchesF32(mlp,
+                       {randomTensor({4, 6, 40}, 151), randomTensor({64, 40}, 152), randomTensor({64}, 153),
+                        randomTensor({40, 64}, 154), randomTensor({40}, 155)},
+                       {false, true, true, true, true});
 }
 
 TEST(Bf16Ops, MatmulMatchesF32) {
