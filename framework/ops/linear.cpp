@@ -46,8 +46,9 @@ void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const Tenso
 }
 
 GradSink gradSink(size_t index, const Tensor& param) {
-  Tensor installed = leafGradTarget(index);
-  if (installed.defined()) return {installed, Tensor(), 1.0};
+  bool zero = false;
+  Tensor installed = leafGradTarget(index, &zero);
+  if (installed.defined()) return {installed, Tensor(), zero ? 0.0 : 1.0};  // known zeros: overwritten
   Tensor fresh = Tensor::empty(param.shape(), param.dtype(), param.device());
   return {fresh, fresh, 0.0};
 }
