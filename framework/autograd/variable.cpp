@@ -57,13 +57,19 @@ Variable Variable::fromOp(Tensor data, std::vector<Variable> inputs, BackwardFn 
   return out;
 }
 
-Tensor leafGradTarget(size_t index) {
+Tensor leafGradTarget(size_t index, bool* zero) {
   MINIDP_CHECK(gBackwardInputs != nullptr, "leafGradTarget is only valid inside an op's backward");
   MINIDP_CHECK(index < gBackwardInputs->size(),
                "leafGradTarget(" << index << ") for an op with " << gBackwardInputs->size() << " inputs");
   const Variable& input = (*gBackwardInputs)[index];
   if (!input.defined() || !input.requiresGrad() || !input.isLeaf() || !input.grad().defined()) return Tensor();
   (*gTakenGrads)[index] = true;
+  if (zero) {
+    // Zeros to overwrite only when this op writes the gradient once: a leaf it takes at two inputs gets
+    // two contributions, in an order the op chooses.
+    *zero = input.gradKnownZero() && std::count_if(gBackwardInputs->begin(), gBackwardInputs->end(),
+                                                   [&](const Variable& v) { return v.id() == input.id(); }) == 1;
+  }
   return input.grad();
 }
 
@@ -98,10 +104,16 @@ void Variable::setGrad(Tensor grad) {
                "gradient " << dtypeName(grad.dtype()) << shapeString(grad.shape()) << " does not match variable "
                            << dtypeName(dtype()) << shapeString(shape()));
   impl_->grad = std::move(grad);
+  impl_->gradZero = false;
 }
 
 void Variable::zeroGrad() {
   if (impl_->grad.defined()) impl_->grad.zero();
+}
+
+void Variable::markGradZero() {
+  MINIDP_CHECK(impl_->grad.defined(), "markGradZero on a variable without a gradient");
+  impl_->gradZero = true;
 }
 
 Variable::HookHandle Variable::addGradReadyHook(GradReadyHook hook) {
@@ -179,6 +191,7 @@ class BackwardEngine {
         if (taken[i]) {
           // the op accumulated into the leaf's installed gradient (leafGradTarget), or into the gradient the
           // engine holds for a non-leaf input (heldGradTarget), itself
+          in->gradZero = false;
         } else if (input.isLeaf()) {
           accumulateLeaf(*in, inGrads[i]);
         } else {
@@ -207,6 +220,7 @@ class BackwardEngine {
 
  private:
   static void accumulateLeaf(Variable::Impl& leaf, const Tensor& g) {
+    leaf.gradZero = false;
     if (!leaf.grad.defined()) {
       leaf.grad = g.clone();
     } else {

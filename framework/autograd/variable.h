@@ -52,10 +52,16 @@ class Variable {
 
   /// The accumulated gradient (undefined before the first backward that reaches this leaf).
   const Tensor& grad() const { return impl_->grad; }
+  /// Whether the installed gradient is known to hold zeros (markGradZero, no contribution since).
+  bool gradKnownZero() const { return impl_->gradZero; }
   /// Installs the tensor gradients accumulate into (the reducer passes a view of its bucket).
   void setGrad(Tensor grad);
   /// Zeroes the gradient in place if there is one.
   void zeroGrad();
+  /// Promises that the installed gradient holds zeros (its owner has just zeroed it, as the reducer does its
+  /// buckets every step): the next contribution may overwrite it instead of adding to it (a GEMM with
+  /// beta 0, an epilogue that writes). The next contribution, and setGrad, end the promise.
+  void markGradZero();
 
   /// Identifies one installed grad-ready hook (PyTorch's RemovableHandle): removing it removes only it.
   using HookHandle = uint64_t;
@@ -81,6 +87,7 @@ class Variable {
     std::vector<Variable> inputs;
     BackwardFn backward;
     bool released = false;  // its backward ran and its graph was freed
+    bool gradZero = false;  // markGradZero: `grad` holds zeros until the next contribution
     std::vector<std::pair<HookHandle, GradReadyHook>> hooks;
     HookHandle nextHook = 0;
     std::function<void()> beforeUse;
@@ -109,8 +116,9 @@ bool gradModeEnabled();
 /// is a leaf that requires grad and already has one (under DDP, a view of its bucket). The op may then
 /// accumulate its contribution into it directly (`+=`: a GEMM with beta = 1, a kernel that adds) and must
 /// return an undefined Tensor for that input. Undefined otherwise: return the gradient as usual.
-/// Saves a temporary and an add per parameter gradient.
-Tensor leafGradTarget(size_t index);
+/// Saves a temporary and an add per parameter gradient. With `zero`: whether that gradient is known to hold
+/// zeros (markGradZero, and no other input of the op is the same leaf), so that the op may overwrite it.
+Tensor leafGradTarget(size_t index, bool* zero = nullptr);
 
 /// Inside an op's backward only: the gradient the engine already holds for the op's non-leaf input `index`
 /// (the sum of what its other consumers gave so far), when the engine holds that memory alone and it has

@@ -66,6 +66,7 @@ void Reducer::installBuckets(bool keepGradients) {
     Tensor view = Tensor::alias(bucket.buffer, slot.offset, param.shape());
     if (keepGradients) view.copyFrom(param.grad());
     param.setGrad(std::move(view));
+    if (!keepGradients) param.markGradZero();
   }
   for (GradBucket& bucket : buckets) {
     for (int i : plan_.buckets[bucket.index].params) {
@@ -110,6 +111,7 @@ void Reducer::prepareStep() {
   MINIDP_CHECK(!stepOpen_ || nextLaunch_ == 0,
                "prepareStep() while the previous step's all-reduces are in flight: call finalize() first");
   for (GradBucket& bucket : buckets_) bucket.buffer.zero();
+  for (auto& [name, param] : params_) param.markGradZero();  // the first contribution may overwrite
   marked_.assign(params_.size(), false);
   readyOrder_.clear();
   for (size_t b = 0; b < plan_.buckets.size(); ++b) pending_[b] = plan_.buckets[b].params.size();

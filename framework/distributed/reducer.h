@@ -3,8 +3,9 @@
 //
 // Gradient convention (the one place it is stated for data-parallel training): prepareStep() zeroes
 // every bucket, backward ACCUMULATES (+=) into each parameter's gradient, which is a view into its
-// bucket (no copy), and finalize() leaves the rank-averaged gradients there (under reduce-scatter, ZeRO-1:
-// only in this rank's shard of each bucket; see zero.h).
+// bucket (no copy; the zeroed views are marked, Variable::markGradZero, so an op's first contribution may
+// overwrite the zeros, a GEMM with beta 0, which gives the same sums), and finalize() leaves the rank-averaged
+// gradients there (under reduce-scatter, ZeRO-1: only in this rank's shard of each bucket; see zero.h).
 //
 // A step: prepareStep(); [setRequireSync(false); backward of micro-batches 1..K-1;] setRequireSync(true);
 // backward of the last micro-batch (hooks call markReady); finalize(). With K micro-batches each

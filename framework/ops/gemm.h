@@ -21,10 +21,11 @@ void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const Tenso
 struct GradSink {
   Tensor out;       // what the op writes
   Tensor returned;  // what backward returns for the input: `out`, or undefined when it was installed
-  double beta = 0;  // 1: accumulate into the installed gradient; 0: overwrite a new tensor
+  double beta = 0;  // 1: accumulate into the installed gradient; 0: overwrite (a new tensor, or known zeros)
 };
 
-/// Inside an op's backward: the installed gradient of input `index` (leafGradTarget) or a new tensor.
+/// Inside an op's backward: the installed gradient of input `index` (leafGradTarget) or a new tensor. An
+/// installed gradient known to hold zeros (Variable::markGradZero) is overwritten (beta 0), else added to.
 GradSink gradSink(size_t index, const Tensor& param);
 
 }  // namespace minidp::ops

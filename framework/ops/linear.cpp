@@ -1,5 +1,6 @@
 // Linear algebra ops: linear layer, the GELU MLP, batched matmul, transpose of the last two dimensions;
 // bf16 GEMMs with fp32 accumulation on CUDA (mixed precision).
+#include <cstdint>
 #include <tuple>
 #include <type_traits>
 
@@ -46,8 +47,9 @@ void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const Tenso
 }
 
 GradSink gradSink(size_t index, const Tensor& param) {
-  Tensor installed = leafGradTarget(index);
-  if (installed.defined()) return {installed, Tensor(), 1.0};
+  bool zero = false;
+  Tensor installed = leafGradTarget(index, &zero);
+  if (installed.defined()) return {installed, Tensor(), zero ? 0.0 : 1.0};  // known zeros: overwritten
   Tensor fresh = Tensor::empty(param.shape(), param.dtype(), param.device());
   return {fresh, fresh, 0.0};
 }
@@ -98,15 +100,21 @@ std::pair<Tensor, Tensor> linearParamGrads(const Tensor& g, const Tensor& x, con
     GradSink sink = gradSink(index, w);  // (out, in) (+)= g^T (out, rows) @ x (rows, in), in w's dtype
     dw = sink.returned;
     if (needB && g.dtype() == DType::BF16 && g.isCuda() && w.dtype() == DType::F32) {
-      // Mixed precision: db from the same GEMM's epilogue (its fp32 sums of g's columns), written into a
-      // tensor of its own where the sink accumulates.
-      Tensor written = biasSink.beta == 0 ? biasSink.out : Tensor::empty(b.shape(), DType::F32, b.device());
+      // Mixed precision: db from the same GEMM's epilogue (its fp32 sums of g's columns), which writes: into
+      // the sink where it may be overwritten and is 16-byte aligned (a bucket view need not be), else into a
+      // tensor of its own, then added or copied.
+      const bool direct = biasSink.beta == 0 && reinterpret_cast<uintptr_t>(biasSink.out.raw()) % 16 == 0;
+      Tensor written = direct ? biasSink.out : Tensor::empty(b.shape(), DType::F32, b.device());
       bool fused = false;
       MINIDP_ON_CUDA(fused = kernels::cuda::gemmBf16BiasGrad(out, in, rows, g.data<bf16>(), x.data<bf16>(),
                                                              static_cast<float>(sink.beta), sink.out.data<float>(),
                                                              written.data<float>(), runtime::computeStream()));
       if (fused) {
-        if (biasSink.beta != 0) addInPlace(biasSink.out, written);
+        if (biasSink.beta != 0) {
+          addInPlace(biasSink.out, written);
+        } else if (!direct) {
+          biasSink.out.copyFrom(written);
+        }
         return {dw, biasSink.returned};
       }
     } else {

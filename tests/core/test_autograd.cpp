@@ -68,6 +68,72 @@ TEST(Autograd, OpsAccumulateIntoAnInstalledLeafGradient) {
   EXPECT_THROW(leafGradTarget(0), Error);  // outside a backward
 }
 
+// An op that writes 3 into its input's installed gradient: overwriting it where leafGradTarget says it holds
+// zeros, adding otherwise; records what it was told.
+Variable writesThree(const Variable& x, std::vector<bool>& told) {
+  return Variable::fromOp(x.data().clone(), {x}, [&told](const Tensor& g) {
+    bool zero = false;
+    Tensor target = leafGradTarget(0, &zero);
+    told.push_back(zero);
+    const Tensor three = ops::full(g.shape(), 3.0, g.dtype(), g.device());
+    if (zero) {
+      target.copyFrom(three);
+    } else {
+      ops::addInPlace(target, three);
+    }
+    return std::vector<Tensor>{Tensor()};
+  });
+}
+
+// markGradZero lets the first contribution overwrite the gradient, once: the promise is deliberately false
+// here (the gradient holds 7), so an overwrite shows as 3 instead of 10.
+TEST(Autograd, AGradientMarkedZeroIsOverwrittenByTheFirstContributionOnly) {
+  Variable x = leaf({3}, 8);
+  x.setGrad(ops::full({3}, 7.0, DType::F64, Device::CPU));
+  EXPECT_FALSE(x.gradKnownZero());
+  x.markGradZero();
+  std::vector<bool> told;
+  ops::sum(writesThree(x, told)).backward();  // overwrites: 3
+  ops::sum(writesThree(x, told)).backward();  // the promise ended: 3 + 3
+  EXPECT_EQ(told, (std::vector<bool>{true, false}));
+  for (double g : x.grad().toVector<double>()) EXPECT_EQ(g, 6.0);
+  // A contribution the engine adds ends it too.
+  x.markGradZero();
+  ops::sum(ops::scale(x, 2.0)).backward();
+  EXPECT_FALSE(x.gradKnownZero());
+  // setGrad ends it.
+  x.markGradZero();
+  x.setGrad(ops::full({3}, 1.0, DType::F64, Device::CPU));
+  EXPECT_FALSE(x.gradKnownZero());
+  // Two contributions in one backward: only the first overwrites.
+  x.markGradZero();
+  ops::sum(ops::add(writesThree(x, told), writesThree(x, told))).backward();
+  EXPECT_EQ(told, (std::vector<bool>{true, false, true, false}));
+  for (double g : x.grad().toVector<double>()) EXPECT_EQ(g, 6.0);
+  EXPECT_THROW(Variable(ops::full({1}, 0.0, DType::F64, Device::CPU), true).markGradZero(), Error);
+}
+
+// A leaf an op takes at two inputs gets two contributions from it, in an order the op chooses: never told
+// zeros.
+TEST(Autograd, ALeafTakenTwiceByOneOpIsNeverToldZeros) {
+  Variable x = leaf({2}, 9);
+  x.setGrad(ops::full({2}, 0.0, DType::F64, Device::CPU));
+  x.markGradZero();
+  std::vector<bool> told;
+  Variable y = Variable::fromOp(ops::add(x.data(), x.data()), {x, x}, [&told](const Tensor& g) {
+    for (size_t i = 0; i < 2; ++i) {
+      bool zero = true;
+      Tensor target = leafGradTarget(i, &zero);
+      told.push_back(zero);
+      ops::addInPlace(target, g);
+    }
+    return std::vector<Tensor>{Tensor(), Tensor()};
+  });
+  ops::sum(y).backward();
+  EXPECT_EQ(told, (std::vector<bool>{false, false}));
+  for (double g : x.grad().toVector<double>()) EXPECT_EQ(g, 2.0);
+}
+
 Variable addsThreeIntoHeld(const Variable& x, int& added) { return addsThreeVia(heldGradTarget, x, added); }
 
 // The residual pattern: a non-leaf h feeds two ops, and the one whose backward runs second adds into the

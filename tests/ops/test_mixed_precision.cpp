@@ -556,6 +556,16 @@ TEST(Bf16Ops, Bf16OnTheCpuIsAnError) {
 // ---- gradients written straight into an installed gradient ----
 
 // Two layers, so that the first's dx is needed too; loss sum(y * w) with fixed weights w.
+// Linear layers 10 -> 12 -> 7 with the same initial values at every call, in `dtype` on `device`.
+std::pair<std::shared_ptr<nn::Linear>, std::shared_ptr<nn::Linear>> twoLinearLayers(DType dtype, Device device) {
+  nn::Rng rng(5);
+  auto l1 = std::make_shared<nn::Linear>(10, 12, true, rng);
+  auto l2 = std::make_shared<nn::Linear>(12, 7, true, rng);
+  l1->to(device, dtype);
+  l2->to(device, dtype);
+  return {l1, l2};
+}
+
 Variable twoLayers(const nn::Linear& l1, const nn::Linear& l2, const Tensor& x, const Tensor& w) {
   return ops::sum(ops::mul(l2.forward(ops::relu(l1.forward(Variable(x)))), Variable(w)));
 }
@@ -574,16 +584,8 @@ TEST_P(DirectGrad, UnderDdpSameBytesAsReturnedGradients) {
   const auto [dtype, device] = GetParam();
   const Tensor x = randomTensor({6, 10}, 61).toDType(dtype).to(device);
   const Tensor w = randomTensor({6, 7}, 62).toDType(dtype).to(device);
-  const auto build = [&](std::shared_ptr<nn::Linear>& l1, std::shared_ptr<nn::Linear>& l2) {
-    nn::Rng rng(5);
-    l1 = std::make_shared<nn::Linear>(10, 12, true, rng);
-    l2 = std::make_shared<nn::Linear>(12, 7, true, rng);
-    l1->to(device, dtype);
-    l2->to(device, dtype);
-  };
-  std::shared_ptr<nn::Linear> a1, a2, b1, b2;
-  build(a1, a2);
-  build(b1, b2);
+  auto [a1, a2] = twoLinearLayers(dtype, device);
+  auto [b1, b2] = twoLinearLayers(dtype, device);
   twoLayers(*a1, *a2, x, w).backward();
 
   nn::NamedParameters params{
@@ -594,7 +596,10 @@ TEST_P(DirectGrad, UnderDdpSameBytesAsReturnedGradients) {
   distributed::DistributedDataParallel ddp(params, distributed::makeCommunicator(opts, nullptr),
                                            distributed::DdpOptions{});
   ddp.prepareStep();
+  // The zeroed bucket views are marked, so the first contribution overwrites them (beta 0); backward ends it.
+  for (const auto& [name, p] : params) EXPECT_TRUE(p.gradKnownZero()) << name;
   twoLayers(*b1, *b2, x, w).backward();
+  for (const auto& [name, p] : params) EXPECT_FALSE(p.gradKnownZero()) << name;
   ddp.finalize();
   const std::vector<std::pair<Variable, Variable>> pairs{
       {a1->weight, b1->weight}, {a1->bias, b1->bias}, {a2->weight, b2->weight}, {a2->bias, b2->bias}};
@@ -619,6 +624,34 @@ TEST_P(DirectGrad, AccumulatesIntoTheInstalledGradient) {
   EXPECT_TRUE(layer.weight.grad().sharesStorage(installed));
   EXPECT_LT(relativeError(layer.weight.grad(), ops::scale(once, 2.0)), testing::roundingEps(dtype) * 4);
   EXPECT_LT(relativeError(layer.bias.grad(), ops::scale(onceBias, 2.0)), testing::roundingEps(dtype) * 4);
+}
+
+// A gradient marked zero (Variable::markGradZero) is overwritten by the layer's first contribution. The
+// promise is deliberately false here (the installed gradients hold 7), so the installed tensors end with the
+// returned path's bytes only if the weight GEMMs ran with beta 0 and the bias sums were written, not added.
+TEST_P(DirectGrad, AGradientMarkedZeroIsOverwritten) {
+  const auto [dtype, device] = GetParam();
+  if (device == Device::CUDA && !runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  const Tensor x = randomTensor({6, 10}, 61).toDType(dtype).to(device);
+  const Tensor w = randomTensor({6, 7}, 62).toDType(dtype).to(device);
+  auto [a1, a2] = twoLinearLayers(dtype, device);
+  auto [b1, b2] = twoLinearLayers(dtype, device);
+  twoLayers(*a1, *a2, x, w).backward();
+  const std::vector<std::pair<Variable, Variable>> pairs{
+      {a1->weight, b1->weight}, {a1->bias, b1->bias}, {a2->weight, b2->weight}, {a2->bias, b2->bias}};
+  std::vector<Tensor> installed;
+  for (const auto& [fresh, marked] : pairs) {
+    Variable p = marked;
+    installed.push_back(ops::full(p.shape(), 7.0, dtype, device));
+    p.setGrad(installed.back());
+    p.markGradZero();
+  }
+  twoLayers(*b1, *b2, x, w).backward();
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    EXPECT_TRUE(pairs[i].second.grad().sharesStorage(installed[i])) << i;
+    EXPECT_TRUE(sameBytes(pairs[i].second.grad(), pairs[i].first.grad())) << i;
+    EXPECT_FALSE(pairs[i].second.gradKnownZero()) << i;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, DirectGrad,
