@@ -149,30 +149,37 @@ cublasLtEpilogue_t ltEpilogue(Epilogue e) {
   }
 }
 
+// An epilogue applied to v, the fp32 value of output element i (column n) before it is rounded to C's type:
+// the bias added, GELU with the pre-activation saved as aux, or v times GELU's derivative at aux.
+template <typename TC>
+__device__ float epilogueValue(Epilogue e, float v, const TC* bias, TC* aux, int64_t i, int64_t n) {
+  if (e == Epilogue::Bias) return v + toAccum(bias[n]);
+  if (e == Epilogue::GeluAuxBias) {
+    const float pre = v + toAccum(bias[n]);
+    aux[i] = fromAccum<TC>(pre);
+    return geluValue(pre);
+  }
+  if (e == Epilogue::DGelu) return v * geluDerivative(toAccum(aux[i]));
+  return v;
+}
+
 // The epilogue when cuBLASLt has no fused kernel, over C (M, N) row-major that holds AB; float math.
 template <typename TC>
 __global__ void epilogueKernel(Epilogue e, TC* C, const TC* bias, TC* aux, int64_t n, int64_t N) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float v = toAccum(C[i]);
-    if (e == Epilogue::Bias) {
-      C[i] = fromAccum<TC>(v + toAccum(bias[i % N]));
-    } else if (e == Epilogue::GeluAuxBias) {
-      const float pre = v + toAccum(bias[i % N]);
-      aux[i] = fromAccum<TC>(pre);
-      C[i] = fromAccum<TC>(geluValue(pre));
-    } else if (e == Epilogue::DGelu) {
-      C[i] = fromAccum<TC>(v * geluDerivative(toAccum(aux[i])));
-    }
+    C[i] = fromAccum<TC>(epilogueValue(e, toAccum(C[i]), bias, aux, i, i % N));
   }
 }
 
-// C = alpha op(A) op(B) + beta addend (the addend laid out as C; C itself when the caller has none), one
-// thread per output element, fp32 sums in k order; beta 0 never reads the addend. Row-major operands with
-// leading dimensions lda, ldb, ldc, batch z at z times each stride.
+// C = epilogue(alpha op(A) op(B) + beta addend) (the addend laid out as C; C itself when the caller has none),
+// one thread per output element, fp32 sums in k order, the epilogue on the fp32 value as cuBLASLt's fused
+// ones are (BiasGrad excepted: none here); beta 0 never reads the addend. Row-major operands with leading
+// dimensions lda, ldb, ldc, batch z at z times each stride (an epilogue comes with batch 1 and ldc = N).
 template <typename TC>
 __global__ void plainGemmKernel(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
                                 int64_t lda, int64_t strideA, const bf16* B, int64_t ldb, int64_t strideB, float beta,
-                                const TC* addend, TC* C, int64_t ldc, int64_t strideC, int64_t batch) {
+                                const TC* addend, TC* C, int64_t ldc, int64_t strideC, int64_t batch, Epilogue e,
+                                const TC* bias, TC* aux) {
   const int64_t total = batch * M * N;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t z = i / (M * N), m = i / N % M, n = i % N;
@@ -185,7 +192,7 @@ __global__ void plainGemmKernel(bool transA, bool transB, int64_t M, int64_t N, 
     const int64_t o = z * strideC + m * ldc + n;
     float v = alpha * sum;
     if (beta != 0.0f) v += beta * toAccum(addend[o]);
-    C[o] = fromAccum<TC>(v);
+    C[o] = fromAccum<TC>(epilogueValue(e, v, bias, aux, o, n));
   }
 }
 
@@ -279,16 +286,11 @@ bool gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
   const GemmLd lds = leadingDims(transA, transB, M, N, K, ld);
   const int64_t lda = lds.a, ldb = lds.b, ldc = lds.c;
   MINIDP_CHECK(epilogue == Epilogue::None || ldc == N, "gemmBf16: an epilogue with a padded C is not supported");
-  if (gPlainBf16) {  // setPlainBf16Gemms: our own kernel, then the epilogue in a pass of its own
+  if (gPlainBf16) {  // setPlainBf16Gemms: our own kernel, the epilogue in it (the bias gradient left to the caller)
     plainGemmKernel<TC><<<gridFor(batch * M * N, kEpilogueBlock), kEpilogueBlock, 0, stream>>>(
         transA, transB, M, N, K, alpha, A, lda, strideA, B, ldb, strideB, beta, addend ? addend : C, C, ldc, strideC,
-        batch);
+        batch, epilogue == Epilogue::BiasGrad ? Epilogue::None : epilogue, bias, aux);
     CUDA_CHECK_LAUNCH();
-    if (epilogue != Epilogue::None && epilogue != Epilogue::BiasGrad) {
-      epilogueKernel<TC>
-          <<<gridFor(M * N, kEpilogueBlock), kEpilogueBlock, 0, stream>>>(epilogue, C, bias, aux, M * N, N);
-      CUDA_CHECK_LAUNCH();
-    }
     return false;
   }
   // As gemm: cuBLASLt (column-major) computes C^T (N, M) = op(B)^T op(A)^T, so our B is its first operand.
