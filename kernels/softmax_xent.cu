@@ -78,13 +78,36 @@ __device__ int64_t checkedTarget(const int32_t* targets, int64_t r, int64_t V) {
   return t >= 0 && t < V ? t : -1;
 }
 
+// Writes row x's gradient (exp(x[j] - l) - (j == t)) * scale into dx, which may be x: each element is read
+// before it is overwritten.
 template <typename T>
-__global__ void __launch_bounds__(kBlock)
-    forwardKernel(const T* logits, const int32_t* targets, AccumOf<T>* loss, AccumOf<T>* lse, int64_t V, int64_t ld) {
+__device__ __forceinline__ void writeRowGradient(const T* x, T* dx, int64_t V, int64_t t, AccumOf<T> l,
+                                                 AccumOf<T> scale) {
+  using A = AccumOf<T>;
+  constexpr int P = kPack<T>;
+  forRow(
+      x, V, [&](int64_t j) { dx[j] = fromAccum<T>((exp(toAccum(x[j]) - l) - A(j == t)) * scale); },
+      [&](int64_t j) {
+        A v[P];
+        loadAccum<P>(x + j, v);
+#pragma unroll
+        for (int i = 0; i < P; ++i) v[i] = (exp(v[i] - l) - A(j + i == t)) * scale;
+        storeAccum<P>(dx + j, v);
+      });
+}
+
+// The row's logsumexp and loss; with kGradient, then the gradient of the mean loss over N rows for an
+// upstream gradient of 1, written over the row (dlogits is logits then).
+template <typename T, bool kGradient>
+__global__ void __launch_bounds__(kBlock) forwardKernel(const T* logits, const int32_t* targets, AccumOf<T>* loss,
+                                                        AccumOf<T>* lse, T* dlogits, int64_t N, int64_t V, int64_t ld) {
   using A = AccumOf<T>;
   constexpr int P = kPack<T>;
   const int64_t r = blockIdx.x;
   const T* x = logits + r * ld;  // (V)
+  const int64_t t = checkedTarget(targets, r, V);
+  // Read before the reduction's barriers, so before any thread overwrites the row.
+  const A target = threadIdx.x == 0 && t >= 0 ? toAccum(x[t]) : A(NAN);
   MaxSum<A> s{-INFINITY, A(0)};
   // As forRow, with each thread's packs loaded kLoadsInFlight at a time before they are added in the same
   // order: the running sum's dependence would otherwise leave one load in flight per thread.
@@ -111,13 +134,13 @@ __global__ void __launch_bounds__(kBlock)
     addValues<P>(s, v);
   }
   for (int64_t j = tail + threadIdx.x; j < V; j += kBlock) addScalar(j);
-  s = blockReduce<kBlock>(s, MergeMaxSum());
+  s = blockReduce<kBlock>(s, MergeMaxSum());  // every thread gets the same bits
+  const A l = s.max + log(s.sum);
   if (threadIdx.x == 0) {
-    const A l = s.max + log(s.sum);
-    const int64_t t = checkedTarget(targets, r, V);
     lse[r] = l;
-    loss[r] = t >= 0 ? l - toAccum(x[t]) : A(NAN);
+    loss[r] = l - target;  // NaN for a target out of range
   }
+  if constexpr (kGradient) writeRowGradient(x, dlogits + r * ld, V, t, t >= 0 ? l : A(NAN), A(1) / static_cast<A>(N));
 }
 
 // Reads each element, then overwrites it (dlogits may alias logits).
@@ -126,20 +149,27 @@ __global__ void __launch_bounds__(kBlock)
     backwardKernel(const T* logits, const int32_t* targets, const AccumOf<T>* lse, const AccumOf<T>* g, T* dlogits,
                    int64_t N, int64_t V, int64_t ld) {
   using A = AccumOf<T>;
-  constexpr int P = kPack<T>;
   const int64_t r = blockIdx.x;
-  const T* x = logits + r * ld;  // (V)
-  T* dx = dlogits + r * ld;      // (V), the same offset from a 16-byte boundary as x (checked by the launcher)
-  const A scale = g[0] / static_cast<A>(N);
   const int64_t t = checkedTarget(targets, r, V);
-  const A l = t >= 0 ? lse[r] : A(NAN);
+  // dlogits: the same offset from a 16-byte boundary as logits (checked by the launcher)
+  writeRowGradient(logits + r * ld, dlogits + r * ld, V, t, t >= 0 ? lse[r] : A(NAN), g[0] / static_cast<A>(N));
+}
+
+// dlogits *= g[0], unless g[0] is 1: then no block writes.
+template <typename T>
+__global__ void __launch_bounds__(kBlock) scaleGradientKernel(T* dlogits, const AccumOf<T>* g, int64_t V, int64_t ld) {
+  using A = AccumOf<T>;
+  constexpr int P = kPack<T>;
+  const A scale = g[0];
+  if (scale == A(1)) return;
+  T* dx = dlogits + int64_t(blockIdx.x) * ld;
   forRow(
-      x, V, [&](int64_t j) { dx[j] = fromAccum<T>((exp(toAccum(x[j]) - l) - A(j == t)) * scale); },
+      dx, V, [&](int64_t j) { dx[j] = fromAccum<T>(toAccum(dx[j]) * scale); },
       [&](int64_t j) {
         A v[P];
-        loadAccum<P>(x + j, v);
+        loadAccum<P>(dx + j, v);
 #pragma unroll
-        for (int i = 0; i < P; ++i) v[i] = (exp(v[i] - l) - A(j + i == t)) * scale;
+        for (int i = 0; i < P; ++i) v[i] *= scale;
         storeAccum<P>(dx + j, v);
       });
 }
@@ -156,7 +186,25 @@ void softmaxXentForward(const T* logits, const int32_t* targets, AccumOf<T>* los
                         int64_t V, int64_t ld, cudaStream_t stream) {
   checkSizes(N, V, ld);
   if (N == 0) return;
-  forwardKernel<T><<<static_cast<unsigned>(N), kBlock, 0, stream>>>(logits, targets, loss, lse, V, ld);
+  forwardKernel<T, false>
+      <<<static_cast<unsigned>(N), kBlock, 0, stream>>>(logits, targets, loss, lse, nullptr, N, V, ld);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void softmaxXentForwardGradient(T* logits, const int32_t* targets, AccumOf<T>* loss, AccumOf<T>* lse, int64_t N,
+                                int64_t V, int64_t ld, cudaStream_t stream) {
+  checkSizes(N, V, ld);
+  if (N == 0) return;
+  forwardKernel<T, true><<<static_cast<unsigned>(N), kBlock, 0, stream>>>(logits, targets, loss, lse, logits, N, V, ld);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void softmaxXentScaleGradient(T* dlogits, const AccumOf<T>* g, int64_t N, int64_t V, int64_t ld, cudaStream_t stream) {
+  checkSizes(N, V, ld);
+  if (N == 0) return;
+  scaleGradientKernel<T><<<static_cast<unsigned>(N), kBlock, 0, stream>>>(dlogits, g, V, ld);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -171,11 +219,14 @@ void softmaxXentBackward(const T* logits, const int32_t* targets, const AccumOf<
   CUDA_CHECK_LAUNCH();
 }
 
-#define MINIDP_INSTANTIATE(T)                                                                                        \
-  template void softmaxXentForward<T>(const T*, const int32_t*, AccumOf<T>*, AccumOf<T>*, int64_t, int64_t, int64_t, \
-                                      cudaStream_t);                                                                 \
-  template void softmaxXentBackward<T>(const T*, const int32_t*, const AccumOf<T>*, const AccumOf<T>*, T*, int64_t,  \
-                                       int64_t, int64_t, cudaStream_t);
+#define MINIDP_INSTANTIATE(T)                                                                                          \
+  template void softmaxXentForward<T>(const T*, const int32_t*, AccumOf<T>*, AccumOf<T>*, int64_t, int64_t, int64_t,   \
+                                      cudaStream_t);                                                                   \
+  template void softmaxXentBackward<T>(const T*, const int32_t*, const AccumOf<T>*, const AccumOf<T>*, T*, int64_t,    \
+                                       int64_t, int64_t, cudaStream_t);                                                \
+  template void softmaxXentForwardGradient<T>(T*, const int32_t*, AccumOf<T>*, AccumOf<T>*, int64_t, int64_t, int64_t, \
+                                              cudaStream_t);                                                           \
+  template void softmaxXentScaleGradient<T>(T*, const AccumOf<T>*, int64_t, int64_t, int64_t, cudaStream_t);
 MINIDP_INSTANTIATE(float)
 MINIDP_INSTANTIATE(double)
 MINIDP_INSTANTIATE(bf16)

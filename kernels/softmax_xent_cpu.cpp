@@ -43,9 +43,28 @@ void softmaxXentBackward(const T* logits, const int32_t* targets, const AccumOf<
   }
 }
 
-#define MINIDP_INSTANTIATE(T)                                                                       \
-  template void softmaxXentForward<T>(const T*, const int32_t*, T*, T*, int64_t, int64_t, int64_t); \
-  template void softmaxXentBackward<T>(const T*, const int32_t*, const T*, const T*, T*, int64_t, int64_t, int64_t);
+template <typename T>
+void softmaxXentForwardGradient(T* logits, const int32_t* targets, AccumOf<T>* loss, AccumOf<T>* lse, int64_t N,
+                                int64_t V, int64_t ld) {
+  softmaxXentForward(logits, targets, loss, lse, N, V, ld);
+  const T one = 1;
+  softmaxXentBackward(logits, targets, lse, &one, logits, N, V, ld);
+}
+
+template <typename T>
+void softmaxXentScaleGradient(T* dlogits, const AccumOf<T>* g, int64_t N, int64_t V, int64_t ld) {
+  MINIDP_CHECK(V > 0 && ld >= V, "cross-entropy over " << V << " classes in rows of " << ld);
+  if (g[0] == T(1)) return;
+  for (int64_t r = 0; r < N; ++r) {
+    for (int64_t j = 0; j < V; ++j) dlogits[r * ld + j] *= g[0];
+  }
+}
+
+#define MINIDP_INSTANTIATE(T)                                                                                        \
+  template void softmaxXentForward<T>(const T*, const int32_t*, T*, T*, int64_t, int64_t, int64_t);                  \
+  template void softmaxXentBackward<T>(const T*, const int32_t*, const T*, const T*, T*, int64_t, int64_t, int64_t); \
+  template void softmaxXentForwardGradient<T>(T*, const int32_t*, T*, T*, int64_t, int64_t, int64_t);                \
+  template void softmaxXentScaleGradient<T>(T*, const T*, int64_t, int64_t, int64_t);
 MINIDP_INSTANTIATE(float)
 MINIDP_INSTANTIATE(double)
 #undef MINIDP_INSTANTIATE

@@ -27,13 +27,23 @@ struct XentForward {
   Tensor loss, lse;
 };
 
-XentForward xentForward(const Tensor& logits, const Tensor& targets, int64_t N, int64_t V, int64_t ld) {
+// What xentForward leaves in the logits: the logits, or the gradient of the mean loss for an upstream
+// gradient of 1 (then the backward only applies the upstream gradient: xentScaleGradient).
+enum class Logits { Kept, TakeGradient };
+
+XentForward xentForward(const Tensor& logits, const Tensor& targets, int64_t N, int64_t V, int64_t ld,
+                        Logits after = Logits::Kept) {
   DType lossType = logits.dtype();  // F32 for BF16 logits
   MINIDP_DISPATCH_ACTIVATION(logits.dtype(), T, lossType = dtypeOf<AccumOf<T>>());
   Tensor rowLoss = Tensor::empty({N}, lossType, logits.device());
   Tensor lse = Tensor::empty({N}, lossType, logits.device());
-  MINIDP_LAUNCH_ACTIVATION(logits, T, softmaxXentForward, logits.data<T>(), targets.data<int32_t>(),
-                           rowLoss.data<AccumOf<T>>(), lse.data<AccumOf<T>>(), N, V, ld);
+  if (after == Logits::TakeGradient) {
+    MINIDP_LAUNCH_ACTIVATION(logits, T, softmaxXentForwardGradient, logits.data<T>(), targets.data<int32_t>(),
+                             rowLoss.data<AccumOf<T>>(), lse.data<AccumOf<T>>(), N, V, ld);
+  } else {
+    MINIDP_LAUNCH_ACTIVATION(logits, T, softmaxXentForward, logits.data<T>(), targets.data<int32_t>(),
+                             rowLoss.data<AccumOf<T>>(), lse.data<AccumOf<T>>(), N, V, ld);
+  }
   Tensor loss = sumAll(rowLoss);  // fixed-order reduction: the same bits on every run
   scaleInPlace(loss, 1.0 / static_cast<double>(N));
   return {loss, lse};
@@ -44,6 +54,11 @@ void xentBackward(const Tensor& logits, const Tensor& targets, const Tensor& lse
                   int64_t N, int64_t V, int64_t ld) {
   MINIDP_LAUNCH_ACTIVATION(logits, T, softmaxXentBackward, logits.data<T>(), targets.data<int32_t>(),
                            lse.data<AccumOf<T>>(), g.data<AccumOf<T>>(), dlogits.data<T>(), N, V, ld);
+}
+
+// dlogits (rows ld apart) *= the upstream g [1], on its device; nothing is written when g is 1.
+void xentScaleGradient(Tensor& dlogits, const Tensor& g, int64_t N, int64_t V, int64_t ld) {
+  MINIDP_LAUNCH_ACTIVATION(dlogits, T, softmaxXentScaleGradient, dlogits.data<T>(), g.data<AccumOf<T>>(), N, V, ld);
 }
 
 }  // namespace
@@ -98,13 +113,15 @@ Variable linearCrossEntropy(const Variable& xv, const Variable& weightv, const T
   const Tensor logits = Tensor::empty({N, ld}, x.dtype(), x.device());
   Tensor out = logits;
   gemm(false, true, N, Vg, C, x, 0, wc, 0, out, 0, 1, 0, Tensor(), {0, 0, ld});
-  const XentForward fwd = xentForward(logits, targets, N, V, ld);
+  // The logits are this op's own and only the loss leaves it: when a gradient is wanted, the forward kernel
+  // writes d(mean loss)/dlogits over them (rows ld apart; the padding columns keep their zeros), and the
+  // backward applies the upstream gradient, with no pass over the logits when it is 1.
   const bool needX = xv.requiresGrad(), needW = weightv.requiresGrad();
+  const bool backwardFollows = gradModeEnabled() && (needX || needW);
+  const XentForward fwd = xentForward(logits, targets, N, V, ld, backwardFollows ? Logits::TakeGradient : Logits::Kept);
   return Variable::fromOp(fwd.loss, {xv, weightv}, [=](const Tensor& g) {  // g [1], read on its device
-    // The logits are this op's own: their buffer takes dlogits (N, V), rows ld apart (the padding columns
-    // keep the forward's zeros).
     Tensor dlogits = logits;
-    xentBackward(logits, targets, fwd.lse, g, dlogits, N, V, ld);
+    xentScaleGradient(dlogits, g, N, V, ld);
     Tensor dx, dw;
     if (needX) {
       dx = Tensor::empty(x.shape(), x.dtype(), x.device());  // (N, C) = dlogits (N, Vg) @ W (Vg, C)

@@ -13,6 +13,7 @@
 
 #include "framework/ops/ops.h"
 #include "framework/runtime/device.h"
+#include "framework/tensor/tensor_math.h"
 #include "kernels/matmul.h"
 #include "kernels/softmax_xent.h"
 #include "tests/support/device_compare.h"
@@ -125,6 +126,59 @@ TEST(LinearCrossEntropy, RejectsBadArguments) {
   EXPECT_THROW(ops::linearCrossEntropy(x, w, Tensor::fromVector<int32_t>({0, 1, 2}, {3})), Error);      // N mismatch
   EXPECT_THROW(ops::linearCrossEntropy(x, Variable(randomTensor({10, 4}, 15)), p.targets), Error);      // C mismatch
   EXPECT_THROW(ops::linearCrossEntropy(x, Variable(p.w.toDType(DType::F32)), p.targets), Error);        // dtypes
+}
+
+// The forward writes the gradient of the mean loss for an upstream 1 over the logits, and the backward
+// applies the upstream gradient. Seeded with an explicit 1, the loss and gradients are those of backward();
+// seeded with 0.375 (exact in every dtype), 0.375 times them: exactly so up to one more rounding of each dlogit
+// (2^-53, 2^-24, 2^-8 relative) carried through the GEMMs' sums. A forward without the graph (no gradient
+// written) gives the same loss bits. On the CPU in fp64 and fp32; on CUDA in fp32 and bf16 (fp32 weight).
+TEST(LinearCrossEntropy, AppliesTheUpstreamGradient) {
+  struct Run {
+    Device device;
+    DType x, w;
+    double tolerance;
+  };
+  std::vector<Run> runs{{Device::CPU, DType::F64, DType::F64, 1e-13}, {Device::CPU, DType::F32, DType::F32, 1e-5}};
+  if (runtime::cudaAvailable()) {
+    runs.push_back({Device::CUDA, DType::F32, DType::F32, 1e-5});
+    runs.push_back({Device::CUDA, DType::BF16, DType::F32, 1.0 / 64});
+  }
+  const auto host = [](const Tensor& t) { return t.toDType(DType::F64).to(Device::CPU).toVector<double>(); };
+  for (const Run& r : runs) {
+    for (int64_t V : {257, 50257}) {
+      SCOPED_TRACE(std::string(deviceName(r.device)) + " " + dtypeName(r.x) + " V = " + std::to_string(V));
+      const Problem p = problem(V > 1000 ? 6 : 40, 32, V, 60);
+      const auto leaves = [&] {
+        return std::vector<Variable>{Variable(p.x.toDType(r.x).to(r.device), true),
+                                     Variable(p.w.toDType(r.w).to(r.device), true)};
+      };
+      const auto run = [&](double g) {  // g = 0: backward()
+        std::vector<Variable> in = leaves();
+        Variable loss = fused(in[0], in[1], p.targets);
+        if (g == 0) {
+          loss.backward();
+        } else {
+          loss.backward(ops::full({1}, g, loss.dtype(), r.device));
+        }
+        return std::vector<std::vector<double>>{host(loss.data()), host(in[0].grad()), host(in[1].grad())};
+      };
+      const auto plain = run(0), one = run(1.0), scaled = run(0.375);
+      for (int i = 0; i < 3; ++i) EXPECT_EQ(one[i], plain[i]) << kNames[i] << ": an explicit 1 changed the bits";
+      EXPECT_EQ(scaled[0], plain[0]) << "loss";
+      for (int i = 1; i < 3; ++i) {
+        std::vector<double> expected = plain[i];
+        for (double& v : expected) v *= 0.375;
+        EXPECT_LE(relativeError(Tensor::fromVector(scaled[i], {static_cast<int64_t>(scaled[i].size())}),
+                                Tensor::fromVector(expected, {static_cast<int64_t>(expected.size())})),
+                  r.tolerance)
+            << kNames[i];
+      }
+      NoGradGuard noGrad;
+      std::vector<Variable> in = leaves();
+      EXPECT_EQ(host(fused(in[0], in[1], p.targets).data()), plain[0]) << "the loss without the graph";
+    }
+  }
 }
 
 // ---- the leading dimensions underneath ----
