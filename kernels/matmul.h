@@ -49,7 +49,7 @@ void gemm(MINIDP_GEMM_ARGS, cudaStream_t stream) {
 /// Whether fp32 GEMMs run on TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32); off by default. Process-wide.
 void setTf32(bool enabled);
 /// Whether the bf16 GEMMs below run a plain kernel of minidp's own (one thread per output element, fp32 sums,
-/// epilogues in a pass of their own, no bias-gradient epilogue) instead of cuBLASLt: slow, for
+/// the epilogue on the fp32 value in the kernel, no bias-gradient epilogue) instead of cuBLASLt: slow, for
 /// compute-sanitizer's initcheck, which does not see the writes of cuBLASLt's sm90 (TMA) kernels. Off by
 /// default. Process-wide.
 void setPlainBf16Gemms(bool enabled);

@@ -58,6 +58,7 @@ Variable Variable::fromOp(Tensor data, std::vector<Variable> inputs, BackwardFn 
 }
 
 Tensor leafGradTarget(size_t index, bool* zero) {
+  if (zero) *zero = false;
   MINIDP_CHECK(gBackwardInputs != nullptr, "leafGradTarget is only valid inside an op's backward");
   MINIDP_CHECK(index < gBackwardInputs->size(),
                "leafGradTarget(" << index << ") for an op with " << gBackwardInputs->size() << " inputs");

@@ -60,7 +60,8 @@ class Variable {
   void zeroGrad();
   /// Promises that the installed gradient holds zeros (its owner has just zeroed it, as the reducer does its
   /// buckets every step): the next contribution may overwrite it instead of adding to it (a GEMM with
-  /// beta 0, an epilogue that writes). The next contribution, and setGrad, end the promise.
+  /// beta 0, an epilogue that writes). The next contribution, and setGrad, end the promise; a write through
+  /// grad() outside autograd does not, so the owner marks only between zeroing and the backward that follows.
   void markGradZero();
 
   /// Identifies one installed grad-ready hook (PyTorch's RemovableHandle): removing it removes only it.

@@ -115,13 +115,18 @@ Variable linearCrossEntropy(const Variable& xv, const Variable& weightv, const T
   gemm(false, true, N, Vg, C, x, 0, wc, 0, out, 0, 1, 0, Tensor(), {0, 0, ld});
   // The logits are this op's own and only the loss leaves it: when a gradient is wanted, the forward kernel
   // writes d(mean loss)/dlogits over them (rows ld apart; the padding columns keep their zeros), and the
-  // backward applies the upstream gradient, with no pass over the logits when it is 1.
+  // backward applies the upstream gradient, with no pass over the logits when it is 1 (gradient
+  // accumulation's 1/k costs that pass, and rounds bf16 dlogits once more).
   const bool needX = xv.requiresGrad(), needW = weightv.requiresGrad();
-  const bool backwardFollows = gradModeEnabled() && (needX || needW);
-  const XentForward fwd = xentForward(logits, targets, N, V, ld, backwardFollows ? Logits::TakeGradient : Logits::Kept);
+  const Logits after = gradModeEnabled() && (needX || needW) ? Logits::TakeGradient : Logits::Kept;
+  const XentForward fwd = xentForward(logits, targets, N, V, ld, after);
   return Variable::fromOp(fwd.loss, {xv, weightv}, [=](const Tensor& g) {  // g [1], read on its device
     Tensor dlogits = logits;
-    xentScaleGradient(dlogits, g, N, V, ld);
+    if (after == Logits::TakeGradient) {
+      xentScaleGradient(dlogits, g, N, V, ld);
+    } else {  // recorded although the forward saw no gradient coming: the whole backward
+      xentBackward(logits, targets, fwd.lse, g, dlogits, N, V, ld);
+    }
     Tensor dx, dw;
     if (needX) {
       dx = Tensor::empty(x.shape(), x.dtype(), x.device());  // (N, C) = dlogits (N, Vg) @ W (Vg, C)
