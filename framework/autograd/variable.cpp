@@ -44,11 +44,13 @@ Variable::Variable(Tensor data, bool requiresGrad) : impl_(std::make_shared<Impl
   impl_->requiresGrad = requiresGrad;
 }
 
+bool recordsBackward(const std::vector<Variable>& inputs) {
+  return gGradMode && std::any_of(inputs.begin(), inputs.end(),
+                                  [](const Variable& in) { return in.defined() && in.requiresGrad(); });
+}
+
 Variable Variable::fromOp(Tensor data, std::vector<Variable> inputs, BackwardFn backward) {
-  bool needsGrad = false;
-  if (gGradMode) {
-    for (const Variable& in : inputs) needsGrad = needsGrad || (in.defined() && in.requiresGrad());
-  }
+  const bool needsGrad = recordsBackward(inputs);
   Variable out(std::move(data), needsGrad);
   if (needsGrad) {
     out.impl_->inputs = std::move(inputs);

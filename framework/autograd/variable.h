@@ -112,6 +112,9 @@ class NoGradGuard {
 
 /// Whether ops record the graph on this thread.
 bool gradModeEnabled();
+/// Whether an op over `inputs` records its backward (Variable::fromOp's rule: grad mode on and some input
+/// requiring a gradient), for an op whose forward can do work early that only its backward needs.
+bool recordsBackward(const std::vector<Variable>& inputs);
 
 /// Inside an op's backward only: the installed gradient tensor of the op's input `index` when that input
 /// is a leaf that requires grad and already has one (under DDP, a view of its bucket). The op may then

@@ -118,15 +118,13 @@ Variable linearCrossEntropy(const Variable& xv, const Variable& weightv, const T
   // backward applies the upstream gradient, with no pass over the logits when it is 1 (gradient
   // accumulation's 1/k costs that pass, and rounds bf16 dlogits once more).
   const bool needX = xv.requiresGrad(), needW = weightv.requiresGrad();
-  const Logits after = gradModeEnabled() && (needX || needW) ? Logits::TakeGradient : Logits::Kept;
-  const XentForward fwd = xentForward(logits, targets, N, V, ld, after);
-  return Variable::fromOp(fwd.loss, {xv, weightv}, [=](const Tensor& g) {  // g [1], read on its device
+  const std::vector<Variable> inputs{xv, weightv};
+  const XentForward fwd =
+      xentForward(logits, targets, N, V, ld, recordsBackward(inputs) ? Logits::TakeGradient : Logits::Kept);
+  return Variable::fromOp(fwd.loss, inputs, [=](const Tensor& g) {  // g [1], read on its device
+    // Recorded, so the forward wrote the gradient over the logits.
     Tensor dlogits = logits;
-    if (after == Logits::TakeGradient) {
-      xentScaleGradient(dlogits, g, N, V, ld);
-    } else {  // recorded although the forward saw no gradient coming: the whole backward
-      xentBackward(logits, targets, fwd.lse, g, dlogits, N, V, ld);
-    }
+    xentScaleGradient(dlogits, g, N, V, ld);
     Tensor dx, dw;
     if (needX) {
       dx = Tensor::empty(x.shape(), x.dtype(), x.device());  // (N, C) = dlogits (N, Vg) @ W (Vg, C)
