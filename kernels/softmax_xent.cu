@@ -96,13 +96,24 @@ __device__ __forceinline__ void writeRowGradient(const T* x, T* dx, int64_t V, i
       });
 }
 
+// Most bytes of a row the forward-with-gradient holds in shared memory between its two phases: 13 packs a
+// thread, so two blocks share an SM (2 x 104 KiB of its 228 KiB). GPT-2's 50304 bf16 classes (98.3 KiB)
+// fit; longer rows are read twice.
+constexpr int64_t kHeldRowBytes = int64_t(13) * kBlock * 16;
+
 // The row's logsumexp and loss; with kGradient, then the gradient of the mean loss over N rows for an
-// upstream gradient of 1, written over the row (dlogits is logits then).
-template <typename T, bool kGradient>
-__global__ void __launch_bounds__(kBlock) forwardKernel(const T* logits, const int32_t* targets, AccumOf<T>* loss,
-                                                        AccumOf<T>* lse, T* dlogits, int64_t N, int64_t V, int64_t ld) {
+// upstream gradient of 1, written over the row (dlogits is logits then). With kHold, each 16-byte pack read
+// in the first phase is kept in dynamic shared memory (slot = pack index, read back by the thread that
+// wrote it) and the gradient is formed from it: one read and one write of the row instead of two reads.
+template <typename T, bool kGradient, bool kHold>
+__global__ void __launch_bounds__(kBlock, kHold ? 2 : 1)
+    forwardKernel(const T* logits, const int32_t* targets, AccumOf<T>* loss, AccumOf<T>* lse, T* dlogits, int64_t N,
+                  int64_t V, int64_t ld) {
+  static_assert(kGradient || !kHold, "a held row serves the gradient");
   using A = AccumOf<T>;
   constexpr int P = kPack<T>;
+  extern __shared__ __align__(16) unsigned char heldRow[];
+  Pack16<T>* held = reinterpret_cast<Pack16<T>*>(heldRow);  // kHold: the row's packs
   const int64_t r = blockIdx.x;
   const T* x = logits + r * ld;  // (V)
   const int64_t t = checkedTarget(targets, r, V);
@@ -119,20 +130,24 @@ __global__ void __launch_bounds__(kBlock) forwardKernel(const T* logits, const i
     const A v[1] = {toAccum(x[j])};
     addValues<1>(s, v);
   };
+  const auto addPack = [&](const Pack16<T>& raw, int64_t k) {
+    if constexpr (kHold) held[k] = raw;
+    A v[P];
+#pragma unroll
+    for (int i = 0; i < P; ++i) v[i] = toAccum(raw.v[i]);
+    addValues<P>(s, v);
+  };
+  const Pack16<T>* xp = reinterpret_cast<const Pack16<T>*>(x + head);
   for (int64_t j = threadIdx.x; j < head; j += kBlock) addScalar(j);
   int64_t k = threadIdx.x;
   for (; k + (kLoadsInFlight - 1) * kBlock < packs; k += kLoadsInFlight * kBlock) {
-    A v[kLoadsInFlight][P];
+    Pack16<T> raw[kLoadsInFlight];
 #pragma unroll
-    for (int u = 0; u < kLoadsInFlight; ++u) loadAccum<P>(x + head + (k + u * kBlock) * P, v[u]);
+    for (int u = 0; u < kLoadsInFlight; ++u) raw[u] = xp[k + u * kBlock];
 #pragma unroll
-    for (int u = 0; u < kLoadsInFlight; ++u) addValues<P>(s, v[u]);
+    for (int u = 0; u < kLoadsInFlight; ++u) addPack(raw[u], k + u * kBlock);
   }
-  for (; k < packs; k += kBlock) {
-    A v[P];
-    loadAccum<P>(x + head + k * P, v);
-    addValues<P>(s, v);
-  }
+  for (; k < packs; k += kBlock) addPack(xp[k], k);
   for (int64_t j = tail + threadIdx.x; j < V; j += kBlock) addScalar(j);
   s = blockReduce<kBlock>(s, MergeMaxSum());  // every thread gets the same bits
   const A l = s.max + log(s.sum);
@@ -140,7 +155,22 @@ __global__ void __launch_bounds__(kBlock) forwardKernel(const T* logits, const i
     lse[r] = l;
     loss[r] = l - target;  // NaN for a target out of range
   }
-  if constexpr (kGradient) writeRowGradient(x, dlogits + r * ld, V, t, t >= 0 ? l : A(NAN), A(1) / static_cast<A>(N));
+  if constexpr (kHold) {
+    const A lt = t >= 0 ? l : A(NAN), scale = A(1) / static_cast<A>(N);
+    T* dx = dlogits + r * ld;
+    const auto gradient = [&](A v, int64_t j) { return (exp(v - lt) - A(j == t)) * scale; };
+    for (int64_t j = threadIdx.x; j < head; j += kBlock) dx[j] = fromAccum<T>(gradient(toAccum(x[j]), j));
+    for (int64_t k = threadIdx.x; k < packs; k += kBlock) {
+      const Pack16<T> raw = held[k];
+      Pack16<T> out;
+#pragma unroll
+      for (int i = 0; i < P; ++i) out.v[i] = fromAccum<T>(gradient(toAccum(raw.v[i]), head + k * P + i));
+      reinterpret_cast<Pack16<T>*>(dx + head)[k] = out;
+    }
+    for (int64_t j = tail + threadIdx.x; j < V; j += kBlock) dx[j] = fromAccum<T>(gradient(toAccum(x[j]), j));
+  } else if constexpr (kGradient) {
+    writeRowGradient(x, dlogits + r * ld, V, t, t >= 0 ? l : A(NAN), A(1) / static_cast<A>(N));
+  }
 }
 
 // Reads each element, then overwrites it (dlogits may alias logits).
@@ -186,7 +216,7 @@ void softmaxXentForward(const T* logits, const int32_t* targets, AccumOf<T>* los
                         int64_t V, int64_t ld, cudaStream_t stream) {
   checkSizes(N, V, ld);
   if (N == 0) return;
-  forwardKernel<T, false>
+  forwardKernel<T, false, false>
       <<<static_cast<unsigned>(N), kBlock, 0, stream>>>(logits, targets, loss, lse, nullptr, N, V, ld);
   CUDA_CHECK_LAUNCH();
 }
@@ -196,7 +226,16 @@ void softmaxXentForwardGradient(T* logits, const int32_t* targets, AccumOf<T>* l
                                 int64_t V, int64_t ld, cudaStream_t stream) {
   checkSizes(N, V, ld);
   if (N == 0) return;
-  forwardKernel<T, true><<<static_cast<unsigned>(N), kBlock, 0, stream>>>(logits, targets, loss, lse, logits, N, V, ld);
+  const int64_t heldBytes = V / kPack<T> * 16;  // no row has more packs, whatever its head
+  if (heldBytes <= kHeldRowBytes) {
+    const auto kernel = forwardKernel<T, true, true>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kHeldRowBytes)));
+    kernel<<<static_cast<unsigned>(N), kBlock, size_t(heldBytes), stream>>>(logits, targets, loss, lse, logits, N, V,
+                                                                            ld);
+  } else {
+    forwardKernel<T, true, false>
+        <<<static_cast<unsigned>(N), kBlock, 0, stream>>>(logits, targets, loss, lse, logits, N, V, ld);
+  }
   CUDA_CHECK_LAUNCH();
 }
 

@@ -7,10 +7,11 @@
 #include <functional>
 #include <vector>
 
-#include "framework/tensor/dispatch.h"
 #include "framework/ops/ops.h"
 #include "framework/runtime/device.h"
+#include "framework/tensor/dispatch.h"
 #include "kernels/matmul.h"
+#include "kernels/softmax_xent.h"
 #include "kernels/tiled_gemm.h"
 #include "tests/support/device_compare.h"
 #include "tests/support/gradcheck.h"
@@ -338,6 +339,69 @@ TEST(TiledGemm, MatchesCpuTwin) {
     // K eps (sqrt(K) steps of sqrt(K)-sized partial sums). A wrong tile or missed bound is off by O(1).
     for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 4.0 * (K + 1) * 6e-8) << "element " << i;
   }
+}
+
+// The forward that writes the gradient over the logits (softmaxXentForwardGradient) against the forward, then
+// the backward with an upstream gradient of 1, on the same logits: the loss, the logsumexp and the gradient
+// equal to the bit, and the padding past V left as it was. Rows of up to 53248 bf16 (26624 fp32) classes are
+// held in shared memory between the kernel's two phases; 60000 bf16 and 30000 fp32 classes are read twice.
+// Packed odd rows (ld = V) start at every offset from a 16-byte boundary.
+template <typename T>
+void expectForwardGradientEqualsForwardThenBackward(DType dtype, int64_t N, int64_t V, int64_t ld) {
+  SCOPED_TRACE(::testing::Message() << dtypeName(dtype) << " N=" << N << " V=" << V << " ld=" << ld);
+  using A = AccumOf<T>;
+  const DType accum = dtype == DType::F64 ? DType::F64 : DType::F32;
+  const auto f64 = [](const Tensor& t) { return t.to(Device::CPU).toDType(DType::F64).toVector<double>(); };
+  const Tensor logits = randomTensor({N, ld}, 60 + V, -8.0, 8.0, dtype).to(Device::CUDA);
+  const Tensor targets = randomIndices({N}, int32_t(V), 61).to(Device::CUDA);
+  const Tensor one = Tensor::fromVector<A>({A(1)}, {1}, Device::CUDA);
+  Tensor loss = Tensor::empty({N}, accum, Device::CUDA), lse = Tensor::empty({N}, accum, Device::CUDA);
+  Tensor dlogits = logits.clone();  // columns past V keep the logits' values
+  MINIDP_ON_CUDA(kernels::cuda::softmaxXentForward<T>(logits.data<T>(), targets.data<int32_t>(), loss.data<A>(),
+                                                      lse.data<A>(), N, V, ld, runtime::computeStream()));
+  MINIDP_ON_CUDA(kernels::cuda::softmaxXentBackward<T>(logits.data<T>(), targets.data<int32_t>(), lse.data<A>(),
+                                                       one.data<A>(), dlogits.data<T>(), N, V, ld,
+                                                       runtime::computeStream()));
+  Tensor fused = logits.clone();
+  Tensor fusedLoss = Tensor::empty({N}, accum, Device::CUDA), fusedLse = Tensor::empty({N}, accum, Device::CUDA);
+  MINIDP_ON_CUDA(kernels::cuda::softmaxXentForwardGradient<T>(fused.data<T>(), targets.data<int32_t>(),
+                                                              fusedLoss.data<A>(), fusedLse.data<A>(), N, V, ld,
+                                                              runtime::computeStream()));
+  EXPECT_EQ(f64(fusedLoss), f64(loss));
+  EXPECT_EQ(f64(fusedLse), f64(lse));
+  const std::vector<double> got = f64(fused), want = f64(dlogits);
+  int64_t differing = 0, first = -1;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != want[i]) {
+      ++differing;
+      if (first < 0) first = int64_t(i);
+    }
+  }
+  EXPECT_EQ(differing, 0) << "first at row " << first / ld << ", column " << first % ld;
+  // A wrong gradient that the backward shared would pass the comparison: rows must sum to 0 (softmax minus
+  // one-hot, over N), to the rounding of V terms.
+  const double eps = dtype == DType::BF16 ? 0.0078125 : dtype == DType::F32 ? 1.2e-7 : 2.3e-16;
+  for (int64_t r = 0; r < N; ++r) {
+    double sum = 0.0, mass = 0.0;
+    for (int64_t j = 0; j < V; ++j) {
+      sum += got[r * ld + j];
+      mass += std::fabs(got[r * ld + j]);
+    }
+    ASSERT_NEAR(sum, 0.0, 4.0 * eps * mass) << "row " << r;
+    ASSERT_NEAR(mass * double(N), 2.0, 0.05) << "row " << r;  // |p - onehot| sums to 2 (1 - p_t) ~ 2
+  }
+}
+
+TEST(CrossEntropyCuda, ForwardWithGradientEqualsForwardThenBackward) {
+  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  expectForwardGradientEqualsForwardThenBackward<bf16>(DType::BF16, 37, 50304, 50304);  // held, GPT-2's padded V
+  expectForwardGradientEqualsForwardThenBackward<bf16>(DType::BF16, 19, 50257, 50257);  // held, rows at all offsets
+  expectForwardGradientEqualsForwardThenBackward<bf16>(DType::BF16, 11, 60000, 60000);  // read twice
+  expectForwardGradientEqualsForwardThenBackward<bf16>(DType::BF16, 9, 1000, 1024);     // held, padded rows
+  expectForwardGradientEqualsForwardThenBackward<float>(DType::F32, 23, 1001, 1003);
+  expectForwardGradientEqualsForwardThenBackward<float>(DType::F32, 7, 26624, 26624);  // the largest held row
+  expectForwardGradientEqualsForwardThenBackward<float>(DType::F32, 5, 30000, 30000);  // read twice
+  expectForwardGradientEqualsForwardThenBackward<double>(DType::F64, 13, 777, 777);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaVsCpu, ::testing::Values(DType::F32, DType::F64),
