@@ -377,7 +377,12 @@ void expectForwardGradientEqualsForwardThenBackward(DType dtype, int64_t N, int6
       if (first < 0) first = int64_t(i);
     }
   }
-  EXPECT_EQ(differing, 0) << "first at row " << first / ld << ", column " << first % ld;
+  if (differing > 0) {
+    const std::vector<double> x = f64(logits), l = f64(lse);
+    ADD_FAILURE() << differing << " gradient elements differ; the first at row " << first / ld << ", column "
+                  << first % ld << ": " << std::hexfloat << got[first] << " against " << want[first] << " (logit "
+                  << x[first] << ", logsumexp " << l[first / ld] << ")" << std::defaultfloat;
+  }
   // A wrong gradient that the backward shared would pass the comparison: rows must sum to 0 (softmax minus
   // one-hot, over N), to the rounding of V terms.
   const double eps = dtype == DType::BF16 ? 0.0078125 : dtype == DType::F32 ? 1.2e-7 : 2.3e-16;
