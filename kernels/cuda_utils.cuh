@@ -216,15 +216,6 @@ __global__ void columnFinishKernel(const A* partial, ColumnOutputs<kValues, P> o
   *o = fromAccum<P>(outs.accumulate[k] ? toAccum(*o) + s : s);  // P may be bf16
 }
 
-/// Stage two alone: adds each column's partials of `partial` (kValues, slices, C) in a fixed order into
-/// `outs`; slices may be 0 (sums of no rows).
-template <int kValues, typename A, typename P>
-void finishColumns(const A* partial, ColumnOutputs<kValues, P> outs, int64_t slices, int64_t C, cudaStream_t stream) {
-  columnFinishKernel<kValues, A, P>
-      <<<dim3(ceilDiv(C, kColumnTile), kValues), dim3(kColumnTile, kSliceLanes), 0, stream>>>(partial, outs, slices, C);
-  CUDA_CHECK_LAUNCH();
-}
-
 /// Column sums of kValues quantities over an (N, C) array in a fixed order, deterministic and spread over
 /// columnSlices(N, C) row slices; `scratch` holds kValues * columnSlices(N, C) * C accumulators. Terms give
 /// row n's terms of P consecutive columns (`pack<P>`): Terms::kPack columns with 16-byte loads where
@@ -246,7 +237,9 @@ void reduceColumns(Terms terms, ColumnOutputs<kValues, P> outs, A* scratch, int6
     partials(std::integral_constant<int, 1>{});
   }
   CUDA_CHECK_LAUNCH();
-  finishColumns(scratch, outs, slices, C, stream);
+  columnFinishKernel<kValues, A, P>
+      <<<dim3(ceilDiv(C, kColumnTile), kValues), dim3(kColumnTile, kSliceLanes), 0, stream>>>(scratch, outs, slices, C);
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace minidp::kernels::cuda

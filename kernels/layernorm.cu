@@ -1,12 +1,9 @@
 // LayerNorm and RMSNorm kernels (kCentered: LayerNorm's mean subtracted and bias added; RMSNorm has neither),
 // then their launchers. One warp per row for the row statistics and dx, reading P consecutive channels per
-// lane (16-byte loads when the rows allow). The backward is one pass where C <= kNormBackwardFusedColumns<T>
-// (a choice of C and T only): dx and per-block partial column sums of the parameter gradients from one read of
-// each row, then stage two of the column reduction. Wider rows take a dx kernel and the two-stage column
-// reduction of kernels/cuda_utils.cuh (row slices, then a fixed-order combine). Every run gives the same bits
-// either way, and dx the same bits on both paths.
+// lane (16-byte loads when the rows allow); the weight (and bias) gradients are the two-stage column reduction
+// of kernels/cuda_utils.cuh (row slices, then a fixed-order combine), so every run gives the same bits and the
+// reduction fills the GPU at any C.
 #include <initializer_list>
-#include <type_traits>
 
 #include "kernels/cuda_utils.cuh"
 #include "kernels/layernorm.h"
@@ -66,38 +63,9 @@ __global__ void normForwardKernel(const T* x, const ParamOf<T>* weight, const Pa
 __device__ __forceinline__ float unfusedAdd(float a, float b) { return __fadd_rn(a, b); }
 __device__ __forceinline__ double unfusedAdd(double a, double b) { return __dadd_rn(a, b); }
 
-// Adds P channels' terms of a row's dx sums: g = dy * weight to sumG (LayerNorm only) and g * xhat to sumGx,
-// xhat = (x - mean) * rstd. Both backward paths add through it, channels in the same order, so their dx agree.
-template <int P, bool kCentered, typename A>
-__device__ __forceinline__ void addRowTerms(const A (&xv)[P], const A (&gv)[P], const A (&w)[P], A m, A s, A& sumG,
-                                            A& sumGx) {
-#pragma unroll
-  for (int j = 0; j < P; ++j) {
-    const A g = gv[j] * w[j];
-    if constexpr (kCentered) sumG += g;
-    sumGx += g * ((xv[j] - m) * s);
-  }
-}
-
-// Stores P channels of dx = s * (g - meanG - xhat * meanGx) at p; with `accumulate`, adds them onto what p holds,
-// rounded to T first: the bits of a separate add of the two.
-template <int P, typename T, typename A>
-__device__ __forceinline__ void storeDx(T* p, const A (&xv)[P], const A (&gv)[P], const A (&w)[P], A m, A s, A meanG,
-                                        A meanGx, bool accumulate) {
-  A d[P];
-#pragma unroll
-  for (int j = 0; j < P; ++j) d[j] = s * (gv[j] * w[j] - meanG - ((xv[j] - m) * s) * meanGx);
-  if (accumulate) {
-    A held[P];
-    loadAccum<P>(p, held);
-#pragma unroll
-    for (int j = 0; j < P; ++j) d[j] = unfusedAdd(held[j], toAccum(fromAccum<T>(d[j])));
-  }
-  storeAccum<P>(p, d);
-}
-
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * weight, one warp per row; RMSNorm
-// (!kCentered): xhat = x * rstd and no mean(g) term. With `accumulate`, dx += that (storeDx).
+// (!kCentered): xhat = x * rstd and no mean(g) term. With `accumulate`, dx += that, rounded to T first: the
+// bits of a separate add of the two.
 template <int P, bool kCentered, typename T>
 __global__ void normBackwardInputKernel(const T* dy, const T* x, const ParamOf<T>* weight, const AccumOf<T>* mean,
                                         const AccumOf<T>* rstd, T* dx, int64_t N, int64_t C, bool accumulate) {
@@ -114,7 +82,12 @@ __global__ void normBackwardInputKernel(const T* dy, const T* x, const ParamOf<T
     loadAccum<P>(xr + c, xv);
     loadAccum<P>(dyr + c, gv);
     loadAccum<P>(weight + c, w);
-    addRowTerms<P, kCentered>(xv, gv, w, m, s, sumG, sumGx);
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+      const A g = gv[j] * w[j];
+      if constexpr (kCentered) sumG += g;
+      sumGx += g * ((xv[j] - m) * s);
+    }
   }
   const A meanG = kCentered ? warpSum(sumG) / static_cast<A>(C) : A(0);
   const A meanGx = warpSum(sumGx) / static_cast<A>(C);
@@ -123,83 +96,15 @@ __global__ void normBackwardInputKernel(const T* dy, const T* x, const ParamOf<T
     loadAccum<P>(xr + c, xv);
     loadAccum<P>(dyr + c, gv);
     loadAccum<P>(weight + c, w);
-    storeDx<P>(dxr + c, xv, gv, w, m, s, meanG, meanGx, accumulate);
-  }
-}
-
-constexpr int kFusedWarps = 8;  // warps of a one-pass block, each over every kFusedWarps-th of its rows
-
-// The one-pass backward: block b takes rows [32 b, 32 b + 32), one warp per row, each warp every kFusedWarps-th.
-// Lane `lane` holds channels c = lane * P + r * 32 * P + j (r < kRounds, j < P), as normBackwardInputKernel's
-// lane does: it reads them of dy and x once, stores dx through the same helpers in the same order (the same
-// bits), and adds the row's parameter-gradient terms (dy * xhat, and LayerNorm's dy) to its partial sums in
-// registers. The block then adds its warps' partials in warp order and writes them to partial
-// (kValues, gridDim.x, C), one row per block and value.
-template <int P, int kRounds, bool kCentered, typename T>
-__global__ void __launch_bounds__(kFusedWarps * 32)
-    normBackwardFusedKernel(const T* dy, const T* x, const ParamOf<T>* weight, const AccumOf<T>* mean,
-                            const AccumOf<T>* rstd, T* dx, AccumOf<T>* partial, int64_t N, int64_t C, bool accumulate) {
-  using A = AccumOf<T>;
-  constexpr int kValues = kCentered ? 2 : 1;
-  constexpr int kWidth = kRounds * 32 * P;  // channels a block covers, C at most
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  A w[kRounds][P], sums[kValues][kRounds][P];
 #pragma unroll
-  for (int r = 0; r < kRounds; ++r) {
-    const int64_t c = lane * P + r * 32 * P;
-    if (c < C) loadAccum<P>(weight + c, w[r]);
+    for (int j = 0; j < P; ++j) gv[j] = s * (gv[j] * w[j] - meanG - ((xv[j] - m) * s) * meanGx);
+    if (accumulate) {
+      A held[P];
+      loadAccum<P>(dxr + c, held);
 #pragma unroll
-    for (int j = 0; j < P; ++j)
-#pragma unroll
-      for (int k = 0; k < kValues; ++k) sums[k][r][j] = A(0);
-  }
-  const int64_t end = min(N, int64_t(blockIdx.x + 1) * kNormBackwardFusedRows);
-  for (int64_t row = int64_t(blockIdx.x) * kNormBackwardFusedRows + warp; row < end; row += kFusedWarps) {
-    const T* xr = x + row * C;
-    const T* dyr = dy + row * C;
-    const A m = kCentered ? mean[row] : A(0), s = rstd[row];
-    A xv[kRounds][P], gv[kRounds][P];
-    A sumG = 0, sumGx = 0;
-#pragma unroll
-    for (int r = 0; r < kRounds; ++r) {
-      const int64_t c = lane * P + r * 32 * P;
-      if (c >= C) continue;
-      loadAccum<P>(xr + c, xv[r]);
-      loadAccum<P>(dyr + c, gv[r]);
-      addRowTerms<P, kCentered>(xv[r], gv[r], w[r], m, s, sumG, sumGx);
-#pragma unroll
-      for (int j = 0; j < P; ++j) {
-        sums[0][r][j] += gv[r][j] * ((xv[r][j] - m) * s);
-        if constexpr (kCentered) sums[1][r][j] += gv[r][j];
-      }
+      for (int j = 0; j < P; ++j) gv[j] = unfusedAdd(held[j], toAccum(fromAccum<T>(gv[j])));
     }
-    const A meanG = kCentered ? warpSum(sumG) / static_cast<A>(C) : A(0);
-    const A meanGx = warpSum(sumGx) / static_cast<A>(C);
-    T* dxr = dx + row * C;
-#pragma unroll
-    for (int r = 0; r < kRounds; ++r) {
-      const int64_t c = lane * P + r * 32 * P;
-      if (c < C) storeDx<P>(dxr + c, xv[r], gv[r], w[r], m, s, meanG, meanGx, accumulate);
-    }
-  }
-  // One value at a time through shared memory, lane's (r, j) partial at slot (r * P + j) * 32 + lane: a warp's
-  // stores and the readers' loads each touch 32 consecutive slots, so no bank conflicts.
-  __shared__ A lanes[kFusedWarps][kWidth];
-#pragma unroll
-  for (int k = 0; k < kValues; ++k) {
-#pragma unroll
-    for (int r = 0; r < kRounds; ++r)
-#pragma unroll
-      for (int j = 0; j < P; ++j) lanes[warp][(r * P + j) * 32 + lane] = sums[k][r][j];
-    __syncthreads();
-    for (int i = threadIdx.x; i < kWidth; i += kFusedWarps * 32) {
-      const int64_t c = (i % 32) * P + (i / (32 * P)) * 32 * P + i / 32 % P;  // slot i's channel
-      if (c >= C) continue;
-      A sum = lanes[0][i];
-      for (int wp = 1; wp < kFusedWarps; ++wp) sum += lanes[wp][i];
-      partial[(int64_t(k) * gridDim.x + blockIdx.x) * C + c] = sum;
-    }
-    __syncthreads();  // `lanes` is reused by the next value
+    storeAccum<P>(dxr + c, gv);
   }
 }
 
@@ -257,40 +162,6 @@ bool vectorRows(int64_t C, std::initializer_list<const void*> pointers) {
   return true;
 }
 
-// The one-pass backward (C <= kNormBackwardFusedColumns<T>): normBackwardFusedKernel over ceil(N / 32) blocks
-// at the fewest rounds that cover C, with 16-byte loads where normBackwardInputKernel would take them, then stage
-// two of the column reduction over the blocks' partial rows in `scratch`.
-template <bool kCentered, typename T, int kValues>
-void normBackwardFused(const T* dy, const T* x, const ParamOf<T>* weight, const AccumOf<T>* mean,
-                       const AccumOf<T>* rstd, T* dx, ColumnOutputs<kValues, ParamOf<T>> outs, AccumOf<T>* scratch,
-                       int64_t N, int64_t C, bool accumulateDx, cudaStream_t stream) {
-  constexpr int kPacked = kPack<T>;
-  static_assert(kNormBackwardFusedColumns<T> == 4 * 32 * kPacked, "at most four rounds of 16-byte loads a lane");
-  const unsigned blocks = ceilDiv(N, kNormBackwardFusedRows);
-  const auto launch = [&](auto pack, auto packRounds) {
-    constexpr int P = decltype(pack)::value, kRounds = decltype(packRounds)::value * kPacked / P;
-    normBackwardFusedKernel<P, kRounds, kCentered, T>
-        <<<blocks, kFusedWarps * 32, 0, stream>>>(dy, x, weight, mean, rstd, dx, scratch, N, C, accumulateDx);
-  };
-  const auto launchRounds = [&](auto pack) {
-    switch (ceilDiv(C, 32 * kPacked)) {
-      case 1: launch(pack, std::integral_constant<int, 1>{}); break;
-      case 2: launch(pack, std::integral_constant<int, 2>{}); break;
-      case 3: launch(pack, std::integral_constant<int, 3>{}); break;
-      default: launch(pack, std::integral_constant<int, 4>{});
-    }
-  };
-  if (blocks > 0) {
-    if (vectorRows<kPacked>(C, {dy, x, weight, dx})) {
-      launchRounds(std::integral_constant<int, kPacked>{});
-    } else {
-      launchRounds(std::integral_constant<int, 1>{});
-    }
-    CUDA_CHECK_LAUNCH();
-  }
-  finishColumns(scratch, outs, blocks, C, stream);
-}
-
 }  // namespace
 
 template <typename T>
@@ -313,11 +184,6 @@ void layerNormBackward(const T* dy, const T* x, const ParamOf<T>* weight, const 
                        int64_t N, int64_t C, bool accumulateDx, bool accumulateWeight, bool accumulateBias,
                        cudaStream_t stream) {
   if (C == 0) return;
-  const ColumnOutputs<2, ParamOf<T>> outs{{dweight, dbias}, {accumulateWeight, accumulateBias}};
-  if (C <= kNormBackwardFusedColumns<T>) {
-    normBackwardFused<true>(dy, x, weight, mean, rstd, dx, outs, scratch, N, C, accumulateDx, stream);
-    return;
-  }
   if (N > 0) {
     constexpr int P = kPack<T>;
     const unsigned grid = ceilDiv(N, kRowsPerBlock);
@@ -330,7 +196,9 @@ void layerNormBackward(const T* dy, const T* x, const ParamOf<T>* weight, const 
     }
     CUDA_CHECK_LAUNCH();
   }
-  reduceColumns<2>(LayerNormParamTerms<T>{dy, x, mean, rstd, C}, outs, scratch, N, C, stream);
+  reduceColumns<2>(LayerNormParamTerms<T>{dy, x, mean, rstd, C},
+                   ColumnOutputs<2, ParamOf<T>>{{dweight, dbias}, {accumulateWeight, accumulateBias}}, scratch, N, C,
+                   stream);
 }
 
 template <typename T>
@@ -354,11 +222,6 @@ void rmsNormBackward(const T* dy, const T* x, const ParamOf<T>* weight, const Ac
                      ParamOf<T>* dweight, AccumOf<T>* scratch, int64_t N, int64_t C, bool accumulateDx,
                      bool accumulateWeight, cudaStream_t stream) {
   if (C == 0) return;
-  const ColumnOutputs<1, ParamOf<T>> outs{{dweight}, {accumulateWeight}};
-  if (C <= kNormBackwardFusedColumns<T>) {
-    normBackwardFused<false>(dy, x, weight, nullptr, rstd, dx, outs, scratch, N, C, accumulateDx, stream);
-    return;
-  }
   if (N > 0) {
     constexpr int P = kPack<T>;
     const unsigned grid = ceilDiv(N, kRowsPerBlock);
@@ -371,7 +234,8 @@ void rmsNormBackward(const T* dy, const T* x, const ParamOf<T>* weight, const Ac
     }
     CUDA_CHECK_LAUNCH();
   }
-  reduceColumns<1>(RmsNormParamTerms<T>{dy, x, rstd, C}, outs, scratch, N, C, stream);
+  reduceColumns<1>(RmsNormParamTerms<T>{dy, x, rstd, C},
+                   ColumnOutputs<1, ParamOf<T>>{{dweight}, {accumulateWeight}}, scratch, N, C, stream);
 }
 
 #define MINIDP_INSTANTIATE(T)                                                                                         \

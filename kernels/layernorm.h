@@ -5,7 +5,6 @@
 // CPU twins share the signatures, minus the stream.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 
 #include "base/bf16.h"
@@ -14,25 +13,10 @@
 
 namespace minidp::kernels {
 
-/// Widest rows whose CUDA backward is one pass (dx and per-block partial column sums, then a fixed-order
-/// combine): four 16-byte loads per lane of a warp, so a lane holds at most C / 32 channels' partial sums
-/// (bf16: 1024, float: 512, double: 256). Wider rows take a dx kernel, then the column reduction.
-template <typename T>
-constexpr int64_t kNormBackwardFusedColumns = 4 * 32 * 16 / static_cast<int64_t>(sizeof(T));
-/// Rows of a one-pass backward block; each block writes one partial row of every parameter gradient.
-constexpr int64_t kNormBackwardFusedRows = 32;
-
-/// Partial rows per parameter gradient a norm backward of (N, C) may write: the row slices of the column
-/// reduction, or one per kNormBackwardFusedRows rows where some activation type takes the one-pass path.
-inline int64_t normBackwardPartialRows(int64_t N, int64_t C) {
-  const int64_t blocks =
-      C <= kNormBackwardFusedColumns<bf16> ? (N + kNormBackwardFusedRows - 1) / kNormBackwardFusedRows : 0;
-  return std::max(columnSlices(N, C), blocks);
-}
 /// Accumulators layerNormBackward needs in `scratch` for an (N, C) input (the CPU twin needs none).
-inline int64_t layerNormBackwardScratchSize(int64_t N, int64_t C) { return 2 * normBackwardPartialRows(N, C) * C; }
+inline int64_t layerNormBackwardScratchSize(int64_t N, int64_t C) { return 2 * columnSlices(N, C) * C; }
 /// Accumulators rmsNormBackward needs in `scratch` (the CPU twin needs none).
-inline int64_t rmsNormBackwardScratchSize(int64_t N, int64_t C) { return normBackwardPartialRows(N, C) * C; }
+inline int64_t rmsNormBackwardScratchSize(int64_t N, int64_t C) { return columnSlices(N, C) * C; }
 
 #define MINIDP_LAYERNORM_DECLARATIONS(...)                                                                           \
   /* y = (x - mean) * rstd * weight + bias per row; x, y (N, C); weight, bias (C); saves mean, rstd */               \
