@@ -2,6 +2,7 @@
 // Rows of V elements, ld apart, start at any element offset (packed V = 50257 is odd), so each row is walked
 // as a scalar head up to the first 16-byte boundary, 16-byte packs, and a scalar tail; a padded ld (a
 // multiple of 64) leaves no head.
+#include <algorithm>
 #include <climits>
 #include <cmath>
 
@@ -204,6 +205,15 @@ __global__ void __launch_bounds__(kBlock) scaleGradientKernel(T* dlogits, const 
       });
 }
 
+// The dynamic shared memory a block of this device may opt into (227 KiB on Hopper, 163 on the A100, 99 on
+// most other GPUs): where a held row would not fit, the row is read twice instead.
+int64_t sharedBytesPerBlock() {
+  int device = 0, bytes = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return bytes;
+}
+
 void checkSizes(int64_t N, int64_t V, int64_t ld) {
   MINIDP_CHECK(V > 0 && ld >= V, "cross-entropy over " << V << " classes in rows of " << ld);
   MINIDP_CHECK(N <= INT_MAX, "cross-entropy: " << N << " rows exceed the grid");
@@ -227,9 +237,10 @@ void softmaxXentForwardGradient(T* logits, const int32_t* targets, AccumOf<T>* l
   checkSizes(N, V, ld);
   if (N == 0) return;
   const int64_t heldBytes = V / kPack<T> * 16;  // no row has more packs, whatever its head
-  if (heldBytes <= kHeldRowBytes) {
+  const int64_t heldLimit = std::min(kHeldRowBytes, sharedBytesPerBlock());
+  if (heldBytes <= heldLimit) {
     const auto kernel = forwardKernel<T, true, true>;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kHeldRowBytes)));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(heldLimit)));
     kernel<<<static_cast<unsigned>(N), kBlock, size_t(heldBytes), stream>>>(logits, targets, loss, lse, logits, N, V,
                                                                             ld);
   } else {
