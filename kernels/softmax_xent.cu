@@ -27,14 +27,20 @@ __device__ __forceinline__ MaxSum<A> shuffleXor(MaxSum<A> v, int offset) {
   return {__shfl_xor_sync(0xffffffffu, v.max, offset), __shfl_xor_sync(0xffffffffu, v.sum, offset)};
 }
 
-// Merges two running sums (commutative bit for bit, so butterfly lanes agree). Empty states (max -inf)
+// Products that the compiler may not contract into an fma with a neighbouring add.
+__device__ __forceinline__ float unfusedMul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double unfusedMul(double a, double b) { return __dmul_rn(a, b); }
+
+// Merges two running sums, commutative bit for bit, so the two lanes of each butterfly step, and hence every
+// thread of blockReduce, end with the same bits: both products are rounded before the add (a contracted
+// fma(a.sum, ea, b.sum * eb) would round a different product on each side). Empty states (max -inf)
 // contribute nothing.
 struct MergeMaxSum {
   template <typename A>
   __device__ MaxSum<A> operator()(MaxSum<A> a, MaxSum<A> b) const {
     const A m = fmax(a.max, b.max);
     if (m == -INFINITY) return {m, A(0)};
-    return {m, a.sum * exp(a.max - m) + b.sum * exp(b.max - m)};
+    return {m, unfusedMul(a.sum, exp(a.max - m)) + unfusedMul(b.sum, exp(b.max - m))};
   }
 };
 
@@ -79,20 +85,26 @@ __device__ int64_t checkedTarget(const int32_t* targets, int64_t r, int64_t V) {
   return t >= 0 && t < V ? t : -1;
 }
 
-// Writes row x's gradient (exp(x[j] - l) - (j == t)) * scale into dx, which may be x: each element is read
-// before it is overwritten.
+// The gradient at element j of a row with logit v, target t and logsumexp l, times scale: every kernel that
+// writes a gradient forms it here.
+template <typename A>
+__device__ __forceinline__ A gradientOf(A v, int64_t j, int64_t t, A l, A scale) {
+  return (exp(v - l) - A(j == t)) * scale;
+}
+
+// Writes row x's gradient into dx, which may be x: each element is read before it is overwritten.
 template <typename T>
 __device__ __forceinline__ void writeRowGradient(const T* x, T* dx, int64_t V, int64_t t, AccumOf<T> l,
                                                  AccumOf<T> scale) {
   using A = AccumOf<T>;
   constexpr int P = kPack<T>;
   forRow(
-      x, V, [&](int64_t j) { dx[j] = fromAccum<T>((exp(toAccum(x[j]) - l) - A(j == t)) * scale); },
+      x, V, [&](int64_t j) { dx[j] = fromAccum<T>(gradientOf(toAccum(x[j]), j, t, l, scale)); },
       [&](int64_t j) {
         A v[P];
         loadAccum<P>(x + j, v);
 #pragma unroll
-        for (int i = 0; i < P; ++i) v[i] = (exp(v[i] - l) - A(j + i == t)) * scale;
+        for (int i = 0; i < P; ++i) v[i] = gradientOf(v[i], j + i, t, l, scale);
         storeAccum<P>(dx + j, v);
       });
 }
@@ -159,7 +171,7 @@ __global__ void __launch_bounds__(kBlock, kHold ? 2 : 1)
   if constexpr (kHold) {
     const A lt = t >= 0 ? l : A(NAN), scale = A(1) / static_cast<A>(N);
     T* dx = dlogits + r * ld;
-    const auto gradient = [&](A v, int64_t j) { return (exp(v - lt) - A(j == t)) * scale; };
+    const auto gradient = [&](A v, int64_t j) { return gradientOf(v, j, t, lt, scale); };
     for (int64_t j = threadIdx.x; j < head; j += kBlock) dx[j] = fromAccum<T>(gradient(toAccum(x[j]), j));
     for (int64_t k = threadIdx.x; k < packs; k += kBlock) {
       const Pack16<T> raw = held[k];
@@ -205,13 +217,17 @@ __global__ void __launch_bounds__(kBlock) scaleGradientKernel(T* dlogits, const 
       });
 }
 
-// The dynamic shared memory a block of this device may opt into (227 KiB on Hopper, 163 on the A100, 99 on
-// most other GPUs): where a held row would not fit, the row is read twice instead.
-int64_t sharedBytesPerBlock() {
-  int device = 0, bytes = 0;
+// The dynamic shared memory a block of `kernel` may opt into on this device: the device's limit per block
+// (227 KiB on Hopper, 163 on the A100, 99 on most other GPUs) less the kernel's static shared memory. Where a
+// held row would not fit, the row is read twice instead.
+template <typename Kernel>
+int64_t dynamicSharedBytesLimit(Kernel kernel) {
+  int device = 0, optin = 0;
   CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  return bytes;
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  cudaFuncAttributes attributes{};
+  CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  return int64_t(optin) - int64_t(attributes.sharedSizeBytes);
 }
 
 void checkSizes(int64_t N, int64_t V, int64_t ld) {
@@ -237,9 +253,9 @@ void softmaxXentForwardGradient(T* logits, const int32_t* targets, AccumOf<T>* l
   checkSizes(N, V, ld);
   if (N == 0) return;
   const int64_t heldBytes = V / kPack<T> * 16;  // no row has more packs, whatever its head
-  const int64_t heldLimit = std::min(kHeldRowBytes, sharedBytesPerBlock());
+  const auto kernel = forwardKernel<T, true, true>;
+  const int64_t heldLimit = std::min(kHeldRowBytes, dynamicSharedBytesLimit(kernel));
   if (heldBytes <= heldLimit) {
-    const auto kernel = forwardKernel<T, true, true>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(heldLimit)));
     kernel<<<static_cast<unsigned>(N), kBlock, size_t(heldBytes), stream>>>(logits, targets, loss, lse, logits, N, V,
                                                                             ld);

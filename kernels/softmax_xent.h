@@ -25,9 +25,9 @@ namespace minidp::kernels {
   void softmaxXentBackward(const T* logits, const int32_t* targets, const AccumOf<T>* lse, const AccumOf<T>* g,    \
                            T* dlogits, int64_t N, int64_t V, int64_t ld __VA_ARGS__);                              \
   /* softmaxXentForward, then over the logits the gradient of the mean loss for an upstream gradient of 1:         \
-     logits[r, j] becomes (exp(logits[r, j] - lse[r]) - (j == targets[r])) / N, softmaxXentBackward's formula      \
-     with g[0] = 1 (on CUDA the two kernels' exp may differ in the last bits). The classifier's forward when       \
-     backward follows: one read and one write of the logits (CUDA rows up to 104 KiB stay in shared memory). */   \
+     logits[r, j] becomes (exp(logits[r, j] - lse[r]) - (j == targets[r])) / N, the bits softmaxXentBackward       \
+     gives with g[0] = 1. The classifier's forward when backward follows: one read and one write of the logits     \
+     (CUDA rows up to 104 KiB stay in shared memory in between). */                                                \
   template <typename T>                                                                                            \
   void softmaxXentForwardGradient(T* logits, const int32_t* targets, AccumOf<T>* loss, AccumOf<T>* lse, int64_t N, \
                                   int64_t V, int64_t ld __VA_ARGS__);                                              \

@@ -342,13 +342,13 @@ TEST(TiledGemm, MatchesCpuTwin) {
 }
 
 // The forward that writes the gradient over the logits (softmaxXentForwardGradient) against the forward, then
-// the backward with an upstream gradient of 1, on the same logits: the loss and the logsumexp equal to the bit,
-// the gradient within 64 units in the last place of the accumulator (the two kernels are compiled apart and
-// their exp may round differently: on the H200, 7801 of the 150000 elements of the fp32 case read twice and
-// 415 of the 10101 of the fp64 case differed, the first by 22 and 15 units; the other cases equal bit for bit)
-// plus, in bf16, one rounding; and the padding past V left as it was. Rows of up to 53248 bf16 (26624 fp32) classes are held in shared memory
-// between the kernel's two phases; 60000 bf16 and 30000 fp32 classes are read twice. Packed odd rows (ld = V)
-// start at every offset from a 16-byte boundary.
+// the backward with an upstream gradient of 1, on the same logits: the loss, the logsumexp and the gradient
+// equal to the bit (every thread of the forward holds the logsumexp thread 0 stores, the one the backward
+// reads), and the padding past V left as it was. Rows of up to 53248 bf16 (26624 fp32) classes are held in
+// shared memory between the kernel's two phases; 60000 bf16 and 30000 fp32 classes are read twice. Packed odd
+// rows (ld = V) start at every offset from a 16-byte boundary. A defect both kernels shared is caught against
+// float64: each row sums to 0, its absolute values to 2 (1 - p_target) / N, and the target's element is
+// (p_target - 1) / N.
 template <typename T>
 void expectForwardGradientEqualsForwardThenBackward(DType dtype, int64_t N, int64_t V, int64_t ld) {
   SCOPED_TRACE(::testing::Message() << dtypeName(dtype) << " N=" << N << " V=" << V << " ld=" << ld);
@@ -356,48 +356,51 @@ void expectForwardGradientEqualsForwardThenBackward(DType dtype, int64_t N, int6
   const DType accum = dtype == DType::F64 ? DType::F64 : DType::F32;
   const auto f64 = [](const Tensor& t) { return t.to(Device::CPU).toDType(DType::F64).toVector<double>(); };
   const Tensor logits = randomTensor({N, ld}, 60 + V, -8.0, 8.0, dtype).to(Device::CUDA);
-  const Tensor targets = randomIndices({N}, int32_t(V), 61).to(Device::CUDA);
+  const Tensor targets = randomIndices({N}, int32_t(V), 61);
+  const Tensor deviceTargets = targets.to(Device::CUDA);
   const Tensor one = Tensor::fromVector<A>({A(1)}, {1}, Device::CUDA);
   Tensor loss = Tensor::empty({N}, accum, Device::CUDA), lse = Tensor::empty({N}, accum, Device::CUDA);
   Tensor dlogits = logits.clone();  // columns past V keep the logits' values
-  MINIDP_ON_CUDA(kernels::cuda::softmaxXentForward<T>(logits.data<T>(), targets.data<int32_t>(), loss.data<A>(),
+  MINIDP_ON_CUDA(kernels::cuda::softmaxXentForward<T>(logits.data<T>(), deviceTargets.data<int32_t>(), loss.data<A>(),
                                                       lse.data<A>(), N, V, ld, runtime::computeStream()));
-  MINIDP_ON_CUDA(kernels::cuda::softmaxXentBackward<T>(logits.data<T>(), targets.data<int32_t>(), lse.data<A>(),
+  MINIDP_ON_CUDA(kernels::cuda::softmaxXentBackward<T>(logits.data<T>(), deviceTargets.data<int32_t>(), lse.data<A>(),
                                                        one.data<A>(), dlogits.data<T>(), N, V, ld,
                                                        runtime::computeStream()));
   Tensor fused = logits.clone();
   Tensor fusedLoss = Tensor::empty({N}, accum, Device::CUDA), fusedLse = Tensor::empty({N}, accum, Device::CUDA);
-  MINIDP_ON_CUDA(kernels::cuda::softmaxXentForwardGradient<T>(fused.data<T>(), targets.data<int32_t>(),
+  MINIDP_ON_CUDA(kernels::cuda::softmaxXentForwardGradient<T>(fused.data<T>(), deviceTargets.data<int32_t>(),
                                                               fusedLoss.data<A>(), fusedLse.data<A>(), N, V, ld,
                                                               runtime::computeStream()));
   EXPECT_EQ(f64(fusedLoss), f64(loss));
   EXPECT_EQ(f64(fusedLse), f64(lse));
-  const std::vector<double> got = f64(fused), want = f64(dlogits);
-  const double epsA = dtype == DType::F64 ? 2.2e-16 : 1.2e-7, rounding = dtype == DType::BF16 ? 0.0078125 : 0.0;
-  int64_t outside = 0, first = -1;
+  const std::vector<double> got = f64(fused), want = f64(dlogits), x = f64(logits), l = f64(lse);
+  int64_t differing = 0, first = -1;
   for (size_t i = 0; i < got.size(); ++i) {
-    if (!(std::fabs(got[i] - want[i]) <= (64.0 * epsA + rounding) * std::fabs(want[i]))) {
-      ++outside;
+    if (got[i] != want[i]) {
+      ++differing;
       if (first < 0) first = int64_t(i);
     }
   }
-  if (outside > 0) {
-    const std::vector<double> x = f64(logits), l = f64(lse);
-    ADD_FAILURE() << outside << " gradient elements differ; the first at row " << first / ld << ", column "
+  if (differing > 0) {
+    ADD_FAILURE() << differing << " gradient elements differ; the first at row " << first / ld << ", column "
                   << first % ld << ": " << std::hexfloat << got[first] << " against " << want[first] << " (logit "
                   << x[first] << ", logsumexp " << l[first / ld] << ")" << std::defaultfloat;
   }
-  // A wrong gradient that the backward shared would pass the comparison: rows must sum to 0 (softmax minus
-  // one-hot, over N), to the rounding of V terms.
-  const double eps = dtype == DType::BF16 ? 0.0078125 : dtype == DType::F32 ? 1.2e-7 : 2.3e-16;
+  // Tolerances: each stored element rounds (epsT), exp and the sums add a few units of the accumulator
+  // (epsA), and a logsumexp off by half a unit of itself scales every probability by that much.
+  const double epsT = dtype == DType::BF16 ? 0.0078125 : dtype == DType::F32 ? 1.2e-7 : 2.3e-16;
+  const double epsA = dtype == DType::F64 ? 2.3e-16 : 1.2e-7;
+  const std::vector<int32_t> t = targets.toVector<int32_t>();
   for (int64_t r = 0; r < N; ++r) {
+    const double pt = std::exp(x[r * ld + t[r]] - l[r]), relative = epsT + epsA * (8.0 + std::fabs(l[r]));
     double sum = 0.0, mass = 0.0;
     for (int64_t j = 0; j < V; ++j) {
       sum += got[r * ld + j];
       mass += std::fabs(got[r * ld + j]);
     }
-    ASSERT_NEAR(sum, 0.0, 4.0 * eps * mass) << "row " << r;
-    ASSERT_NEAR(mass * double(N), 2.0, 0.05) << "row " << r;  // |p - onehot| sums to 2 (1 - p_t) ~ 2
+    ASSERT_NEAR(sum * double(N), 0.0, 4.0 * relative * mass * double(N)) << "row " << r;
+    ASSERT_NEAR(mass * double(N), 2.0 * (1.0 - pt), 4.0 * relative * 2.0) << "row " << r;
+    ASSERT_NEAR(got[r * ld + t[r]] * double(N), pt - 1.0, 4.0 * relative) << "row " << r << ", target " << t[r];
   }
 }
 
@@ -411,6 +414,26 @@ TEST(CrossEntropyCuda, ForwardWithGradientEqualsForwardThenBackward) {
   expectForwardGradientEqualsForwardThenBackward<float>(DType::F32, 7, 26624, 26624);  // the largest held row
   expectForwardGradientEqualsForwardThenBackward<float>(DType::F32, 5, 30000, 30000);  // read twice
   expectForwardGradientEqualsForwardThenBackward<double>(DType::F64, 13, 777, 777);
+}
+
+TEST(CrossEntropyCuda, ForwardWithGradientOutOfRangeTargetGivesNaN) {
+  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  // Row 1's target is V: its loss and gradient are NaN; rows 0 and 2 are not touched by it.
+  const int64_t N = 3, V = 100;
+  Tensor logits = randomTensor({N, V}, 62, -1.0, 1.0, DType::F32).to(Device::CUDA);
+  const Tensor targets = Tensor::fromVector<int32_t>({5, int32_t(V), 7}, {N}, Device::CUDA);
+  Tensor loss = Tensor::empty({N}, DType::F32, Device::CUDA), lse = Tensor::empty({N}, DType::F32, Device::CUDA);
+  MINIDP_ON_CUDA(kernels::cuda::softmaxXentForwardGradient<float>(logits.data<float>(), targets.data<int32_t>(),
+                                                                  loss.data<float>(), lse.data<float>(), N, V, V,
+                                                                  runtime::computeStream()));
+  const std::vector<float> l = loss.toVector<float>(), g = logits.to(Device::CPU).toVector<float>();
+  EXPECT_FALSE(std::isnan(l[0]));
+  EXPECT_TRUE(std::isnan(l[1]));
+  EXPECT_FALSE(std::isnan(l[2]));
+  for (int64_t j = 0; j < V; ++j) {
+    EXPECT_TRUE(std::isnan(g[V + j])) << "column " << j;
+    EXPECT_FALSE(std::isnan(g[j]) || std::isnan(g[2 * V + j])) << "column " << j;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaVsCpu, ::testing::Values(DType::F32, DType::F64),
