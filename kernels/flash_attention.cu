@@ -15,16 +15,19 @@
 //              looping over its G query heads and, in each, over the query tiles at or after it) and one per
 //              query tile (dQ, looping over key tiles up to it),
 //              both recomputing P from the logsumexp. Every output element has one writer: no atomics.
-//              bf16 up to D = 128, given scratch (flashAttentionBackwardScratchBytes): the key pass also
+//              bf16 at D = 80, 96, 128, given scratch (flashAttentionBackwardScratchBytes): the key pass also
 //              stores each dS tile it forms (bf16, as the query pass would round it), and the query pass
 //              is one product per key tile, dq += dS @ k, instead of recomputing S, P and dP.
 //              Where a thread would hold too many accumulators (bf16 at d = 256), each CTA owns a slice
 //              of the d output columns (kSplit slices, blockIdx.y = head * kSplit + slice) and recomputes
 //              the scores over the whole d.
-// The looped-over tiles are copied with 16-byte cp.async.cg into two shared-memory buffers: tile j + 1
-// is in flight while tile j is computed (commit / wait_group 1). Rows past the sequence end are never
-// read: their shared rows are zeroed by plain stores, and padding query rows get logsumexp +inf, so
-// their probabilities are exactly 0.
+// The looped-over tiles are copied with 16-byte cp.async.cg into two shared-memory buffers (the key pass's
+// row statistics with 4-byte cp.async.ca): tile j + 1 is in flight while tile j is computed (commit /
+// wait_group 1). Each thread's chunks of a tile share one column, so a copy is a pointer step. Rows past
+// the sequence end are never read: their shared rows are zeroed by plain stores, and padding query rows
+// get logsumexp +inf, so their probabilities are exactly 0.
+// Forward: the running max is kept in scaled units, so p = exp2(s sc - m) is one FFMA and one MUFU op.
+// bf16 outputs are stored as column pairs (4 bytes) where the destination is 4-byte aligned.
 // fp32 at a head dim whose six tiles do not fit in a CTA's shared memory (256) takes row kernels
 // instead: a warp per query or key row, the rows it meets read from global memory (L2), no tiles.
 #include <cuda_bf16.h>
@@ -50,26 +53,49 @@ __device__ void cpAsync16(void* dst, const void* src) {
   const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr), "l"(src));
 }
+// 4 bytes global -> shared (through L1: the only size .cg lacks).
+__device__ void cpAsync4(void* dst, const void* src) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(addr), "l"(src));
+}
 __device__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>
 __device__ void cpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
-// Starts copying rows [0, kTile) of a matrix whose rows are `stride` elements apart (the first D used)
+// Starts copying rows [0, kRows) of a matrix whose rows are `stride` elements apart (the first D used)
 // into shared rows of `ld` elements. Rows at or past `validRows` lie past the sequence end: no copy is
 // issued for them (no instruction names their global address) and their shared chunks are zeroed by
 // plain stores, visible with the copies after the caller's wait and barrier.
-template <typename E, int D, int kThreads>
+template <typename E, int D, int kThreads, int kRows = kTile>
 __device__ void loadTileAsync(E* dst, int ld, const E* src, int64_t stride, int validRows) {
   constexpr int kPerChunk = 16 / sizeof(E), kChunks = D / kPerChunk;
   static_assert(D % kPerChunk == 0, "tile rows are copied in 16-byte chunks");
-  for (int c = threadIdx.x; c < kTile * kChunks; c += kThreads) {
-    const int r = c / kChunks, col = c % kChunks * kPerChunk;
-    if (r < validRows) {
-      cpAsync16(dst + r * ld + col, src + r * stride + col);
-    } else {
-      *reinterpret_cast<uint4*>(dst + r * ld + col) = make_uint4(0u, 0u, 0u, 0u);
+  if constexpr (kThreads % kChunks == 0 && kRows * kChunks % kThreads == 0) {
+    // Every chunk of a thread lies in the same column, its rows kStep apart: a pointer step per chunk,
+    // no index arithmetic (the loop runs every tile of every pass).
+    constexpr int kStep = kThreads / kChunks;
+    const int r0 = threadIdx.x / kChunks, col = threadIdx.x % kChunks * kPerChunk;
+    const E* from = src + r0 * stride + col;
+    E* to = dst + r0 * ld + col;
+#pragma unroll
+    for (int i = 0; i < kRows / kStep; ++i) {
+      if (r0 + i * kStep < validRows) {
+        cpAsync16(to + i * kStep * ld, from);
+      } else {
+        *reinterpret_cast<uint4*>(to + i * kStep * ld) = make_uint4(0u, 0u, 0u, 0u);
+      }
+      from += kStep * stride;
+    }
+  } else {
+    for (int c = threadIdx.x; c < kRows * kChunks; c += kThreads) {
+      const int r = c / kChunks, col = c % kChunks * kPerChunk;
+      if (r < validRows) {
+        cpAsync16(dst + r * ld + col, src + r * stride + col);
+      } else {
+        *reinterpret_cast<uint4*>(dst + r * ld + col) = make_uint4(0u, 0u, 0u, 0u);
+      }
     }
   }
 }
@@ -105,6 +131,7 @@ __device__ float rowSum(float v) {
 struct F32Math {
   using Elem = float;
   static constexpr int kThreads = 256;
+  static constexpr bool kPairedColumns = false;  // a thread's output columns lie 16 apart
   static constexpr int kMinBlocks = 1;  // without it ptxas caps registers low and spills the forward
   static constexpr int kPad = 4;        // shared rows of D + 4 floats: 16-byte aligned, A rows conflict-free
   static constexpr int kLdP = 80;       // P rows: the two half-warps' rows land 16 banks apart
@@ -223,6 +250,7 @@ __device__ void ldmatrixX4Trans(uint32_t (&r)[4], const __nv_bfloat16* rowAddr) 
 struct Bf16Math {
   using Elem = __nv_bfloat16;
   static constexpr int kThreads = 128;
+  static constexpr bool kPairedColumns = true;  // output elements 2 i, 2 i + 1: adjacent columns of a row
   static constexpr int kMinBlocks = 0;  // ptxas's own choice: fewer registers, more CTAs per SM
   static constexpr int kPad = 8;        // rows of D + 8 bf16 (16-byte aligned): fragment loads conflict-free
   static constexpr int kScratchFloats = 0;
@@ -336,6 +364,32 @@ constexpr size_t sharedBytes(int tiles, int floats) {
   return size_t(tiles) * kTile * (D + Math::kPad) * sizeof(typename Math::Elem) + size_t(floats) * sizeof(float);
 }
 
+// Stores value(e) for each accumulator element e of a (rows, Dc) tile into rows [row0, seqLen) of dst (rows
+// `stride` apart): a bf16 thread's two adjacent columns as one 4-byte store where dst and stride allow.
+template <class Math, int Dc, class Value>
+__device__ void storeTile(const Math& math, Value value, typename Math::Elem* dst, int64_t stride, int row0,
+                          int seqLen) {
+  constexpr int kElems = Math::kOutPer16 * Dc / 16;
+  if constexpr (Math::kPairedColumns) {
+    if (reinterpret_cast<uintptr_t>(dst) % 4 == 0 && stride % 2 == 0) {
+#pragma unroll
+      for (int e = 0; e < kElems; e += 2) {  // elements e, e + 1: columns c, c + 1 of one row, c even
+        const int row = row0 + math.slotRow(Math::template outSlot<Dc>(e));
+        if (row < seqLen) {
+          *reinterpret_cast<__nv_bfloat162*>(dst + row * stride + math.template outCol<Dc>(e)) =
+              __floats2bfloat162_rn(value(e), value(e + 1));
+        }
+      }
+      return;
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < kElems; ++e) {
+    const int row = row0 + math.slotRow(Math::template outSlot<Dc>(e));
+    if (row < seqLen) dst[row * stride + math.template outCol<Dc>(e)] = fromFloat<typename Math::Elem>(value(e));
+  }
+}
+
 // ---- forward ----
 
 // Row 0 of head `head` of batch b in x, whose rows (tokens) lie `stride` elements apart: a (T, d) matrix.
@@ -419,14 +473,16 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
     for (int e = 0; e < Math::kScores; ++e) {
       const int slot = Math::scoreSlot(e);
       const bool masked = kt == qTile && math.scoreCol(e) > math.slotRow(slot);  // key > query: diagonal only
-      s[e] = masked ? -INFINITY : s[e] * sc;
+      if (masked) s[e] = -INFINITY;
       tileMax[slot] = fmaxf(tileMax[slot], s[e]);
     }
     float correction[Math::kRows];
 #pragma unroll
     for (int r = 0; r < Math::kRows; ++r) {
-      // Key 0 is in the first tile and visible to every row, so the running max is finite from then on.
-      const float mNew = fmaxf(m[r], rowMax<Math::kRowLanes>(tileMax[r]));
+      // The running max m is in scaled units: the raw scores' max times sc (sc > 0 and rounding is monotonic,
+      // so it is the max of the scaled scores). Key 0 is in the first tile and visible to every row, so m is
+      // finite from then on.
+      const float mNew = fmaxf(m[r], rowMax<Math::kRowLanes>(tileMax[r]) * sc);
       correction[r] = Math::exp(m[r] - mNew);
       m[r] = mNew;
       l[r] *= correction[r];
@@ -434,7 +490,7 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
 #pragma unroll
     for (int e = 0; e < Math::kScores; ++e) {
       const int slot = Math::scoreSlot(e);
-      s[e] = Math::exp(s[e] - m[slot]);
+      s[e] = Math::exp(fmaf(s[e], sc, -m[slot]));  // one FFMA; a masked score gives exp(-inf) = 0
       l[slot] += s[e];
     }
 #pragma unroll
@@ -445,12 +501,9 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
 
 #pragma unroll
   for (int r = 0; r < Math::kRows; ++r) l[r] = rowSum<Math::kRowLanes>(l[r]);
-#pragma unroll
-  for (int e = 0; e < Math::kOutPer16 * D / 16; ++e) {
-    const int slot = Math::template outSlot<D>(e), row = q0 + math.slotRow(slot);
-    if (row < seqLen)
-      out[(int64_t(b) * seqLen + row) * C + h * D + math.template outCol<D>(e)] = fromFloat<E>(o[e] / l[slot]);
-  }
+  storeTile<Math, D>(
+      math, [&](int e) { return o[e] / l[Math::template outSlot<D>(e)]; }, out + int64_t(b) * seqLen * C + h * D, C, q0,
+      seqLen);
   if (math.writesRowStats()) {
 #pragma unroll
     for (int r = 0; r < Math::kRows; ++r) {
@@ -498,17 +551,6 @@ __global__ void rowDotKernel(const E* dout, const E* out, float* rowDot, int64_t
   rowDot[(b * H + h) * seqLen + t] = sum;
 }
 
-// Stores a (kTile, Dc) accumulator tile times `scale` into rows [row0, seqLen) of dst (rows `stride` apart).
-template <class Math, int Dc>
-__device__ void storeTile(const Math& math, const float (&acc)[Math::kOutPer16 * Dc / 16], float scale,
-                          typename Math::Elem* dst, int64_t stride, int row0, int seqLen) {
-#pragma unroll
-  for (int e = 0; e < Math::kOutPer16 * Dc / 16; ++e) {
-    const int row = row0 + math.slotRow(Math::template outSlot<Dc>(e));
-    if (row < seqLen) dst[row * stride + math.template outCol<Dc>(e)] = fromFloat<typename Math::Elem>(acc[e] * scale);
-  }
-}
-
 // dQ of one query tile: dS = P * (dout @ v^T - D), dq = scale * dS @ k over key tiles 0..i; the CTA
 // writes columns [slice Dc, slice Dc + Dc) of dq, Dc = D / kSplit.
 template <class Math, int D, int kSplit>
@@ -544,7 +586,7 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
   for (int r = 0; r < Math::kRows; ++r) {
     const int row = q0 + math.slotRow(r);
     const int64_t i = (int64_t(b) * H + h) * seqLen + row;
-    rowLse[r] = row < seqLen ? lse[i] * Math::kExpScale : INFINITY;
+    rowLse[r] = row < seqLen ? __fmul_rn(lse[i], Math::kExpScale) : INFINITY;
     rowD[r] = row < seqLen ? rowDot[i] : 0.0f;
   }
   float s[Math::kScores], dp[Math::kScores], dq[Math::kOutPer16 * Dc / 16];
@@ -564,8 +606,9 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
     math.template accumulate<Dc>(dq, s, kv.key(kt) + col0, kLd, scratch);
     __syncthreads();
   }
-  storeTile<Math, Dc>(math, dq, scale, headRows(grads.dq, grads.dqStride, b, seqLen, h, D) + col0, grads.dqStride, q0,
-                      seqLen);
+  storeTile<Math, Dc>(
+      math, [&](int e) { return dq[e] * scale; }, headRows(grads.dq, grads.dqStride, b, seqLen, h, D) + col0,
+      grads.dqStride, q0, seqLen);
 }
 
 // The (kTile, kTile) dS^T tile of query tile qt and key tile kt <= qt of (batch b, query head h) in the
@@ -618,7 +661,9 @@ __global__ void __launch_bounds__(Bf16Math::kThreads)
     math.template accumulateTransposed<D>(dq, sS + (kt & 1) * kScoreElems, kScoreLd, sK + (kt & 1) * kTileElems, kLd);
     __syncthreads();  // this tile's buffers are refilled by the next iteration's copies
   }
-  storeTile<Math, D>(math, dq, scale, headRows(grads.dq, grads.dqStride, b, seqLen, h, D), grads.dqStride, q0, seqLen);
+  storeTile<Math, D>(
+      math, [&](int e) { return dq[e] * scale; }, headRows(grads.dq, grads.dqStride, b, seqLen, h, D), grads.dqStride,
+      q0, seqLen);
 }
 
 // dK, dV of one key tile of key/value head j, over its query heads j G .. j G + G - 1 and in each over the
@@ -639,7 +684,7 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
   E* sV = sK + kTileElems;
   E* sQ = sV + kTileElems;                                         // two buffers
   E* sDout = sQ + 2 * kTileElems;                                  // two buffers
-  float* sLse = reinterpret_cast<float*>(sDout + 2 * kTileElems);  // two buffers of kTile, scaled by kExpScale
+  float* sLse = reinterpret_cast<float*>(sDout + 2 * kTileElems);  // two buffers of kTile
   float* sD = sLse + 2 * kTile;                                    // two buffers of kTile
   float* scratch = sD + 2 * kTile;
   const int kTileIndex = blockIdx.x;  // the most query tiles first
@@ -650,8 +695,8 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
   const E* k = headRows(in.k, in.kStride, b, seqLen, kvHead, D);
   const E* v = headRows(in.v, in.vStride, b, seqLen, kvHead, D);
   // Step i of the loop: query head kvHead G + i / steps, query tile kTileIndex + i % steps, into buffer buf:
-  // q and dout by cp.async (committed by the caller), the row statistics by plain stores (visible after
-  // the caller's barrier).
+  // q, dout and the row statistics by cp.async (committed by the caller: no thread waits on a global load
+  // here), the rows past the sequence end by plain stores (visible after the caller's barrier).
   auto loadQueryTile = [&](int i, int buf) {
     const int h = kvHead * group + i / steps, row0 = (kTileIndex + i % steps) * kTile;
     const E* q = headRows(in.q, in.qStride, b, seqLen, h, D);
@@ -660,10 +705,15 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
     const float* rowD = rowDot + (int64_t(b) * H + h) * seqLen;
     loadTileAsync<E, D, Math::kThreads>(sQ + buf * kTileElems, kLd, q + row0 * in.qStride, in.qStride, seqLen - row0);
     loadTileAsync<E, D, Math::kThreads>(sDout + buf * kTileElems, kLd, dy + int64_t(row0) * C, C, seqLen - row0);
-    for (int r = threadIdx.x; r < kTile; r += Math::kThreads) {
-      const bool valid = row0 + r < seqLen;
-      sLse[buf * kTile + r] = valid ? rowLse[row0 + r] * Math::kExpScale : INFINITY;
-      sD[buf * kTile + r] = valid ? rowD[row0 + r] : 0.0f;
+    for (int c = threadIdx.x; c < 2 * kTile; c += Math::kThreads) {
+      const int r = c % kTile;
+      const bool isLse = c < kTile;
+      float* dst = (isLse ? sLse : sD) + buf * kTile + r;
+      if (row0 + r < seqLen) {
+        cpAsync4(dst, (isLse ? rowLse : rowD) + row0 + r);
+      } else {
+        *dst = isLse ? INFINITY : 0.0f;
+      }
     }
   };
   loadTileAsync<E, D, Math::kThreads>(sK, kLd, k + k0 * in.kStride, in.kStride, seqLen - k0);
@@ -696,7 +746,8 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
     for (int e = 0; e < Math::kScores; ++e) {
       const int col = math.scoreCol(e);
       const bool masked = diagonal && col < math.slotRow(Math::scoreSlot(e));  // query < key
-      s[e] = masked ? 0.0f : Math::exp(s[e] * sc - tileLse[col]);
+      // The logsumexp in kExpScale units, rounded as the query pass rounds it.
+      s[e] = masked ? 0.0f : Math::exp(s[e] * sc - __fmul_rn(tileLse[col], Math::kExpScale));
     }
     math.template accumulate<Dc>(dv, s, doutTileS + col0, kLd, scratch);
     math.template scores<D>(dp, sV, doutTileS, kLd, scratch);
@@ -710,10 +761,12 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
     math.template accumulate<Dc>(dk, s, qTileS + col0, kLd, scratch);
     __syncthreads();
   }
-  storeTile<Math, Dc>(math, dk, scale, headRows(grads.dk, grads.dkStride, b, seqLen, kvHead, D) + col0, grads.dkStride,
-                      k0, seqLen);
-  storeTile<Math, Dc>(math, dv, 1.0f, headRows(grads.dv, grads.dvStride, b, seqLen, kvHead, D) + col0, grads.dvStride,
-                      k0, seqLen);
+  storeTile<Math, Dc>(
+      math, [&](int e) { return dk[e] * scale; }, headRows(grads.dk, grads.dkStride, b, seqLen, kvHead, D) + col0,
+      grads.dkStride, k0, seqLen);
+  storeTile<Math, Dc>(
+      math, [&](int e) { return dv[e]; }, headRows(grads.dv, grads.dvStride, b, seqLen, kvHead, D) + col0,
+      grads.dvStride, k0, seqLen);
 }
 
 // ---- fp32 row kernels: head dims whose tiles do not fit in shared memory ----
@@ -912,9 +965,12 @@ template <class Math, int D>
 constexpr int kSplitOf = (D > 128 && std::is_same_v<Math, Bf16Math>) ? 2 : 1;
 
 // Where the key pass stores its dS tiles for the query pass (given scratch): bf16 with one CTA per key
-// tile (D <= 128); the query pass then holds two K and two dS^T buffers.
+// tile (D <= 128) and D > 64; the query pass then holds two K and two dS^T buffers. At D <= 64 the query
+// pass that recomputes S, P and dP was the faster one on the H200 (docs/benchmarks.md): its products are
+// short, while the stored tiles' write and read do not shrink with D.
+constexpr bool storesScores(int64_t d) { return d > 64 && d <= 128; }
 template <class Math, int D>
-constexpr bool kScoresStored = std::is_same_v<Math, Bf16Math>&& kSplitOf<Math, D> == 1;
+constexpr bool kScoresStored = std::is_same_v<Math, Bf16Math>&& storesScores(D);
 template <int D>
 constexpr size_t kQueryFromScoresBytes = 2 * kTile*(D + Bf16Math::kPad) * sizeof(__nv_bfloat16) +
                                          2 * kTile*(kTile + Bf16Math::kPad) * sizeof(__nv_bfloat16);
@@ -1066,7 +1122,7 @@ void flashAttentionForward(AttentionOperands<T> in, T* out, AccumOf<T>* lse, int
 
 template <typename T>
 size_t flashAttentionBackwardScratchBytes(int64_t B, int64_t seqLen, int64_t H, int64_t d) {
-  if (!std::is_same_v<T, bf16> || d > 128 || !flashAttentionSupportsHeadDim(d)) return 0;
+  if (!std::is_same_v<T, bf16> || !storesScores(d) || !flashAttentionSupportsHeadDim(d)) return 0;
   const int64_t tiles = ceilDiv(seqLen, kTile), tileBytes = kTile * kTile * int64_t(sizeof(bf16));
   const int64_t perHead = tiles * (tiles + 1) / 2;  // tiles < 2^25 (seqLen <= 2^30): no overflow
   if (perHead > kMaxScoreScratchBytes / tileBytes / std::max<int64_t>(1, B * H)) return 0;

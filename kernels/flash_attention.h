@@ -79,9 +79,10 @@ MINIDP_FLASH_ATTENTION_DECLARATIONS()
 
 namespace cuda {
 MINIDP_FLASH_ATTENTION_DECLARATIONS(, cudaStream_t stream)
-/// Bytes of scratch the backward below can use at this shape, 0 where it uses none: bf16 at head dims up to
-/// 128, while B H (T/64)(T/64 + 1)/2 tiles of 64 x 64 bf16 take at most 1 GiB. With it, the key pass stores
-/// each score gradient dS it forms and the query pass reads them back instead of recomputing S, P and dP.
+/// Bytes of scratch the backward below can use at this shape, 0 where it uses none: bf16 at head dims 80,
+/// 96 and 128 (at 64 and below recomputing was faster), while B H (T/64)(T/64 + 1)/2 tiles of 64 x 64 bf16 take at most
+/// 1 GiB. With it, the key pass stores each score gradient dS it forms and the query pass reads them back instead of
+/// recomputing S, P and dP.
 template <typename T>
 size_t flashAttentionBackwardScratchBytes(int64_t B, int64_t seqLen, int64_t H, int64_t d);
 /// flashAttentionBackward with `scratchBytes` of scratch (16-byte aligned; at least
