@@ -26,8 +26,9 @@
 // wait_group 1). Each thread's chunks of a tile share one column, so a copy is a pointer step. Rows past
 // the sequence end are never read: their shared rows are zeroed by plain stores, and padding query rows
 // get logsumexp +inf, so their probabilities are exactly 0.
-// Forward: the running max is kept in scaled units, so p = exp2(s sc - m) is one FFMA and one MUFU op.
-// bf16 outputs are stored as column pairs (4 bytes) where the destination is 4-byte aligned.
+// Forward: the running max is kept in scaled units, so p = exp2(s sc - m) is one FFMA and one exp2.
+// bf16 outputs are stored as column pairs (4 bytes) where the destination is 4-byte aligned and its row
+// stride even, else one element at a time.
 // fp32 at a head dim whose six tiles do not fit in a CTA's shared memory (256) takes row kernels
 // instead: a warp per query or key row, the rows it meets read from global memory (L2), no tiles.
 #include <cuda_bf16.h>
@@ -53,7 +54,7 @@ __device__ void cpAsync16(void* dst, const void* src) {
   const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr), "l"(src));
 }
-// 4 bytes global -> shared (through L1: the only size .cg lacks).
+// 4 bytes global -> shared (.ca, through L1: .cg copies 16 bytes only).
 __device__ void cpAsync4(void* dst, const void* src) {
   const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(addr), "l"(src));
@@ -600,7 +601,8 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
     for (int e = 0; e < Math::kScores; ++e) {
       const int slot = Math::scoreSlot(e);
       const bool masked = kt == qTile && math.scoreCol(e) > math.slotRow(slot);
-      const float p = masked ? 0.0f : Math::exp(s[e] * sc - rowLse[slot]);
+      // One FFMA, written out: the key pass forms the same P bit for bit (no contraction left to ptxas).
+      const float p = masked ? 0.0f : Math::exp(fmaf(s[e], sc, -rowLse[slot]));
       s[e] = p * (dp[e] - rowD[slot]);
     }
     math.template accumulate<Dc>(dq, s, kv.key(kt) + col0, kLd, scratch);
@@ -670,8 +672,8 @@ __global__ void __launch_bounds__(Bf16Math::kThreads)
 // query tiles at or after the key tile: with S^T = k q^T (keys as rows), dv += P^T @ dout,
 // dS^T = P^T * (v @ dout^T - D), dk = scale * dS^T @ q; the CTA writes columns [slice Dc, slice Dc + Dc)
 // of dk and dv, Dc = D / kSplit. blockIdx.y = j * kSplit + slice.
-// kStoreScores (Bf16Math, kSplit 1): each dS^T tile is also written to `scores` for the query pass
-// (scoreTile's layout).
+// kStoreScores (Bf16Math at head dims 80, 96, 128: storesScores): each dS^T tile is also written to `scores` for the
+// query pass (scoreTile's layout).
 template <class Math, int D, int kSplit, bool kStoreScores>
 __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
     flashBackwardKeyKernel(const typename Math::Elem* dout, AttentionOperands<typename Math::Elem> in, const float* lse,
@@ -746,8 +748,8 @@ __global__ void __launch_bounds__(Math::kThreads, Math::kMinBlocks)
     for (int e = 0; e < Math::kScores; ++e) {
       const int col = math.scoreCol(e);
       const bool masked = diagonal && col < math.slotRow(Math::scoreSlot(e));  // query < key
-      // The logsumexp in kExpScale units, rounded as the query pass rounds it.
-      s[e] = masked ? 0.0f : Math::exp(s[e] * sc - __fmul_rn(tileLse[col], Math::kExpScale));
+      // The logsumexp in kExpScale units, rounded as the query pass rounds it, and the same FFMA.
+      s[e] = masked ? 0.0f : Math::exp(fmaf(s[e], sc, -__fmul_rn(tileLse[col], Math::kExpScale)));
     }
     math.template accumulate<Dc>(dv, s, doutTileS + col0, kLd, scratch);
     math.template scores<D>(dp, sV, doutTileS, kLd, scratch);

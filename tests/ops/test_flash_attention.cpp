@@ -481,6 +481,40 @@ TEST(FlashAttentionCudaTail, UnwrittenTailIsNeverRead) {
   }
 }
 
+TEST(FlashAttentionCudaTail, Bf16OutputsAtAnOddElementGetTheSameBits) {
+  // bf16 outputs (y, dq, dk, dv) go out as a thread's two adjacent columns in one 4-byte store where the
+  // destination is 4-byte aligned; one element past an aligned base they take one 2-byte store per element.
+  // The values are the same either way: the same bits, every element written, nothing past the end.
+  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  for (int64_t d : {64, 128}) {
+    const Dims s{2, 100, 2, d};
+    const std::vector<double> qkv = randomValues(s.B * s.T * 3 * s.C(), 207, DType::BF16);
+    const std::vector<double> dy = randomValues(s.B * s.T * s.C(), 208, DType::BF16);
+    const AttentionResult aligned = runCuda(s, qkv, dy, DType::BF16);
+    const int64_t rows = s.B * s.T;
+    const Tensor x = cudaTensor(qkv, {rows, 3 * s.C()}, DType::BF16), g = cudaTensor(dy, {rows, s.C()}, DType::BF16);
+    const Tensor y = cudaTensor(aligned.y, {rows, s.C()}, DType::BF16);  // backward reads y 16-byte aligned
+    const Tensor lse = cudaTensor(aligned.lse, {s.B * s.H, s.T}, DType::F32);
+    const Tensor rowDot = Tensor::empty({s.B * s.H, s.T}, DType::F32, Device::CUDA);
+    // Odd outputs: one element into an allocation two elements longer, poisoned, so that both ends show.
+    const Tensor yWhole = poisoned({rows * s.C() + 2}, DType::BF16),
+                 dxWhole = poisoned({rows * 3 * s.C() + 2}, DType::BF16);
+    const Tensor yOdd = Tensor::alias(yWhole, 1, {rows, s.C()}), dxOdd = Tensor::alias(dxWhole, 1, {rows, 3 * s.C()});
+    const auto in = kernels::packedOperands<bf16>(x.data<bf16>(), s.H, s.d);
+    MINIDP_ON_CUDA(kernels::cuda::flashAttentionForward<bf16>(in, yOdd.data<bf16>(), lse.data<float>(), s.B, s.T, s.H,
+                                                              s.d, runtime::computeStream()));
+    MINIDP_ON_CUDA(kernels::cuda::flashAttentionBackward<bf16>(
+        g.data<bf16>(), in, y.data<bf16>(), lse.data<float>(), rowDot.data<float>(),
+        kernels::packedGradients<bf16>(dxOdd.data<bf16>(), s.H, s.d), s.B, s.T, s.H, s.d, runtime::computeStream()));
+    EXPECT_TRUE(valuesOf(yOdd) == aligned.y) << "y, " << describe(s);
+    EXPECT_TRUE(valuesOf(dxOdd) == aligned.dqkv) << "dqkv, " << describe(s);
+    for (const Tensor* whole : {&yWhole, &dxWhole}) {
+      const std::vector<double> v = valuesOf(*whole);
+      EXPECT_TRUE(std::isnan(v.front()) && std::isnan(v.back())) << "written outside the outputs, " << describe(s);
+    }
+  }
+}
+
 // ---- GPT's shape check ----
 
 TEST(FlashAttentionGpt, Bf16WithoutAKernelIsRefusedWhenBuilt) {
