@@ -65,15 +65,15 @@ __device__ void cpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
-// Starts copying rows [0, kRows) of a matrix whose rows are `stride` elements apart (the first D used)
+// Starts copying rows [0, kTile) of a matrix whose rows are `stride` elements apart (the first D used)
 // into shared rows of `ld` elements. Rows at or past `validRows` lie past the sequence end: no copy is
 // issued for them (no instruction names their global address) and their shared chunks are zeroed by
 // plain stores, visible with the copies after the caller's wait and barrier.
-template <typename E, int D, int kThreads, int kRows = kTile>
+template <typename E, int D, int kThreads>
 __device__ void loadTileAsync(E* dst, int ld, const E* src, int64_t stride, int validRows) {
   constexpr int kPerChunk = 16 / sizeof(E), kChunks = D / kPerChunk;
   static_assert(D % kPerChunk == 0, "tile rows are copied in 16-byte chunks");
-  if constexpr (kThreads % kChunks == 0 && kRows * kChunks % kThreads == 0) {
+  if constexpr (kThreads % kChunks == 0 && kTile * kChunks % kThreads == 0) {
     // Every chunk of a thread lies in the same column, its rows kStep apart: a pointer step per chunk,
     // no index arithmetic (the loop runs every tile of every pass).
     constexpr int kStep = kThreads / kChunks;
@@ -81,7 +81,7 @@ __device__ void loadTileAsync(E* dst, int ld, const E* src, int64_t stride, int 
     const E* from = src + r0 * stride + col;
     E* to = dst + r0 * ld + col;
 #pragma unroll
-    for (int i = 0; i < kRows / kStep; ++i) {
+    for (int i = 0; i < kTile / kStep; ++i) {
       if (r0 + i * kStep < validRows) {
         cpAsync16(to + i * kStep * ld, from);
       } else {
@@ -90,7 +90,7 @@ __device__ void loadTileAsync(E* dst, int ld, const E* src, int64_t stride, int 
       from += kStep * stride;
     }
   } else {
-    for (int c = threadIdx.x; c < kRows * kChunks; c += kThreads) {
+    for (int c = threadIdx.x; c < kTile * kChunks; c += kThreads) {
       const int r = c / kChunks, col = c % kChunks * kPerChunk;
       if (r < validRows) {
         cpAsync16(dst + r * ld + col, src + r * stride + col);
