@@ -2,7 +2,9 @@
 // sum-of-squares partials of the gradient norm and its combine, then their launchers.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
+#include "kernels/accum.h"
 #include "kernels/cuda_utils.cuh"
 #include "kernels/optimizer_math.h"
 
@@ -25,11 +27,27 @@ __global__ void sgdMultiKernel(const ParamChunk<T>* chunks, int64_t numChunks, S
     for (int64_t i = threadIdx.x; i < k.n; i += blockDim.x) {
       T unused = 0;
       sgdUpdate(k.param[i], k.grad[i] * factor, k.state0 ? k.state0[i] : unused, h);
+      if (k.copy) k.copy[i] = convertValue<bf16>(k.param[i]);
     }
   }
 }
 
-// AdamW on elements [i, i + P) of chunk k: 16-byte loads and stores when P = kPack<T>.
+// copy[0, P) = p rounded to bf16: one 8-byte store for the 4 of a float pack (copy then 8-byte aligned).
+template <int P, typename T>
+__device__ __forceinline__ void storeCopy(bf16* copy, const T (&p)[P]) {
+  if constexpr (P == 4 && std::is_same_v<T, float>) {
+    uint2 packed;
+    packed.x = uint32_t(convertValue<bf16>(p[0]).bits) | uint32_t(convertValue<bf16>(p[1]).bits) << 16;
+    packed.y = uint32_t(convertValue<bf16>(p[2]).bits) | uint32_t(convertValue<bf16>(p[3]).bits) << 16;
+    *reinterpret_cast<uint2*>(copy) = packed;
+  } else {
+#pragma unroll
+    for (int j = 0; j < P; ++j) copy[j] = convertValue<bf16>(p[j]);
+  }
+}
+
+// AdamW on elements [i, i + P) of chunk k: 16-byte loads and stores when P = kPack<T>, and the bf16 copy
+// where the chunk has one.
 template <int P, typename T>
 __device__ __forceinline__ void adamwStep(const ParamChunk<T>& k, int64_t i, T factor, const AdamWParams<T>& h) {
   T p[P], g[P], m[P], v[P];
@@ -42,6 +60,7 @@ __device__ __forceinline__ void adamwStep(const ParamChunk<T>& k, int64_t i, T f
   storeAccum<P>(k.param + i, p);
   storeAccum<P>(k.state0 + i, m);
   storeAccum<P>(k.state1 + i, v);
+  if (k.copy) storeCopy<P>(k.copy + i, p);
 }
 
 // One block per chunk; whole 16-byte packs when the chunk's four arrays are aligned, then the rest one
@@ -54,7 +73,8 @@ __global__ void adamwMultiKernel(const ParamChunk<T>* chunks, int64_t numChunks,
   const T factor = gradFactor(gradScale);
   for (int64_t c = blockIdx.x; c < numChunks; c += gridDim.x) {
     const ParamChunk<T> k = chunks[c];
-    const bool packed = aligned16(k.param) && aligned16(k.grad) && aligned16(k.state0) && aligned16(k.state1);
+    const bool packed = aligned16(k.param) && aligned16(k.grad) && aligned16(k.state0) && aligned16(k.state1) &&
+                        reinterpret_cast<uintptr_t>(k.copy) % 8 == 0;
     const int64_t whole = packed ? k.n / P * P : 0;
     for (int64_t i = threadIdx.x * int64_t(P); i < whole; i += int64_t(blockDim.x) * P) adamwStep<P>(k, i, factor, h);
     for (int64_t i = whole + threadIdx.x; i < k.n; i += blockDim.x) adamwStep<1>(k, i, factor, h);

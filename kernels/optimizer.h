@@ -5,19 +5,23 @@
 #include <cmath>
 #include <cstdint>
 
+#include "base/bf16.h"
 #include "base/stream.h"
 
 namespace minidp::kernels {
 
 /// One chunk of one parameter in a multi-tensor launch: pointers already offset to the chunk's first
-/// element; `state0`/`state1` are null where the optimizer keeps no such state. The table of chunks is
-/// built once (again only when a gradient moves) and lives on the parameters' device.
+/// element; `state0`/`state1` are null where the optimizer keeps no such state, `copy` where the parameter
+/// has no bf16 compute copy (fp32 parameters only: the update writes the new value rounded to bf16 there,
+/// the bits a cast would give). The table of chunks is built once (again only when a gradient or a copy
+/// moves) and lives on the parameters' device.
 template <typename T>
 struct ParamChunk {
   T* param;
   const T* grad;
   T* state0;  // SGD: momentum_buffer; AdamW: exp_avg
   T* state1;  // AdamW: exp_avg_sq
+  bf16* copy;
   int64_t n;
 };
 
@@ -57,7 +61,7 @@ constexpr int kNormPartials = 256;
 
 namespace cpu {
 /// Each chunk: g = grad * (gradScale ? *gradScale : 1) + wd * p; buf = first ? g : momentum * buf + g;
-/// p -= lr * (momentum ? buf : g).
+/// p -= lr * (momentum ? buf : g); copy = bf16(p) where the chunk has a copy (both optimizers).
 template <typename T>
 void sgdMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, SgdParams<T> h, const SgdParams<T>* deviceH,
                   const T* gradScale);

@@ -1,6 +1,7 @@
 // CPU twins of kernels/optimizer.cu.
 #include <cmath>
 
+#include "kernels/accum.h"
 #include "kernels/optimizer_math.h"
 
 namespace minidp::kernels::cpu {
@@ -29,6 +30,7 @@ void sgdMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, SgdParams<T> h
                  [](const ParamChunk<T>& k, int64_t i, T g, const SgdParams<T>& h) {
                    T unused = 0;
                    sgdUpdate(k.param[i], g, k.state0 ? k.state0[i] : unused, h);
+                   if (k.copy) k.copy[i] = convertValue<bf16>(k.param[i]);
                  });
 }
 
@@ -38,6 +40,7 @@ void adamwMultiStep(const ParamChunk<T>* chunks, int64_t numChunks, AdamWParams<
   forEachElement(chunks, numChunks, hArg, deviceH, gradScale,
                  [](const ParamChunk<T>& k, int64_t i, T g, const AdamWParams<T>& h) {
                    adamwUpdate(k.param[i], g, k.state0[i], k.state1[i], h);
+                   if (k.copy) k.copy[i] = convertValue<bf16>(k.param[i]);
                  });
 }
 

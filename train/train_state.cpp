@@ -216,6 +216,7 @@ int64_t Trainer::resume(const std::string& path) {
     throw Error("--resume " + path + ": " + e.what());
   }
   optimizer_->setStepCount(state.optimizerSteps);
+  if (copies_) copies_->refresh();  // the parameters came from the file
   batches_->skip(state.microBatches);
   return state.step;
 }

@@ -627,6 +627,13 @@ Trainer::Trainer(const Options& o, Session& session)
   } else {
     optimizer_ = optim::makeOptimizer(optName, model_->namedParameters(), lr, o.weightDecay);
   }
+  if (session.compute == DType::BF16 && o.zero == 0) {
+    std::vector<Tensor> params;
+    for (const Variable& p : model_->parameters()) params.push_back(p.data());
+    copies_ = std::make_unique<ops::ComputeCopies>(params);
+    copiesInstalled_ = std::make_unique<ops::ComputeCopies::Installed>(*copies_);
+    optimizer_->setComputeCopies([copies = copies_.get()](const Tensor& param) { return copies->find(param); });
+  }
   schedule_ = LrSchedule{o.lrSchedule, lr, o.warmupSteps, o.steps, o.minLrFrac};
   clipper_ = std::make_unique<optim::GradClipper>(o.clipGradNorm, model_->parameters().front().dtype(), session.device);
   if (o.clipGradNorm > 0) optimizer_->setGradScale(clipper_->scale());

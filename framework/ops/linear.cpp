@@ -4,9 +4,10 @@
 #include <tuple>
 #include <type_traits>
 
-#include "framework/tensor/dispatch.h"
+#include "framework/ops/compute_copies.h"
 #include "framework/ops/gemm.h"
 #include "framework/ops/ops.h"
+#include "framework/tensor/dispatch.h"
 #include "framework/tensor/tensor_math.h"
 #include "kernels/bias.h"
 #include "kernels/composite.h"
@@ -182,12 +183,12 @@ Variable linearWith(const Variable& xv, const Variable& weightv, const Variable&
   // Mixed precision: bf16 activations with fp32 master parameters.
   const bool mixed = x.dtype() == DType::BF16;
   const int64_t in = w.size(1), out = w.size(0), rows = leadingNumel(x.shape(), 1);
-  // The compute copies (bf16 when mixed; the parameters themselves otherwise), kept for backward.
-  // cuBLASLt's bias type is its output type, so the bias is cast too (as PyTorch's autocast does).
-  const Tensor wc = cast(w, x.dtype());
+  // The compute copies (bf16 when mixed, weightCopy; the parameters themselves otherwise), kept for
+  // backward. cuBLASLt's bias type is its output type, so the bias is cast too (as PyTorch's autocast does).
+  const Tensor wc = mixed ? weightCopy(w) : w;
   Tensor y = Tensor::empty(replaceTail(x.shape(), 1, {out}), x.dtype(), x.device());  // (..., out)
   const Residual residual("linear", residualv, y.shape(), x);
-  gemm(false, true, rows, out, in, x, 0, wc, 0, y, 0, 1, residual.beta(), mixed && hasBias ? cast(b, x.dtype()) : Tensor(),
+  gemm(false, true, rows, out, in, x, 0, wc, 0, y, 0, 1, residual.beta(), mixed && hasBias ? weightCopy(b) : Tensor(),
        {}, residual.addend());
   if (!mixed && hasBias) MINIDP_LAUNCH_FLOAT(y, T, addBias, y.data<T>(), b.data<T>(), rows, out);
   // Only the gradients that are wanted: the first layer's input usually needs none, and its dx is a GEMM.
@@ -235,13 +236,13 @@ Variable geluMlp(const Variable& xv, const Variable& fcWeight, const Variable& f
   const Tensor h = Tensor::empty(pre.shape(), DType::BF16, x.device());                            // gelu(pre)
   checkLinear(h, w2, b2);
   const int64_t out = w2.size(0);
-  const Tensor w1c = cast(w1, DType::BF16), w2c = cast(w2, DType::BF16);
+  const Tensor w1c = weightCopy(w1), w2c = weightCopy(w2);
   MINIDP_ON_CUDA(kernels::cuda::gemmBf16GeluBias(false, true, rows, hidden, in, x.data<bf16>(), w1c.data<bf16>(),
-                                                 cast(b1, DType::BF16).data<bf16>(), h.data<bf16>(), pre.data<bf16>(),
+                                                 weightCopy(b1).data<bf16>(), h.data<bf16>(), pre.data<bf16>(),
                                                  runtime::computeStream()));
   Tensor y = Tensor::empty(replaceTail(x.shape(), 1, {out}), DType::BF16, x.device());  // (..., out)
   const Residual r("geluMlp", residual, y.shape(), x);
-  gemm(false, true, rows, out, hidden, h, 0, w2c, 0, y, 0, 1, r.beta(), cast(b2, DType::BF16), {}, r.addend());
+  gemm(false, true, rows, out, hidden, h, 0, w2c, 0, y, 0, 1, r.beta(), weightCopy(b2), {}, r.addend());
   const bool needX = xv.requiresGrad(), needW1 = fcWeight.requiresGrad(), needB1 = fcBias.requiresGrad(),
              needW2 = projWeight.requiresGrad(), needB2 = projBias.requiresGrad();
   const Residual::Gradient dr = r.gradient();
@@ -278,7 +279,7 @@ Variable swigluLinear(const Variable& gatev, const Variable& upv, const Variable
                                      << shapeString(b.shape()) << " " << dtypeName(b.dtype()) << " differ");
   checkLinear(a, w, Tensor());
   const int64_t in = w.size(1), out = w.size(0), rows = leadingNumel(a.shape(), 1);
-  const Tensor wc = cast(w, a.dtype());
+  const Tensor wc = a.dtype() == DType::BF16 ? weightCopy(w) : w;
   Tensor y = Tensor::empty(replaceTail(a.shape(), 1, {out}), a.dtype(), a.device());  // (..., out)
   const Residual r("swigluLinear", residual, y.shape(), a);
   {

@@ -1,8 +1,9 @@
 // Losses: softmax cross-entropy, and the classifier fused with it. On CUDA an out-of-range target cannot
 // throw without a host sync; it makes the loss NaN (kernels/softmax_xent.h). The CPU path throws.
-#include "framework/tensor/dispatch.h"
+#include "framework/ops/compute_copies.h"
 #include "framework/ops/gemm.h"
 #include "framework/ops/ops.h"
+#include "framework/tensor/dispatch.h"
 #include "framework/tensor/tensor_math.h"
 #include "kernels/softmax_xent.h"
 
@@ -102,13 +103,7 @@ Variable linearCrossEntropy(const Variable& xv, const Variable& weightv, const T
   // The padding columns of the logits come out exactly 0 and add exact zeros to dx. fp32 keeps V.
   const bool mixed = x.dtype() == DType::BF16;
   const int64_t Vg = mixed ? ld : V;
-  Tensor wc = w;  // the compute copy, kept for backward
-  if (mixed) {
-    wc = Tensor::empty({ld, C}, DType::BF16, x.device());
-    Tensor head = Tensor::alias(wc, 0, w.shape());
-    castInto(w, head);
-    if (ld > V) Tensor::alias(wc, V * C, {(ld - V) * C}).zero();
-  }
+  const Tensor wc = mixed ? weightCopy(w, ld) : w;  // the compute copy (ld, C), kept for backward
   // (N, V) logits in rows of ld; the padding columns are never read by the loss.
   const Tensor logits = Tensor::empty({N, ld}, x.dtype(), x.device());
   Tensor out = logits;

@@ -100,8 +100,11 @@ void Optimizer::storeScalars(const Tensor&) {
   throwError("this optimizer launches no update of its own: its scalars cannot live on the device", __FILE__, __LINE__);
 }
 
+void Optimizer::setComputeCopies(CopyOf copyOf) { copyOf_ = std::move(copyOf); }
+
 void Optimizer::refreshTable() {
   std::vector<const void*> pointers;
+  std::vector<Tensor> copies;
   for (size_t i = 0; i < slots_.size(); ++i) {
     ParamSlot& s = slots_[i];
     if (!vars_.empty()) {
@@ -114,6 +117,13 @@ void Optimizer::refreshTable() {
         "optimizer step: the gradient of " << s.name << " differs from the parameter in size, dtype or device");
     pointers.push_back(s.param.raw());
     pointers.push_back(s.grad.raw());
+    copies.push_back(copyOf_ ? copyOf_(s.param) : Tensor());
+    const Tensor& copy = copies.back();
+    MINIDP_CHECK(!copy.defined() || (copy.dtype() == DType::BF16 && copy.numel() >= s.param.numel() &&
+                                     s.param.dtype() == DType::F32 && copy.device() == s.param.device()),
+                 "optimizer: the compute copy of " << s.name << " must be bf16 on its device with room for it, "
+                                                   << "of an fp32 parameter");
+    pointers.push_back(copy.defined() ? copy.raw() : nullptr);
   }
   if (table_.defined() && pointers == tableGrads_) return;
   tableGrads_ = std::move(pointers);
@@ -125,7 +135,8 @@ void Optimizer::refreshTable() {
       const ParamSlot& s = slots_[i];
       for (int64_t off = 0; off < s.param.numel(); off += kernels::kParamChunkElements) {
         auto state = [&](size_t k) { return k < state_.size() ? state_[k][i].data<T>() + off : nullptr; };
-        chunks.push_back({s.param.data<T>() + off, s.grad.data<T>() + off, state(0), state(1),
+        bf16* copy = copies[i].defined() ? copies[i].data<bf16>() + off : nullptr;
+        chunks.push_back({s.param.data<T>() + off, s.grad.data<T>() + off, state(0), state(1), copy,
                           std::min(kernels::kParamChunkElements, s.param.numel() - off)});
       }
     }

@@ -74,6 +74,12 @@ class Optimizer {
   /// launch on the compute stream, before the capture or replay that runs step()).
   void stageStep();
 
+  /// Mixed precision: where `copyOf(param)` gives a bf16 tensor (of at least the parameter's numel), each
+  /// step writes the updated fp32 parameter rounded to bf16 into it, in the same kernel as the update (the
+  /// ops' compute copies, ops::ComputeCopies). Asked again at every step, so copies made by a forward join.
+  using CopyOf = std::function<Tensor(const Tensor& param)>;
+  void setComputeCopies(CopyOf copyOf);
+
  protected:
   /// PyTorch's names of the state tensors kept per parameter (at most two), allocated as zeros.
   void allocateState(std::vector<std::string> names);
@@ -99,7 +105,8 @@ class Optimizer {
   std::vector<Variable> vars_;
   std::vector<std::string> stateNames_;
   std::vector<std::vector<Tensor>> state_;  // [state kind][parameter]
-  std::vector<const void*> tableGrads_;     // the gradient pointers the table was built from
+  std::vector<const void*> tableGrads_;     // the parameter, gradient and copy pointers the table was built from
+  CopyOf copyOf_;
   Tensor table_;
   int64_t numChunks_ = 0;
   Tensor gradScale_;

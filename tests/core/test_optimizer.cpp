@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "framework/ops/ops.h"
 #include "framework/optim/grad_clip.h"
 #include "framework/optim/optimizer.h"
 #include "framework/runtime/device.h"
+#include "framework/tensor/tensor_math.h"
 #include "kernels/optimizer.h"
 #include "tests/support/gradcheck.h"
 
@@ -226,6 +228,53 @@ TEST(Optimizer, CudaAdamWPackedEqualsOneElementPath) {
       EXPECT_EQ(aligned[i].data().toDType(DType::F64).toVector<double>(),
                 offset[i].data().toDType(DType::F64).toVector<double>())
           << dtypeName(dtype) << " parameter " << i;
+    }
+  }
+}
+
+// Compute copies (ops::ComputeCopies): each step writes the updated fp32 parameter rounded to bf16 into the
+// parameter's copy, the bits a cast of it gives, leaves the copy's padding past the parameter alone, and
+// updates the parameters as without copies. On the CPU and, where there is one, the GPU, whose packed
+// path writes 8-byte groups: every second copy starts at element 1, an odd address, for the one-element path.
+TEST(Optimizer, ComputeCopiesHoldTheUpdatedParametersInBf16) {
+  std::vector<Device> devices{Device::CPU};
+  if (runtime::cudaAvailable()) devices.push_back(Device::CUDA);
+  constexpr double kPadding = 7.0;
+  for (Device device : devices) {
+    for (const std::string name : {"sgd", "adamw"}) {
+      SCOPED_TRACE(name + " on " + deviceName(device));
+      std::vector<Variable> params = randomParams(DType::F32, 30, device), plain = cloneParams(params);
+      std::map<const void*, Tensor> copies;
+      std::vector<Tensor> whole;
+      for (size_t i = 0; i < params.size(); ++i) {
+        const int64_t n = params[i].data().numel(), shift = i % 2, padding = 5;
+        const int64_t length = shift + n + padding;
+        Tensor buffer =
+            Tensor::fromVector(std::vector<double>(length, kPadding), {length}).toDType(DType::BF16).to(device);
+        whole.push_back(buffer);
+        copies[params[i].data().raw()] = Tensor::alias(buffer, shift, {n + padding});
+      }
+      auto withCopies = optim::makeOptimizer(name, params, 0.01, 0.1),
+           without = optim::makeOptimizer(name, plain, 0.01, 0.1);
+      withCopies->setComputeCopies([&copies](const Tensor& p) {
+        const auto it = copies.find(p.raw());
+        return it == copies.end() ? Tensor() : it->second;
+      });
+      for (int s = 0; s < 3; ++s) {
+        withCopies->step();
+        without->step();
+      }
+      for (size_t i = 0; i < params.size(); ++i) {
+        const Tensor& p = params[i].data();
+        const int64_t n = p.numel(), shift = i % 2;
+        EXPECT_EQ(p.toVector<float>(), plain[i].data().toVector<float>()) << "parameter " << i;
+        const std::vector<double> copy = whole[i].toDType(DType::F64).to(Device::CPU).toVector<double>();
+        const std::vector<double> cast =
+            ops::cast(p, DType::BF16).toDType(DType::F64).to(Device::CPU).toVector<double>();
+        if (shift) EXPECT_EQ(copy[0], kPadding) << "written before copy " << i;
+        EXPECT_EQ(std::vector<double>(copy.begin() + shift, copy.begin() + shift + n), cast) << "copy " << i;
+        for (size_t j = shift + n; j < copy.size(); ++j) ASSERT_EQ(copy[j], kPadding) << "padding of copy " << i;
+      }
     }
   }
 }

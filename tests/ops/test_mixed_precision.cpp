@@ -10,10 +10,12 @@
 
 #include "framework/distributed/ddp.h"
 #include "framework/nn/linear.h"
-#include "framework/tensor/dispatch.h"
+#include "framework/ops/compute_copies.h"
 #include "framework/ops/ops.h"
-#include "framework/tensor/tensor_math.h"
+#include "framework/optim/optimizer.h"
 #include "framework/runtime/device.h"
+#include "framework/tensor/dispatch.h"
+#include "framework/tensor/tensor_math.h"
 #include "kernels/gelu_math.h"
 #include "kernels/matmul.h"
 #include "tests/support/device_compare.h"
@@ -522,6 +524,69 @@ TEST(GemmBf16, PlainKernelPassesTheSameChecks) {
                        {randomTensor({4, 6, 40}, 151), randomTensor({64, 40}, 152), randomTensor({64}, 153),
                         randomTensor({40, 64}, 154), randomTensor({40}, 155)},
                        {false, true, true, true, true});
+}
+
+// Compute copies (ops::ComputeCopies, what minidp-train installs under bf16): three AdamW steps of a bf16
+// stack that takes every weight the ops cast (a linear with a residual, the fused GELU MLP, SwiGLU's
+// projection, the padded vocabulary head) give the same losses and parameters, bit for bit, as the same
+// steps casting each weight in every forward. A copy the optimizer failed to update would feed step 2 the
+// weights of step 1; a copy that was never made would make the test vacuous, so each one must exist.
+TEST(ComputeCopies, StepsGiveTheBitsOfCastingEveryForward) {
+  SKIP_WITHOUT_CUDA();
+  const int64_t rows = 24, width = 40, hidden = 64, vocab = 37;
+  struct Run {
+    std::vector<double> losses;
+    std::vector<Tensor> params;
+  };
+  const auto train = [&](bool withCopies) {
+    uint64_t seed = 190;
+    std::vector<Variable> params;
+    for (const Shape& shape : std::vector<Shape>{{width, width},
+                                                 {width},
+                                                 {hidden, width},
+                                                 {hidden},
+                                                 {width, hidden},
+                                                 {width},
+                                                 {width, width / 2},
+                                                 {vocab, width}}) {
+      params.emplace_back(randomTensor(shape, ++seed, -0.3, 0.3, DType::F32).to(Device::CUDA), true);
+    }
+    const Tensor x = randomTensor({rows, width}, 200).toDType(DType::BF16).to(Device::CUDA);
+    std::vector<int32_t> targetValues;
+    for (int64_t i = 0; i < rows; ++i) targetValues.push_back(static_cast<int32_t>((i * 7) % vocab));
+    const Tensor targets = Tensor::fromVector(targetValues, {rows}, Device::CUDA);
+    std::vector<Tensor> tensors;
+    for (const Variable& p : params) tensors.push_back(p.data());
+    ops::ComputeCopies copies(tensors);
+    std::unique_ptr<ops::ComputeCopies::Installed> installed;
+    auto adamw = optim::makeOptimizer("adamw", params, 0.01, 0.1);
+    if (withCopies) {
+      installed = std::make_unique<ops::ComputeCopies::Installed>(copies);
+      adamw->setComputeCopies([&copies](const Tensor& p) { return copies.find(p); });
+    }
+    Run run;
+    for (int step = 0; step < 3; ++step) {
+      for (Variable& p : params) p.zeroGrad();
+      const Variable in(x);
+      const Variable h = ops::linear(in, params[0], params[1], in);
+      const Variable m = ops::geluMlp(h, params[2], params[3], params[4], params[5], h);
+      const Variable halves =
+          ops::swigluLinear(ops::narrow(m, -1, 0, width / 2), ops::narrow(m, -1, width / 2, width / 2), params[6], m);
+      Variable loss = ops::linearCrossEntropy(halves, params[7], targets);
+      loss.backward();
+      run.losses.push_back(loss.data().toDType(DType::F64).to(Device::CPU).toVector<double>()[0]);
+      adamw->step();
+    }
+    for (const Variable& p : params) {
+      run.params.push_back(p.data().to(Device::CPU));
+      if (withCopies && p.data().ndim() == 2) EXPECT_TRUE(copies.find(p.data()).defined()) << "no copy was made";
+    }
+    return run;
+  };
+  const Run cast = train(false), copied = train(true);
+  EXPECT_EQ(copied.losses, cast.losses);
+  for (size_t i = 0; i < cast.params.size(); ++i) EXPECT_TRUE(sameBytes(copied.params[i], cast.params[i])) << i;
+  EXPECT_NE(cast.losses.front(), cast.losses.back()) << "the steps changed nothing";
 }
 
 TEST(Bf16Ops, MatmulMatchesF32) {
