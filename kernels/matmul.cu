@@ -126,9 +126,6 @@ uint32_t alignmentOf(const void* ptr, int64_t strideBytes) {
 }
 
 constexpr int kEpilogueBlock = 256;
-// The bias-gradient epilogue is used when its plan keeps the SMs at least this share as busy as the plain
-// plan does (the fill of their heuristics' wavesCount).
-constexpr float kBiasGradMinWaveShare = 0.9f;
 
 // What a bf16 GEMM does to its (M, N) product before storing it.
 enum class Epilogue : int64_t {
@@ -136,7 +133,6 @@ enum class Epilogue : int64_t {
   Bias,         // C = AB + bias (per column of our row-major C)
   GeluAuxBias,  // aux = AB + bias, C = gelu(aux) (tanh form)
   DGelu,        // C = AB * gelu'(aux)
-  BiasGrad,     // C = AB, and bias (M) = the sums of op(A) over K, written: cuBLASLt's BGRADB, whose B is our A
 };
 
 cublasLtEpilogue_t ltEpilogue(Epilogue e) {
@@ -144,7 +140,6 @@ cublasLtEpilogue_t ltEpilogue(Epilogue e) {
     case Epilogue::Bias: return CUBLASLT_EPILOGUE_BIAS;
     case Epilogue::GeluAuxBias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     case Epilogue::DGelu: return CUBLASLT_EPILOGUE_DGELU;
-    case Epilogue::BiasGrad: return CUBLASLT_EPILOGUE_BGRADB;
     default: return CUBLASLT_EPILOGUE_DEFAULT;
   }
 }
@@ -173,7 +168,7 @@ __global__ void epilogueKernel(Epilogue e, TC* C, const TC* bias, TC* aux, int64
 
 // C = epilogue(alpha op(A) op(B) + beta addend) (the addend laid out as C; C itself when the caller has none),
 // one thread per output element, fp32 sums in k order, the epilogue on the fp32 value as cuBLASLt's fused
-// ones are (BiasGrad excepted: none here); beta 0 never reads the addend. Row-major operands with leading
+// ones are; beta 0 never reads the addend. Row-major operands with leading
 // dimensions lda, ldb, ldc, batch z at z times each stride (an epilogue comes with batch 1 and ldc = N).
 template <typename TC>
 __global__ void plainGemmKernel(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
@@ -202,7 +197,6 @@ struct LtPlan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
   bool found = false;
-  float waves = 0;  // the heuristic's wavesCount: how many times the kernel's CTAs fill the GPU
 };
 
 // cuBLASLt state of one host thread: handle, workspace (allocated once) and the plans by shape.
@@ -267,18 +261,16 @@ cublasLtMatrixLayout_t layout(cudaDataType_t type, int64_t rows, int64_t cols, i
   return l;
 }
 
-// gemmBf16 with an epilogue: `bias` (N) for Bias and GeluAuxBias, (M) written by BiasGrad; `aux` (M, N)
-// row-major written by GeluAuxBias and read by DGelu; `addend` (null: C itself) is what beta scales, laid out
-// as C. Returns false where the epilogue did not run in cuBLASLt: the general GEMM and a pass of the
-// epilogue's own ran instead where cuBLASLt has no kernel, except BiasGrad's, which is left to the caller, as
-// it is where the bias-gradient plan would fill fewer waves than the plain one (kBiasGradMinWaveShare).
+// gemmBf16 with an epilogue: `bias` (N) for Bias and GeluAuxBias; `aux` (M, N) row-major written by
+// GeluAuxBias and read by DGelu; `addend` (null: C itself) is what beta scales, laid out as C. Where cuBLASLt
+// has no kernel for the shape, the general GEMM and a pass of the epilogue's own run instead.
 template <typename TC>
-bool gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
+void gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
                       int64_t strideA, const bf16* B, int64_t strideB, float beta, TC* C, int64_t strideC,
                       int64_t batch, Epilogue epilogue, const TC* bias, TC* aux, GemmLd ld, cudaStream_t stream,
                       const TC* addend = nullptr) {
   static_assert(std::is_same_v<TC, bf16> || std::is_same_v<TC, float>, "gemmBf16 writes bf16 or float");
-  if (!checkGemmSizes(M, N, K, batch)) return false;
+  if (!checkGemmSizes(M, N, K, batch)) return;
   MINIDP_CHECK(K > 0, "gemmBf16: K = 0 (an empty reduction) is not supported");
   MINIDP_CHECK(epilogue == Epilogue::None || batch == 1, "gemmBf16: a fused epilogue needs batch 1");
   MINIDP_CHECK(aux == nullptr || N % 8 == 0, "gemmBf16: a GELU epilogue needs N divisible by 8, got " << N);
@@ -286,12 +278,12 @@ bool gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
   const GemmLd lds = leadingDims(transA, transB, M, N, K, ld);
   const int64_t lda = lds.a, ldb = lds.b, ldc = lds.c;
   MINIDP_CHECK(epilogue == Epilogue::None || ldc == N, "gemmBf16: an epilogue with a padded C is not supported");
-  if (gPlainBf16) {  // setPlainBf16Gemms: our own kernel, the epilogue in it (the bias gradient left to the caller)
+  if (gPlainBf16) {  // setPlainBf16Gemms: our own kernel, the epilogue in it
     plainGemmKernel<TC><<<gridFor(batch * M * N, kEpilogueBlock), kEpilogueBlock, 0, stream>>>(
         transA, transB, M, N, K, alpha, A, lda, strideA, B, ldb, strideB, beta, addend ? addend : C, C, ldc, strideC,
-        batch, epilogue == Epilogue::BiasGrad ? Epilogue::None : epilogue, bias, aux);
+        batch, epilogue, bias, aux);
     CUDA_CHECK_LAUNCH();
-    return false;
+    return;
   }
   // As gemm: cuBLASLt (column-major) computes C^T (N, M) = op(B)^T op(A)^T, so our B is its first operand.
   const uint32_t alignA = alignmentOf(A, batch > 1 ? strideA * 2 : 0);
@@ -359,29 +351,12 @@ bool gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
       cublasLtMatmulPreferenceDestroy(pref);
       // NOT_SUPPORTED, or INVALID_VALUE for some one-row or one-column shapes: the general GEMM takes those.
       p.found = status == CUBLAS_STATUS_SUCCESS && count > 0;
-      if (p.found) {
-        p.algo = result.algo;
-        p.waves = result.wavesCount;
-      }
+      if (p.found) p.algo = result.algo;
       return p;
     });
   };
   LtContext& lt = ltContext();
-  LtPlan* chosen = &planFor(epilogue, bias, aux);
-  bool withEpilogue = epilogue != Epilogue::None;
-  if (epilogue == Epilogue::BiasGrad && chosen->found) {
-    // The bias gradient's epilogue only where it costs the GEMM no parallelism: cuBLASLt may give it no
-    // split-K kernel, which leaves a narrow weight gradient (768 x 768 over 16384 rows) a fraction of the
-    // GPU's waves. Then the plain plan writes C, and the caller reduces the bias gradient on its own.
-    LtPlan& plain = planFor(Epilogue::None, nullptr, nullptr);
-    // A launch's fill: the share of the SMs its waves keep busy (1.6 waves fill 0.8, 0.27 fill 0.27).
-    const auto fill = [](float waves) { return waves > 0 ? waves / std::ceil(waves) : 0.0f; };
-    if (plain.found && fill(chosen->waves) < kBiasGradMinWaveShare * fill(plain.waves)) {
-      chosen = &plain;
-      withEpilogue = false;
-    }
-  }
-  LtPlan& plan = *chosen;
+  LtPlan& plan = planFor(epilogue, bias, aux);
   if (!plan.found) {
     // No cuBLASLt kernel for this shape: cuBLAS's general GEMM (any sizes), then the epilogue in a pass of its own.
     if (addend && addend != C && beta != 0.0f) {  // C in place: the addend copied into it first
@@ -393,18 +368,17 @@ bool gemmBf16Epilogue(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
         static_cast<int>(M), static_cast<int>(K), &alpha, B, CUDA_R_16BF, static_cast<int>(ldb), strideB, A,
         CUDA_R_16BF, static_cast<int>(lda), strideA, &beta, C, typeC, static_cast<int>(ldc), strideC,
         static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    if (epilogue != Epilogue::None && epilogue != Epilogue::BiasGrad) {
+    if (epilogue != Epilogue::None) {
       epilogueKernel<TC>
           <<<gridFor(M * N, kEpilogueBlock), kEpilogueBlock, 0, stream>>>(epilogue, C, bias, aux, M * N, N);
       CUDA_CHECK_LAUNCH();
     }
-    return false;
+    return;
   }
-  if (withEpilogue && bias) setAttribute<const void*>(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-  if (withEpilogue && aux) setAttribute<void*>(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
+  if (bias) setAttribute<const void*>(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  if (aux) setAttribute<void*>(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
   CUBLAS_CHECK(cublasLtMatmul(lt.handle(), plan.desc, &alpha, B, plan.a, A, plan.b, &beta, addend ? addend : C, plan.c,
                               C, plan.c, &plan.algo, lt.workspace(), kLtWorkspaceBytes, stream));
-  return withEpilogue || epilogue == Epilogue::None;
 }
 
 }  // namespace
@@ -436,13 +410,6 @@ void gemmBf16DGelu(bool transA, bool transB, int64_t M, int64_t N, int64_t K, co
   // DGelu only reads aux; the pointer is non-const because GeluAuxBias writes it.
   gemmBf16Epilogue<bf16>(transA, transB, M, N, K, 1.0f, A, 0, B, 0, 0.0f, C, 0, 1, Epilogue::DGelu, nullptr,
                          const_cast<bf16*>(pre), GemmLd{}, stream);
-}
-
-bool gemmBf16BiasGrad(int64_t M, int64_t N, int64_t K, const bf16* A, const bf16* B, float beta, float* C,
-                      float* biasGrad, cudaStream_t stream) {
-  MINIDP_CHECK(biasGrad != nullptr, "gemmBf16BiasGrad: no bias gradient to write");
-  return gemmBf16Epilogue<float>(true, false, M, N, K, 1.0f, A, 0, B, 0, beta, C, 0, 1, Epilogue::BiasGrad, biasGrad,
-                                 nullptr, GemmLd{}, stream);
 }
 
 template void gemmBf16<bf16>(bool, bool, int64_t, int64_t, int64_t, float, const bf16*, int64_t, const bf16*, int64_t,

@@ -84,14 +84,6 @@ void gemmBf16GeluBias(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
 /// Backward: C (M, N) = (op(A) op(B)) * gelu'(pre), `pre` (M, N) as gemmBf16GeluBias saved it.
 void gemmBf16DGelu(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const bf16* A, const bf16* B,
                    const bf16* pre, bf16* C, cudaStream_t stream);
-/// A linear layer's weight and bias gradients in one GEMM: C (M, N) = A^T B + beta C in fp32, with A (K, M)
-/// the output gradient and B (K, N) the input, both row-major, and `biasGrad` (M) = the sums of A's columns
-/// over its K rows, written (not accumulated) by cuBLASLt's BGRADB epilogue from the fp32 accumulators.
-/// Returns false where cuBLASLt has no such kernel for the shape, or where its plan would keep the SMs less
-/// than 0.9 as busy as the plain plan (the epilogue may take the split-K kernels from a narrow weight gradient):
-/// C is then written by the general or the plain GEMM and biasGrad is untouched, for the caller to reduce.
-bool gemmBf16BiasGrad(int64_t M, int64_t N, int64_t K, const bf16* A, const bf16* B, float beta, float* C,
-                      float* biasGrad, cudaStream_t stream);
 }  // namespace cuda
 
 #undef MINIDP_GEMM_FORWARD

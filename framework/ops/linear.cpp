@@ -94,36 +94,16 @@ void checkLinear(const Tensor& x, const Tensor& w, const Tensor& b) {
 std::pair<Tensor, Tensor> linearParamGrads(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor& b,
                                            size_t index, bool needW, bool needB) {
   const int64_t rows = leadingNumel(g.shape(), 1), out = w.size(0), in = w.size(1);
-  GradSink biasSink;
-  if (needB) biasSink = gradSink(index + 1, b);
   Tensor dw;
   if (needW) {
     GradSink sink = gradSink(index, w);  // (out, in) (+)= g^T (out, rows) @ x (rows, in), in w's dtype
     dw = sink.returned;
-    if (needB && g.dtype() == DType::BF16 && g.isCuda() && w.dtype() == DType::F32) {
-      // Mixed precision: db from the same GEMM's epilogue (its fp32 sums of g's columns), which writes: into
-      // the sink where it may be overwritten and is 16-byte aligned (a bucket view need not be), else into a
-      // tensor of its own, then added or copied.
-      const bool direct = biasSink.beta == 0 && reinterpret_cast<uintptr_t>(biasSink.out.raw()) % 16 == 0;
-      Tensor written = direct ? biasSink.out : Tensor::empty(b.shape(), DType::F32, b.device());
-      bool fused = false;
-      MINIDP_ON_CUDA(fused = kernels::cuda::gemmBf16BiasGrad(out, in, rows, g.data<bf16>(), x.data<bf16>(),
-                                                             static_cast<float>(sink.beta), sink.out.data<float>(),
-                                                             written.data<float>(), runtime::computeStream()));
-      if (fused) {
-        if (biasSink.beta != 0) {
-          addInPlace(biasSink.out, written);
-        } else if (!direct) {
-          biasSink.out.copyFrom(written);
-        }
-        return {dw, biasSink.returned};
-      }
-    } else {
-      gemm(true, false, out, in, rows, g, 0, x, 0, sink.out, 0, 1, sink.beta);
-    }
+    gemm(true, false, out, in, rows, g, 0, x, 0, sink.out, 0, 1, sink.beta);
   }
   if (!needB) return {dw, Tensor()};
-  // (out) (+)= the column sums of g (rows, out), in a fixed order, accumulated in ParamOf<T>.
+  // (out) (+)= the column sums of g (rows, out), in a fixed order, accumulated in ParamOf<T>: a pass of its
+  // own, which at GPT-2's shapes beat cuBLASLt's bias-gradient epilogue (BGRADB) on the weight-gradient GEMM.
+  const GradSink biasSink = gradSink(index + 1, b);
   const DType accum = g.dtype() == DType::BF16 ? DType::F32 : g.dtype();
   Tensor scratch = Tensor::empty({kernels::sumColumnsScratchSize(rows, out)}, accum, g.device());
   MINIDP_LAUNCH_ACTIVATION(g, T, sumColumns, g.data<T>(), biasSink.out.data<ParamOf<T>>(), scratch.data<AccumOf<T>>(),
