@@ -13,6 +13,8 @@ Tensor Trainer::graphStep() {
     graphInputs_ = {Tensor::empty(batch.inputs.shape(), batch.inputs.dtype(), batch.inputs.device()),
                     Tensor::empty(batch.targets.shape(), batch.targets.dtype(), batch.targets.device())};
     optimizer_->setScalarsOnDevice(true);
+    // The optimizer's table of compute copies is captured with the step: no copy may be made or moved after.
+    if (copies_) copies_->freeze();
     // The step timer is closed meanwhile: a mark recorded into a graph cannot be read back.
     graph_ = std::make_unique<runtime::CapturedGraph>([this] {
       ddp_->prepareStep();

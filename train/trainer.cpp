@@ -631,7 +631,6 @@ Trainer::Trainer(const Options& o, Session& session)
     std::vector<Tensor> params;
     for (const Variable& p : model_->parameters()) params.push_back(p.data());
     copies_ = std::make_unique<ops::ComputeCopies>(params);
-    copiesInstalled_ = std::make_unique<ops::ComputeCopies::Installed>(*copies_);
     optimizer_->setComputeCopies([copies = copies_.get()](const Tensor& param) { return copies->find(param); });
   }
   schedule_ = LrSchedule{o.lrSchedule, lr, o.warmupSteps, o.steps, o.minLrFrac};
@@ -646,6 +645,7 @@ int64_t Trainer::samplesPerStep() const { return opts_.batchSize * opts_.gradAcc
 double Trainer::flopsPerItem() const { return entry_.flopsPerItem(args_, *model_); }
 
 Tensor Trainer::step() {
+  const ops::ComputeCopies::Installed copies(copies_.get());
   if (opts_.cudaGraph) {
     if (graphWarmup_ == 0) return graphStep();
     --graphWarmup_;
@@ -763,6 +763,7 @@ bool Trainer::hasValidation() const { return entry_.data != models::DataKind::To
 Evaluation Trainer::evaluate() {
   if (!hasValidation()) return {NAN, NAN};  // the same on every rank: no collective
   NoGradGuard noGrad;
+  const ops::ComputeCopies::Installed copies(copies_.get());
   const int rank = session_.rank(), world = session_.world();
   // Sums over this rank's shard, then averaged over the ranks: [loss sum, correct, count].
   std::vector<double> sums(3, 0.0);
@@ -803,6 +804,7 @@ Evaluation Trainer::evaluate() {
 
 std::string Trainer::sample(int64_t count) {
   NoGradGuard noGrad;
+  const ops::ComputeCopies::Installed copies(copies_.get());
   MINIDP_CHECK(entry_.data == models::DataKind::Tokens, "sample: --model " << opts_.model << " does not read tokens");
   const int64_t context = args_.context, vocab = std::max<int64_t>(corpus_.vocab, 1);
   const bool bytes = opts_.data != "llmc";  // fortunes: one token per byte

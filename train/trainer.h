@@ -222,10 +222,10 @@ class Trainer {
   std::unique_ptr<models::Model> model_;
   std::unique_ptr<distributed::DistributedDataParallel> ddp_;
   std::unique_ptr<optim::Optimizer> optimizer_;
-  // bf16 compute: the weights' bf16 copies that the optimizer keeps current, installed for the ops (not
-  // with ZeRO-1, whose gather writes the parameters after the update).
+  // bf16 compute: the weights' bf16 copies that the optimizer keeps current, installed for the ops around
+  // each forward of step(), evaluate() and sample() (not with ZeRO-1, whose gather writes the parameters
+  // after the update).
   std::unique_ptr<ops::ComputeCopies> copies_;
-  std::unique_ptr<ops::ComputeCopies::Installed> copiesInstalled_;
   LrSchedule schedule_;
   std::unique_ptr<optim::GradClipper> clipper_;  // the gradient norm (and clip coefficient)
   bool normMeasured_ = false;                    // clipper_ holds the norm of the last step

@@ -23,7 +23,7 @@ void castPadded(const Tensor& w, const Tensor& storage) {
 
 ComputeCopies::ComputeCopies(const std::vector<Tensor>& params) {
   for (const Tensor& p : params) {
-    if (p.dtype() == DType::F32 && p.isCuda() && p.numel() > 0) entries_.emplace(p.raw(), Entry{p, Tensor()});
+    if (p.dtype() == DType::F32 && p.numel() > 0) entries_.emplace(p.raw(), Entry{p, Tensor()});
   }
 }
 
@@ -33,11 +33,12 @@ Tensor ComputeCopies::get(const Tensor& param, int64_t rows) {
   Entry& e = it->second;
   const int64_t own = rowsOf(param), columns = param.numel() / own, wanted = rows == 0 ? own : rows;
   MINIDP_CHECK(wanted >= own, "weightCopy: " << rows << " rows for a parameter of " << own);
-  if (!e.storage.defined()) {
+  if (!e.storage.defined() || e.storage.numel() < wanted * columns) {
+    // Made, or made again with more rows; an op that holds the old copy keeps it (its values are current).
+    if (frozen_) return {};
     e.storage = Tensor::empty({wanted * columns}, DType::BF16, param.device());
     castPadded(e.param, e.storage);
   }
-  if (e.storage.numel() < wanted * columns) return {};
   return rows == 0 ? Tensor::alias(e.storage, 0, param.shape()) : Tensor::alias(e.storage, 0, {wanted, columns});
 }
 
@@ -52,7 +53,7 @@ void ComputeCopies::refresh() {
   }
 }
 
-ComputeCopies::Installed::Installed(ComputeCopies& copies) : previous_(gInstalled) { gInstalled = &copies; }
+ComputeCopies::Installed::Installed(ComputeCopies* copies) : previous_(gInstalled) { gInstalled = copies; }
 
 ComputeCopies::Installed::~Installed() { gInstalled = previous_; }
 

@@ -9,32 +9,37 @@
 
 namespace minidp::ops {
 
-/// bf16 compute copies of a model's fp32 CUDA parameters. Without them a mixed-precision forward casts
-/// every weight it multiplies: a kernel per weight and per step, reading the fp32 weight once more. With
-/// a ComputeCopies installed (ComputeCopies::Installed), the ops take a parameter's copy instead
+/// bf16 compute copies of a model's fp32 parameters. Without them a mixed-precision forward casts every
+/// weight it multiplies: a kernel per weight and per step, reading the fp32 weight once more. With a
+/// ComputeCopies installed (ComputeCopies::Installed, a scope), the ops take a parameter's copy instead
 /// (weightCopy): the first forward that asks for one makes it by a cast, and the optimizer the copies are
 /// given to (Optimizer::setComputeCopies with find) writes each one in the same kernel as its update, the
 /// bits a cast would give. Whoever else writes the parameters (a checkpoint restored into them) calls
-/// refresh(); a copy is never made for a tensor that is not one of the parameters.
+/// refresh(); a copy is never made for a tensor that is not one of the parameters. Once frozen (a CUDA
+/// graph captured the optimizer's table of copies), no copy is made or moved: a new request is a cast.
 class ComputeCopies {
  public:
   /// Copies may be made for these parameters only (held, so their memory is never another tensor's).
   explicit ComputeCopies(const std::vector<Tensor>& params);
 
   /// The copy of `param` with `rows` rows (0: param's own shape; more rows than param's: the ones past
-  /// them zero, as (rows, numel / param's rows)), made by a cast on first use. Undefined where `param` is
-  /// not one of the parameters or its copy was made with fewer rows.
+  /// them zero, as (rows, numel / param's rows)), made by a cast on first use, and made again with more rows
+  /// where a request needs them (the optimizer's table follows at its next step). Undefined where `param`
+  /// is not one of the parameters, and, once frozen, where that would make or move a copy.
   Tensor get(const Tensor& param, int64_t rows);
   /// The whole copy of `param` (padding rows included), or undefined where none was made: what the
   /// optimizer writes the updated parameter into.
   Tensor find(const Tensor& param) const;
   /// Casts every copy again from its parameter.
   void refresh();
+  /// From now on no copy is made or moved (the copies' addresses are captured in a CUDA graph).
+  void freeze() { frozen_ = true; }
 
-  /// Installs copies for the ops of this thread while alive (the previous installation comes back after).
+  /// Installs `copies` (null: none) for the ops of this thread for its scope; the previous installation
+  /// comes back after. Scopes nest: the trainer installs its copies around each of its own forwards only.
   class Installed {
    public:
-    explicit Installed(ComputeCopies& copies);
+    explicit Installed(ComputeCopies* copies);
     ~Installed();
     Installed(const Installed&) = delete;
     Installed& operator=(const Installed&) = delete;
@@ -49,6 +54,7 @@ class ComputeCopies {
     Tensor storage;  // bf16, (copy rows x columns) elements, or undefined until the first get
   };
   std::unordered_map<const void*, Entry> entries_;  // by the parameter's data pointer
+  bool frozen_ = false;
 };
 
 /// The bf16 compute copy of weight w with `rows` rows as ComputeCopies::get: the installed copies' where

@@ -33,9 +33,9 @@ Variable mean(const Variable& x);
 Variable reshape(const Variable& x, const Shape& shape);
 // ---- linear algebra (framework/ops/linear.cpp) ----
 /// x (..., in) @ weight(out, in)^T + bias(out) -> (..., out). `bias` may be undefined. A bf16 x (CUDA)
-/// takes fp32 weight and bias: bf16 copies are made inside the op (kept for backward), y is bf16 and the
-/// weight and bias gradients are fp32. Parameter gradients go straight into an installed gradient
-/// (leafGradTarget, e.g. a DDP bucket view) with beta = 1 GEMMs.
+/// takes fp32 weight and bias: their bf16 copies (weightCopy: the installed ComputeCopies', else a cast) are
+/// kept for backward, y is bf16 and the weight and bias gradients are fp32. Parameter gradients go straight into an
+/// installed gradient (leafGradTarget, e.g. a DDP bucket view) with beta = 1 GEMMs.
 Variable linear(const Variable& x, const Variable& weight, const Variable& bias);
 /// residual + linear(x, weight, bias), residual of the output's shape and x's dtype: the addition is the
 /// GEMM's (beta = 1; bf16 on CUDA reads the residual in cuBLASLt's epilogue), so a pre-norm block's residual

@@ -462,6 +462,55 @@ TEST(GemmBf16, PlainKernelPassesTheSameChecks) {
                        {false, true, true, true, true});
 }
 
+// ComputeCopies' bookkeeping, on the CPU (the copies are made by the same cast on either device): no copy
+// until an installed scope asks for one; then the cast's bits, grown (zero rows after the parameter's) when a
+// request needs more rows, reused after; a tensor that is not a parameter, no installed scope, a scope of
+// none nested inside, or a frozen ComputeCopies give a fresh cast and make or move nothing; refresh() casts
+// the current values again.
+TEST(ComputeCopies, MadeOnFirstUseGrownForMoreRowsFrozenAndScoped) {
+  Tensor w = randomTensor({5, 4}, 210, -1, 1, DType::F32);
+  const Tensor other = randomTensor({3}, 211, -1, 1, DType::F32);
+  const auto values = [](const Tensor& t) { return t.toDType(DType::F64).toVector<double>(); };
+  ops::ComputeCopies copies({w});
+  EXPECT_FALSE(copies.find(w).defined());
+  EXPECT_EQ(values(ops::weightCopy(w)), values(ops::cast(w, DType::BF16)));
+  EXPECT_FALSE(copies.find(w).defined()) << "a copy made without an installed scope";
+  {
+    const ops::ComputeCopies::Installed scope(&copies);
+    const Tensor first = ops::weightCopy(w);
+    EXPECT_EQ(first.shape(), w.shape());
+    EXPECT_EQ(values(first), values(ops::cast(w, DType::BF16)));
+    ASSERT_TRUE(copies.find(w).defined());
+    EXPECT_EQ(copies.find(w).numel(), 20);
+    const Tensor padded = ops::weightCopy(w, 8);
+    EXPECT_EQ(padded.shape(), (Shape{8, 4}));
+    std::vector<double> expected = values(ops::cast(w, DType::BF16));
+    expected.resize(32, 0.0);
+    EXPECT_EQ(values(padded), expected);
+    EXPECT_EQ(copies.find(w).numel(), 32) << "not grown";
+    EXPECT_EQ(ops::weightCopy(w).raw(), copies.find(w).raw()) << "the grown copy is not reused";
+    EXPECT_EQ(ops::weightCopy(w, 6).raw(), copies.find(w).raw());
+    EXPECT_EQ(values(ops::weightCopy(other)), values(ops::cast(other, DType::BF16)));
+    EXPECT_FALSE(copies.find(other).defined());
+    {
+      const ops::ComputeCopies::Installed none(nullptr);
+      EXPECT_NE(ops::weightCopy(w).raw(), copies.find(w).raw()) << "a scope of none still took the copy";
+    }
+    EXPECT_EQ(ops::weightCopy(w).raw(), copies.find(w).raw()) << "the outer scope did not come back";
+    w.copyFrom(randomTensor({5, 4}, 212, -1, 1, DType::F32));
+    copies.refresh();
+    expected = values(ops::cast(w, DType::BF16));
+    expected.resize(32, 0.0);
+    EXPECT_EQ(values(copies.find(w)), expected);
+  }
+  EXPECT_NE(ops::weightCopy(w).raw(), copies.find(w).raw()) << "still installed after the scope";
+  ops::ComputeCopies frozen({w});
+  frozen.freeze();
+  const ops::ComputeCopies::Installed scope(&frozen);
+  EXPECT_EQ(values(ops::weightCopy(w)), values(ops::cast(w, DType::BF16)));
+  EXPECT_FALSE(frozen.find(w).defined()) << "a frozen ComputeCopies made a copy";
+}
+
 // Compute copies (ops::ComputeCopies, what minidp-train installs under bf16): three AdamW steps of a bf16
 // stack that takes every weight the ops cast (a linear with a residual, the fused GELU MLP, SwiGLU's
 // projection, the padded vocabulary head) give the same losses and parameters, bit for bit, as the same
@@ -494,12 +543,9 @@ TEST(ComputeCopies, StepsGiveTheBitsOfCastingEveryForward) {
     std::vector<Tensor> tensors;
     for (const Variable& p : params) tensors.push_back(p.data());
     ops::ComputeCopies copies(tensors);
-    std::unique_ptr<ops::ComputeCopies::Installed> installed;
+    const ops::ComputeCopies::Installed installed(withCopies ? &copies : nullptr);
     auto adamw = optim::makeOptimizer("adamw", params, 0.01, 0.1);
-    if (withCopies) {
-      installed = std::make_unique<ops::ComputeCopies::Installed>(copies);
-      adamw->setComputeCopies([&copies](const Tensor& p) { return copies.find(p); });
-    }
+    if (withCopies) adamw->setComputeCopies([&copies](const Tensor& p) { return copies.find(p); });
     Run run;
     for (int step = 0; step < 3; ++step) {
       for (Variable& p : params) p.zeroGrad();
