@@ -27,10 +27,15 @@ ComputeCopies::ComputeCopies(const std::vector<Tensor>& params) {
   }
 }
 
-Tensor ComputeCopies::get(const Tensor& param, int64_t rows) {
+const ComputeCopies::Entry* ComputeCopies::entryOf(const Tensor& param) const {
   const auto it = entries_.find(param.raw());
-  if (it == entries_.end() || it->second.param.numel() != param.numel() || param.dtype() != DType::F32) return {};
-  Entry& e = it->second;
+  return it == entries_.end() || it->second.param.numel() != param.numel() ? nullptr : &it->second;
+}
+
+Tensor ComputeCopies::get(const Tensor& param, int64_t rows) {
+  Entry* const found = const_cast<Entry*>(entryOf(param));
+  if (found == nullptr) return {};
+  Entry& e = *found;
   const int64_t own = rowsOf(param), columns = param.numel() / own, wanted = rows == 0 ? own : rows;
   MINIDP_CHECK(wanted >= own, "weightCopy: " << rows << " rows for a parameter of " << own);
   if (!e.storage.defined() || e.storage.numel() < wanted * columns) {
@@ -43,8 +48,8 @@ Tensor ComputeCopies::get(const Tensor& param, int64_t rows) {
 }
 
 Tensor ComputeCopies::find(const Tensor& param) const {
-  const auto it = entries_.find(param.raw());
-  return it == entries_.end() || it->second.param.numel() != param.numel() ? Tensor() : it->second.storage;
+  const Entry* e = entryOf(param);
+  return e == nullptr ? Tensor() : e->storage;
 }
 
 void ComputeCopies::refresh() {

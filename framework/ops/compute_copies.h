@@ -53,6 +53,8 @@ class ComputeCopies {
     Tensor param;
     Tensor storage;  // bf16, (copy rows x columns) elements, or undefined until the first get
   };
+  // The entry of `param` (by its data pointer and numel), or null where it is not one of the parameters.
+  const Entry* entryOf(const Tensor& param) const;
   std::unordered_map<const void*, Entry> entries_;  // by the parameter's data pointer
   bool frozen_ = false;
 };
