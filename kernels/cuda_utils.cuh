@@ -1,6 +1,6 @@
 // Device helpers shared by the kernels: bf16 <-> accumulator conversion, 16-byte vector loads, warp and
-// block reductions with a fixed order, grid sizing with its cap, and the two-stage column reduction
-// (bias and LayerNorm parameter gradients). Included by .cu files only.
+// block reductions with a fixed order, grid sizing with its cap, dynamic shared memory sizes, and the two-stage
+// column reduction (bias and LayerNorm parameter gradients). Included by .cu files only.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -148,6 +148,25 @@ constexpr unsigned kGridCap = 4096;
 /// Blocks for a grid-stride loop over n items at `block` items per block, at least one, at most kGridCap.
 inline unsigned gridFor(int64_t n, int64_t block) {
   return static_cast<unsigned>(std::clamp<int64_t>((n + block - 1) / block, 1, kGridCap));
+}
+
+// ---- dynamic shared memory (kernels/launch_attributes.cu) ----
+
+/// Lets `kernel` launch with up to `bytes` of dynamic shared memory on the current device. The attribute is set
+/// at the first such launch per kernel and device (again only for more bytes), not at every launch.
+void allowDynamicSharedBytes(const void* kernel, int64_t bytes);
+template <typename... Args>
+void allowDynamicSharedBytes(void (*kernel)(Args...), int64_t bytes) {
+  allowDynamicSharedBytes(reinterpret_cast<const void*>(kernel), bytes);
+}
+
+/// The dynamic shared memory a block of `kernel` may opt into on the current device: the device's limit per
+/// block (227 KiB on Hopper, 163 on the A100, 99 on most other GPUs) less the kernel's static shared memory.
+/// Queried once per kernel and device.
+int64_t dynamicSharedBytesLimit(const void* kernel);
+template <typename... Args>
+int64_t dynamicSharedBytesLimit(void (*kernel)(Args...)) {
+  return dynamicSharedBytesLimit(reinterpret_cast<const void*>(kernel));
 }
 
 // ---- two-stage column reduction (kernels/column_reduce.h) ----

@@ -39,6 +39,7 @@
 #include <type_traits>
 
 #include "base/cuda_check.h"
+#include "kernels/cuda_utils.cuh"
 #include "kernels/flash_attention.h"
 
 namespace minidp::kernels::cuda {
@@ -979,11 +980,6 @@ constexpr size_t kQueryFromScoresBytes = 2 * kTile*(D + Bf16Math::kPad) * sizeof
 // The largest dS scratch used: beyond it (long sequences) the query pass recomputes the scores.
 constexpr int64_t kMaxScoreScratchBytes = int64_t(1) << 30;
 
-template <typename Kernel>
-void setSharedBytes(Kernel kernel, size_t bytes) {
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-}
-
 template <typename T>
 void checkShape(const AttentionOperands<T>& in, int64_t B, int64_t seqLen, int64_t H, int64_t d) {
   MINIDP_CHECK(flashAttentionSupportsHeadDim(d), "flash attention: head dim " << d << " has no CUDA kernel");
@@ -1011,7 +1007,7 @@ void forward(AttentionOperands<typename Math::Elem> in, typename Math::Elem* out
         in, out, lse, int(seqLen), int(H), scale);
   } else {
     auto kernel = flashForwardKernel<Math, D>;
-    setSharedBytes(kernel, kForwardBytes<Math, D>);
+    allowDynamicSharedBytes(kernel, kForwardBytes<Math, D>);
     const dim3 grid(ceilDiv(seqLen, kTile), H, B);
     kernel<<<grid, Math::kThreads, kForwardBytes<Math, D>, stream>>>(in, out, lse, int(seqLen), int(H), scale);
   }
@@ -1042,12 +1038,12 @@ void backward(const typename Math::Elem* dout, AttentionOperands<typename Math::
     if constexpr (kScoresStored<Math, D>) {
       if (scores) {  // the key pass stores dS; the query pass is one product per key tile
         auto keyKernel = flashBackwardKeyKernel<Math, D, kSplit, true>;
-        setSharedBytes(keyKernel, kKeyBytes<Math, D>);
+        allowDynamicSharedBytes(keyKernel, kKeyBytes<Math, D>);
         keyKernel<<<keyGrid, Math::kThreads, kKeyBytes<Math, D>, stream>>>(dout, in, lse, rowDot, grads, scores,
                                                                            int(seqLen), int(H), scale);
         CUDA_CHECK_LAUNCH();
         auto queryKernel = flashBackwardQueryFromScoresKernel<D>;
-        setSharedBytes(queryKernel, kQueryFromScoresBytes<D>);
+        allowDynamicSharedBytes(queryKernel, kQueryFromScoresBytes<D>);
         queryKernel<<<grid, Math::kThreads, kQueryFromScoresBytes<D>, stream>>>(scores, in, grads, int(seqLen), int(H),
                                                                                 scale);
         CUDA_CHECK_LAUNCH();
@@ -1055,12 +1051,12 @@ void backward(const typename Math::Elem* dout, AttentionOperands<typename Math::
       }
     }
     auto keyKernel = flashBackwardKeyKernel<Math, D, kSplit, false>;
-    setSharedBytes(keyKernel, kKeyBytes<Math, D>);
+    allowDynamicSharedBytes(keyKernel, kKeyBytes<Math, D>);
     keyKernel<<<keyGrid, Math::kThreads, kKeyBytes<Math, D>, stream>>>(dout, in, lse, rowDot, grads, nullptr,
                                                                        int(seqLen), int(H), scale);
     CUDA_CHECK_LAUNCH();
     auto queryKernel = flashBackwardQueryKernel<Math, D, kSplit>;
-    setSharedBytes(queryKernel, kQueryBytes<Math, D>);
+    allowDynamicSharedBytes(queryKernel, kQueryBytes<Math, D>);
     queryKernel<<<grid, Math::kThreads, kQueryBytes<Math, D>, stream>>>(dout, in, lse, rowDot, grads, int(seqLen),
                                                                         int(H), scale);
   }

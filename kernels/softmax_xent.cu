@@ -92,21 +92,30 @@ __device__ __forceinline__ A gradientOf(A v, int64_t j, int64_t t, A l, A scale)
   return (exp(v - l) - A(j == t)) * scale;
 }
 
-// Writes row x's gradient into dx, which may be x: each element is read before it is overwritten.
-template <typename T>
+// Writes row x's gradient into dx, which may be x: each element is read before it is overwritten. Each 16-byte
+// pack starting at element j, the k-th after the row's head, comes from packAt(j, k): x's own, or a copy held
+// in shared memory.
+template <typename T, typename PackAt>
 __device__ __forceinline__ void writeRowGradient(const T* x, T* dx, int64_t V, int64_t t, AccumOf<T> l,
-                                                 AccumOf<T> scale) {
-  using A = AccumOf<T>;
+                                                 AccumOf<T> scale, PackAt packAt) {
   constexpr int P = kPack<T>;
+  const int64_t head = headLength(x, V);
   forRow(
       x, V, [&](int64_t j) { dx[j] = fromAccum<T>(gradientOf(toAccum(x[j]), j, t, l, scale)); },
       [&](int64_t j) {
-        A v[P];
-        loadAccum<P>(x + j, v);
+        const Pack16<T> raw = packAt(j, (j - head) / P);
+        Pack16<T> out;
 #pragma unroll
-        for (int i = 0; i < P; ++i) v[i] = gradientOf(v[i], j + i, t, l, scale);
-        storeAccum<P>(dx + j, v);
+        for (int i = 0; i < P; ++i) out.v[i] = fromAccum<T>(gradientOf(toAccum(raw.v[i]), j + i, t, l, scale));
+        *reinterpret_cast<Pack16<T>*>(dx + j) = out;
       });
+}
+
+template <typename T>
+__device__ __forceinline__ void writeRowGradient(const T* x, T* dx, int64_t V, int64_t t, AccumOf<T> l,
+                                                 AccumOf<T> scale) {
+  writeRowGradient(x, dx, V, t, l, scale,
+                   [x](int64_t j, int64_t) { return *reinterpret_cast<const Pack16<T>*>(x + j); });
 }
 
 // Most bytes of a row the forward-with-gradient holds in shared memory between its two phases: 13 packs a
@@ -168,21 +177,13 @@ __global__ void __launch_bounds__(kBlock, kHold ? 2 : 1)
     lse[r] = l;
     loss[r] = l - target;  // NaN for a target out of range
   }
-  if constexpr (kHold) {
+  if constexpr (kGradient) {
     const A lt = t >= 0 ? l : A(NAN), scale = A(1) / static_cast<A>(N);
-    T* dx = dlogits + r * ld;
-    const auto gradient = [&](A v, int64_t j) { return gradientOf(v, j, t, lt, scale); };
-    for (int64_t j = threadIdx.x; j < head; j += kBlock) dx[j] = fromAccum<T>(gradient(toAccum(x[j]), j));
-    for (int64_t k = threadIdx.x; k < packs; k += kBlock) {
-      const Pack16<T> raw = held[k];
-      Pack16<T> out;
-#pragma unroll
-      for (int i = 0; i < P; ++i) out.v[i] = fromAccum<T>(gradient(toAccum(raw.v[i]), head + k * P + i));
-      reinterpret_cast<Pack16<T>*>(dx + head)[k] = out;
+    if constexpr (kHold) {
+      writeRowGradient(x, dlogits + r * ld, V, t, lt, scale, [held](int64_t, int64_t k) { return held[k]; });
+    } else {
+      writeRowGradient(x, dlogits + r * ld, V, t, lt, scale);
     }
-    for (int64_t j = tail + threadIdx.x; j < V; j += kBlock) dx[j] = fromAccum<T>(gradient(toAccum(x[j]), j));
-  } else if constexpr (kGradient) {
-    writeRowGradient(x, dlogits + r * ld, V, t, t >= 0 ? l : A(NAN), A(1) / static_cast<A>(N));
   }
 }
 
@@ -217,19 +218,6 @@ __global__ void __launch_bounds__(kBlock) scaleGradientKernel(T* dlogits, const 
       });
 }
 
-// The dynamic shared memory a block of `kernel` may opt into on this device: the device's limit per block
-// (227 KiB on Hopper, 163 on the A100, 99 on most other GPUs) less the kernel's static shared memory. Where a
-// held row would not fit, the row is read twice instead.
-template <typename Kernel>
-int64_t dynamicSharedBytesLimit(Kernel kernel) {
-  int device = 0, optin = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  cudaFuncAttributes attributes{};
-  CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
-  return int64_t(optin) - int64_t(attributes.sharedSizeBytes);
-}
-
 void checkSizes(int64_t N, int64_t V, int64_t ld) {
   MINIDP_CHECK(V > 0 && ld >= V, "cross-entropy over " << V << " classes in rows of " << ld);
   MINIDP_CHECK(N <= INT_MAX, "cross-entropy: " << N << " rows exceed the grid");
@@ -254,9 +242,10 @@ void softmaxXentForwardGradient(T* logits, const int32_t* targets, AccumOf<T>* l
   if (N == 0) return;
   const int64_t heldBytes = V / kPack<T> * 16;  // no row has more packs, whatever its head
   const auto kernel = forwardKernel<T, true, true>;
+  // Where the device's opt-in limit (less the kernel's static shared memory) leaves no room, the row is read twice.
   const int64_t heldLimit = std::min(kHeldRowBytes, dynamicSharedBytesLimit(kernel));
   if (heldBytes <= heldLimit) {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(heldLimit)));
+    allowDynamicSharedBytes(kernel, heldLimit);
     kernel<<<static_cast<unsigned>(N), kBlock, size_t(heldBytes), stream>>>(logits, targets, loss, lse, logits, N, V,
                                                                             ld);
   } else {

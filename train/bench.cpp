@@ -337,9 +337,11 @@ int runBench(int argc, char** argv, const std::string& program) {
                              {"zero", opts.zero},
                              {"zero_gather", opts.zeroGather},
                              {"cuda_graph", opts.cudaGraph},
-                             {"nccl", {{"min_ctas", opts.comm.ncclMinCtas},
-                                       {"cta_policy", distributed::ncclCtaPolicyName(opts.comm.ncclCtaPolicy)},
-                                       {"buffers", distributed::commBuffersName(opts.comm.ncclBuffers)}}}};
+                             {"cast_weights", opts.castWeights},
+                             {"nccl",
+                              {{"min_ctas", opts.comm.ncclMinCtas},
+                               {"cta_policy", distributed::ncclCtaPolicyName(opts.comm.ncclCtaPolicy)},
+                               {"buffers", distributed::commBuffersName(opts.comm.ncclBuffers)}}}};
     config[opts.model] = modelFlagsJson(opts);  // the model's flags, under its name
     if (emulated) {
       config["emulated_link"] = {{"world", opts.comm.emulatedWorld},

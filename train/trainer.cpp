@@ -177,6 +177,9 @@ void addOptions(CLI::App& app, Options& o) {
   app.add_flag("--plain-gemms", o.plainGemms,
                "bf16 GEMMs in a slow plain kernel of minidp's own instead of cuBLASLt, for compute-sanitizer's "
                "initcheck (which does not see cuBLASLt's writes)");
+  app.add_flag("--cast-weights", o.castWeights,
+               "bf16: cast the fp32 weights in every forward instead of keeping bf16 copies that the optimizer "
+               "updates (the same bits; 2 bytes per parameter less, slower)");
   app.add_option("--steps", o.steps,
                  "Optimizer steps (0: the model's default" + modelDefault(known ? std::to_string(entry->defaultSteps) : "") + ")")
       ->transform(numberIn(0, kMaxCount, true))
@@ -382,11 +385,14 @@ std::string outputUsageProblem(const Options& o, const std::vector<OutputFile>& 
 std::string deviceUsageProblem(const Options& o) {
   if (o.device == "cuda") {
     if (o.plainGemms && o.dtype != "bf16") return "--plain-gemms needs --dtype bf16 (it replaces cuBLASLt's bf16 GEMMs)";
+    if (o.castWeights && o.dtype != "bf16")
+      return "--cast-weights needs --dtype bf16 (only bf16 forwards cast weights)";
     return {};
   }
   if (o.dtype == "bf16") return "--dtype bf16 needs --device cuda (bf16 kernels are CUDA-only)";
   if (o.tf32) return "--tf32 needs --device cuda (TF32 is a mode of CUDA's fp32 GEMMs)";
   if (o.plainGemms) return "--plain-gemms needs --device cuda (it replaces cuBLASLt's bf16 GEMMs)";
+  if (o.castWeights) return "--cast-weights needs --device cuda and --dtype bf16 (only bf16 forwards cast weights)";
   return {};
 }
 
@@ -627,7 +633,7 @@ Trainer::Trainer(const Options& o, Session& session)
   } else {
     optimizer_ = optim::makeOptimizer(optName, model_->namedParameters(), lr, o.weightDecay);
   }
-  if (session.compute == DType::BF16 && o.zero == 0) {
+  if (session.compute == DType::BF16 && o.zero == 0 && !o.castWeights) {
     std::vector<Tensor> params;
     for (const Variable& p : model_->parameters()) params.push_back(p.data());
     copies_ = std::make_unique<ops::ComputeCopies>(params);

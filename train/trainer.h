@@ -62,6 +62,9 @@ struct Options {
   bool tf32 = false;
   // --plain-gemms: bf16 GEMMs in minidp's own plain kernel instead of cuBLASLt (for compute-sanitizer).
   bool plainGemms = false;
+  // --cast-weights: bf16 forwards cast the fp32 weights every time instead of reading the bf16 copies the
+  // optimizer keeps (ops::ComputeCopies): the same bits, 2 bytes per parameter less, slower.
+  bool castWeights = false;
   // The schedule and clipping (addOptions); periodic validation, metrics, sampling (addLoopOptions).
   LrScheduleKind lrSchedule = LrScheduleKind::Constant;
   int64_t warmupSteps = 0;

@@ -19,6 +19,14 @@ void castPadded(const Tensor& w, const Tensor& storage) {
   if (storage.numel() > w.numel()) Tensor::alias(storage, w.numel(), {storage.numel() - w.numel()}).zero();
 }
 
+// A copy's shape: w's own (rows 0), else `rows` (at least w's) by w's columns.
+Shape copyShape(const Tensor& w, int64_t rows) {
+  if (rows == 0) return w.shape();
+  const int64_t own = rowsOf(w);
+  MINIDP_CHECK(rows >= own, "weightCopy: " << rows << " rows for a weight of " << own);
+  return {rows, own == 0 ? 0 : w.numel() / own};
+}
+
 }  // namespace
 
 ComputeCopies::ComputeCopies(const std::vector<Tensor>& params) {
@@ -33,18 +41,17 @@ const ComputeCopies::Entry* ComputeCopies::entryOf(const Tensor& param) const {
 }
 
 Tensor ComputeCopies::get(const Tensor& param, int64_t rows) {
-  Entry* const found = const_cast<Entry*>(entryOf(param));
-  if (found == nullptr) return {};
-  Entry& e = *found;
-  const int64_t own = rowsOf(param), columns = param.numel() / own, wanted = rows == 0 ? own : rows;
-  MINIDP_CHECK(wanted >= own, "weightCopy: " << rows << " rows for a parameter of " << own);
-  if (!e.storage.defined() || e.storage.numel() < wanted * columns) {
+  Entry* const e = const_cast<Entry*>(entryOf(param));
+  if (e == nullptr) return {};
+  const Shape shape = copyShape(param, rows);
+  const int64_t numel = shapeNumel(shape);
+  if (!e->storage.defined() || e->storage.numel() < numel) {
     // Made, or made again with more rows; an op that holds the old copy keeps it (its values are current).
     if (frozen_) return {};
-    e.storage = Tensor::empty({wanted * columns}, DType::BF16, param.device());
-    castPadded(e.param, e.storage);
+    e->storage = Tensor::empty({numel}, DType::BF16, param.device());
+    castPadded(e->param, e->storage);
   }
-  return rows == 0 ? Tensor::alias(e.storage, 0, param.shape()) : Tensor::alias(e.storage, 0, {wanted, columns});
+  return Tensor::alias(e->storage, 0, shape);
 }
 
 Tensor ComputeCopies::find(const Tensor& param) const {
@@ -67,13 +74,10 @@ Tensor weightCopy(const Tensor& w, int64_t rows) {
     Tensor copy = gInstalled->get(w, rows);
     if (copy.defined()) return copy;
   }
-  const int64_t own = rowsOf(w);
-  if (rows == 0 || rows == own) return cast(w, DType::BF16);
-  MINIDP_CHECK(rows > own, "weightCopy: " << rows << " rows for a weight of " << own);
-  const int64_t columns = w.numel() / own;
-  Tensor out = Tensor::empty({rows, columns}, DType::BF16, w.device());
-  castPadded(w, Tensor::alias(out, 0, {rows * columns}));
-  return out;
+  const Shape shape = copyShape(w, rows);
+  Tensor out = Tensor::empty({shapeNumel(shape)}, DType::BF16, w.device());
+  castPadded(w, out);
+  return Tensor::alias(out, 0, shape);
 }
 
 }  // namespace minidp::ops

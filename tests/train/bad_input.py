@@ -306,6 +306,8 @@ def cases(p):
         ("tf32 on the cpu", t + QUICK + ["--tf32"], 2, "--tf32 needs --device cuda"),
         ("plain gemms on the cpu", t + QUICK + ["--plain-gemms"], 2, "--plain-gemms needs --device cuda"),
         ("plain gemms in fp32", t + QUICK + ["--plain-gemms", "--device", "cuda"], 2, "--plain-gemms needs --dtype bf16"),
+        ("weight casts on the cpu", t + QUICK + ["--cast-weights"], 2, "--cast-weights needs --device cuda"),
+        ("weight casts in fp32", t + QUICK + ["--cast-weights", "--device", "cuda"], 2, "--cast-weights needs --dtype bf16"),
         # A backend's device is known from the flags: a usage error before any work.
         ("nccl on the cpu", t + QUICK + ["--comm", "nccl"], 2, "--comm nccl averages CUDA tensors"),
         ("mpi on cuda", t + QUICK + ["--comm", "mpi", "--device", "cuda"], 2, "--comm mpi averages CPU tensors"),

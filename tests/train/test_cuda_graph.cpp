@@ -3,7 +3,11 @@
 // GPT (AdamW under a warm-up + cosine learning rate and gradient clipping, so every replay needs new
 // scalars), fp32 and bf16. Alone: the "single" communicator; under mpirun with 2 ranks: NCCL, whose
 // all-reduces are captured from the comm stream. Also the usage errors, which need no GPU.
+// The bf16 weight copies through the Trainer on the same cases: the copies the optimizer writes (eager and
+// replayed) give the bytes of casting every forward (--cast-weights), and a run resumed from a saved state gives
+// the bytes of the straight run.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -28,29 +32,33 @@ train::Options optionsOf(const GraphCase& c) {
   o.dtype = c.dtype;
   o.device = "cuda";
   o.steps = 7;  // 2 eager warm-up steps, the captured step, 4 more replays
-  if (std::string(c.model) == "gpt") {
-    o.modelFlags.set("layers", 2);
-    o.modelFlags.set("embd", 64);
-    o.modelFlags.set("heads", 2);  // head dim 32: the flash kernels (bf16 needs them)
-    o.modelFlags.set("context", 32);
-    o.batchSize = 4;
-    o.lr = 3e-3;
-    o.lrSchedule = train::LrScheduleKind::Cosine;
-    o.warmupSteps = 3;
-    o.clipGradNorm = 0.5;
-  } else {
+  if (std::string(c.model) == "mlp") {
     o.modelFlags.set("hidden", "64 32");
     o.batchSize = 32;
+    return o;
   }
+  // The token models: AdamW under a warm-up + cosine learning rate and gradient clipping.
+  o.modelFlags.set("layers", 2);
+  o.modelFlags.set("heads", 2);
+  o.modelFlags.set("context", 32);
+  if (std::string(c.model) == "llama") {
+    o.modelFlags.set("embd", 128);  // head dim 64, one key/value head: grouped-query attention
+    o.modelFlags.set("kv-heads", 1);
+    o.modelFlags.set("hidden", 352);
+  } else {
+    o.modelFlags.set("embd", 64);  // head dim 32: the flash kernels (bf16 needs them)
+  }
+  o.batchSize = 4;
+  o.lr = 3e-3;
+  o.lrSchedule = train::LrScheduleKind::Cosine;
+  o.warmupSteps = 3;
+  o.clipGradNorm = 0.5;
   return o;
 }
 
-/// The parameters' bytes and every step's loss bytes after o.steps steps of a fresh Trainer.
-std::vector<std::string> train(train::Options o, train::Session& session, bool graph) {
-  o.cudaGraph = graph;
-  train::Trainer trainer(o, session);
-  std::vector<std::string> out;
-  for (int64_t i = 0; i < o.steps; ++i) {
+/// Steps `trainer` from step `from` to o.steps; appends each step's loss bytes, then the parameters' bytes.
+void trainTo(const train::Options& o, train::Trainer& trainer, int64_t from, std::vector<std::string>& out) {
+  for (int64_t i = from; i < o.steps; ++i) {
     const Tensor loss = trainer.step().to(Device::CPU);  // read before the next replay rewrites it
     out.emplace_back(static_cast<const char*>(loss.raw()), loss.nbytes());
   }
@@ -58,7 +66,26 @@ std::vector<std::string> train(train::Options o, train::Session& session, bool g
     const Tensor t = p.data().to(Device::CPU);
     out.emplace_back(static_cast<const char*>(t.raw()), t.nbytes());
   }
+}
+
+/// The parameters' bytes and every step's loss bytes after o.steps steps of a fresh Trainer.
+std::vector<std::string> train(train::Options o, train::Session& session, bool graph) {
+  o.cudaGraph = graph;
+  train::Trainer trainer(o, session);
+  std::vector<std::string> out;
+  trainTo(o, trainer, 0, out);
   return out;
+}
+
+/// Expects two runs' losses and parameters (train's layout, the losses of steps first..o.steps) byte-identical.
+void expectSameBytes(const std::vector<std::string>& want, const std::vector<std::string>& got, int64_t steps,
+                     int64_t first, const char* what) {
+  ASSERT_EQ(want.size(), got.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const bool loss = i < static_cast<size_t>(steps - first);
+    EXPECT_TRUE(want[i] == got[i]) << what << ": " << (loss ? "the loss of step " : "parameter ")
+                                   << (loss ? first + i + 1 : i - (steps - first)) << " differs";
+  }
 }
 
 class CudaGraphTraining : public ::testing::TestWithParam<GraphCase> {
@@ -88,12 +115,7 @@ TEST_P(CudaGraphTraining, ReplaysAreByteIdenticalToEagerSteps) {
   const train::Options o = optionsOf(GetParam());
   const std::vector<std::string> eager = train(o, session_, false);
   const std::vector<std::string> graph = train(o, session_, true);
-  ASSERT_EQ(eager.size(), graph.size());
-  for (size_t i = 0; i < eager.size(); ++i) {
-    const bool loss = i < static_cast<size_t>(o.steps);
-    EXPECT_TRUE(eager[i] == graph[i]) << (loss ? "the loss of step " : "parameter ") << (loss ? i + 1 : i - o.steps)
-                                      << " differs from eager training";
-  }
+  expectSameBytes(eager, graph, o.steps, 0, "replays against eager training");
   // The replays trained: the last steps' losses are not the captured step's.
   EXPECT_FALSE(graph[o.steps - 1] == graph[train::kGraphWarmupSteps]);
   // Every rank holds the same parameters (NCCL: the replays' all-reduces ran).
@@ -105,6 +127,53 @@ TEST_P(CudaGraphTraining, ReplaysAreByteIdenticalToEagerSteps) {
 INSTANTIATE_TEST_SUITE_P(Models, CudaGraphTraining,
                          ::testing::Values(GraphCase{"MlpFp32", "mlp", "fp32"}, GraphCase{"GptFp32", "gpt", "fp32"},
                                            GraphCase{"GptBf16", "gpt", "bf16"}),
+                         [](const ::testing::TestParamInfo<GraphCase>& info) { return info.param.name; });
+
+// bf16 only: the cases whose Trainer keeps weight copies (ops::ComputeCopies).
+class WeightCopiesTraining : public CudaGraphTraining {};
+
+TEST_P(WeightCopiesTraining, GiveTheBytesOfCastingEveryForwardEagerAndReplayed) {
+  train::Options o = optionsOf(GetParam());
+  o.castWeights = true;
+  const std::vector<std::string> cast = train(o, session_, false);
+  o.castWeights = false;
+  expectSameBytes(cast, train(o, session_, false), o.steps, 0, "copies against casts");
+  expectSameBytes(cast, train(o, session_, true), o.steps, 0, "replayed copies against casts");
+}
+
+// The second Trainer validates before it resumes, so its copies exist (made from its fresh parameters) when the
+// saved parameters are loaded: they must be refreshed.
+TEST_P(WeightCopiesTraining, AResumedRunGivesTheBytesOfTheStraightRun) {
+  const train::Options o = optionsOf(GetParam());
+  const int64_t saved = 4;
+  std::vector<std::string> straight;
+  {
+    train::Trainer trainer(o, session_);
+    for (int64_t i = 0; i < saved; ++i) trainer.step();
+    trainTo(o, trainer, saved, straight);
+  }
+  // Rank 0 writes the state; every rank reads rank 0's file.
+  const std::string path =
+      session_.comm->allGather(::testing::TempDir() + "minidp_resume_" + std::to_string(getpid()) + ".safetensors")[0];
+  {
+    train::Trainer first(o, session_);
+    for (int64_t i = 0; i < saved; ++i) first.step();
+    first.saveState(path, saved);
+  }
+  session_.comm->allGather(std::string());  // the file is complete before any rank reads it
+  train::Trainer second(o, session_);
+  second.evaluate();
+  EXPECT_EQ(second.resume(path), saved);
+  std::vector<std::string> resumed;
+  trainTo(o, second, saved, resumed);
+  session_.comm->allGather(std::string());
+  if (session_.rank() == 0) std::filesystem::remove(path);
+  expectSameBytes(straight, resumed, o.steps, saved, "resumed against straight");
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, WeightCopiesTraining,
+                         ::testing::Values(GraphCase{"GptBf16", "gpt", "bf16"},
+                                           GraphCase{"LlamaBf16", "llama", "bf16"}),
                          [](const ::testing::TestParamInfo<GraphCase>& info) { return info.param.name; });
 
 TEST(CudaGraphUsage, NeedsCudaOneMicroBatchAndNoZero) {
