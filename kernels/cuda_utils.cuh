@@ -150,10 +150,11 @@ inline unsigned gridFor(int64_t n, int64_t block) {
   return static_cast<unsigned>(std::clamp<int64_t>((n + block - 1) / block, 1, kGridCap));
 }
 
-// ---- dynamic shared memory (kernels/launch_attributes.cu) ----
+// ---- dynamic shared memory (kernels/cuda_utils.cu) ----
 
 /// Lets `kernel` launch with up to `bytes` of dynamic shared memory on the current device. The attribute is set
-/// at the first such launch per kernel and device (again only for more bytes), not at every launch.
+/// at the first call per kernel and device (again only for more bytes), not before every launch; the record
+/// assumes no cudaDeviceReset, which would clear the attributes.
 void allowDynamicSharedBytes(const void* kernel, int64_t bytes);
 template <typename... Args>
 void allowDynamicSharedBytes(void (*kernel)(Args...), int64_t bytes) {

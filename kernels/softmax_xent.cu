@@ -27,9 +27,12 @@ __device__ __forceinline__ MaxSum<A> shuffleXor(MaxSum<A> v, int offset) {
   return {__shfl_xor_sync(0xffffffffu, v.max, offset), __shfl_xor_sync(0xffffffffu, v.sum, offset)};
 }
 
-// e^(x - m) where each element pays one: in float, one FFMA to base 2 (the argument rounded once) and the
-// SFU's ex2 (2 ulp; flushes results below 2^-126 to 0): 2 instructions where expf takes about 7, which bounded
-// the row kernels with the memory traffic. double keeps exp.
+// e^(x - m) where each element pays one: in float, one FFMA to base 2, x log2e - (m log2e rounded), as flash
+// attention's kernels form theirs, and the SFU's ex2 (2 ulp; results below 2^-126 flushed to 0): 2 instructions
+// where expf takes about 7, which bounded the row kernels beside their memory traffic. The rounding of m log2e
+// puts the max's own term at 2^r, |r| <= |m| log2e 2^-24, so a row's sum (hence its loss) carries a relative
+// error of about |m| 6e-8 (the tests' bounds grow with the logsumexp), and a row whose max exceeds
+// FLT_MAX / log2e (2.4e38) gets a loss of -inf. double keeps exp.
 __device__ __forceinline__ float expOfDifference(float x, float m) {
   constexpr float kLog2e = 1.44269504088896341f;
   float y;

@@ -179,7 +179,7 @@ void addOptions(CLI::App& app, Options& o) {
                "initcheck (which does not see cuBLASLt's writes)");
   app.add_flag("--cast-weights", o.castWeights,
                "bf16: cast the fp32 weights in every forward instead of keeping bf16 copies that the optimizer "
-               "updates (the same bits; 2 bytes per parameter less, slower)");
+               "updates (the same bits, slower; --zero 1 always casts)");
   app.add_option("--steps", o.steps,
                  "Optimizer steps (0: the model's default" + modelDefault(known ? std::to_string(entry->defaultSteps) : "") + ")")
       ->transform(numberIn(0, kMaxCount, true))

@@ -63,7 +63,7 @@ struct Options {
   // --plain-gemms: bf16 GEMMs in minidp's own plain kernel instead of cuBLASLt (for compute-sanitizer).
   bool plainGemms = false;
   // --cast-weights: bf16 forwards cast the fp32 weights every time instead of reading the bf16 copies the
-  // optimizer keeps (ops::ComputeCopies): the same bits, 2 bytes per parameter less, slower.
+  // optimizer keeps (ops::ComputeCopies): the same bits, slower. (ZeRO-1 always casts.)
   bool castWeights = false;
   // The schedule and clipping (addOptions); periodic validation, metrics, sampling (addLoopOptions).
   LrScheduleKind lrSchedule = LrScheduleKind::Constant;
@@ -204,6 +204,8 @@ class Trainer {
   void saveState(const std::string& path, int64_t step);
   /// Restores what saveState wrote (on every rank); returns the step it was saved after.
   int64_t resume(const std::string& path);
+  /// Whether the bf16 forwards read weight copies that the optimizer keeps (bf16, no ZeRO-1, no --cast-weights).
+  bool keepsWeightCopies() const { return copies_ != nullptr; }
 
  private:
   /// Enqueues clipper_'s norm of the averaged gradients (ZeRO-1: from every rank's shards; a collective).

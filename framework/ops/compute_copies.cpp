@@ -19,12 +19,14 @@ void castPadded(const Tensor& w, const Tensor& storage) {
   if (storage.numel() > w.numel()) Tensor::alias(storage, w.numel(), {storage.numel() - w.numel()}).zero();
 }
 
-// A copy's shape: w's own (rows 0), else `rows` (at least w's) by w's columns.
+// A copy's shape: w's own (rows 0), else `rows` (at least w's) by w's columns (the product of its other dims).
 Shape copyShape(const Tensor& w, int64_t rows) {
   if (rows == 0) return w.shape();
   const int64_t own = rowsOf(w);
   MINIDP_CHECK(rows >= own, "weightCopy: " << rows << " rows for a weight of " << own);
-  return {rows, own == 0 ? 0 : w.numel() / own};
+  int64_t columns = 1;
+  for (size_t i = 1; i < w.shape().size(); ++i) columns *= w.shape()[i];
+  return {rows, columns};
 }
 
 }  // namespace
@@ -74,6 +76,7 @@ Tensor weightCopy(const Tensor& w, int64_t rows) {
     Tensor copy = gInstalled->get(w, rows);
     if (copy.defined()) return copy;
   }
+  if (w.dtype() == DType::BF16 && rows == 0) return w;  // a bf16 weight is its own copy
   const Shape shape = copyShape(w, rows);
   Tensor out = Tensor::empty({shapeNumel(shape)}, DType::BF16, w.device());
   castPadded(w, out);

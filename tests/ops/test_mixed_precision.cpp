@@ -466,7 +466,7 @@ TEST(GemmBf16, PlainKernelPassesTheSameChecks) {
 // until an installed scope asks for one; then the cast's bits, grown (zero rows after the parameter's) when a
 // request needs more rows, reused after; a tensor that is not a parameter, no installed scope, a scope of
 // none nested inside, or a frozen ComputeCopies give a fresh cast and make or move nothing; refresh() casts
-// the current values again.
+// the current values again. Without copies, weightCopy is a padded cast of any weight.
 TEST(ComputeCopies, MadeOnFirstUseGrownForMoreRowsFrozenAndScoped) {
   Tensor w = randomTensor({5, 4}, 210, -1, 1, DType::F32);
   const Tensor other = randomTensor({3}, 211, -1, 1, DType::F32);
@@ -504,6 +504,17 @@ TEST(ComputeCopies, MadeOnFirstUseGrownForMoreRowsFrozenAndScoped) {
     EXPECT_EQ(values(copies.find(w)), expected);
   }
   EXPECT_NE(ops::weightCopy(w).raw(), copies.find(w).raw()) << "still installed after the scope";
+  // Without copies: a padded cast with zero rows after the weight's, whatever its rank or rows; a bf16 weight
+  // is its own copy.
+  std::vector<double> padded = values(ops::cast(w, DType::BF16));
+  padded.resize(32, 0.0);
+  EXPECT_EQ(values(ops::weightCopy(w, 8)), padded);
+  EXPECT_EQ(ops::weightCopy(randomTensor({2, 3, 4}, 213, -1, 1, DType::F32), 5).shape(), (Shape{5, 12}));
+  const Tensor none = ops::weightCopy(Tensor::zeros({0, 4}, DType::F32, Device::CPU), 3);
+  EXPECT_EQ(none.shape(), (Shape{3, 4}));
+  EXPECT_EQ(values(none), std::vector<double>(12, 0.0));
+  const Tensor half = ops::cast(w, DType::BF16);
+  EXPECT_EQ(ops::weightCopy(half).raw(), half.raw());
   ops::ComputeCopies frozen({w});
   frozen.freeze();
   const ops::ComputeCopies::Installed scope(&frozen);

@@ -3,7 +3,7 @@
 // GPT (AdamW under a warm-up + cosine learning rate and gradient clipping, so every replay needs new
 // scalars), fp32 and bf16. Alone: the "single" communicator; under mpirun with 2 ranks: NCCL, whose
 // all-reduces are captured from the comm stream. Also the usage errors, which need no GPU.
-// The bf16 weight copies through the Trainer on the same cases: the copies the optimizer writes (eager and
+// The bf16 weight copies through the Trainer, GPT and llama: the copies the optimizer writes (eager and
 // replayed) give the bytes of casting every forward (--cast-weights), and a run resumed from a saved state gives
 // the bytes of the straight run.
 #include <gtest/gtest.h>
@@ -134,7 +134,9 @@ class WeightCopiesTraining : public CudaGraphTraining {};
 
 TEST_P(WeightCopiesTraining, GiveTheBytesOfCastingEveryForwardEagerAndReplayed) {
   train::Options o = optionsOf(GetParam());
+  EXPECT_TRUE(train::Trainer(o, session_).keepsWeightCopies());
   o.castWeights = true;
+  EXPECT_FALSE(train::Trainer(o, session_).keepsWeightCopies());
   const std::vector<std::string> cast = train(o, session_, false);
   o.castWeights = false;
   expectSameBytes(cast, train(o, session_, false), o.steps, 0, "copies against casts");
@@ -144,7 +146,8 @@ TEST_P(WeightCopiesTraining, GiveTheBytesOfCastingEveryForwardEagerAndReplayed) 
 // The second Trainer validates before it resumes, so its copies exist (made from its fresh parameters) when the
 // saved parameters are loaded: they must be refreshed.
 TEST_P(WeightCopiesTraining, AResumedRunGivesTheBytesOfTheStraightRun) {
-  const train::Options o = optionsOf(GetParam());
+  train::Options o = optionsOf(GetParam());
+  o.evalBatches = 1;  // a validation forward, which makes the copies
   const int64_t saved = 4;
   std::vector<std::string> straight;
   {
@@ -152,7 +155,7 @@ TEST_P(WeightCopiesTraining, AResumedRunGivesTheBytesOfTheStraightRun) {
     for (int64_t i = 0; i < saved; ++i) trainer.step();
     trainTo(o, trainer, saved, straight);
   }
-  // Rank 0 writes the state; every rank reads rank 0's file.
+  // Rank 0 writes the state; every rank reads rank 0's file (the ranks of these tests share one host).
   const std::string path =
       session_.comm->allGather(::testing::TempDir() + "minidp_resume_" + std::to_string(getpid()) + ".safetensors")[0];
   {

@@ -1,10 +1,12 @@
-// Per-kernel, per-device launch attributes, set or queried once (kernels/cuda_utils.cuh).
+// The host side of kernels/cuda_utils.cuh: per-kernel, per-device launch attributes, set or queried once.
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <map>
 #include <mutex>
 #include <utility>
 
+#include "base/check.h"
 #include "kernels/cuda_utils.cuh"
 
 namespace minidp::kernels::cuda {
@@ -30,6 +32,7 @@ void allowDynamicSharedBytes(const void* kernel, int64_t bytes) {
   const std::lock_guard<std::mutex> lock(gMutex);
   const auto it = gAllowed.find(key);
   if (it != gAllowed.end() && it->second >= bytes) return;
+  MINIDP_CHECK(bytes <= INT_MAX, "dynamic shared memory of " << bytes << " bytes");
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   gAllowed[key] = bytes;
 }
