@@ -76,7 +76,7 @@ Tensor weightCopy(const Tensor& w, int64_t rows) {
     Tensor copy = gInstalled->get(w, rows);
     if (copy.defined()) return copy;
   }
-  if (w.dtype() == DType::BF16 && rows == 0) return w;  // a bf16 weight is its own copy
+  if (rows == 0) return cast(w, DType::BF16);  // a bf16 weight is its own copy
   const Shape shape = copyShape(w, rows);
   Tensor out = Tensor::empty({shapeNumel(shape)}, DType::BF16, w.device());
   castPadded(w, out);
