@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "base/host_device.h"
-#include "kernels/composite.h"
+#include "kernels/composite_kernels.h"
 
 namespace minidp::kernels {
 

@@ -3,7 +3,7 @@
 
 #include "base/cuda_check.h"
 #include "kernels/cuda_utils.cuh"
-#include "kernels/composite.h"
+#include "kernels/composite_kernels.h"
 #include "kernels/low_rank.h"
 #include "kernels/matmul.h"
 

@@ -1,4 +1,4 @@
-// PowerSGD's local arithmetic (the comm hook framework/distributed/hooks/powersgd.cpp), batched over the
+// PowerSGD's local arithmetic (the comm hook framework/distributed/gradient/hooks/powersgd.cpp), batched over the
 // matrices of a bucket so that a bucket costs a few launches, not a few per matrix: orthogonalisation of the
 // columns of each low-rank factor, packing of the uncompressed gradients, the products P = M Q, Q = M^T P and
 // P Q^T, and the error feedback.

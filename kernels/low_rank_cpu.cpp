@@ -1,7 +1,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/composite.h"
+#include "kernels/composite_kernels.h"
 #include "kernels/low_rank.h"
 #include "kernels/matmul.h"
 

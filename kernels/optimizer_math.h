@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "base/host_device.h"
-#include "kernels/optimizer.h"
+#include "kernels/optimizer_kernels.h"
 
 namespace minidp::kernels {
 

@@ -85,7 +85,7 @@ ModelFlag contextFlag() { return integerFlag("context", "128", "Context length: 
 
 double asDouble(int64_t v) { return static_cast<double>(v); }
 
-// MFU's count (PaLM's, as train/torch_bench.py counts): 6 x the parameters that multiply (not the lookup
+// MFU's count (PaLM's, as tools/torch_bench.py counts): 6 x the parameters that multiply (not the lookup
 // tables) + 12 x layers x width x context for the attention scores and weighted values.
 double transformerFlops(const Model& model, int64_t lookups, int64_t layers, int64_t width, int64_t context) {
   return 6.0 * asDouble(model.numParameters() - lookups) + 12.0 * asDouble(layers) * asDouble(width) * asDouble(context);

@@ -56,7 +56,7 @@ gpt2=(--model gpt --layers 12 --heads 12 --embd 768 --context 1024 --data llmc -
       --llmc-val "$out/tokens/val.bin" --device cuda --optimizer adamw)
 step_kernels() {
   build/bin/minidp-bench-attention 2>&1 | tee "$out/bench_attention.txt"
-  py train/torch_attention_bench.py 2>&1 | tee "$out/torch_attention.txt"
+  py tools/torch_attention_bench.py 2>&1 | tee "$out/torch_attention.txt"
   build/bin/minidp-bench-kernels 2>&1 | tee "$out/bench_kernels.txt"
 }
 # The GPT-2-small step: minidp bf16 / fp32 beside PyTorch eager bf16 and torch.compile.
@@ -69,7 +69,7 @@ step_fast_step() {
       --json "$out/$name.json" >"$out/$name.txt" 2>&1; echo "$name"; tail -3 "$out/$name.txt"
   done
   for b in 8 16; do
-    py train/torch_bench.py --model gpt --layers 12 --heads 12 --embd 768 --context 1024 --vocab 50257 \
+    py tools/torch_bench.py --model gpt --layers 12 --heads 12 --embd 768 --context 1024 --vocab 50257 \
       --dtype bf16 --compile ${COMPILE:-off on} --attention sdpa --batch-size $b --steps 15 --warmup 5 --device cuda \
       --json "$out/torch_gpt2_b$b.json" 2>&1 | tee "$out/torch_gpt2_b$b.txt" | tail -4
   done
@@ -83,7 +83,7 @@ step_llama_speed() {
     --llmc-val "$out/tokens32k/val.bin" --device cuda --optimizer adamw --batch-size ${LLAMA_BATCH:-8} --dtype bf16 \
     --steps 15 --warmup 5 --bucket-mb-list 25 --json "$out/mdp_llama_bf16.json" >"$out/mdp_llama_bf16.txt" 2>&1
   tail -3 "$out/mdp_llama_bf16.txt"
-  py train/torch_bench.py --model llama "${shape[@]}" --vocab 32000 --dtype bf16 --compile ${COMPILE:-off on} \
+  py tools/torch_bench.py --model llama "${shape[@]}" --vocab 32000 --dtype bf16 --compile ${COMPILE:-off on} \
     --attention sdpa --batch-size ${LLAMA_BATCH:-8} --steps 15 --warmup 5 --device cuda \
     --json "$out/torch_llama_bf16.json" 2>&1 | tee "$out/torch_llama_bf16.txt" | tail -4
 }
@@ -179,7 +179,7 @@ step_fortunes_wait() {
     [ -f "$log" ] && echo "$(basename "$log" .log): $(grep -m1 'RACECHECK SUMMARY' "$log" || echo 'no summary (timed out?)'); $(grep -cE '^\[  (PASSED|OK) ' "$log") passed lines"
   done
   [ -f "$out/cosine.jsonl" ] &&
-    { py train/plot_metrics.py "$out/cosine.jsonl" "$out/bf16.jsonl" -o "$out/loop_h200_fortunes.png" \
+    { py tools/plot_metrics.py "$out/cosine.jsonl" "$out/bf16.jsonl" -o "$out/loop_h200_fortunes.png" \
       --title "fortunes GPT 10.9M, H200" >/dev/null 2>&1 || echo "plot failed"; }
 }
 # Comm hooks on the emulated 2-rank link at 3 GB/s (100 us), GPT-2 small, bf16 compute, batch 8: the one-GPU step
@@ -231,7 +231,7 @@ step_powersgd_fortunes() {
   done
   wait
   grep -H "validation loss" "$out"/psgd_*.log
-  py train/plot_metrics.py "${curves[@]}" -o "$out/powersgd_fortunes.png" \
+  py tools/plot_metrics.py "${curves[@]}" -o "$out/powersgd_fortunes.png" \
     --title "fortunes GPT 10.9M: dense all-reduce and PowerSGD rank ${PSGD_RANKS:-1 4}, H200" >/dev/null 2>&1 ||
     echo "plot failed"
 }

@@ -26,7 +26,7 @@
 #      waited on in the next forward (--zero-gather end|overlap|forward);
 #   5. PyTorch DDP (torch_bench.py) at the same shape, precision, batch and caps, fp32 and bf16_compress_hook;
 #   6. weak scaling: the same per-GPU batch on one GPU;
-#   7. the side-by-side table (train/dp_summary.py), printed last;
+#   7. the side-by-side table (tools/dp_summary.py), printed last;
 #   smlight (only when named): SM-light collectives, GPT-2 small in bf16 (--dtype bf16) at batch 8 and 25 MB
 #      buckets, one minidp-bench run per NCCL setting: CTA policy default, efficiency, zero; symmetric buffers;
 #      zero with symmetric buffers (bench_smlight_<setting>.{txt,json}: comm_ms and slowdown_ms per overlap row).
@@ -136,7 +136,7 @@ fi
 if want torch; then
   for precision in fp32 bf16; do
     stamp "PyTorch DDP $precision"
-    "${mpi[@]}" "$python" train/torch_bench.py "${torch[@]}" "${torch_dtype[@]}" --bucket-mb ${caps//,/ } \
+    "${mpi[@]}" "$python" tools/torch_bench.py "${torch[@]}" "${torch_dtype[@]}" --bucket-mb ${caps//,/ } \
       --grad-comm "$precision" \
       --json "$out/torch_$precision.json" | tee "$out/torch_$precision.txt" || echo "FAILED: torch_$precision"
   done
@@ -164,10 +164,10 @@ if want smlight; then
 fi
 if want summary; then
   stamp "trace pictures"
-  [ -f "$out/trace_fp32.json" ] && { "$python" train/plot_bench.py --trace "$out/trace_fp32.json" \
+  [ -f "$out/trace_fp32.json" ] && { "$python" tools/plot_bench.py --trace "$out/trace_fp32.json" \
     --match "bucket auto MB, overlap on" -o "$out/timeline_$link.png" || true; }
-  [ -f "$out/trace_bf16_sparse.json" ] && { "$python" train/plot_bench.py --trace "$out/trace_bf16_sparse.json" \
+  [ -f "$out/trace_bf16_sparse.json" ] && { "$python" tools/plot_bench.py --trace "$out/trace_bf16_sparse.json" \
     --match "bucket 25 MB, overlap on" -o "$out/timeline_${link}_bf16_sparse.png" || true; }
   stamp "done"
-  "$python" train/dp_summary.py "$out" --link "$link" | tee "$out/summary.md"
+  "$python" tools/dp_summary.py "$out" --link "$link" | tee "$out/summary.md"
 fi

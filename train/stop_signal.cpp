@@ -3,8 +3,8 @@
 #include <csignal>
 #include <cstdio>
 
-#include "framework/distributed/comm_thread.h"
-#include "framework/distributed/mpi_environment.h"
+#include "framework/distributed/comm/comm_thread.h"
+#include "framework/distributed/job/mpi_environment.h"
 #include "train/trainer.h"
 
 namespace minidp::train {

@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "base/check.h"
-#include "framework/distributed/mpi_environment.h"
+#include "framework/distributed/job/mpi_environment.h"
 #include "framework/io/atomic_file.h"
 
 namespace minidp::runtime {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/distributed/communicator.h"
+#include "framework/distributed/comm/communicator.h"
 #include "framework/runtime/step_timer.h"
 
 namespace minidp::train {

@@ -9,7 +9,7 @@
 #include <random>
 #include <sstream>
 
-#include "framework/distributed/launcher.h"
+#include "framework/distributed/job/launcher.h"
 #include "framework/nn/checkpoint.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/tensor_math.h"

@@ -1,7 +1,7 @@
 // The training loop of minidp-train as a library call: rank 0 prints a line per logged step, the
 // evaluation, and last a one-line JSON summary for scripts. Logged steps also say how much all-reduce time
 // the step had and how much of it was exposed (not hidden behind backward); --trace writes a Chrome trace
-// of the last steps; --metrics writes the logged steps as JSON lines (train/plot_metrics.py draws them).
+// of the last steps; --metrics writes the logged steps as JSON lines (tools/plot_metrics.py draws them).
 #include "train/training_loop.h"
 
 #include <CLI/CLI.hpp>

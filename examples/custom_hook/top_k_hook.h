@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/distributed/comm_hook.h"
+#include "framework/distributed/gradient/comm_hook.h"
 
 namespace custom {
 

@@ -10,7 +10,7 @@
 
 #include "framework/ops/ops.h"
 #include "framework/tensor/dispatch.h"
-#include "kernels/attention.h"
+#include "kernels/attention_kernels.h"
 #include "kernels/flash_attention.h"
 #include "kernels/matmul.h"
 

@@ -1,4 +1,4 @@
-// Composable ops: each forward is one kernel of kernels/composite.h; each backward reuses the same kernels.
+// Composable ops: each forward is one kernel of kernels/composite_kernels.h; each backward reuses the same kernels.
 // Activations are F32, F64 or (CUDA) BF16, computed in AccumOf (fp32 for BF16) and rounded once per kernel.
 // A broadcast operand beside BF16 activations may be F32 (a parameter, as linear's and layerNorm's): its
 // gradient comes back in F32, summed in fp32.
@@ -9,8 +9,8 @@
 #include "framework/ops/ops.h"
 #include "framework/tensor/dispatch.h"
 #include "framework/tensor/tensor_math.h"
-#include "kernels/composite.h"
-#include "kernels/embedding.h"
+#include "kernels/composite_kernels.h"
+#include "kernels/embedding_kernels.h"
 
 namespace minidp::ops {
 

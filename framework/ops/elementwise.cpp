@@ -1,5 +1,5 @@
 // Elementwise ops: tensor math (no autograd) and the differentiable wrappers; bf16 on CUDA (float math).
-#include "kernels/elementwise.h"
+#include "kernels/elementwise_kernels.h"
 #include "framework/tensor/dispatch.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/tensor_math.h"

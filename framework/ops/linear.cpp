@@ -10,8 +10,8 @@
 #include "framework/tensor/dispatch.h"
 #include "framework/tensor/tensor_math.h"
 #include "kernels/bias.h"
-#include "kernels/composite.h"
-#include "kernels/elementwise.h"
+#include "kernels/composite_kernels.h"
+#include "kernels/elementwise_kernels.h"
 #include "kernels/transpose.h"
 
 namespace minidp::ops {

@@ -119,7 +119,7 @@ Variable causalAttentionMaterialized(const Variable& q, const Variable& k, const
 Variable causalAttentionPacked(const Variable& q, const Variable& k, const Variable& v);
 /// Rotary position embedding, rotate-half form (GPT-NeoX, Hugging Face LLaMA): x (B, T, H, d), d even;
 /// channels i and i + d/2 of a head at position t (0 .. T-1) turn by t / theta^(2i/d) (angles in double,
-/// kernels/rotary.h). Float and double, CPU and CUDA; BF16 on CUDA (each pair turned in fp32, rounded once).
+/// kernels/rotary_kernels.h). Float and double, CPU and CUDA; BF16 on CUDA (each pair turned in fp32, rounded once).
 Variable rotary(const Variable& x, double theta);
 
 // ---- slices (framework/ops/slice.cpp): float and double, CPU and CUDA; BF16 on CUDA ----

@@ -1,5 +1,5 @@
 // Whole-tensor reductions and shape changes.
-#include "kernels/reduce.h"
+#include "kernels/reduce_kernels.h"
 #include "framework/tensor/dispatch.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/tensor_math.h"

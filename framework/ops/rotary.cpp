@@ -1,8 +1,8 @@
-// The rotary position embedding as one op (kernels/rotary.h): forward turns each channel pair by its
+// The rotary position embedding as one op (kernels/rotary_kernels.h): forward turns each channel pair by its
 // position's angle, backward turns the gradient back. F32, F64, and BF16 on CUDA (each pair turned in fp32).
 #include "framework/ops/ops.h"
 #include "framework/tensor/dispatch.h"
-#include "kernels/rotary.h"
+#include "kernels/rotary_kernels.h"
 
 namespace minidp::ops {
 

@@ -1,11 +1,11 @@
-// Slices along one dimension: narrow, split and cat, each a strided block copy (kernels/slice.h) whose
+// Slices along one dimension: narrow, split and cat, each a strided block copy (kernels/slice_kernels.h) whose
 // backward is the opposite copy; repeatInterleave, whose backward sums the copies. F32, F64, and BF16 on
 // CUDA.
 #include <numeric>
 
 #include "framework/ops/ops.h"
 #include "framework/tensor/dispatch.h"
-#include "kernels/slice.h"
+#include "kernels/slice_kernels.h"
 
 namespace minidp::ops {
 

@@ -5,8 +5,8 @@
 
 #include "framework/tensor/dispatch.h"
 #include "framework/ops/ops.h"
-#include "kernels/attention.h"
-#include "kernels/embedding.h"
+#include "kernels/attention_kernels.h"
+#include "kernels/embedding_kernels.h"
 #include "kernels/flash_attention.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"

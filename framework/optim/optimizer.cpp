@@ -1,7 +1,7 @@
 #include "framework/optim/optimizer.h"
 
 #include "framework/tensor/dispatch.h"
-#include "kernels/optimizer.h"
+#include "kernels/optimizer_kernels.h"
 
 namespace minidp::optim {
 

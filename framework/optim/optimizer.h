@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "framework/autograd/variable.h"
-#include "kernels/optimizer.h"
+#include "kernels/optimizer_kernels.h"
 
 namespace minidp::optim {
 

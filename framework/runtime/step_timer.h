@@ -30,7 +30,7 @@ namespace minidp::runtime {
 /// The phases of a step on the compute track, in step order (Replay: a whole --cuda-graph step).
 enum class Phase { Forward, Backward, Prefetch, Finalize, Optimizer, Replay };
 /// The phase's name in step records, traces and NVTX ranges ("forward", ..., "replay"): the one table
-/// of these names (train/plot_bench.py colours the trace's phases by them).
+/// of these names (tools/plot_bench.py colours the trace's phases by them).
 const char* phaseName(Phase phase);
 
 /// A named interval of a step, in ms after the step's start mark.

@@ -6,8 +6,8 @@
 
 #include "framework/tensor/dispatch.h"
 #include "kernels/convert.h"
-#include "kernels/elementwise.h"
-#include "kernels/reduce.h"
+#include "kernels/elementwise_kernels.h"
+#include "kernels/reduce_kernels.h"
 
 #if MINIDP_WITH_CUDA
 #include "kernels/matmul.h"

@@ -1,7 +1,7 @@
 // The caching allocator's promise: once training is in steady state, a step makes no cudaMalloc.
 #include <gtest/gtest.h>
 
-#include "framework/distributed/ddp.h"
+#include "framework/distributed/gradient/ddp.h"
 #include "framework/optim/optimizer.h"
 #include "framework/runtime/device.h"
 #include "framework/runtime/graph.h"

@@ -11,7 +11,7 @@
 #include "framework/optim/optimizer.h"
 #include "framework/runtime/device.h"
 #include "framework/tensor/tensor_math.h"
-#include "kernels/optimizer.h"
+#include "kernels/optimizer_kernels.h"
 #include "tests/support/gradcheck.h"
 
 namespace minidp {

@@ -6,8 +6,8 @@
 #include <memory>
 #include <string>
 
-#include "framework/distributed/communicator.h"
-#include "framework/distributed/mpi_environment.h"
+#include "framework/distributed/comm/communicator.h"
+#include "framework/distributed/job/mpi_environment.h"
 
 namespace minidp::testing {
 

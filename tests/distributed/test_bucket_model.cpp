@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "framework/distributed/bucket_model.h"
+#include "framework/distributed/gradient/bucket_model.h"
 
 namespace minidp::distributed {
 namespace {

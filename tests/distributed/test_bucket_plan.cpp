@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <random>
 
-#include "framework/distributed/bucket_plan.h"
+#include "framework/distributed/gradient/bucket_plan.h"
 
 namespace minidp::distributed {
 namespace {

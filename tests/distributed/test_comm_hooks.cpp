@@ -3,9 +3,9 @@
 // whatever the wrapped hook is called (on the emulated link: 4 identical ranks in this process).
 #include <gtest/gtest.h>
 
-#include "framework/distributed/backends/emulated_communicator.h"
-#include "framework/distributed/comm_hook.h"
-#include "framework/distributed/hooks/row_sparse.h"
+#include "framework/distributed/comm/backends/emulated_communicator.h"
+#include "framework/distributed/gradient/comm_hook.h"
+#include "framework/distributed/gradient/hooks/row_sparse.h"
 
 namespace minidp::distributed {
 namespace {

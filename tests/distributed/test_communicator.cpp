@@ -10,9 +10,9 @@
 #include <cstring>
 #include <thread>
 
-#include "framework/distributed/comm_thread.h"
-#include "framework/distributed/backends/emulated_communicator.h"
-#include "framework/distributed/watchdog.h"
+#include "framework/distributed/comm/comm_thread.h"
+#include "framework/distributed/comm/backends/emulated_communicator.h"
+#include "framework/distributed/job/watchdog.h"
 #include "tests/support/gradcheck.h"
 
 namespace minidp::distributed {

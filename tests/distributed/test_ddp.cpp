@@ -10,9 +10,9 @@
 #include <chrono>
 #include <cstring>
 
-#include "framework/distributed/ddp.h"
-#include "framework/distributed/backends/emulated_communicator.h"
-#include "framework/distributed/zero.h"
+#include "framework/distributed/gradient/ddp.h"
+#include "framework/distributed/comm/backends/emulated_communicator.h"
+#include "framework/distributed/gradient/zero.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/tensor_math.h"
 #include "framework/optim/grad_clip.h"

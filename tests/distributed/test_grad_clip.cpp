@@ -9,7 +9,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "framework/distributed/ddp.h"
+#include "framework/distributed/gradient/ddp.h"
 #include "framework/io/safetensors.h"
 #include "framework/optim/grad_clip.h"
 #include "framework/optim/optimizer.h"

@@ -5,7 +5,7 @@
 #include <map>
 
 #include "base/check.h"
-#include "framework/distributed/launcher.h"
+#include "framework/distributed/job/launcher.h"
 
 namespace minidp::distributed {
 namespace {

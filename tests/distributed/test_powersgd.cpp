@@ -12,7 +12,7 @@
 #include <sstream>
 #include <tuple>
 
-#include "framework/distributed/ddp.h"
+#include "framework/distributed/gradient/ddp.h"
 #include "framework/nn/checkpoint.h"
 #include "framework/ops/ops.h"
 #include "framework/optim/grad_clip.h"

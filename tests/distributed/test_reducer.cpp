@@ -4,8 +4,8 @@
 // order once, keeping the gradients.
 #include <gtest/gtest.h>
 
-#include "framework/distributed/ddp.h"
-#include "framework/distributed/reducer.h"
+#include "framework/distributed/gradient/ddp.h"
+#include "framework/distributed/gradient/reducer.h"
 #include "framework/ops/ops.h"
 #include "tests/support/gradcheck.h"
 

@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "framework/distributed/ddp.h"
+#include "framework/distributed/gradient/ddp.h"
 #include "framework/tensor/dispatch.h"
 #include "framework/ops/ops.h"
 #include "framework/optim/optimizer.h"

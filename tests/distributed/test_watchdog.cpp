@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <thread>
 
-#include "framework/distributed/communicator.h"
-#include "framework/distributed/mpi_environment.h"
+#include "framework/distributed/comm/communicator.h"
+#include "framework/distributed/job/mpi_environment.h"
 
 using namespace minidp;
 

@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "framework/distributed/ddp.h"
+#include "framework/distributed/gradient/ddp.h"
 #include "framework/optim/optimizer.h"
 #include "framework/runtime/device.h"
 #include "kernels/flash_attention.h"

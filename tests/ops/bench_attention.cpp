@@ -1,7 +1,7 @@
 // minidp-bench-attention: causal self-attention forward and forward + backward at GPT shapes: the flash
 // kernels (fp32 FFMA and bf16 tensor cores) beside the materialised (B, H, T, T) path (fp32, through the
 // op with autograd). Median of timed repetitions, CUDA events on the compute stream. FLOPs counted causal:
-// 4 B H T^2 d / 2 forward, 2.5 times that backward. train/torch_attention_bench.py prints the same
+// 4 B H T^2 d / 2 forward, 2.5 times that backward. tools/torch_attention_bench.py prints the same
 // columns for PyTorch's scaled_dot_product_attention.
 // Usage: minidp-bench-attention                       GPT-2 small at B 8 and 16, the fortunes GPT
 //        minidp-bench-attention --head-dim 64,128,256 [--batch 8] [--seq 1024]

@@ -17,7 +17,7 @@
 #include "framework/tensor/tensor_math.h"
 #include "framework/testing/device_compare.h"
 #include "framework/testing/gradcheck.h"
-#include "kernels/composite.h"
+#include "kernels/composite_kernels.h"
 #include "tests/ops/composed_ops.h"
 
 namespace minidp {

@@ -1,4 +1,4 @@
-// The vectorised elementwise map (kernels/elementwise.cu): every kernel on CUDA against its CPU twin
+// The vectorised elementwise map (kernels/elementwise_kernels.cu): every kernel on CUDA against its CPU twin
 // bit for bit in fp32 (vectorising changes the memory access, not the arithmetic) and against the same
 // float math rounded on the host in bf16, at sizes with and without a scalar tail and at offsets that
 // force the one-element path. GELU compares against float64 (device and host tanh may differ by an ulp).
@@ -11,7 +11,7 @@
 
 #include "framework/runtime/device.h"
 #include "framework/tensor/tensor.h"
-#include "kernels/elementwise.h"
+#include "kernels/elementwise_kernels.h"
 #include "kernels/gelu_math.h"
 #include "tests/support/gradcheck.h"
 

@@ -8,7 +8,7 @@
 #include <functional>
 #include <vector>
 
-#include "framework/distributed/ddp.h"
+#include "framework/distributed/gradient/ddp.h"
 #include "framework/nn/linear.h"
 #include "framework/ops/compute_copies.h"
 #include "framework/ops/ops.h"

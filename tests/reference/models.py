@@ -140,7 +140,7 @@ class RMSNorm(nn.Module):
 
 def rotary(x, theta):
     """Rotate-half rotary embedding of x (B, T, H, d): channels i and i + d/2 at position t turn by
-    t / theta^(2i/d), the angles in float64 (as minidp's kernels/rotary.h) rounded to x's dtype."""
+    t / theta^(2i/d), the angles in float64 (as minidp's kernels/rotary_kernels.h) rounded to x's dtype."""
     _, t, _, d = x.shape
     inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
     angles = torch.outer(torch.arange(t, dtype=torch.float64), inv_freq)  # (T, d/2)

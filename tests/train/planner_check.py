@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""train/planner.py against every two-GPU median recorded in docs/results (CPU only, no build needed).
+"""tools/planner.py against every two-GPU median recorded in docs/results (CPU only, no build needed).
 
     python3 tests/train/planner_check.py
 
@@ -28,7 +28,7 @@ import sys
 from contextlib import redirect_stdout
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "train"))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
 import planner  # noqa: E402
 
 BAR = 0.10
@@ -66,7 +66,7 @@ def check_fit():
             if abs(value - stored[key]) > 1e-4 * max(abs(value), 1e-6):
                 bad.append(key)
         if bad:
-            print(f"FAIL: {name} differs from the fit in {bad}: run train/planner.py {command} and store its output")
+            print(f"FAIL: {name} differs from the fit in {bad}: run tools/planner.py {command} and store its output")
             ok = False
     return ok
 

@@ -12,7 +12,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "framework/distributed/communicator.h"
+#include "framework/distributed/comm/communicator.h"
 #include "framework/runtime/device.h"
 #include "tests/distributed/dist_test_env.h"
 #include "train/trainer.h"

@@ -7,7 +7,7 @@
 #include <limits>
 #include <regex>
 
-#include "framework/distributed/comm_hook.h"
+#include "framework/distributed/gradient/comm_hook.h"
 #include "train/run_checks.h"
 #include "train/trainer.h"
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "data/text.h"
-#include "framework/distributed/communicator.h"
+#include "framework/distributed/comm/communicator.h"
 #include "framework/runtime/device.h"
 #include "models/mlp.h"
 #include "models/registry.h"

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "framework/distributed/backends/emulated_communicator.h"
+#include "framework/distributed/comm/backends/emulated_communicator.h"
 #include "tests/distributed/dist_test_env.h"
 #include "train/trace.h"
 #include "train/trainer.h"

@@ -1,0 +1,141 @@
+#include "framework/distributed/comm/backends/emulated_communicator.h"
+
+#include <sstream>
+
+#include "framework/distributed/comm/comm_thread.h"
+#include "framework/tensor/dispatch.h"
+#include "kernels/elementwise_kernels.h"
+#include "kernels/emulated_link.h"
+
+#if MINIDP_WITH_CUDA
+#include "framework/distributed/comm/cuda_work.h"
+#endif
+
+namespace minidp::distributed {
+
+EmulatedCommunicator::EmulatedCommunicator(int world, double gbps, double latencyUs, bool cuda, int ctas,
+                                           bool commHighPriority)
+    : world_(world), gbps_(gbps), latencyUs_(latencyUs), cuda_(cuda), ctas_(ctas > 0 ? ctas : 16) {
+  MINIDP_CHECK(world >= 1, "emulated world of " << world << " ranks");
+  MINIDP_CHECK(gbps > 0 && latencyUs >= 0, "emulated link of " << gbps << " GB/s, " << latencyUs << " us");
+  if (cuda_) {
+#if MINIDP_WITH_CUDA
+    warnIfSerialisedStreams(0);
+    stream_ = std::make_unique<CommStream>(commHighPriority);
+#else
+    (void)commHighPriority;
+    throwError("emulated link on cuda: minidp was built without CUDA", __FILE__, __LINE__);
+#endif
+  } else {
+    thread_ = std::make_unique<CommThread>();
+  }
+}
+
+EmulatedCommunicator::~EmulatedCommunicator() = default;
+
+std::string EmulatedCommunicator::describe() const {
+  std::ostringstream os;
+  os << "emulated (NOT a multi-rank run: one process modelling " << world_ << " identical ranks over a " << gbps_
+     << " GB/s, " << latencyUs_ << " us link; all-reduce = latency + 2(N-1)/N * bytes / bandwidth";
+  if (cuda_) os << ", " << ctas_ << " CTAs on the comm stream";
+  os << ")";
+  return os.str();
+}
+
+double EmulatedCommunicator::modelledSeconds(size_t bytes) const {
+  return latencyUs_ * 1e-6 + 2.0 * (world_ - 1) / world_ * static_cast<double>(bytes) / (gbps_ * 1e9);
+}
+
+std::shared_ptr<Work> EmulatedCommunicator::transfer(const std::string& tag, Tensor touched, double seconds,
+                                                     const std::function<void(cudaStream_t)>& local) {
+  MINIDP_CHECK(touched.defined() && supports(touched.device()), "emulated " << (cuda_ ? "cuda" : "cpu")
+                                                                            << " link cannot carry a "
+                                                                            << deviceName(touched.device())
+                                                                            << " tensor");
+  const int64_t bytes = static_cast<int64_t>(touched.nbytes()) / 4 * 4;  // the link touches whole words
+  const int ctas = ctas_;
+  if (cuda_) {
+#if MINIDP_WITH_CUDA
+    return stream_->launch(tag, touched, [&](cudaStream_t s) {
+      local(s);
+      kernels::cuda::emulatedLink(touched.raw(), bytes, seconds, ctas, s);
+    });
+#endif
+  }
+  return thread_->post(
+      [touched, local, bytes, seconds, ctas] {
+        local(nullptr);
+        kernels::cpu::emulatedLink(touched.raw(), bytes, seconds, ctas);
+      },
+      tag, touched.nbytes());
+}
+
+std::shared_ptr<Work> EmulatedCommunicator::allReduce(Tensor buffer, ReduceOp op, const std::string& tag) {
+  checkReduction(buffer, false, world_);
+  const double world = world_;
+  return transfer(tag, buffer, modelledSeconds(buffer.nbytes()), [buffer, op, world](cudaStream_t s) {
+    if (op == ReduceOp::Avg || world == 1) return;
+    const int64_t n = buffer.numel();
+    switch (buffer.dtype()) {
+      case DType::F32:
+        MINIDP_LAUNCH_ON(s, buffer, scale<float>, buffer.data<float>(), static_cast<float>(world), buffer.data<float>(), n);
+        break;
+      case DType::F64:
+        MINIDP_LAUNCH_ON(s, buffer, scale<double>, buffer.data<double>(), world, buffer.data<double>(), n);
+        break;
+      default:
+        MINIDP_CHECK(buffer.isCuda(), "emulated link: a bf16 sum is CUDA-only");
+        MINIDP_ON_CUDA(kernels::cuda::scale<minidp::bf16>(buffer.data<minidp::bf16>(), static_cast<float>(world),
+                                                          buffer.data<minidp::bf16>(), n, s));
+    }
+  });
+}
+
+std::shared_ptr<Work> EmulatedCommunicator::reduceScatter(Tensor, ReduceOp, const std::string&) {
+  throwError("the emulated link models one rank's arithmetic: ZeRO-1's reduce-scatter needs real ranks", __FILE__,
+             __LINE__);
+}
+
+std::shared_ptr<Work> EmulatedCommunicator::allGatherShards(Tensor, const std::string&) {
+  throwError("the emulated link models one rank's arithmetic: ZeRO-1's parameter gather needs real ranks", __FILE__,
+             __LINE__);
+}
+
+std::shared_ptr<Work> EmulatedCommunicator::allGather(Tensor input, Tensor output, const std::string& tag) {
+  checkAllGather(input, output, world_);
+  const double seconds = latencyUs_ * 1e-6 + static_cast<double>(world_ - 1) / world_ *
+                                                 static_cast<double>(output.nbytes()) / (gbps_ * 1e9);
+  const int world = world_;
+  const int64_t n = input.numel();
+  return transfer(tag, output, seconds, [input, output, world, n](cudaStream_t s) {
+    for (int r = 0; r < world; ++r) {
+      Tensor slot = Tensor::alias(output, r * n, {n});
+      if (s) {
+        slot.copyFrom(input, s);
+      } else {
+        slot.copyFrom(input);
+      }
+    }
+  });
+}
+
+std::shared_ptr<Work> EmulatedCommunicator::enqueue(const std::string& tag, Tensor keep,
+                                                    const std::function<void(cudaStream_t)>& task) {
+  if (cuda_) {
+#if MINIDP_WITH_CUDA
+    return stream_->launch(tag, std::move(keep), task);
+#endif
+  }
+  return thread_->post([keep, task] { task(nullptr); }, tag, 0);
+}
+
+void EmulatedCommunicator::broadcast(Tensor& tensor, int root) {
+  MINIDP_CHECK(tensor.defined() && supports(tensor.device()), "emulated broadcast of a tensor on the wrong device");
+  MINIDP_CHECK(root >= 0 && root < world_, "broadcast from rank " << root << " of " << world_);
+}
+
+std::vector<std::string> EmulatedCommunicator::allGather(const std::string& bytes) {
+  return std::vector<std::string>(world_, bytes);
+}
+
+}  // namespace minidp::distributed
