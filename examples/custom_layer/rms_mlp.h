@@ -54,10 +54,10 @@ inline void registerRmsMlp() {
   e.defaultSteps = 1000;
   e.defaultOptimizer = "sgd";
   e.defaultLr = 0.05;
-  ModelFlag eps{"norm-eps", FlagKind::Number, "1e-6", "RMSNorm epsilon"};
-  eps.min = 1e-12;
-  eps.max = 1;
-  e.flags = {ModelFlag{"hidden", FlagKind::Integer, "128", "Width of the hidden layer"}, eps};
+  // Every field, in order: name, kind, default, help, min, max, choices, checkedOnResume.
+  const ModelFlag hidden{"hidden", FlagKind::Integer, "128", "Width of the hidden layer", 1, 1e6, {}, true};
+  const ModelFlag eps{"norm-eps", FlagKind::Number, "1e-6", "RMSNorm epsilon", 1e-12, 1, {}, true};
+  e.flags = {hidden, eps};
   e.make = [](const minidp::models::ModelArgs& a) {
     return std::make_unique<RmsMlp>(a.inputs, a.flags.integer("hidden"), a.classes, a.seed, a.flags.number("norm-eps"),
                                     a.compute);
