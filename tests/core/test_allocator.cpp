@@ -5,8 +5,9 @@
 #include "framework/optim/optimizer.h"
 #include "framework/runtime/device.h"
 #include "framework/runtime/graph.h"
+#include "framework/testing/gradcheck.h"
 #include "models/gpt.h"
-#include "tests/support/gradcheck.h"
+#include "tests/support/cuda_skip.h"
 
 namespace minidp {
 namespace {
@@ -52,7 +53,7 @@ struct GptStep {
 };
 
 TEST_P(CachingAllocator, SteadyStateTrainingStepsMakeNoCudaMalloc) {
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  MINIDP_SKIP_WITHOUT_CUDA();
   GptStep step(GetParam());
   for (int i = 0; i < 3; ++i) step();
   runtime::synchronize();
@@ -66,7 +67,7 @@ TEST_P(CachingAllocator, SteadyStateTrainingStepsMakeNoCudaMalloc) {
 // --cuda-graph: after the warm-up and the capture, replays make no cudaMalloc, and the memory held stays
 // put (the graph's private pool keeps its blocks; nothing is allocated or released per replay).
 TEST_P(CachingAllocator, GraphReplaysMakeNoCudaMallocAndHoldTheirMemory) {
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  MINIDP_SKIP_WITHOUT_CUDA();
   GptStep step(GetParam());
   for (int i = 0; i < 2; ++i) step();
   step.adam.setScalarsOnDevice(true);
@@ -87,7 +88,7 @@ TEST_P(CachingAllocator, GraphReplaysMakeNoCudaMallocAndHoldTheirMemory) {
 
 // The peak counter behind minidp-bench's peak_mib and minidp-train's peak_gpu_mib.
 TEST(CachingAllocatorCounters, PeakFollowsAllocationsUntilReset) {
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  MINIDP_SKIP_WITHOUT_CUDA();
   runtime::resetPeakMemory();
   const size_t before = runtime::allocatorStats().allocatedBytes;
   const size_t bytes = size_t(4) << 20;  // a multiple of the 2 MiB rounding

@@ -5,7 +5,7 @@
 
 #include "framework/ops/ops.h"
 #include "framework/tensor/tensor_math.h"
-#include "tests/support/gradcheck.h"
+#include "framework/testing/gradcheck.h"
 
 namespace minidp {
 namespace {

@@ -11,8 +11,9 @@
 #include "framework/optim/optimizer.h"
 #include "framework/runtime/device.h"
 #include "framework/tensor/tensor_math.h"
+#include "framework/testing/gradcheck.h"
 #include "kernels/optimizer_kernels.h"
-#include "tests/support/gradcheck.h"
+#include "tests/support/cuda_skip.h"
 
 namespace minidp {
 namespace {
@@ -175,7 +176,7 @@ TEST(Optimizer, AdamWBiasCorrectionsInDouble) {
 }
 
 TEST(Optimizer, CudaMatchesCpu) {
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  MINIDP_SKIP_WITHOUT_CUDA();
   for (DType dtype : {DType::F32, DType::F64}) {
     for (const std::string name : {"sgd", "adamw"}) {
       std::vector<Variable> cpu = randomParams(dtype, 50), gpu;
@@ -204,7 +205,7 @@ TEST(Optimizer, CudaMatchesCpu) {
 // The multi-tensor AdamW kernel reads 16-byte packs when a chunk's arrays are aligned and one element at a
 // time otherwise (a parameter that is a view at an odd offset): the same bits either way.
 TEST(Optimizer, CudaAdamWPackedEqualsOneElementPath) {
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  MINIDP_SKIP_WITHOUT_CUDA();
   for (DType dtype : {DType::F32, DType::F64}) {
     std::vector<Variable> aligned = randomParams(dtype, 70, Device::CUDA), offset;
     for (const Variable& p : aligned) {
@@ -304,7 +305,7 @@ TEST(GradClipper, NormAndCoefficientOverBuffers) {
 }
 
 TEST(GradClipper, CudaMatchesCpu) {
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  MINIDP_SKIP_WITHOUT_CUDA();
   std::vector<Tensor> cpu = {testing::randomTensor({5}, 70, -1, 1, DType::F32),
                              testing::randomTensor({3000017}, 71, -1, 1, DType::F32)},
                       gpu;

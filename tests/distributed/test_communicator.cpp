@@ -10,10 +10,10 @@
 #include <cstring>
 #include <thread>
 
-#include "framework/distributed/comm/comm_thread.h"
 #include "framework/distributed/comm/backends/emulated_communicator.h"
+#include "framework/distributed/comm/comm_thread.h"
 #include "framework/distributed/job/watchdog.h"
-#include "tests/support/gradcheck.h"
+#include "framework/testing/gradcheck.h"
 
 namespace minidp::distributed {
 namespace {

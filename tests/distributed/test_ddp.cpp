@@ -10,17 +10,18 @@
 #include <chrono>
 #include <cstring>
 
-#include "framework/distributed/gradient/ddp.h"
 #include "framework/distributed/comm/backends/emulated_communicator.h"
+#include "framework/distributed/gradient/ddp.h"
 #include "framework/distributed/gradient/zero.h"
 #include "framework/ops/ops.h"
-#include "framework/tensor/tensor_math.h"
 #include "framework/optim/grad_clip.h"
 #include "framework/runtime/device.h"
+#include "framework/tensor/tensor_math.h"
+#include "framework/testing/gradcheck.h"
 #include "models/gpt.h"
 #include "models/mlp.h"
 #include "tests/distributed/dist_test_env.h"
-#include "tests/support/gradcheck.h"
+#include "tests/support/cuda_skip.h"
 #include "tests/support/parameters.h"
 
 namespace minidp {
@@ -691,7 +692,7 @@ TEST(CommBuffers, DdpOnTheCommunicatorsBuffersIsIdentical) {
 // stream holds a buffer until its collective completes; NCCL averages to the same bits on every rank and
 // broadcasts.
 TEST(CudaCommunicators, EmulatedLinkTakesTheModelledTimeOnTheCommStream) {
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  MINIDP_SKIP_WITHOUT_CUDA();
   // 4 MB at 1 GB/s over 8 ranks: 0.1 ms + 1.75 * 4.19 ms.
   distributed::EmulatedCommunicator comm(8, 1, 100, true, 8, true);
   Tensor host = testing::randomTensor({1 << 20}, 17, -1, 1, DType::F32);
@@ -713,7 +714,7 @@ TEST(CudaCommunicators, EmulatedLinkTakesTheModelledTimeOnTheCommStream) {
 // both the work and the buffer right after the launch does not hand the block back to the allocator
 // while the comm stream still uses it.
 TEST(CudaCommunicators, CommStreamHoldsTheBufferUntilTheCollectiveCompletes) {
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  MINIDP_SKIP_WITHOUT_CUDA();
   distributed::EmulatedCommunicator comm(8, 0.1, 100, true, 8, true);  // 4 MB: about 70 ms on the link
   Tensor buffer = Tensor::zeros({1 << 20}, DType::F32, Device::CUDA);
   const void* block = buffer.raw();

@@ -14,8 +14,8 @@
 #include "framework/optim/grad_clip.h"
 #include "framework/optim/optimizer.h"
 #include "framework/runtime/device.h"
+#include "framework/testing/gradcheck.h"
 #include "tests/distributed/dist_test_env.h"
-#include "tests/support/gradcheck.h"
 
 namespace minidp {
 namespace {

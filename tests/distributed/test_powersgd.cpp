@@ -18,12 +18,13 @@
 #include "framework/optim/grad_clip.h"
 #include "framework/optim/optimizer.h"
 #include "framework/runtime/device.h"
+#include "framework/testing/gradcheck.h"
 #include "kernels/low_rank.h"
 #include "kernels/matmul.h"
 #include "models/gpt.h"
 #include "models/mlp.h"
 #include "tests/distributed/dist_test_env.h"
-#include "tests/support/gradcheck.h"
+#include "tests/support/cuda_skip.h"
 #include "tests/support/parameters.h"
 #include "tests/support/reference_models.h"
 
@@ -412,7 +413,7 @@ TEST(LowRank, BatchedCpuProductsAreGemmPerMatrix) {
 // shapes of productCases as ONE batch (two launches of each product on CUDA).
 TEST(LowRank, ProductsMatchTheCpu) {
 #if MINIDP_WITH_CUDA
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  MINIDP_SKIP_WITHOUT_CUDA();
   const std::vector<ProductCase> cases = productCases();
   const auto want = batchedProducts(cases, Device::CPU), got = batchedProducts(cases, Device::CUDA);
   // fp32 sums of m, n and r products of numbers in [-1, 1]: within 1e-5 of the sum's size bound.

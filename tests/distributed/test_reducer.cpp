@@ -7,7 +7,7 @@
 #include "framework/distributed/gradient/ddp.h"
 #include "framework/distributed/gradient/reducer.h"
 #include "framework/ops/ops.h"
-#include "tests/support/gradcheck.h"
+#include "framework/testing/gradcheck.h"
 
 namespace minidp::distributed {
 namespace {

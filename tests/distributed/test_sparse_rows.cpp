@@ -11,14 +11,15 @@
 #include <cstring>
 
 #include "framework/distributed/gradient/ddp.h"
-#include "framework/tensor/dispatch.h"
 #include "framework/ops/ops.h"
 #include "framework/optim/optimizer.h"
 #include "framework/runtime/device.h"
+#include "framework/tensor/dispatch.h"
+#include "framework/testing/gradcheck.h"
 #include "kernels/rows.h"
 #include "models/gpt.h"
 #include "tests/distributed/dist_test_env.h"
-#include "tests/support/gradcheck.h"
+#include "tests/support/cuda_skip.h"
 #include "tests/support/parameters.h"
 
 namespace minidp {
@@ -296,7 +297,7 @@ TEST(SparseRowKernels, ListingSpansSeveralScanChunks) {
   kernels::cpu::markRows(ids.data(), static_cast<int64_t>(ids.size()), V, marks.data());
   kernels::cpu::listMarkedRows(marks.data(), V, list.data(), capacity);
   EXPECT_EQ(list, want);
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device (the CPU twin passed)";
+  MINIDP_SKIP_WITHOUT_CUDA() << " (the CPU twin passed)";
 #if MINIDP_WITH_CUDA
   const Tensor dIds = Tensor::fromVector(ids, {static_cast<int64_t>(ids.size())}).to(Device::CUDA);
   Tensor dMarks = Tensor::zeros({V}, DType::I32, Device::CUDA), dList = Tensor::zeros({capacity}, DType::I32, Device::CUDA);
@@ -307,7 +308,7 @@ TEST(SparseRowKernels, ListingSpansSeveralScanChunks) {
 }
 
 TEST(SparseRowKernels, CudaEqualsTheCpuTwins) {
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  MINIDP_SKIP_WITHOUT_CUDA();
   for (DType dtype : {DType::F32, DType::F64}) {
     const Tensor grad = testing::randomTensor({kV, kC}, 3, -1, 1, dtype);
     const Tensor base = testing::randomTensor({kV, kC}, 4, -1, 1, dtype);

@@ -5,18 +5,19 @@
 
 #include <cmath>
 #include <cstdio>
-#include <random>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "framework/distributed/gradient/ddp.h"
 #include "framework/optim/optimizer.h"
 #include "framework/runtime/device.h"
+#include "framework/testing/gradcheck.h"
 #include "kernels/flash_attention.h"
 #include "models/gpt.h"
 #include "models/llama.h"
 #include "models/mlp.h"
-#include "tests/support/gradcheck.h"
+#include "tests/support/cuda_skip.h"
 
 namespace minidp {
 namespace {
@@ -57,7 +58,7 @@ void expectBf16StepMatchesF32(models::Model& f32, models::Model& bf16, const Ten
 }
 
 TEST(Bf16Step, MlpMatchesF32) {
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  MINIDP_SKIP_WITHOUT_CUDA();
   const std::vector<int64_t> dims{64, 128, 128, 10};
   models::MLP f32(dims, 3), bf16(dims, 3, DType::BF16);
   f32.to(Device::CUDA, DType::F32);
@@ -82,13 +83,13 @@ void expectGptBf16StepMatchesF32(bool fp32Residual) {
 }
 
 TEST(Bf16Step, GptMatchesF32) {
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  MINIDP_SKIP_WITHOUT_CUDA();
   expectGptBf16StepMatchesF32(false);
 }
 
 TEST(Bf16Step, GptWithAnFp32ResidualStreamMatchesF32) {
   // --residual fp32: the residual stream and its gradient in fp32, the blocks' insides in bf16.
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  MINIDP_SKIP_WITHOUT_CUDA();
   expectGptBf16StepMatchesF32(true);
 }
 
@@ -108,7 +109,7 @@ models::LlamaConfig smallLlama(int64_t kvHeads, int64_t context) {
 TEST(Bf16Step, LlamaMatchesF32) {
   // Both runs take the packed attention on the flash kernels (fp32 and bf16), grouped heads repeated; RMSNorm,
   // rotary, SwiGLU and the residual stream in bf16 over fp32 parameters, the loss in fp32.
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  MINIDP_SKIP_WITHOUT_CUDA();
   for (int64_t kv : {2, 1}) {
     SCOPED_TRACE(kv);
     models::LlamaConfig c = smallLlama(kv, 32);
@@ -241,7 +242,7 @@ class Bf16Training : public ::testing::TestWithParam<TrainShape> {};
 
 TEST_P(Bf16Training, GptLearnsAsFastAsF32AndKeepsItsGradientsAtATrainedState) {
   // Head dim 64 (the flash kernels' bf16 path), contexts over several key tiles.
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  MINIDP_SKIP_WITHOUT_CUDA();
   const TrainShape& shape = GetParam();
   models::GptConfig c = shape.config;
   models::GPT f32(c, 11);
@@ -262,7 +263,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Bf16Training, ::testing::Values(TrainShape{{64,
 
 TEST(Bf16LlamaTraining, LearnsAsFastAsF32AndKeepsItsGradientsAtATrainedState) {
   // 4 query heads of 32 over 2 key/value heads, context 128 (two key tiles), the GPT test's task and steps.
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  MINIDP_SKIP_WITHOUT_CUDA();
   models::LlamaConfig c = smallLlama(2, 128);
   models::Llama f32(c, 11);
   c.compute = DType::BF16;

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "framework/ops/ops.h"
+#include "framework/testing/gradcheck.h"
 #include "models/gpt.h"
-#include "tests/support/gradcheck.h"
 
 namespace minidp {
 namespace {

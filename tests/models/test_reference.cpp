@@ -9,10 +9,11 @@
 
 #include "framework/nn/checkpoint.h"
 #include "framework/runtime/device.h"
+#include "framework/testing/gradcheck.h"
 #include "models/gpt.h"
 #include "models/mlp.h"
 #include "models/registry.h"
-#include "tests/support/gradcheck.h"
+#include "tests/support/cuda_skip.h"
 #include "tests/support/reference_models.h"
 
 namespace minidp {
@@ -34,7 +35,7 @@ class Reference : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Reference, LossAndEveryGradientMatchPyTorch) {
   const Case& c = GetParam();
-  if (c.device == Device::CUDA && !runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  if (c.device == Device::CUDA) MINIDP_SKIP_WITHOUT_CUDA();
   const SafeTensorFile f = readSafetensors(testing::fixturePath(c.fixture));
   auto model = testing::buildReferenceModel(f);
   std::string order;

@@ -14,10 +14,11 @@
 #include "framework/ops/ops.h"
 #include "framework/runtime/device.h"
 #include "framework/tensor/tensor_math.h"
+#include "framework/testing/device_compare.h"
+#include "framework/testing/gradcheck.h"
 #include "kernels/matmul.h"
 #include "kernels/softmax_xent.h"
-#include "tests/support/device_compare.h"
-#include "tests/support/gradcheck.h"
+#include "tests/support/cuda_skip.h"
 
 namespace minidp {
 namespace {
@@ -282,7 +283,7 @@ TEST(ClassifierBf16, MatchesFloat64) {
   // loss (about log V >= 5.5) by well under 1e-2 relative. dlogits carry that error through exp plus their
   // own bf16 rounding, a few 2^-9 of each softmax term; dx and dweight sum them against order-1 values:
   // within 2^-5 of their largest element. A wrong stride, row or scale is off by O(1).
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  MINIDP_SKIP_WITHOUT_CUDA();
   for (int64_t V : kVocabs) {
     SCOPED_TRACE("V = " + std::to_string(V));
     const int64_t N = V > 1000 ? 6 : 64, C = 64;

@@ -19,6 +19,7 @@
 #include "framework/testing/gradcheck.h"
 #include "kernels/composite_kernels.h"
 #include "tests/ops/composed_ops.h"
+#include "tests/support/cuda_skip.h"
 
 namespace minidp {
 namespace {
@@ -483,7 +484,7 @@ Tensor bf16Exact(const Shape& shape, uint64_t seed, double lo = -1.0, double hi 
 class CompositeBf16 : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device (bf16 kernels run on CUDA only)";
+    MINIDP_SKIP_WITHOUT_CUDA() << " (bf16 kernels run on CUDA only)";
   }
 };
 

@@ -11,15 +11,13 @@
 
 #include "framework/runtime/device.h"
 #include "framework/tensor/tensor.h"
+#include "framework/testing/gradcheck.h"
 #include "kernels/elementwise_kernels.h"
 #include "kernels/gelu_math.h"
-#include "tests/support/gradcheck.h"
+#include "tests/support/cuda_skip.h"
 
 namespace minidp {
 namespace {
-
-#define SKIP_WITHOUT_CUDA() \
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device"
 
 #if MINIDP_WITH_CUDA  // the tests call the CUDA launchers directly
 
@@ -83,7 +81,7 @@ void expectBinaryBits(const std::function<void(const T*, const T*, T*, int64_t)>
 cudaStream_t stream() { return runtime::computeStream(); }
 
 TEST(ElementwiseKernels, Fp32MatchesTheCpuTwinBitForBit) {
-  SKIP_WITHOUT_CUDA();
+  MINIDP_SKIP_WITHOUT_CUDA();
   namespace gpu = kernels::cuda;
   namespace cpu = kernels::cpu;
   using Binary = std::function<void(const float*, const float*, float*, int64_t)>;
@@ -128,7 +126,7 @@ TEST(ElementwiseKernels, Fp32MatchesTheCpuTwinBitForBit) {
 }
 
 TEST(ElementwiseKernels, Bf16MatchesFloatMathRoundedOnTheHost) {
-  SKIP_WITHOUT_CUDA();
+  MINIDP_SKIP_WITHOUT_CUDA();
   namespace gpu = kernels::cuda;
   using Binary = std::function<void(const bf16*, const bf16*, bf16*, int64_t)>;
   auto f = [](bf16 x) { return bf16ToFloat(x); };
@@ -203,7 +201,7 @@ void expectGeluClose(double tolerance) {
 }
 
 TEST(ElementwiseKernels, GeluCloseToFloat64) {
-  SKIP_WITHOUT_CUDA();
+  MINIDP_SKIP_WITHOUT_CUDA();
   expectGeluClose<float>(1e-5);           // a few fp32 roundings (2^-24 each) of values up to 3
   expectGeluClose<bf16>(2 * 0.00390625);  // one bf16 rounding (2^-8 relative) of the output, twice over
 }

@@ -15,12 +15,13 @@
 #include <string>
 #include <vector>
 
-#include "framework/tensor/dispatch.h"
 #include "framework/ops/ops.h"
+#include "framework/tensor/dispatch.h"
+#include "framework/testing/device_compare.h"
+#include "framework/testing/gradcheck.h"
 #include "kernels/flash_attention.h"
 #include "models/gpt.h"
-#include "tests/support/device_compare.h"
-#include "tests/support/gradcheck.h"
+#include "tests/support/cuda_skip.h"
 
 namespace minidp {
 namespace {
@@ -356,7 +357,7 @@ double relativeL2(const std::vector<double>& a, const std::vector<double>& b, in
 class FlashAttentionCuda : public ::testing::TestWithParam<Dims> {
  protected:
   void SetUp() override {
-    if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+    MINIDP_SKIP_WITHOUT_CUDA();
   }
 };
 
@@ -467,7 +468,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FlashAttentionCuda, ::testing::ValuesIn(kernelS
 TEST(FlashAttentionCudaTail, UnwrittenTailIsNeverRead) {
   // The rows past the sequence end are never written here: under compute-sanitizer --tool initcheck
   // (scripts/attention-check.sh) any read of them is reported. Without the sanitizer: the twin's values.
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  MINIDP_SKIP_WITHOUT_CUDA();
   for (DType dtype : {DType::BF16, DType::F32}) {
     for (int64_t d : {64, 128, 256}) {
       const Dims s{1, 100, 2, d};
@@ -485,7 +486,7 @@ TEST(FlashAttentionCudaTail, Bf16OutputsAtAnOddElementGetTheSameBits) {
   // bf16 outputs (y, dq, dk, dv) go out as a thread's two adjacent columns in one 4-byte store where the
   // destination is 4-byte aligned; one element past an aligned base they take one 2-byte store per element.
   // The values are the same either way: the same bits, every element written, nothing past the end.
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  MINIDP_SKIP_WITHOUT_CUDA();
   for (int64_t d : {64, 128}) {
     const Dims s{2, 100, 2, d};
     const std::vector<double> qkv = randomValues(s.B * s.T * 3 * s.C(), 207, DType::BF16);
@@ -581,7 +582,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, FlashAttentionOpCuda, ::testing::Values(DType::
 TEST(FlashAttentionOpBf16, MatchesFloat64AndIsReproducible) {
   // BF16 qkv gives BF16 y and dqkv on the flash kernels; the float64 CPU op on the same rounded values
   // is the reference (relative L2 < 1e-2, as for the kernels).
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  MINIDP_SKIP_WITHOUT_CUDA();
   for (const Dims s : {Dims{2, 150, 3, 64}, Dims{2, 150, 2, 128}, Dims{1, 150, 2, 256}}) {
     const std::vector<double> qkv = randomValues(s.B * s.T * 3 * s.C(), 208, DType::BF16);
     const std::vector<double> dy = randomValues(s.B * s.T * s.C(), 209, DType::BF16);
@@ -613,7 +614,7 @@ TEST(FlashAttentionOpGrouped, SeparateOperandsMatchThePackedPath) {
   // (relative L2 < 1e-5 in F32, < 1e-2 in BF16). BF16 and F32 at head dims 64, 128 and 256 (F32 256: the
   // row kernels; BF16 256: two column slices), T = 77 and 200 (no multiple of a tile), G = 1, 2, 4. The
   // float64 CPU op on the same rounded values bounds both (relative L2 < 1e-2).
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  MINIDP_SKIP_WITHOUT_CUDA();
   const int64_t B = 2, H = 4;
   for (DType dtype : {DType::BF16, DType::F32}) {
     for (int64_t d : {64, 128, 256}) {
@@ -666,7 +667,7 @@ TEST(FlashAttentionOpBf16, AfterALinear) {
   // then attention forward and backward. scripts/attention-check.sh runs this test alone under
   // compute-sanitizer --tool initcheck: a report here, with UnwrittenTailIsNeverRead clean, points at how
   // the sanitizer sees the GEMM's writes rather than at the attention kernels' reads.
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  MINIDP_SKIP_WITHOUT_CUDA();
   const int64_t B = 6, T = 100, C = 128, H = 2;
   Tensor xs = cudaTensor(randomValues(B * T * C, 210, DType::BF16), {B, T, C}, DType::BF16);
   Variable x(xs, true);

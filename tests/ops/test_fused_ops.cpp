@@ -13,9 +13,10 @@
 #include "framework/runtime/device.h"
 #include "framework/tensor/dispatch.h"
 #include "framework/tensor/tensor_math.h"
+#include "framework/testing/device_compare.h"
+#include "framework/testing/gradcheck.h"
 #include "kernels/bias.h"
-#include "tests/support/device_compare.h"
-#include "tests/support/gradcheck.h"
+#include "tests/support/cuda_skip.h"
 
 namespace minidp {
 namespace {
@@ -342,7 +343,7 @@ constexpr double kBf16Tolerance = 1.0 / 256, kFp32Tolerance = 1e-4;
 class Bf16VsFloat64 : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+    MINIDP_SKIP_WITHOUT_CUDA();
   }
 };
 

@@ -10,11 +10,12 @@
 #include "framework/ops/ops.h"
 #include "framework/runtime/device.h"
 #include "framework/tensor/dispatch.h"
+#include "framework/testing/device_compare.h"
+#include "framework/testing/gradcheck.h"
 #include "kernels/matmul.h"
 #include "kernels/softmax_xent.h"
 #include "kernels/tiled_gemm.h"
-#include "tests/support/device_compare.h"
-#include "tests/support/gradcheck.h"
+#include "tests/support/cuda_skip.h"
 
 namespace minidp {
 namespace {
@@ -320,7 +321,7 @@ TEST_P(CudaVsCpu, BitwiseReproducible) {
 }
 
 TEST(TiledGemm, MatchesCpuTwin) {
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  MINIDP_SKIP_WITHOUT_CUDA();
   // Edges of the 128 x 128 x 16 tiling, K = 0, and both copy widths (4-byte when K or N % 4 != 0).
   const std::vector<std::array<int64_t, 3>> sizes = {{1, 1, 1},      {5, 3, 0},       {128, 128, 16}, {129, 130, 17},
                                                      {200, 72, 300}, {64, 256, 1000}, {257, 131, 64}};
@@ -405,7 +406,7 @@ void expectForwardGradientEqualsForwardThenBackward(DType dtype, int64_t N, int6
 }
 
 TEST(CrossEntropyCuda, ForwardWithGradientEqualsForwardThenBackward) {
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  MINIDP_SKIP_WITHOUT_CUDA();
   expectForwardGradientEqualsForwardThenBackward<bf16>(DType::BF16, 37, 50304, 50304);  // held, GPT-2's padded V
   expectForwardGradientEqualsForwardThenBackward<bf16>(DType::BF16, 19, 50257, 50257);  // held, rows at all offsets
   expectForwardGradientEqualsForwardThenBackward<bf16>(DType::BF16, 11, 60000, 60000);  // read twice
@@ -417,7 +418,7 @@ TEST(CrossEntropyCuda, ForwardWithGradientEqualsForwardThenBackward) {
 }
 
 TEST(CrossEntropyCuda, ForwardWithGradientOutOfRangeTargetGivesNaN) {
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  MINIDP_SKIP_WITHOUT_CUDA();
   // Row 1's target is V: its loss and gradient are NaN; rows 0 and 2 are not touched by it.
   const int64_t N = 3, V = 100;
   Tensor logits = randomTensor({N, V}, 62, -1.0, 1.0, DType::F32).to(Device::CUDA);

@@ -16,10 +16,11 @@
 #include "framework/runtime/device.h"
 #include "framework/tensor/dispatch.h"
 #include "framework/tensor/tensor_math.h"
+#include "framework/testing/device_compare.h"
+#include "framework/testing/gradcheck.h"
 #include "kernels/gelu_math.h"
 #include "kernels/matmul.h"
-#include "tests/support/device_compare.h"
-#include "tests/support/gradcheck.h"
+#include "tests/support/cuda_skip.h"
 
 namespace minidp {
 namespace {
@@ -39,9 +40,6 @@ std::vector<uint16_t> bf16Bits(const Tensor& t) {
   for (bf16 v : t.toVector<bf16>()) bits.push_back(v.bits);
   return bits;
 }
-
-#define SKIP_WITHOUT_CUDA() \
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device"
 
 // ---- cast and host conversion ----
 
@@ -76,7 +74,7 @@ TEST(Cast, CpuFloatDoubleAndBackwardCastsTheGradientBack) {
 }
 
 TEST(Cast, CudaMatchesHostConversion) {
-  SKIP_WITHOUT_CUDA();
+  MINIDP_SKIP_WITHOUT_CUDA();
   for (DType from : {DType::F32, DType::F64}) {
     const Tensor host = randomTensor({1000}, 3, -100, 100, from);
     const Tensor b = ops::cast(host.to(Device::CUDA), DType::BF16);
@@ -161,7 +159,7 @@ void checkGemmsMatchFloat64() {
 }
 
 TEST(GemmBf16, MatchesFloat64Reference) {
-  SKIP_WITHOUT_CUDA();
+  MINIDP_SKIP_WITHOUT_CUDA();
   checkGemmsMatchFloat64();
 }
 
@@ -203,7 +201,7 @@ void checkAddendApartFromTheOutput() {
 }
 
 TEST(GemmBf16, AddendApartFromTheOutput) {
-  SKIP_WITHOUT_CUDA();
+  MINIDP_SKIP_WITHOUT_CUDA();
   checkAddendApartFromTheOutput();
 }
 
@@ -278,12 +276,12 @@ void checkGeluEpiloguesAreTheTanhForm() {
 }
 
 TEST(GemmBf16, GeluEpiloguesAreTheTanhForm) {
-  SKIP_WITHOUT_CUDA();
+  MINIDP_SKIP_WITHOUT_CUDA();
   checkGeluEpiloguesAreTheTanhForm();
 }
 
 TEST(GemmTf32, CloseToFloat64AndOffIsExactAgain) {
-  SKIP_WITHOUT_CUDA();
+  MINIDP_SKIP_WITHOUT_CUDA();
   const int64_t M = 96, N = 80, K = 256;
   const Tensor a = randomTensor({M, K}, 21, -1, 1, DType::F32), b = randomTensor({K, N}, 22, -1, 1, DType::F32);
   const Tensor da = a.to(Device::CUDA), db = b.to(Device::CUDA);
@@ -340,7 +338,7 @@ void expectBf16MatchesF32(const std::function<Variable(const std::vector<Variabl
 }
 
 TEST(Bf16Ops, LinearMatchesF32) {
-  SKIP_WITHOUT_CUDA();
+  MINIDP_SKIP_WITHOUT_CUDA();
   const auto withBias = [](const std::vector<Variable>& v) { return ops::linear(v[0], v[1], v[2]); };
   const auto noBias = [](const std::vector<Variable>& v) { return ops::linear(v[0], v[1], Variable()); };
   expectBf16MatchesF32(withBias, {randomTensor({4, 6, 40}, 31), randomTensor({48, 40}, 32), randomTensor({48}, 33)},
@@ -358,7 +356,7 @@ TEST(Bf16Ops, LinearMatchesF32) {
 // The fused bf16 GELU MLP against the fp32 run of the same function (linear, gelu, linear): fused at
 // hidden widths divisible by 8 (one row included), the three ops otherwise.
 TEST(Bf16Ops, GeluMlpMatchesF32) {
-  SKIP_WITHOUT_CUDA();
+  MINIDP_SKIP_WITHOUT_CUDA();
   const auto mlp = [](const std::vector<Variable>& v) { return ops::geluMlp(v[0], v[1], v[2], v[3], v[4]); };
   const std::vector<bool> params{false, true, true, true, true};
   expectBf16MatchesF32(mlp,
@@ -379,7 +377,7 @@ TEST(Bf16Ops, GeluMlpMatchesF32) {
 // their fp32 runs (the residual copied into the output first): linear with and without a bias, the fused
 // and the unfused GELU MLP, swigluLinear; a one-row and an odd shape take the general GEMM's copy.
 TEST(Bf16Ops, ResidualFormsMatchF32) {
-  SKIP_WITHOUT_CUDA();
+  MINIDP_SKIP_WITHOUT_CUDA();
   const auto linear = [](const std::vector<Variable>& v) { return ops::linear(v[0], v[1], v[2], v[3]); };
   expectBf16MatchesF32(
       linear,
@@ -419,7 +417,7 @@ struct PlainBf16Gemms {
 // against float64 (every transpose, batches, bias, an addend apart from C, the GELU epilogues), and the bf16
 // linear layer and GELU MLP against their fp32 runs.
 TEST(GemmBf16, PlainKernelPassesTheSameChecks) {
-  SKIP_WITHOUT_CUDA();
+  MINIDP_SKIP_WITHOUT_CUDA();
   PlainBf16Gemms plain;
   checkGemmsMatchFloat64();
   checkAddendApartFromTheOutput();
@@ -528,7 +526,7 @@ TEST(ComputeCopies, MadeOnFirstUseGrownForMoreRowsFrozenAndScoped) {
 // steps casting each weight in every forward. A copy the optimizer failed to update would feed step 2 the
 // weights of step 1; a copy that was never made would make the test vacuous, so each one must exist.
 TEST(ComputeCopies, StepsGiveTheBitsOfCastingEveryForward) {
-  SKIP_WITHOUT_CUDA();
+  MINIDP_SKIP_WITHOUT_CUDA();
   const int64_t rows = 24, width = 40, hidden = 64, vocab = 37;
   struct Run {
     std::vector<double> losses;
@@ -583,13 +581,13 @@ TEST(ComputeCopies, StepsGiveTheBitsOfCastingEveryForward) {
 }
 
 TEST(Bf16Ops, MatmulMatchesF32) {
-  SKIP_WITHOUT_CUDA();
+  MINIDP_SKIP_WITHOUT_CUDA();
   expectBf16MatchesF32([](const std::vector<Variable>& v) { return ops::matmul(v[0], v[1]); },
                        {randomTensor({3, 16, 24}, 41), randomTensor({3, 24, 8}, 42)}, {false, false});
 }
 
 TEST(Bf16Ops, ElementwiseMatchF32) {
-  SKIP_WITHOUT_CUDA();
+  MINIDP_SKIP_WITHOUT_CUDA();
   const Tensor a = randomTensor({5, 33}, 51, -3, 3), b = randomTensor({5, 33}, 52, -3, 3);
   using V = std::vector<Variable>;
   expectBf16MatchesF32([](const V& v) { return ops::add(v[0], v[1]); }, {a, b}, {false, false});
@@ -627,7 +625,7 @@ Variable twoLayers(const nn::Linear& l1, const nn::Linear& l2, const Tensor& x, 
 class DirectGrad : public ::testing::TestWithParam<std::tuple<DType, Device>> {
  protected:
   void SetUp() override {
-    if (std::get<1>(GetParam()) == Device::CUDA && !runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+    if (std::get<1>(GetParam()) == Device::CUDA) MINIDP_SKIP_WITHOUT_CUDA();
   }
 };
 
@@ -685,7 +683,7 @@ TEST_P(DirectGrad, AccumulatesIntoTheInstalledGradient) {
 // returned path's bytes only if the weight GEMMs ran with beta 0 and the bias sums were written, not added.
 TEST_P(DirectGrad, AGradientMarkedZeroIsOverwritten) {
   const auto [dtype, device] = GetParam();
-  if (device == Device::CUDA && !runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  if (device == Device::CUDA) MINIDP_SKIP_WITHOUT_CUDA();
   const Tensor x = randomTensor({6, 10}, 61).toDType(dtype).to(device);
   const Tensor w = randomTensor({6, 7}, 62).toDType(dtype).to(device);
   auto [a1, a2] = twoLinearLayers(dtype, device);
@@ -715,7 +713,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, DirectGrad,
 
 // bf16 activations with fp32 parameters under DDP: the fp32 bucket views receive the GEMMs' fp32 output.
 TEST(DirectGradBf16, BucketGradientsMatchReturnedGradients) {
-  SKIP_WITHOUT_CUDA();
+  MINIDP_SKIP_WITHOUT_CUDA();
   const Tensor x = randomTensor({16, 32}, 65).toDType(DType::F32).to(Device::CUDA);
   const Tensor w = randomTensor({16, 24}, 66).toDType(DType::BF16).to(Device::CUDA);
   const auto make = [] {

@@ -14,6 +14,7 @@
 #include "framework/runtime/device.h"
 #include "framework/testing/device_compare.h"
 #include "framework/testing/gradcheck.h"
+#include "tests/support/cuda_skip.h"
 
 namespace minidp {
 namespace {
@@ -365,7 +366,7 @@ Tensor bf16Exact(const Shape& shape, uint64_t seed) { return randomTensor(shape,
 class SequenceBf16 : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device (bf16 kernels run on CUDA only)";
+    MINIDP_SKIP_WITHOUT_CUDA() << " (bf16 kernels run on CUDA only)";
   }
 };
 

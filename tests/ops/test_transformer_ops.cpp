@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "framework/ops/ops.h"
+#include "framework/testing/device_compare.h"
+#include "framework/testing/gradcheck.h"
 #include "tests/ops/composed_ops.h"
-#include "tests/support/device_compare.h"
-#include "tests/support/gradcheck.h"
 
 namespace minidp {
 namespace {

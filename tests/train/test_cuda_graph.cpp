@@ -15,6 +15,7 @@
 #include "framework/distributed/comm/communicator.h"
 #include "framework/runtime/device.h"
 #include "tests/distributed/dist_test_env.h"
+#include "tests/support/cuda_skip.h"
 #include "train/trainer.h"
 
 namespace minidp {
@@ -91,7 +92,7 @@ void expectSameBytes(const std::vector<std::string>& want, const std::vector<std
 class CudaGraphTraining : public ::testing::TestWithParam<GraphCase> {
  protected:
   void SetUp() override {
-    if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+    MINIDP_SKIP_WITHOUT_CUDA();
     if (testing::mpiEnvironment()) {
       std::string reason;
       session_.comm = testing::sharedCommunicator(Device::CUDA, &reason);

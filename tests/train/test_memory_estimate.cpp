@@ -14,6 +14,7 @@
 #include "framework/runtime/device.h"
 #include "models/mlp.h"
 #include "models/registry.h"
+#include "tests/support/cuda_skip.h"
 #include "train/run_checks.h"
 #include "train/trainer.h"
 
@@ -102,7 +103,7 @@ TEST(MemoryEstimate, AdmitsTheProjectsRuns) {
 // never returns) stays under the estimate, at the fortunes GPT's shape (the llama's: 2 key/value heads, SwiGLU
 // width 352), fp32 and bf16.
 TEST(MemoryEstimate, BoundsWhatTrainingTakesOnTheGpu) {
-  if (!runtime::cudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  MINIDP_SKIP_WITHOUT_CUDA();
   if (!std::filesystem::exists(kFortunesDir)) GTEST_SKIP() << "no fortunes in " << kFortunesDir;
   const std::vector<std::pair<std::string, std::string>> runs{
       {"gpt", "fp32"}, {"gpt", "bf16"}, {"llama", "fp32"}, {"llama", "bf16"}};
