@@ -277,8 +277,9 @@ def sdpa_choice(args, device, dtype):
     choose = getattr(torch, "_fused_sdp_choice", None)
     if device.type != "cuda" or choose is None:
         return f"{call}; backend: PyTorch's CPU kernels" if device.type == "cpu" else call
-    q = torch.empty(B, H, T, d, device=device, dtype=dtype)
-    kv = torch.empty(B, K if SDPA_GQA else H, T, d, device=device, dtype=dtype)
+    # As in training: operands that take gradients (some backends' backward limits decide the choice).
+    q = torch.empty(B, H, T, d, device=device, dtype=dtype, requires_grad=True)
+    kv = torch.empty(B, K if SDPA_GQA else H, T, d, device=device, dtype=dtype, requires_grad=True)
     try:
         kwargs = {"enable_gqa": True} if K != H and SDPA_GQA else {}
         index = choose(q, kv, kv, None, 0.0, True, **kwargs)
