@@ -491,7 +491,7 @@ def write_picture(rows, att_rows, path, title, versus):
             ax.text((v or 0) + 0.01, y, f"{v:.2f}x" if v is not None else "not measured", va="center", fontsize=8)
         ax.axvline(1.0, color="k", lw=0.8)
         ax.axvline(TARGET, color="#2a7", lw=0.8, ls="--")
-        ax.set_xlabel(label, fontsize=9)
+        ax.set_xlabel(f"{label} (dashed: {TARGET}x)", fontsize=9)
         ax.set_xlim(0, max([v for v in values if v is not None] + [TARGET]) * 1.25)
         ax.invert_yaxis() if ax is axes[0] else None
     axes[0].set_yticks(range(len(names)))
@@ -510,14 +510,14 @@ def parse_args():
                          "torch.compile is missing: checks the pipeline, measures nothing")
     ap.add_argument("--list", action="store_true", help="print the grid's shapes and exit")
     ap.add_argument("--shapes", help="comma-separated names of the grid to run (default: all, in the grid's order)")
-    ap.add_argument("--modes", default="default,max-autotune-no-cudagraphs",
-                    help="PyTorch runs, comma-separated: eager and/or torch.compile modes (default, "
-                         "max-autotune-no-cudagraphs, max-autotune)")
+    ap.add_argument("--modes", help="PyTorch runs, comma-separated: eager and/or torch.compile modes (default, "
+                                    "max-autotune-no-cudagraphs, max-autotune); default: "
+                                    "default,max-autotune-no-cudagraphs (--smoke: eager)")
     ap.add_argument("--no-max-autotune", action="store_true", help="drop the max-autotune modes from --modes")
     ap.add_argument("--autotune-shapes", help="shapes that get the max-autotune runs (default: every shape run, in "
                                               "order, while the budget lasts)")
     ap.add_argument("--budget-s", type=float, default=420, help="seconds for the whole grid (default 420)")
-    ap.add_argument("--shape-budget-s", type=float, default=180,
+    ap.add_argument("--shape-budget-s", type=float, default=240,
                     help="seconds one run (one shape, one framework or compile mode, compile included) may take")
     ap.add_argument("--min-start-s", type=float, default=20, help="no run starts with less budget left than this")
     ap.add_argument("--steps", type=int, help="timed steps (default 20; --smoke 3)")
@@ -555,7 +555,9 @@ def parse_args():
         args.shape_list = [known[n] for n in names]
     else:
         args.shape_list = table
-    modes = [m for m in args.modes.split(",") if m]
+    # --smoke on the CPU: eager unless asked (compiling takes minutes on two cores; PyTorch 1 has no compile)
+    modes = [m for m in (args.modes or ("eager" if args.smoke else "default,max-autotune-no-cudagraphs")).split(",")
+             if m]
     for m in modes:
         if m not in ["eager"] + COMPILE_MODES:
             fail(f"--modes: {m!r} is none of eager, {', '.join(COMPILE_MODES)}")
@@ -568,8 +570,6 @@ def parse_args():
     args.dtype = args.dtype or ("fp32" if args.smoke else "bf16")
     args.steps = args.steps if args.steps is not None else (3 if args.smoke else 20)
     args.warmup = args.warmup if args.warmup is not None else (1 if args.smoke else 5)
-    if args.smoke:  # the CPU: no compile runs (minutes on two cores, and PyTorch 1 has none): eager alone
-        modes = ["eager"]
     args.modes_list = modes
     build = args.build if os.path.isabs(args.build) else os.path.join(ROOT, args.build)
     args.minidp_bench = os.path.join(build, "bin", "minidp-bench")

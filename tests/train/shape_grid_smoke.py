@@ -79,6 +79,16 @@ with tempfile.TemporaryDirectory() as tmp:
             s["family"] == "llama" or (s["hidden"] == 4 * s["embd"] and s["kv_heads"] == s["heads"]))
         check(ok, f"grid shape {s['name']}: {shape_grid.describe_shape(s)}")
 
+    # minidp-bench-attention's rows (tests/ops/bench_attention.cpp's printf) and torch_attention_bench.py's.
+    rows = shape_grid.parse_attention_rows(
+        "flash dS      bf16    2  32   4  2048  64      0.512     268.4      1.876     256.3          -\n"
+        "flash         bf16    2  32   4  2048  64      0.512     268.4      2.000     240.1   1.20e-03\n"
+        "materialised  fp32    2  32  32  2048  64      9.000      15.2     30.000      16.0   0.00e+00\n"
+        "torch_sdpa    bf16    2  32   4  2048  64      0.600     229.0      2.100     228.6          -  FLASH_ATTENTION\n")
+    check([(r["impl"], r["shape"], r["fwd_bwd_ms"], r["backend"]) for r in rows] ==
+          [("flash dS", (2, 32, 4, 2048, 64), 1.876, None), ("flash", (2, 32, 4, 2048, 64), 2.0, None),
+           ("torch_sdpa", (2, 32, 4, 2048, 64), 2.1, "FLASH_ATTENTION")], "attention rows parsed")
+
     grid_out = os.path.join(tmp, "grid")
     cmd = [py, os.path.join(ROOT, "tools", "shape_grid.py"), grid_out, "--smoke", "--build", build]
     r = run(cmd)
