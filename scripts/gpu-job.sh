@@ -92,7 +92,7 @@ step_llama_speed() {
 }
 # The shape grid (scripts/shape-grid.sh): minidp beside the anchor's compile modes on GPT and LLaMA shapes over
 # the visible GPUs, and attention beside SDPA; GRID_ARGS go to tools/shape_grid.py (e.g. --no-max-autotune).
-step_shape_grid() { scripts/shape-grid.sh "$out/grid" ${GRID_ARGS:-} 2>&1 | tail -40; }
+step_shape_grid() { scripts/shape-grid.sh "$out/grid" ${GRID_ARGS:-}; }
 # minidp alone at the GPT-2-small shape, batch 8 and 16 (a quick check between full fast-step jobs).
 step_bench_mdp() {
   [ -f "$out/tokens/train.bin" ] || py scripts/make-random-tokens.py "$out/tokens"
