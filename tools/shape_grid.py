@@ -412,8 +412,8 @@ def write_markdown(grid, rows, att_rows, ceiling, modes, path):
              + (f" (target {TARGET}x)" if a.device == "cuda" else "") + ". Step = forward, loss, backward and "
              "AdamW step, each step synchronised; median ms. minidp: `minidp-bench --dtype " + a.dtype +
              " --optimizer adamw --bucket-mb-list 25" + "".join(" " + x for x in a.minidp_arg) + "` on one GPU; "
-             "PyTorch: `tools/torch_bench.py --attention sdpa --dtype " + a.dtype + "".join(" " + x for x in a.torch_arg)
-             + "`, one process per mode.", ""]
+             "PyTorch: `tools/torch_bench.py --attention sdpa --dtype " + a.dtype
+             + "".join(" " + x for x in a.torch_arg) + "`, one process per mode.", ""]
     head = ["shape", "minidp ms"] + [f"{m} ms" for m in modes] + ["speed-up", "vs", "MFU minidp", "MFU PyTorch",
                                                                    "peak MiB minidp", "peak MiB PyTorch", "SDPA"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

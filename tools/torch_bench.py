@@ -512,8 +512,8 @@ def describe(args, device, world, n_params, opt_text, attention):
     vocab = f", vocabulary {args.vocab}" if args.model != "mlp" else ""
     lines.append(f"  model: {args.model} ({shape}{vocab}; {n_params / 1e6:.1f} M parameters), batch "
                  f"{args.batch_size} per rank; forward returns the loss only")
-    cpu_note = "  (fused AdamW is CUDA-only: foreach on the CPU)" if device.type == "cpu" and "foreach=True" in opt_text \
-        else ""
+    cpu_note = "  (fused AdamW is CUDA-only: foreach on the CPU)" \
+        if device.type == "cpu" and "foreach=True" in opt_text else ""
     lines.append(f"  optimizer: {opt_text}{cpu_note}")
     precision = {"fp32": "fp32" + (" (TF32 matmuls)" if args.tf32 else ""),
                  "bf16": "autocast bf16 (fp32 master weights and optimizer; TF32 for remaining fp32 matmuls)"}

@@ -97,9 +97,9 @@ void printRow(const char* impl, const char* dtype, const Shape4& s, double fwdMs
   const double fwdFlop = 4.0 * s.B * s.H * s.T * s.T * s.d / 2;
   char checkText[16] = "-";
   if (!std::isnan(check)) std::snprintf(checkText, sizeof checkText, "%.2e", check);
-  std::printf("%-13s %-5s %3lld %3lld %3lld %5lld %3lld  %9.3f %9.1f  %9.3f %9.1f  %9s\n", impl, dtype,
-              (long long)s.B, (long long)s.H, (long long)s.K, (long long)s.T, (long long)s.d, fwdMs,
-              fwdFlop / (fwdMs * 1e9), fwdBwdMs, 3.5 * fwdFlop / (fwdBwdMs * 1e9), checkText);
+  std::printf("%-13s %-5s %3lld %3lld %3lld %5lld %3lld  %9.3f %9.1f  %9.3f %9.1f  %9s\n", impl, dtype, (long long)s.B,
+              (long long)s.H, (long long)s.K, (long long)s.T, (long long)s.d, fwdMs, fwdFlop / (fwdMs * 1e9), fwdBwdMs,
+              3.5 * fwdFlop / (fwdBwdMs * 1e9), checkText);
 }
 
 // q, k, v of a (B, T, (H + 2K) d) qkv: [q | k | v] along the row, query head h reading key/value head h / (H / K).
@@ -131,8 +131,8 @@ void benchFlash(const Shape4& s, DType dtype, const std::vector<float>& qkvValue
       scratchBytes ? Tensor::empty({int64_t(scratchBytes / 2)}, DType::BF16, Device::CUDA) : Tensor();
   cudaStream_t stream = runtime::computeStream();
   auto forward = [&] {
-    kernels::cuda::flashAttentionForward<T>(groupedOperands<T>(qkv.data<T>(), s), y.data<T>(), lse.data<float>(),
-                                            s.B, s.T, s.H, s.d, stream);
+    kernels::cuda::flashAttentionForward<T>(groupedOperands<T>(qkv.data<T>(), s), y.data<T>(), lse.data<float>(), s.B,
+                                            s.T, s.H, s.d, stream);
   };
   auto forwardBackward = [&] {
     forward();
@@ -189,8 +189,9 @@ std::vector<Shape4> shapesFrom(int argc, char** argv, bool& grid) {
   std::vector<Shape4> gridShapes;
   int64_t batch = 8, seq = 1024;
   auto usage = [] {
-    std::fprintf(stderr,
-                 "usage: minidp-bench-attention [--head-dim D[,D...]] [--batch B] [--seq T] | --shapes B:H:K:T:d[,...]\n");
+    std::fprintf(
+        stderr,
+        "usage: minidp-bench-attention [--head-dim D[,D...]] [--batch B] [--seq T] | --shapes B:H:K:T:d[,...]\n");
     std::exit(2);
   };
   for (int i = 1; i < argc; ++i) {
@@ -209,8 +210,8 @@ std::vector<Shape4> shapesFrom(int argc, char** argv, bool& grid) {
         char c1 = 0, c2 = 0, c3 = 0, c4 = 0;
         std::istringstream in(item);
         in >> s.B >> c1 >> s.H >> c2 >> s.K >> c3 >> s.T >> c4 >> s.d;
-        if (!in || !in.eof() || c1 != ':' || c2 != ':' || c3 != ':' || c4 != ':' || s.B <= 0 || s.H <= 0 ||
-            s.K <= 0 || s.T <= 0 || s.d <= 0 || s.H % s.K) {
+        if (!in || !in.eof() || c1 != ':' || c2 != ':' || c3 != ':' || c4 != ':' || s.B <= 0 || s.H <= 0 || s.K <= 0 ||
+            s.T <= 0 || s.d <= 0 || s.H % s.K) {
           std::fprintf(stderr, "minidp-bench-attention: --shapes '%s': expected B:H:K:T:d, positive, K dividing H\n",
                        item.c_str());
           std::exit(2);
@@ -224,8 +225,7 @@ std::vector<Shape4> shapesFrom(int argc, char** argv, bool& grid) {
   grid = !gridShapes.empty();
   if (grid) return gridShapes;
   // GPT-2 small at batch 8 and 16; the 10.8 M fortunes GPT (6 heads of 64, context 256).
-  if (headDims.empty())
-    return {Shape4{8, 12, 1024, 64, 12}, Shape4{16, 12, 1024, 64, 12}, Shape4{32, 6, 256, 64, 6}};
+  if (headDims.empty()) return {Shape4{8, 12, 1024, 64, 12}, Shape4{16, 12, 1024, 64, 12}, Shape4{32, 6, 256, 64, 6}};
   std::vector<Shape4> shapes;
   for (int64_t d : headDims) {
     if (d <= 0 || batch <= 0 || seq <= 0) usage();

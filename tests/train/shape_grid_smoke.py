@@ -84,7 +84,8 @@ with tempfile.TemporaryDirectory() as tmp:
         "flash dS      bf16    2  32   4  2048  64      0.512     268.4      1.876     256.3          -\n"
         "flash         bf16    2  32   4  2048  64      0.512     268.4      2.000     240.1   1.20e-03\n"
         "materialised  fp32    2  32  32  2048  64      9.000      15.2     30.000      16.0   0.00e+00\n"
-        "torch_sdpa    bf16    2  32   4  2048  64      0.600     229.0      2.100     228.6          -  FLASH_ATTENTION\n")
+        "torch_sdpa    bf16    2  32   4  2048  64      0.600     229.0      2.100     228.6          -  "
+        "FLASH_ATTENTION\n")
     check([(r["impl"], r["shape"], r["fwd_bwd_ms"], r["backend"]) for r in rows] ==
           [("flash dS", (2, 32, 4, 2048, 64), 1.876, None), ("flash", (2, 32, 4, 2048, 64), 2.0, None),
            ("torch_sdpa", (2, 32, 4, 2048, 64), 2.1, "FLASH_ATTENTION")], "attention rows parsed")
@@ -106,7 +107,8 @@ with tempfile.TemporaryDirectory() as tmp:
         g = json.load(open(os.path.join(grid_out, "grid.json")))
         check(len(g["rows"]) == len(shape_grid.SMOKE), "one row per smoke shape")
         for row in g["rows"]:
-            ok = row["minidp_ms"] and row["anchor_ms"] and abs(row["ratio"] - row["anchor_ms"] / row["minidp_ms"]) < 1e-9
+            ok = row["minidp_ms"] and row["anchor_ms"] and \
+                abs(row["ratio"] - row["anchor_ms"] / row["minidp_ms"]) < 1e-9
             check(bool(ok), f"{row['shape']}: minidp and the anchor measured, speed-up = anchor / minidp")
         statuses = {(r["shape"], r["what"]): r["status"] for r in g["runs"]}
         check(all(v == "ok" for k, v in statuses.items() if k != ("attention", "minidp-bench-attention")),
