@@ -105,6 +105,7 @@ class Grid:
         self.logs = os.path.join(self.tmp, "logs")  # into OUT as one archive at the end
         os.makedirs(self.logs)
         self.attention = []
+        self.sources = []  # --render: the grid.json files merged
         self.lock = threading.RLock()
         self.slot = threading.local()  # the worker's GPU and cores
         self.log_file = open(os.path.join(self.out, "grid.log"), "w")
@@ -404,7 +405,9 @@ def write_markdown(grid, rows, att_rows, ceiling, modes, path):
     lines = [f"# Shape grid: minidp against the PyTorch anchor",
              "",
              f"{device}; PyTorch {torch_version}; {a.dtype}; {a.warmup} warm-up then {a.steps} timed steps each; "
-             f"job of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {grid.elapsed():.0f} s"
+             + (f"job of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {grid.elapsed():.0f} s" if not grid.sources
+              else "merged from " + ", ".join(grid.sources) + " (a later job's run replaces an earlier one's; compare "
+              "only runs of the same GPU kind)")
              + (f"; bf16 GEMM ceiling {ceiling:.0f} TFLOP/s (8192^3, measured in each PyTorch process, median)"
                 if ceiling else ""),
              "",
@@ -536,6 +539,9 @@ def parse_args():
     ap.add_argument("--minidp-arg", action="append", default=[], help="one more minidp-bench argument (repeatable), "
                                                                       "e.g. --minidp-arg=--cuda-graph")
     ap.add_argument("--torch-arg", action="append", default=[], help="one more torch_bench.py argument (repeatable)")
+    ap.add_argument("--render", nargs="+", metavar="GRID_JSON",
+                    help="run nothing: write OUT's tables and picture from these grid.json files (of jobs on the same "
+                         "GPU kind; for a shape's run in several, the last file's that measured it)")
     args = ap.parse_args()
 
     def fail(message):
@@ -549,6 +555,8 @@ def parse_args():
         sys.exit(0)
     if not args.out:
         fail("OUT: the output folder is missing")
+    if args.render:
+        return args
     known = {s["name"]: s for s in table}
     if args.shapes:
         names = [n for n in args.shapes.split(",") if n]
@@ -626,8 +634,62 @@ def worker(grid, slot, shapes, attention_first):
         grid.say(f"worker failed: {e.__class__.__name__}: {e}")
 
 
+def render(args):
+    """--render: the tables and the picture of earlier grids' grid.json files, merged run by run."""
+    jobs = []
+    for path in args.render:
+        try:
+            jobs.append(json.load(open(path)))
+        except (OSError, ValueError) as e:
+            print(f"shape_grid.py: error: --render {path}: {e}", file=sys.stderr)
+            return 2
+    first = jobs[0]
+    for k in ("device", "dtype", "steps", "warmup"):
+        setattr(args, k, first[k])
+    shapes, modes = {}, []
+    for job in jobs:
+        for row in job["rows"]:
+            shapes.setdefault(row["shape"], row["config"])
+        modes += [m for m in job["modes"] if m not in modes]
+    args.shape_list, args.modes_list = list(shapes.values()), modes
+    args.budget_s = args.shape_budget_s = None
+    if os.path.exists(os.path.join(args.out, "grid.json")):
+        print(f"shape_grid.py: error: OUT {args.out}: holds grid.json of an earlier grid (choose an empty folder)",
+              file=sys.stderr)
+        return 2
+    grid = Grid(args)
+    grid.command = " ".join(["tools/shape_grid.py"] + sys.argv[1:])
+    grid.modes_run = modes
+    grid.sources = [os.path.basename(os.path.dirname(os.path.abspath(p))) + "/" + os.path.basename(p)
+                    for p in args.render]
+    runs = {}
+    for n, job in enumerate(jobs):
+        for r in job["runs"]:
+            r = dict(r, job=grid.sources[n])
+            for row in r.get("rows", []):
+                row["shape"] = tuple(row["shape"])
+            key = (r["shape"], r["what"])
+            if key not in runs or r["status"] == "ok" or runs[key]["status"] != "ok":
+                runs[key] = r
+    grid.runs = list(runs.values())
+    grid.attention = [r for r in grid.runs if r["shape"] == "attention"]
+    rows, att_rows = grid.write_tables()
+    versus = "faster compile mode" if any(m != "eager" for m in modes) else "eager"
+    try:
+        write_picture(rows, att_rows, os.path.join(grid.out, "grid.png"),
+                      f"minidp speed-up per shape ({args.device}, {args.dtype}; {len(jobs)} job(s))", versus)
+    except ImportError as e:
+        grid.say(f"no picture: {e}")
+    grid.say(f"rendered {len(grid.runs)} runs of {len(jobs)} job(s) into {grid.out}")
+    shutil.rmtree(grid.tmp, ignore_errors=True)
+    print(open(os.path.join(grid.out, "grid.md")).read())
+    return 0
+
+
 def main():
     args = parse_args()
+    if args.render:
+        return render(args)
     grid = Grid(args)
     grid.command = " ".join(["tools/shape_grid.py"] + sys.argv[1:])
     grid.modes_run = args.modes_list

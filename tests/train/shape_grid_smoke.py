@@ -121,6 +121,12 @@ with tempfile.TemporaryDirectory() as tmp:
         md = open(os.path.join(grid_out, "grid.md")).read()
         check(all(s[0] in md for s in shape_grid.SMOKE) and "Peak memory" in md, "grid.md names the shapes")
 
+        rendered = os.path.join(tmp, "rendered")
+        r = run(cmd[:2] + [rendered, "--render", os.path.join(grid_out, "grid.json")])
+        again = json.load(open(os.path.join(rendered, "grid.json"))) if r.returncode == 0 else {"rows": []}
+        check([(x["shape"], x["minidp_ms"], x["anchor_ms"]) for x in again["rows"]] ==
+              [(x["shape"], x["minidp_ms"], x["anchor_ms"]) for x in g["rows"]], "--render rebuilds the same rows")
+
     r = run(cmd[:2] + [os.path.join(tmp, "none"), "--smoke", "--build", build, "--budget-s", "1"])
     g = json.load(open(os.path.join(tmp, "none", "grid.json")))
     check(r.returncode == 1 and g["runs"] and all(x["status"].startswith(("skipped", "not run")) for x in g["runs"]),
