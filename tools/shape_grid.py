@@ -19,7 +19,11 @@ then the max-autotune runs, shape by shape, while the budget lasts. Both framewo
     tools/shape_grid.py OUT --no-max-autotune --budget-s 300
     tools/shape_grid.py OUT --shapes tinyllama,gpt2-b16 --modes max-autotune-no-cudagraphs
     tools/shape_grid.py OUT --smoke --build build-cpu    # tiny shapes on the CPU, fp32: the pipeline end to end
+    tools/shape_grid.py OUT2 --render OUT/grid.json MORE/grid.json   # two jobs' runs in one table
     tools/shape_grid.py --list
+
+With several GPUs (an x2, x4 or x8 machine) the shapes are dealt round-robin over them, each shape's runs on
+one GPU and the host's cores split between the GPUs (taskset): a grid with max-autotune fits one job there.
 """
 import argparse
 import json
