@@ -59,7 +59,8 @@ step_kernels() {
   py tools/torch_attention_bench.py 2>&1 | tee "$out/torch_attention.txt"
   build/bin/minidp-bench-kernels 2>&1 | tee "$out/bench_kernels.txt"
 }
-# The GPT-2-small step: minidp bf16 / fp32 beside PyTorch eager bf16 and torch.compile.
+# The GPT-2-small step: minidp bf16 / fp32 beside PyTorch eager bf16 and torch.compile in each of COMPILE_MODES
+# (default: default and max-autotune-no-cudagraphs; "compile" in a table is the faster of them).
 step_fast_step() {
   [ -f "$out/tokens/train.bin" ] || py scripts/make-random-tokens.py "$out/tokens"
   for run in "8" "16" "8 --cuda-graph" "16 --cuda-graph"; do
@@ -70,12 +71,14 @@ step_fast_step() {
   done
   for b in 8 16; do
     py tools/torch_bench.py --model gpt --layers 12 --heads 12 --embd 768 --context 1024 --vocab 50257 \
-      --dtype bf16 --compile ${COMPILE:-off on} --attention sdpa --batch-size $b --steps 15 --warmup 5 --device cuda \
+      --dtype bf16 --compile ${COMPILE:-off on} --compile-mode ${COMPILE_MODES:-default max-autotune-no-cudagraphs} \
+      --attention sdpa --batch-size $b --steps 15 --warmup 5 --device cuda \
       --json "$out/torch_gpt2_b$b.json" 2>&1 | tee "$out/torch_gpt2_b$b.txt" | tail -4
   done
 }
 # The llama model at width 1024, 8 query and 4 key/value heads (head dim 128), SwiGLU 2816, 12 layers, context
-# 1024, vocabulary 32000, batch 8, bf16: minidp against PyTorch eager and torch.compile (SDPA with GQA).
+# 1024, vocabulary 32000, batch 8, bf16: minidp against PyTorch eager and torch.compile (SDPA with GQA; each of
+# COMPILE_MODES).
 step_llama_speed() {
   [ -f "$out/tokens32k/train.bin" ] || py scripts/make-random-tokens.py "$out/tokens32k" 32000
   local shape=(--layers 12 --embd 1024 --heads 8 --kv-heads 4 --hidden 2816 --context 1024)
@@ -84,9 +87,12 @@ step_llama_speed() {
     --steps 15 --warmup 5 --bucket-mb-list 25 --json "$out/mdp_llama_bf16.json" >"$out/mdp_llama_bf16.txt" 2>&1
   tail -3 "$out/mdp_llama_bf16.txt"
   py tools/torch_bench.py --model llama "${shape[@]}" --vocab 32000 --dtype bf16 --compile ${COMPILE:-off on} \
-    --attention sdpa --batch-size ${LLAMA_BATCH:-8} --steps 15 --warmup 5 --device cuda \
+    --compile-mode ${COMPILE_MODES:-default max-autotune-no-cudagraphs} --attention sdpa --batch-size ${LLAMA_BATCH:-8} --steps 15 --warmup 5 --device cuda \
     --json "$out/torch_llama_bf16.json" 2>&1 | tee "$out/torch_llama_bf16.txt" | tail -4
 }
+# The shape grid (scripts/shape-grid.sh): minidp beside the anchor's compile modes on GPT and LLaMA shapes over
+# the visible GPUs, and attention beside SDPA; GRID_ARGS go to tools/shape_grid.py (e.g. --no-max-autotune).
+step_shape_grid() { scripts/shape-grid.sh "$out/grid" ${GRID_ARGS:-}; }
 # minidp alone at the GPT-2-small shape, batch 8 and 16 (a quick check between full fast-step jobs).
 step_bench_mdp() {
   [ -f "$out/tokens/train.bin" ] || py scripts/make-random-tokens.py "$out/tokens"

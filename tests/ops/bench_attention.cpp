@@ -6,6 +6,9 @@
 // Usage: minidp-bench-attention                       GPT-2 small at B 8 and 16, the fortunes GPT
 //        minidp-bench-attention --head-dim 64,128,256 [--batch 8] [--seq 1024]
 //                                                     each head dim at width about 1024 (H = 1024 / d)
+//        minidp-bench-attention --shapes B:H:K:T:d[,...]  bf16 flash only at these shapes, K key/value heads
+//                                                     (grouped-query where K < H): tools/shape_grid.py's
+//                                                     attention grid, beside tools/torch_attention_bench.py
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -84,15 +87,32 @@ double relativeDifference(const std::vector<float>& a, const std::vector<float>&
   return diff / scale;
 }
 
+// H query heads, K key/value heads (K = H: no grouping).
 struct Shape4 {
-  int64_t B, H, T, d;
+  int64_t B, H, T, d, K;
 };
 
+// check: NaN where there is no reference (printed "-").
 void printRow(const char* impl, const char* dtype, const Shape4& s, double fwdMs, double fwdBwdMs, double check) {
   const double fwdFlop = 4.0 * s.B * s.H * s.T * s.T * s.d / 2;
-  std::printf("%-13s %-5s %3lld %3lld %5lld %3lld  %9.3f %9.1f  %9.3f %9.1f  %9.2e\n", impl, dtype, (long long)s.B,
-              (long long)s.H, (long long)s.T, (long long)s.d, fwdMs, fwdFlop / (fwdMs * 1e9), fwdBwdMs,
-              3.5 * fwdFlop / (fwdBwdMs * 1e9), check);
+  char checkText[16] = "-";
+  if (!std::isnan(check)) std::snprintf(checkText, sizeof checkText, "%.2e", check);
+  std::printf("%-13s %-5s %3lld %3lld %3lld %5lld %3lld  %9.3f %9.1f  %9.3f %9.1f  %9s\n", impl, dtype, (long long)s.B,
+              (long long)s.H, (long long)s.K, (long long)s.T, (long long)s.d, fwdMs, fwdFlop / (fwdMs * 1e9), fwdBwdMs,
+              3.5 * fwdFlop / (fwdBwdMs * 1e9), checkText);
+}
+
+// q, k, v of a (B, T, (H + 2K) d) qkv: [q | k | v] along the row, query head h reading key/value head h / (H / K).
+template <typename T>
+kernels::AttentionOperands<T> groupedOperands(const T* qkv, const Shape4& s) {
+  const int64_t row = (s.H + 2 * s.K) * s.d;
+  return {qkv, qkv + s.H * s.d, qkv + (s.H + s.K) * s.d, row, row, row, s.H / s.K};
+}
+
+template <typename T>
+kernels::AttentionGradients<T> groupedGradients(T* dqkv, const Shape4& s) {
+  const int64_t row = (s.H + 2 * s.K) * s.d;
+  return {dqkv, dqkv + s.H * s.d, dqkv + (s.H + s.K) * s.d, row, row, row};
 }
 
 // The flash kernels in `dtype` on preallocated buffers; `check` against the materialised fp32 output.
@@ -101,8 +121,8 @@ void printRow(const char* impl, const char* dtype, const Shape4& s, double fwdMs
 template <typename T>
 void benchFlash(const Shape4& s, DType dtype, const std::vector<float>& qkvValues, const std::vector<float>& dyValues,
                 const std::vector<float>& reference, bool stored = false) {
-  const int64_t C = s.H * s.d;
-  Tensor qkv = cudaTensor(qkvValues, {s.B, s.T, 3 * C}, dtype), dy = cudaTensor(dyValues, {s.B, s.T, C}, dtype);
+  const int64_t C = s.H * s.d, width = (s.H + 2 * s.K) * s.d;
+  Tensor qkv = cudaTensor(qkvValues, {s.B, s.T, width}, dtype), dy = cudaTensor(dyValues, {s.B, s.T, C}, dtype);
   Tensor y = Tensor::empty({s.B, s.T, C}, dtype, Device::CUDA), dqkv = Tensor::empty(qkv.shape(), dtype, Device::CUDA);
   Tensor lse = Tensor::empty({s.B, s.H, s.T}, DType::F32, Device::CUDA);
   Tensor rowDot = Tensor::empty({s.B, s.H, s.T}, DType::F32, Device::CUDA);
@@ -111,19 +131,29 @@ void benchFlash(const Shape4& s, DType dtype, const std::vector<float>& qkvValue
       scratchBytes ? Tensor::empty({int64_t(scratchBytes / 2)}, DType::BF16, Device::CUDA) : Tensor();
   cudaStream_t stream = runtime::computeStream();
   auto forward = [&] {
-    kernels::cuda::flashAttentionForward<T>(kernels::packedOperands<T>(qkv.data<T>(), s.H, s.d), y.data<T>(),
-                                            lse.data<float>(), s.B, s.T, s.H, s.d, stream);
+    kernels::cuda::flashAttentionForward<T>(groupedOperands<T>(qkv.data<T>(), s), y.data<T>(), lse.data<float>(), s.B,
+                                            s.T, s.H, s.d, stream);
   };
   auto forwardBackward = [&] {
     forward();
     kernels::cuda::flashAttentionBackward<T>(
-        dy.data<T>(), kernels::packedOperands<T>(qkv.data<T>(), s.H, s.d), y.data<T>(), lse.data<float>(),
-        rowDot.data<float>(), kernels::packedGradients<T>(dqkv.data<T>(), s.H, s.d), s.B, s.T, s.H, s.d,
+        dy.data<T>(), groupedOperands<T>(qkv.data<T>(), s), y.data<T>(), lse.data<float>(), rowDot.data<float>(),
+        groupedGradients<T>(dqkv.data<T>(), s), s.B, s.T, s.H, s.d,
         scratchBytes ? static_cast<void*>(scratch.data<bf16>()) : nullptr, scratchBytes, stream);
   };
   const double fwdMs = medianMs(forward), fwdBwdMs = medianMs(forwardBackward);
   printRow(scratchBytes ? "flash dS" : "flash", dtype == DType::F32 ? "fp32" : "bf16", s, fwdMs, fwdBwdMs,
-           relativeDifference(hostValues(y), reference));
+           reference.empty() ? NAN : relativeDifference(hostValues(y), reference));
+}
+
+// The grid's shapes: bf16 flash alone (the materialised path would not fit at long contexts), no reference.
+void benchGridShape(const Shape4& s) {
+  const std::vector<float> qkvValues = randomValues(s.B * s.T * (s.H + 2 * s.K) * s.d, 1),
+                           dyValues = randomValues(s.B * s.T * s.H * s.d, 2);
+  benchFlash<bf16>(s, DType::BF16, qkvValues, dyValues, {});
+  if (kernels::cuda::flashAttentionBackwardScratchBytes<bf16>(s.B, s.T, s.H, s.d) > 0) {
+    benchFlash<bf16>(s, DType::BF16, qkvValues, dyValues, {}, true);
+  }
 }
 
 void benchShape(const Shape4& s) {
@@ -152,12 +182,16 @@ void benchShape(const Shape4& s) {
   }
 }
 
-// The shapes the command line asks for; exits with status 2 and the usage on a bad argument.
-std::vector<Shape4> shapesFrom(int argc, char** argv) {
+// The shapes the command line asks for (grid: --shapes was given); exits with status 2 and one line on a bad
+// argument.
+std::vector<Shape4> shapesFrom(int argc, char** argv, bool& grid) {
   std::vector<int64_t> headDims;
+  std::vector<Shape4> gridShapes;
   int64_t batch = 8, seq = 1024;
   auto usage = [] {
-    std::fprintf(stderr, "usage: minidp-bench-attention [--head-dim D[,D...]] [--batch B] [--seq T]\n");
+    std::fprintf(
+        stderr,
+        "usage: minidp-bench-attention [--head-dim D[,D...]] [--batch B] [--seq T] | --shapes B:H:K:T:d[,...]\n");
     std::exit(2);
   };
   for (int i = 1; i < argc; ++i) {
@@ -170,16 +204,33 @@ std::vector<Shape4> shapesFrom(int argc, char** argv) {
       value >> batch;
     } else if (flag == "--seq") {
       value >> seq;
+    } else if (flag == "--shapes") {
+      for (std::string item; std::getline(value, item, ',');) {
+        Shape4 s{};
+        char c1 = 0, c2 = 0, c3 = 0, c4 = 0;
+        std::istringstream in(item);
+        in >> s.B >> c1 >> s.H >> c2 >> s.K >> c3 >> s.T >> c4 >> s.d;
+        if (!in || !in.eof() || c1 != ':' || c2 != ':' || c3 != ':' || c4 != ':' || s.B <= 0 || s.H <= 0 || s.K <= 0 ||
+            s.T <= 0 || s.d <= 0 || s.H % s.K) {
+          std::fprintf(stderr, "minidp-bench-attention: --shapes '%s': expected B:H:K:T:d, positive, K dividing H\n",
+                       item.c_str());
+          std::exit(2);
+        }
+        gridShapes.push_back(s);
+      }
     } else {
       usage();
     }
   }
+  grid = !gridShapes.empty();
+  if (grid) return gridShapes;
   // GPT-2 small at batch 8 and 16; the 10.8 M fortunes GPT (6 heads of 64, context 256).
-  if (headDims.empty()) return {Shape4{8, 12, 1024, 64}, Shape4{16, 12, 1024, 64}, Shape4{32, 6, 256, 64}};
+  if (headDims.empty()) return {Shape4{8, 12, 1024, 64, 12}, Shape4{16, 12, 1024, 64, 12}, Shape4{32, 6, 256, 64, 6}};
   std::vector<Shape4> shapes;
   for (int64_t d : headDims) {
     if (d <= 0 || batch <= 0 || seq <= 0) usage();
-    shapes.push_back(Shape4{batch, std::max<int64_t>(1, 1024 / d), seq, d});
+    const int64_t H = std::max<int64_t>(1, 1024 / d);
+    shapes.push_back(Shape4{batch, H, seq, d, H});
   }
   return shapes;
 }
@@ -187,21 +238,27 @@ std::vector<Shape4> shapesFrom(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::vector<Shape4> shapes = shapesFrom(argc, argv);
+  bool grid = false;
+  const std::vector<Shape4> shapes = shapesFrom(argc, argv, grid);
   try {
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("%s; causal attention, median of %d runs after %d warm-up; fp32 without TF32\n", prop.name, kRepeats,
                 kWarmup);
-    std::printf("%-13s %-5s %3s %3s %5s %3s  %9s %9s  %9s %9s  %9s\n", "impl", "dtype", "B", "H", "T", "d", "fwd ms",
-                "TFLOP/s", "f+b ms", "TFLOP/s", "y vs mat");
+    std::printf("%-13s %-5s %3s %3s %3s %5s %3s  %9s %9s  %9s %9s  %9s\n", "impl", "dtype", "B", "H", "K", "T", "d",
+                "fwd ms", "TFLOP/s", "f+b ms", "TFLOP/s", "y vs mat");
     for (const Shape4& s : shapes) {
       if (!kernels::flashAttentionSupportsHeadDim(s.d)) {
         std::printf("head dim %lld: no flash kernel (head dims %s)\n", (long long)s.d,
                     kernels::flashAttentionHeadDims());
         continue;
       }
-      benchShape(s);
+      if (grid) {
+        benchGridShape(s);
+      } else {
+        benchShape(s);
+      }
+      std::fflush(stdout);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "minidp-bench-attention: %s\n", e.what());
