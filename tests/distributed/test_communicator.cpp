@@ -1,6 +1,6 @@
 // Communicator pieces that need no second rank: the comm thread's FIFO, the single backend, the
-// emulated CPU link (bits unchanged, modelled time, non-blocking launch), the watchdog (timeouts, health
-// check, holding released works), the factory.
+// emulated CPU link (bits unchanged, modelled time, non-blocking launch; the sums, maxima and minima of
+// identical ranks in every dtype), the watchdog (timeouts, health check, holding released works), the factory.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -122,6 +122,44 @@ TEST(EmulatedCommunicator, CpuLinkKeepsBitsTakesTheModelledTimeAndDoesNotBlockTh
   EXPECT_LE(t.finishedMs - t.startedMs, modelledMs + 40.0);
   EXPECT_EQ(std::memcmp(x.raw(), before.raw(), x.nbytes()), 0);
   EXPECT_THROW(comm.allReduce(Tensor(), distributed::ReduceOp::Avg, "bucket 1"), Error);
+}
+
+TEST(EmulatedCommunicator, IdenticalRanksSumMaxAndMinEveryDtype) {
+  // 4 identical ranks: a sum is 4 copies added as the dtype adds (int8 wraps: 4 x 50 = 200 is -56), a maximum
+  // or minimum is the copy itself; an average of integers is refused.
+  EmulatedCommunicator comm(4, 1e3, 0, false, 0, true);
+  const auto reduce = [&comm](Tensor t, distributed::ReduceOp op) {
+    comm.allReduce(t, op, "bucket 0")->wait();
+    return t;
+  };
+  const int64_t n = 3;
+  EXPECT_EQ(reduce(Tensor::fromVector(std::vector<int8_t>(n, 50), {n}), distributed::ReduceOp::Sum).toVector<int8_t>(),
+            std::vector<int8_t>(n, -56));
+  EXPECT_EQ(
+      reduce(Tensor::fromVector(std::vector<uint8_t>(n, 70), {n}), distributed::ReduceOp::Sum).toVector<uint8_t>(),
+      std::vector<uint8_t>(n, 24));  // 280 modulo 256
+  EXPECT_EQ(
+      reduce(Tensor::fromVector(std::vector<int32_t>(n, -7), {n}), distributed::ReduceOp::Sum).toVector<int32_t>(),
+      std::vector<int32_t>(n, -28));
+  for (const fp16 v :
+       reduce(Tensor::fromVector(std::vector<fp16>(n, floatToFp16(1.5f)), {n}), distributed::ReduceOp::Sum)
+           .toVector<fp16>()) {
+    EXPECT_EQ(fp16ToFloat(v), 6.0f);
+  }
+  for (const bf16 v :
+       reduce(Tensor::fromVector(std::vector<bf16>(n, floatToBf16(0.75f)), {n}), distributed::ReduceOp::Sum)
+           .toVector<bf16>()) {
+    EXPECT_EQ(bf16ToFloat(v), 3.0f);
+  }
+  for (distributed::ReduceOp op :
+       {distributed::ReduceOp::Max, distributed::ReduceOp::Min, distributed::ReduceOp::Avg}) {
+    const Tensor x = testing::randomTensor({n}, 8, -1, 1, DType::F32);
+    EXPECT_EQ(reduce(x.clone(), op).toVector<float>(), x.toVector<float>()) << distributed::reduceOpName(op);
+  }
+  EXPECT_EQ(reduce(Tensor::fromVector(std::vector<int8_t>(n, -5), {n}), distributed::ReduceOp::Min).toVector<int8_t>(),
+            std::vector<int8_t>(n, -5));
+  EXPECT_THROW(comm.allReduce(Tensor::fromVector(std::vector<int8_t>(n, 1), {n}), distributed::ReduceOp::Avg, "b"),
+               Error);
 }
 
 /// A collective that never finishes.
