@@ -196,8 +196,13 @@ Tensor Tensor::toDType(DType dtype) const {
     switch (d) {
       case DType::F32: return f(float{});
       case DType::F64: return f(double{});
-      default: return f(bf16{});
+      case DType::BF16:
+      case DType::I32:
+      case DType::I8:
+      case DType::U8:
+      case DType::F16: break;  // BF16: the check above let no other through
     }
+    return f(bf16{});
   };
   typed(dtype_, [&](auto from) {
     typed(dtype, [&](auto to) {
