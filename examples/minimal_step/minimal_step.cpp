@@ -51,11 +51,8 @@ int run(dist::MpiEnvironment* env) {
   // bytes, small enough for several buckets here); each bucket is reduced by the hook as soon as it fills.
   const int64_t B = 32, in = 16, classes = 4;  // rows per rank, features, classes
   models::MLP model({in, 64, classes}, /*seed=*/1);
-  dist::CommHookEntry hook;
-  hook.name = "fp16";
-  hook.description = "fp32 buckets sent as fp16";
-  hook.make = [](const dist::CommHookOptions&) { return std::make_unique<Fp16Hook>(); };
-  dist::registerCommHook(hook);
+  const auto makeHook = [](const dist::CommHookOptions&) { return std::make_unique<Fp16Hook>(); };
+  dist::registerCommHook({"fp16", "fp32 buckets sent as fp16", makeHook, {}});  // name, help, factory, refusals
   dist::DdpOptions options;
   options.bucketCapBytes = 4096;
   options.firstBucketCapBytes = 1024;
