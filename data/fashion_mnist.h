@@ -10,6 +10,10 @@ namespace minidp {
 /// Where the Debian package dataset-fashion-mnist installs the four .gz files.
 inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 
+/// Pixels per image and classes: the input shape an image model is built and checked for.
+inline constexpr int64_t kFashionMnistPixels = 28 * 28;
+inline constexpr int64_t kFashionMnistClasses = 10;
+
 /// A labelled image dataset held on the host.
 struct ImageDataset {
   int64_t count = 0, rows = 0, cols = 0;

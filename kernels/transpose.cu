@@ -1,6 +1,7 @@
 // Tiled transpose through shared memory, so that both the reads and the writes are coalesced.
 #include <algorithm>
 
+#include "base/bf16.h"
 #include "base/cuda_check.h"
 #include "kernels/transpose.h"
 
@@ -45,5 +46,6 @@ void transpose(const T* x, T* y, int64_t batch, int64_t M, int64_t N, cudaStream
 
 template void transpose<float>(const float*, float*, int64_t, int64_t, int64_t, cudaStream_t);
 template void transpose<double>(const double*, double*, int64_t, int64_t, int64_t, cudaStream_t);
+template void transpose<bf16>(const bf16*, bf16*, int64_t, int64_t, int64_t, cudaStream_t);
 
 }  // namespace minidp::kernels::cuda

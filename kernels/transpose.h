@@ -1,8 +1,9 @@
-// Batched transpose of the last two dimensions.
+// Batched transpose of the last two dimensions: float and double on both devices, bf16 on CUDA.
 #pragma once
 
 #include <cstdint>
 
+#include "base/bf16.h"
 #include "base/stream.h"
 
 namespace minidp::kernels {

@@ -106,9 +106,10 @@ struct ModelEntry {
   std::vector<ModelFlag> flags;
   /// Builds the model on the CPU in float32 (the trainer moves and converts it).
   std::function<std::unique_ptr<Model>(const ModelArgs&)> make;
-  /// A run the model cannot do with `args` (its flags, device, compute dtype; inputs and classes are 0:
-  /// no data is read yet), as one line naming the flags; empty when it can. Checked before any work (a
-  /// usage error). Default: none refused.
+  /// A run the model cannot do with `args` (its flags, device, compute dtype, and the data's shape: an image
+  /// model's pixels and classes; a token model's vocabulary is 0 at the usage check, before the text is read,
+  /// and the real one when the trainer checks again after reading it), as one line naming the flags; empty
+  /// when it can. Checked before any work (a usage error). Default: none refused.
   std::function<std::string(const ModelArgs&)> refuse;
   /// The memory of a run with micro-batches of `batch` rows (train/run_checks.cpp). Default: the
   /// parameters of the model built from `args`, no activations.

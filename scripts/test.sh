@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Every test: install what is missing, build, run the whole ctest suite (CUDA tests skip without a GPU;
 # distributed tests run under mpirun -np 2 and -np 3). Then, as a user would: install minidp into a
-# temporary prefix, build examples/custom_layer and examples/custom_hook against that installation alone, and
-# run their tests (the RMSNorm layer with minidp::testing, a 2-rank training run whose loss must fall, and
-# 2-rank runs with the example's top-k comm hook: overlap on and off byte-identical, 10 + resume + 10 steps
-# byte-identical to 20). Last, the CPU suite again, built with AddressSanitizer and
+# temporary prefix, build examples/custom_layer, examples/custom_hook and examples/minimal_step against that
+# installation alone, and run their tests (the RMSNorm layer with minidp::testing, a 2-rank training run whose
+# loss must fall, 2-rank runs with the example's top-k comm hook: overlap on and off byte-identical, 10 +
+# resume + 10 steps byte-identical to 20, and minimal_step's 2-rank steps: the loss falls, the ranks' parameters
+# are identical). Last, the CPU suite again, built with AddressSanitizer and
 # UndefinedBehaviorSanitizer in build-asan/ (MINIDP_SANITIZE=0 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +17,7 @@ scripts/build.sh
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 cmake --install build --prefix "$scratch/prefix" >/dev/null
-for example in custom_layer custom_hook; do
+for example in custom_layer custom_hook minimal_step; do
   cmake -S examples/$example -B "$scratch/$example" -DCMAKE_BUILD_TYPE=Release \
         -DCMAKE_PREFIX_PATH="$scratch/prefix" >/dev/null
   cmake --build "$scratch/$example" -j"$(nproc)"

@@ -258,12 +258,10 @@ void checkMemory(const Options& o, const Session& session, int64_t vocab) {
 //                 MLP's formulas are in models/registry.cpp), doubled by --cuda-graph (the capture's private
 //                 pool beside the eager steps' blocks);
 //   CUDA adds 256 MiB for cuBLAS workspaces and NCCL's buffers beyond what the context holds already.
-// Image models see Fashion-MNIST's 28 x 28 pixels and 10 classes.
 MemoryEstimate estimateMemory(const Options& o, int64_t vocab, Device device, DType dtype, DType compute) {
   const double s = static_cast<double>(dtypeSize(dtype)), a = static_cast<double>(dtypeSize(compute));
   const models::ModelEntry& entry = models::findModel(o.model);
-  const bool tokens = entry.data == models::DataKind::Tokens;
-  models::ModelArgs args = modelArgs(o, tokens ? 0 : 28 * 28, tokens ? vocab : 10);
+  models::ModelArgs args = modelArgsBeforeData(o, vocab);
   args.device = device;
   args.compute = compute;
   const models::MemoryNeed need = entry.memory(args, o.batchSize);

@@ -9,11 +9,12 @@
 #include <random>
 #include <sstream>
 
+#include "data/fashion_mnist.h"
 #include "framework/distributed/job/launcher.h"
 #include "framework/nn/checkpoint.h"
 #include "framework/ops/ops.h"
-#include "framework/tensor/tensor_math.h"
 #include "framework/runtime/device.h"
+#include "framework/tensor/tensor_math.h"
 #include "models/registry.h"
 #include "train/run_checks.h"
 #include "train/sampling.h"
@@ -150,6 +151,11 @@ models::ModelArgs modelArgs(const Options& o, int64_t inputs, int64_t classes) {
   args.compute = o.dtype == "bf16" ? DType::BF16 : o.dtype == "fp64" ? DType::F64 : DType::F32;
   args.device = o.device == "cuda" ? Device::CUDA : Device::CPU;
   return args;
+}
+
+models::ModelArgs modelArgsBeforeData(const Options& o, int64_t vocab) {
+  if (models::findModel(o.model).data == models::DataKind::Tokens) return modelArgs(o, 0, vocab);
+  return modelArgs(o, kFashionMnistPixels, kFashionMnistClasses);
 }
 
 void addOptions(CLI::App& app, Options& o) {
@@ -431,7 +437,7 @@ std::vector<OutputFile> outputFiles(const Options& o, const std::vector<OutputFi
 std::string usageProblem(const Options& o, const std::vector<OutputFile>& more) {
   if (const std::string device = deviceUsageProblem(o); !device.empty()) return device;
   try {
-    const models::ModelArgs args = modelArgs(o, 0, 0);  // no data read yet
+    const models::ModelArgs args = modelArgsBeforeData(o, 0);  // the vocabulary is read later
     if (std::string refused = models::findModel(o.model).refuse(args); !refused.empty()) return refused;
   } catch (const Error& e) {
     return userMessage(e.what(), false);  // a flag the model does not have, or a value out of its range
@@ -586,6 +592,8 @@ Trainer::Trainer(const Options& o, Session& session)
   }
   args_.compute = session.compute;
   args_.device = session.device;
+  // The usage check ran before the data was read: a token model's vocabulary is known only now.
+  if (std::string refused = entry.refuse(args_); !refused.empty()) throw Error(refused);
   model_ = entry.make(args_);
   model_->to(session.device, session.dtype);
   // Into the parameters' own dtype: an F64 file keeps every bit in an fp64 run.

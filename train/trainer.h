@@ -113,6 +113,9 @@ std::string modelFromCommandLine(int argc, char** argv, const std::string& fallb
 /// the vocabulary of a token model; the context is the model's), every flag of the model (defaults
 /// overridden by opts.modelFlags), the compute dtype and the device of --dtype and --device.
 models::ModelArgs modelArgs(const Options& opts, int64_t inputs, int64_t classes);
+/// modelArgs with the data's shape known before it is read: an image model's Fashion-MNIST pixels and
+/// classes, a token model's vocabulary `vocab` (0 where the text is not read yet).
+models::ModelArgs modelArgsBeforeData(const Options& opts, int64_t vocab);
 
 /// Eager steps before --cuda-graph captures one: cuBLAS handles and workspaces, the optimizer's state and
 /// chunk table, --bucket-mb auto's and --rebuild-buckets' re-plans all happen in them.

@@ -114,9 +114,10 @@ std::pair<Tensor, Tensor> linearParamGrads(const Tensor& g, const Tensor& x, con
 // (..., M, N) -> (..., N, M).
 Tensor transposeLast2(const Tensor& x) {
   MINIDP_CHECK(x.ndim() >= 2, "transpose needs at least 2 dimensions, got " << shapeString(x.shape()));
+  checkActivation("transpose", x);
   const int64_t M = x.size(-2), N = x.size(-1);
   Tensor y = Tensor::empty(replaceTail(x.shape(), 2, {N, M}), x.dtype(), x.device());
-  MINIDP_LAUNCH_FLOAT(x, T, transpose, x.data<T>(), y.data<T>(), leadingNumel(x.shape(), 2), M, N);
+  MINIDP_LAUNCH_ACTIVATION(x, T, transpose, x.data<T>(), y.data<T>(), leadingNumel(x.shape(), 2), M, N);
   return y;
 }
 

@@ -31,6 +31,33 @@ Variable sum(const Variable& x);
 Variable mean(const Variable& x);
 /// Same elements, new shape (one extent may be -1). Shares storage in forward.
 Variable reshape(const Variable& x, const Shape& shape);
+/// The largest entry along `dim` (negative counts from the end): x's shape without `dim`, or with extent 1
+/// there when `keepdim`. The first of equal entries is the one chosen; a NaN wins over any number. Backward
+/// hands the gradient to the chosen entry, zero to the rest. Float and double, CPU and CUDA; BF16 on CUDA.
+Variable max(const Variable& x, int dim, bool keepdim = false);
+/// The smallest entry along `dim`, as max.
+Variable min(const Variable& x, int dim, bool keepdim = false);
+/// The int32 position of max(x, dim, keepdim)'s entry along `dim` (the first of equal ones); no gradient.
+Tensor argmax(const Tensor& x, int dim, bool keepdim = false);
+
+// ---- softmax over the last dimension (framework/ops/softmax.cpp) ----
+/// exp(x - max) / sum(exp(x - max)) over the last dimension: x (..., C) -> (..., C). The maximum is
+/// subtracted first, so no entry overflows. Float and double, CPU and CUDA; BF16 on CUDA with the maximum,
+/// the sum and the backward's dot product in fp32, each output rounded once.
+Variable softmax(const Variable& x);
+/// x - max - log(sum(exp(x - max))) over the last dimension, stable as softmax; same dtypes.
+Variable logSoftmax(const Variable& x);
+
+// ---- layout (framework/ops/layout.cpp): float and double, CPU and CUDA; BF16 on CUDA; copies ----
+/// The dimensions of x reordered: output dimension i is x's dimension dims[i] (PyTorch's permute; dims a
+/// permutation of 0 .. ndim - 1, at most 8). Backward permutes the gradient back. transpose is the special
+/// case that swaps the last two.
+Variable permute(const Variable& x, const std::vector<int>& dims);
+/// x broadcast to `shape` (PyTorch's expand and broadcast_to): x's dimensions line up with shape's trailing
+/// ones; an extent 1 of x repeats to shape's, new leading dimensions repeat all of x, and -1 keeps x's
+/// extent. The result is a copy. Backward sums the gradient over the repeated dimensions (fp32 for BF16),
+/// in a fixed order on both devices.
+Variable expand(const Variable& x, const Shape& shape);
 // ---- linear algebra (framework/ops/linear.cpp) ----
 /// x (..., in) @ weight(out, in)^T + bias(out) -> (..., out). `bias` may be undefined. A bf16 x (CUDA)
 /// takes fp32 weight and bias: their bf16 copies (weightCopy: the installed ComputeCopies', else a cast) are
@@ -54,7 +81,8 @@ Variable geluMlp(const Variable& x, const Variable& fcWeight, const Variable& fc
 /// read), which spares the (..., hidden) activation of every SwiGLU MLP between forward and backward.
 Variable swigluLinear(const Variable& gate, const Variable& up, const Variable& weight);
 Variable swigluLinear(const Variable& gate, const Variable& up, const Variable& weight, const Variable& residual);
-/// Swaps the last two dimensions of a (..., M, N) tensor: (..., N, M).
+/// Swaps the last two dimensions of a (..., M, N) tensor: (..., N, M). Float and double, CPU and CUDA; BF16
+/// on CUDA. permute reorders any dimensions.
 Variable transpose(const Variable& x);
 /// a (..., M, K) @ b (..., K, N) -> (..., M, N); leading dimensions equal (batched).
 Variable matmul(const Variable& a, const Variable& b);

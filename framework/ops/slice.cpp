@@ -3,6 +3,7 @@
 // CUDA.
 #include <numeric>
 
+#include "framework/ops/dims.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/dispatch.h"
 #include "kernels/slice_kernels.h"
@@ -10,27 +11,6 @@
 namespace minidp::ops {
 
 namespace {
-
-// A contiguous tensor seen along dimension `dim` as (outer, extent, inner).
-struct Along {
-  int64_t outer = 1, extent = 1, inner = 1;
-};
-
-int normalizedDim(const char* op, const Shape& shape, int dim) {
-  const int n = static_cast<int>(shape.size());
-  MINIDP_CHECK(dim >= -n && dim < n, op << ": dim " << dim << " outside a tensor of shape " << shapeString(shape));
-  return dim < 0 ? dim + n : dim;
-}
-
-Along along(const Shape& shape, int dim) {
-  Along a;
-  for (int i = 0; i < static_cast<int>(shape.size()); ++i) {
-    if (i < dim) a.outer *= shape[i];
-    if (i > dim) a.inner *= shape[i];
-  }
-  a.extent = shape[dim];
-  return a;
-}
 
 // Copies `length` entries of dimension dim: src's from srcStart into dst's from dstStart (extents differ).
 void copySlice(const Tensor& src, const Along& s, int64_t srcStart, Tensor& dst, const Along& d, int64_t dstStart,

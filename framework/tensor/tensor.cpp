@@ -21,6 +21,9 @@ size_t dtypeSize(DType dtype) {
     case DType::F64: return 8;
     case DType::I32: return 4;
     case DType::BF16: return 2;
+    case DType::I8: return 1;
+    case DType::U8: return 1;
+    case DType::F16: return 2;
   }
   throwError("unknown dtype", __FILE__, __LINE__);
 }
@@ -31,10 +34,25 @@ const char* dtypeName(DType dtype) {
     case DType::F64: return "F64";
     case DType::I32: return "I32";
     case DType::BF16: return "BF16";
+    case DType::I8: return "I8";
+    case DType::U8: return "U8";
+    case DType::F16: return "F16";
   }
   return "?";
 }
 
+bool isFloatingPoint(DType dtype) {
+  switch (dtype) {
+    case DType::F32:
+    case DType::F64:
+    case DType::BF16:
+    case DType::F16: return true;
+    case DType::I32:
+    case DType::I8:
+    case DType::U8: return false;
+  }
+  return false;
+}
 
 std::string shapeString(const Shape& shape) {
   std::ostringstream os;
@@ -168,7 +186,9 @@ Tensor Tensor::to(Device device) const {
 
 Tensor Tensor::toDType(DType dtype) const {
   if (dtype == dtype_) return clone();
-  MINIDP_CHECK(dtype != DType::I32 && dtype_ != DType::I32, "toDType converts float types only");
+  const auto convertible = [](DType d) { return d == DType::F32 || d == DType::F64 || d == DType::BF16; };
+  MINIDP_CHECK(convertible(dtype) && convertible(dtype_),
+               "toDType converts F32, F64 and BF16, not " << dtypeName(dtype_) << " to " << dtypeName(dtype));
   Tensor host = to(Device::CPU);
   Tensor out = empty(shape_, dtype, Device::CPU);
   // From and To bound by the two dtypes; the pair is never equal here (equal dtypes returned above).
@@ -176,8 +196,13 @@ Tensor Tensor::toDType(DType dtype) const {
     switch (d) {
       case DType::F32: return f(float{});
       case DType::F64: return f(double{});
-      default: return f(bf16{});
+      case DType::BF16:
+      case DType::I32:
+      case DType::I8:
+      case DType::U8:
+      case DType::F16: break;  // BF16: the check above let no other through
     }
+    return f(bf16{});
   };
   typed(dtype_, [&](auto from) {
     typed(dtype, [&](auto to) {

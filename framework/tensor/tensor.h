@@ -10,18 +10,23 @@
 #include "base/bf16.h"
 #include "base/check.h"
 #include "base/device.h"
+#include "base/fp16.h"
 #include "base/stream.h"
 
 namespace minidp {
 
-/// Element types. I32 carries token ids and class labels; BF16 is a CUDA compute copy (mixed precision).
-enum class DType : uint8_t { F32, F64, I32, BF16 };
+/// Element types. I32 carries token ids and class labels; BF16 is a CUDA compute copy (mixed precision);
+/// I8, U8 and F16 are wire formats (a comm hook's quantised or half-precision buffers), which collectives
+/// and copies take and the ops do not.
+enum class DType : uint8_t { F32, F64, I32, BF16, I8, U8, F16 };
 using Shape = std::vector<int64_t>;
 
 /// Bytes per element of `dtype`.
 size_t dtypeSize(DType dtype);
-/// Short name as safetensors spells it: "F32", "F64", "I32", "BF16".
+/// Short name as safetensors spells it: "F32", "F64", "I32", "BF16", "I8", "U8", "F16".
 const char* dtypeName(DType dtype);
+/// True for the floating-point types: F32, F64, BF16, F16.
+bool isFloatingPoint(DType dtype);
 /// "[2, 3, 4]".
 std::string shapeString(const Shape& shape);
 /// Product of the extents.
@@ -44,6 +49,18 @@ constexpr DType dtypeOf<int32_t>() {
 template <>
 constexpr DType dtypeOf<bf16>() {
   return DType::BF16;
+}
+template <>
+constexpr DType dtypeOf<int8_t>() {
+  return DType::I8;
+}
+template <>
+constexpr DType dtypeOf<uint8_t>() {
+  return DType::U8;
+}
+template <>
+constexpr DType dtypeOf<fp16>() {
+  return DType::F16;
 }
 
 /// A block of memory returned to its allocator when the last tensor using it goes away: the caching
@@ -116,7 +133,7 @@ class Tensor {
   Tensor view(Shape shape) const;
   /// A copy on `device` (synchronous when it crosses devices).
   Tensor to(Device device) const;
-  /// A copy converted to `dtype` (float types only).
+  /// A copy converted to `dtype` (F32, F64 and BF16 only).
   Tensor toDType(DType dtype) const;
   /// A copy with its own storage.
   Tensor clone() const;

@@ -1,6 +1,6 @@
 // Communicator pieces that need no second rank: the comm thread's FIFO, the single backend, the
-// emulated CPU link (bits unchanged, modelled time, non-blocking launch), the watchdog (timeouts, health
-// check, holding released works), the factory.
+// emulated CPU link (bits unchanged, modelled time, non-blocking launch; the sums, maxima and minima of
+// identical ranks in every dtype), the watchdog (timeouts, health check, holding released works), the factory.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include "framework/distributed/comm/backends/emulated_communicator.h"
 #include "framework/distributed/comm/comm_thread.h"
 #include "framework/distributed/job/watchdog.h"
+#include "framework/runtime/device.h"
 #include "framework/testing/gradcheck.h"
 
 namespace minidp::distributed {
@@ -122,6 +123,41 @@ TEST(EmulatedCommunicator, CpuLinkKeepsBitsTakesTheModelledTimeAndDoesNotBlockTh
   EXPECT_LE(t.finishedMs - t.startedMs, modelledMs + 40.0);
   EXPECT_EQ(std::memcmp(x.raw(), before.raw(), x.nbytes()), 0);
   EXPECT_THROW(comm.allReduce(Tensor(), distributed::ReduceOp::Avg, "bucket 1"), Error);
+}
+
+TEST(EmulatedCommunicator, IdenticalRanksSumMaxAndMinEveryDtype) {
+  // 4 identical ranks: a sum is 4 copies added as the dtype adds (int8 wraps: 4 x 50 = 200 is -56), a maximum
+  // or minimum is the copy itself; an average of integers is refused. The CPU link, and the CUDA one where
+  // there is a GPU.
+  std::vector<Device> devices{Device::CPU};
+  if (runtime::cudaAvailable()) devices.push_back(Device::CUDA);
+  for (Device device : devices) {
+    SCOPED_TRACE(deviceName(device));
+    EmulatedCommunicator comm(4, 1e3, 0, device == Device::CUDA, 0, true);
+    const auto reduce = [&comm, device](auto values, distributed::ReduceOp op) {
+      using T = typename decltype(values)::value_type;
+      Tensor t = Tensor::fromVector(values, {static_cast<int64_t>(values.size())}, device);
+      comm.allReduce(t, op, "bucket 0")->wait();
+      return t.toVector<T>();
+    };
+    const size_t n = 3;
+    EXPECT_EQ(reduce(std::vector<int8_t>(n, 50), distributed::ReduceOp::Sum), std::vector<int8_t>(n, -56));
+    EXPECT_EQ(reduce(std::vector<uint8_t>(n, 70), distributed::ReduceOp::Sum), std::vector<uint8_t>(n, 24));  // 280
+    EXPECT_EQ(reduce(std::vector<int32_t>(n, -7), distributed::ReduceOp::Sum), std::vector<int32_t>(n, -28));
+    for (const fp16 v : reduce(std::vector<fp16>(n, floatToFp16(1.5f)), distributed::ReduceOp::Sum)) {
+      EXPECT_EQ(fp16ToFloat(v), 6.0f);
+    }
+    for (const bf16 v : reduce(std::vector<bf16>(n, floatToBf16(0.75f)), distributed::ReduceOp::Sum)) {
+      EXPECT_EQ(bf16ToFloat(v), 3.0f);
+    }
+    const std::vector<float> x = testing::randomTensor({3}, 8, -1, 1, DType::F32).toVector<float>();
+    for (distributed::ReduceOp op :
+         {distributed::ReduceOp::Max, distributed::ReduceOp::Min, distributed::ReduceOp::Avg}) {
+      EXPECT_EQ(reduce(x, op), x) << distributed::reduceOpName(op);
+    }
+    EXPECT_EQ(reduce(std::vector<int8_t>(n, -5), distributed::ReduceOp::Min), std::vector<int8_t>(n, -5));
+    EXPECT_THROW(reduce(std::vector<int8_t>(n, 1), distributed::ReduceOp::Avg), Error);
+  }
 }
 
 /// A collective that never finishes.

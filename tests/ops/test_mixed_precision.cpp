@@ -57,6 +57,29 @@ TEST(Cast, HostBf16RoundsToNearestEven) {
   EXPECT_EQ(bf16Bits(x.toDType(DType::BF16)), bf16Bits(b));
 }
 
+TEST(Cast, HostFp16RoundsToNearestEven) {
+  // Every half value survives the round trip through float; a float halfway between two neighbouring halves
+  // (normal or subnormal) goes to the even one, one ulp above it to the upper; 65520 and beyond overflow.
+  for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+    const fp16 h{static_cast<uint16_t>(bits)};
+    const float f = fp16ToFloat(h);
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(floatToFp16(f).bits, bits);
+  }
+  for (uint32_t bits = 0; bits < 0x7bff; ++bits) {
+    const double lo = fp16ToFloat(fp16{static_cast<uint16_t>(bits)});
+    const double hi = fp16ToFloat(fp16{static_cast<uint16_t>(bits + 1)});
+    const float mid = static_cast<float>((lo + hi) / 2);  // exact: halves have 11 significant bits
+    ASSERT_EQ(floatToFp16(mid).bits, bits % 2 == 0 ? bits : bits + 1) << lo;
+    ASSERT_EQ(floatToFp16(std::nextafter(mid, 1e30f)).bits, bits + 1) << lo;
+  }
+  EXPECT_EQ(fp16ToFloat(floatToFp16(65519.0f)), 65504.0f);
+  EXPECT_EQ(floatToFp16(65520.0f).bits, 0x7c00);                // +inf
+  EXPECT_EQ(floatToFp16(-1e-8f).bits, 0x8000);                  // -0
+  EXPECT_EQ(fp16ToFloat(fp16{0x0001}), std::ldexp(1.0f, -24));  // the smallest subnormal
+  EXPECT_TRUE(std::isnan(fp16ToFloat(floatToFp16(NAN))));
+}
+
 TEST(Cast, CpuFloatDoubleAndBackwardCastsTheGradientBack) {
   const Tensor x64 = randomTensor({3, 5}, 1);
   const Variable x(x64, true);

@@ -8,6 +8,7 @@
 #include <regex>
 
 #include "framework/distributed/gradient/comm_hook.h"
+#include "models/registry.h"
 #include "train/run_checks.h"
 #include "train/trainer.h"
 
@@ -265,6 +266,36 @@ TEST(FlagChecks, TheChosenCommHooksRefusalIsTheUsageProblem) {
   EXPECT_EQ(problem({"--comm-hook", "powersgd", "--dtype", "fp64"}),
             "--comm-hook powersgd needs fp32 gradients: not with --dtype fp64");
   EXPECT_EQ(problem({"--comm-hook", "powersgd"}), "");
+}
+
+// A model's refusal sees the shape of the data it will train on, before the data is read: an image model the
+// Fashion-MNIST images' pixels and classes (it saw 0 and 0 before), a token model its --context.
+TEST(FlagChecks, RefuseSeesTheInputShape) {
+  models::ModelArgs seen;
+  models::ModelEntry images;
+  images.defaultData = "fashion-mnist";
+  images.make = [](const models::ModelArgs&) -> std::unique_ptr<models::Model> { return nullptr; };
+  images.refuse = [&seen](const models::ModelArgs& a) {
+    seen = a;
+    return a.inputs % 7 == 0 ? std::string() : "--model refuse-probe wants a multiple of 7 pixels";
+  };
+  models::registerModel("refuse-probe", images);
+  train::Options o;
+  o.model = "refuse-probe";
+  EXPECT_EQ(train::usageProblem(o), "");
+  EXPECT_EQ(seen.inputs, 28 * 28);
+  EXPECT_EQ(seen.classes, 10);
+  EXPECT_EQ(seen.context, 0);
+
+  models::ModelEntry tokens = images;
+  tokens.data = models::DataKind::Tokens;
+  tokens.defaultData = "fortunes";
+  tokens.flags = {{"context", models::FlagKind::Integer, "12", "window length"}};
+  models::registerModel("refuse-probe-tokens", tokens);
+  o.model = "refuse-probe-tokens";
+  EXPECT_EQ(train::usageProblem(o), "");
+  EXPECT_EQ(seen.inputs, 0);
+  EXPECT_EQ(seen.context, 12);
 }
 
 }  // namespace

@@ -44,8 +44,20 @@ WorkTiming WorkChain::timing(cudaEvent_t reference) const {
 
 int64_t paddedNumel(int64_t numel, int world) { return (numel + world - 1) / world * world; }
 
-void checkReduction(const Tensor& buffer, bool scatter, int world) {
-  MINIDP_CHECK(buffer.defined() && buffer.dtype() != DType::I32, "a reduction needs a float tensor");
+const char* reduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+  }
+  return "?";
+}
+
+void checkReduction(const Tensor& buffer, ReduceOp op, bool scatter, int world) {
+  MINIDP_CHECK(buffer.defined(), "a reduction of an undefined tensor");
+  MINIDP_CHECK(op != ReduceOp::Avg || isFloatingPoint(buffer.dtype()),
+               "an average of " << dtypeName(buffer.dtype()) << " values: avg needs a floating-point buffer");
   MINIDP_CHECK(!scatter || buffer.numel() % world == 0,
                "reduce-scatter of " << buffer.numel() << " elements over " << world << " ranks: pad the buffer");
 }

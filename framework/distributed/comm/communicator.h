@@ -84,15 +84,20 @@ class WorkChain : public Work {
   std::vector<std::shared_ptr<Work>> works_;
 };
 
-/// How a collective combines the ranks' values: their sum, or their average (the sum times 1/N, or NCCL's
-/// ncclAvg). bf16 averages pre-multiply each rank's values by bf16(1/N), then sum with one rounding per add,
-/// as ncclAvg on ncclBfloat16 does.
-enum class ReduceOp { Sum, Avg };
+/// How a collective combines the ranks' values: their sum, their average (the sum times 1/N, or NCCL's
+/// ncclAvg), their maximum or their minimum (ncclMax / ncclMin, MPI_MAX / MPI_MIN). bf16 and fp16 averages
+/// pre-multiply each rank's values by 1/N rounded to the type, then sum with one rounding per add, as ncclAvg
+/// does on them. Integer sums wrap (two's complement int8, modulo 256 uint8), as NCCL's do; an average needs
+/// a floating-point buffer.
+enum class ReduceOp { Sum, Avg, Max, Min };
+/// "sum", "avg", "max", "min".
+const char* reduceOpName(ReduceOp op);
 
 /// `numel` rounded up to a multiple of `world`: a buffer whose shards are equal and contiguous.
 int64_t paddedNumel(int64_t numel, int world);
-/// For backends: checks a reduction's buffer (a float tensor; reduce-scatter: numel a multiple of `world`).
-void checkReduction(const Tensor& buffer, bool scatter, int world);
+/// For backends: checks a reduction's buffer (any dtype; Avg: a floating-point one; reduce-scatter: numel a
+/// multiple of `world`).
+void checkReduction(const Tensor& buffer, ReduceOp op, bool scatter, int world);
 /// For backends: checks allGather's arguments.
 void checkAllGather(const Tensor& input, const Tensor& output, int world);
 
@@ -112,7 +117,8 @@ class Communicator {
   virtual std::string describe() const = 0;
   /// Whether the backend reduces tensors on `device`.
   virtual bool supports(Device device) const = 0;
-  /// Starts reducing `buffer` (F32, F64 or BF16) in place over all ranks: every rank ends with the same bits.
+  /// Starts reducing `buffer` (F32, F64, BF16, F16, I32, I8 or U8; ReduceOp says which ops take which) in
+  /// place over all ranks: every rank ends with the same bits.
   /// `tag` names the collective in timings and watchdog messages.
   virtual std::shared_ptr<Work> allReduce(Tensor buffer, ReduceOp op, const std::string& tag) = 0;
   /// Starts the in-place reduce-scatter of `buffer` (numel a multiple of the world size): this rank's shard,

@@ -13,7 +13,7 @@ namespace minidp::distributed {
 
 namespace {
 
-/// World 1: a reduction over one rank is the identity (a sum and an average alike); minidp runs without
+/// World 1: a reduction over one rank is the identity (sum, average, max and min alike); minidp runs without
 /// mpirun. Enqueued tasks run at once, on the compute stream (CUDA) or the calling thread.
 class SingleCommunicator : public Communicator {
  public:
@@ -22,12 +22,12 @@ class SingleCommunicator : public Communicator {
   std::string name() const override { return "single"; }
   std::string describe() const override { return "single: one rank, no communication"; }
   bool supports(Device) const override { return true; }
-  std::shared_ptr<Work> allReduce(Tensor buffer, ReduceOp, const std::string& tag) override {
-    checkReduction(buffer, false, 1);
+  std::shared_ptr<Work> allReduce(Tensor buffer, ReduceOp op, const std::string& tag) override {
+    checkReduction(buffer, op, false, 1);
     return std::make_shared<CompletedWork>(tag, buffer.nbytes());
   }
-  std::shared_ptr<Work> reduceScatter(Tensor buffer, ReduceOp, const std::string& tag) override {
-    checkReduction(buffer, true, 1);
+  std::shared_ptr<Work> reduceScatter(Tensor buffer, ReduceOp op, const std::string& tag) override {
+    checkReduction(buffer, op, true, 1);
     return std::make_shared<CompletedWork>(tag, buffer.nbytes());
   }
   std::shared_ptr<Work> allGather(Tensor input, Tensor output, const std::string& tag) override {

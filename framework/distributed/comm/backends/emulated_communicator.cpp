@@ -4,7 +4,6 @@
 
 #include "framework/distributed/comm/comm_thread.h"
 #include "framework/tensor/dispatch.h"
-#include "kernels/elementwise_kernels.h"
 #include "kernels/emulated_link.h"
 
 #if MINIDP_WITH_CUDA
@@ -71,22 +70,20 @@ std::shared_ptr<Work> EmulatedCommunicator::transfer(const std::string& tag, Ten
 }
 
 std::shared_ptr<Work> EmulatedCommunicator::allReduce(Tensor buffer, ReduceOp op, const std::string& tag) {
-  checkReduction(buffer, false, world_);
-  const double world = world_;
+  checkReduction(buffer, op, false, world_);
+  const int world = world_;
   return transfer(tag, buffer, modelledSeconds(buffer.nbytes()), [buffer, op, world](cudaStream_t s) {
-    if (op == ReduceOp::Avg || world == 1) return;
+    // N identical ranks: their average, maximum and minimum are the copy; their sum is N times it.
+    if (op != ReduceOp::Sum || world == 1) return;
     const int64_t n = buffer.numel();
     switch (buffer.dtype()) {
-      case DType::F32:
-        MINIDP_LAUNCH_ON(s, buffer, scale<float>, buffer.data<float>(), static_cast<float>(world), buffer.data<float>(), n);
-        break;
-      case DType::F64:
-        MINIDP_LAUNCH_ON(s, buffer, scale<double>, buffer.data<double>(), world, buffer.data<double>(), n);
-        break;
-      default:
-        MINIDP_CHECK(buffer.isCuda(), "emulated link: a bf16 sum is CUDA-only");
-        MINIDP_ON_CUDA(kernels::cuda::scale<minidp::bf16>(buffer.data<minidp::bf16>(), static_cast<float>(world),
-                                                          buffer.data<minidp::bf16>(), n, s));
+      case DType::F32: MINIDP_LAUNCH_ON(s, buffer, sumOfCopies, buffer.data<float>(), world, n); break;
+      case DType::F64: MINIDP_LAUNCH_ON(s, buffer, sumOfCopies, buffer.data<double>(), world, n); break;
+      case DType::I32: MINIDP_LAUNCH_ON(s, buffer, sumOfCopies, buffer.data<int32_t>(), world, n); break;
+      case DType::BF16: MINIDP_LAUNCH_ON(s, buffer, sumOfCopies, buffer.data<minidp::bf16>(), world, n); break;
+      case DType::I8: MINIDP_LAUNCH_ON(s, buffer, sumOfCopies, buffer.data<int8_t>(), world, n); break;
+      case DType::U8: MINIDP_LAUNCH_ON(s, buffer, sumOfCopies, buffer.data<uint8_t>(), world, n); break;
+      case DType::F16: MINIDP_LAUNCH_ON(s, buffer, sumOfCopies, buffer.data<fp16>(), world, n); break;
     }
   });
 }

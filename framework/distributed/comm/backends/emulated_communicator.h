@@ -29,7 +29,7 @@ class EmulatedCommunicator : public Communicator {
   /// Says that this is an emulation, with N, bandwidth, latency (and CTAs on the GPU).
   std::string describe() const override;
   bool supports(Device device) const override { return (device == Device::CUDA) == cuda_; }
-  /// Identical ranks: an average is the buffer itself, a sum N times it; the ring's time.
+  /// Identical ranks: an average, maximum or minimum is the buffer itself, a sum N times it; the ring's time.
   std::shared_ptr<Work> allReduce(Tensor buffer, ReduceOp op, const std::string& tag) override;
   /// Refused: this process holds one rank's arithmetic, so ZeRO-1's shards of the other ranks are never
   /// updated.

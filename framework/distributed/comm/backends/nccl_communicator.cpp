@@ -19,8 +19,21 @@ ncclDataType_t ncclType(DType dtype) {
     case DType::F64: return ncclFloat64;
     case DType::I32: return ncclInt32;
     case DType::BF16: return ncclBfloat16;
+    case DType::I8: return ncclInt8;
+    case DType::U8: return ncclUint8;
+    case DType::F16: return ncclFloat16;
   }
   return ncclFloat32;
+}
+
+ncclRedOp_t ncclOpOf(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return ncclSum;
+    case ReduceOp::Avg: return ncclAvg;
+    case ReduceOp::Max: return ncclMax;
+    case ReduceOp::Min: return ncclMin;
+  }
+  return ncclSum;
 }
 
 void checkCuda(const char* what, const Tensor& t) {
@@ -238,14 +251,14 @@ std::shared_ptr<Work> NcclCommunicator::reduceScatter(Tensor buffer, ReduceOp op
 
 std::shared_ptr<Work> NcclCommunicator::reduce(Tensor buffer, ReduceOp op, bool scatter, const std::string& tag) {
   checkCuda("reduction", buffer);
-  checkReduction(buffer, scatter, world_);
+  checkReduction(buffer, op, scatter, world_);
   return stream_->launch(
       tag, buffer,
       [&](cudaStream_t s) {
         const size_t n = buffer.numel();
         char* data = static_cast<char*>(buffer.raw());
         const ncclDataType_t type = ncclType(buffer.dtype());
-        const ncclRedOp_t ncclOp = op == ReduceOp::Avg ? ncclAvg : ncclSum;
+        const ncclRedOp_t ncclOp = ncclOpOf(op);
         if (!scatter) {
           NCCL_CHECK(ncclAllReduce(data, data, n, type, ncclOp, comm_, s));
           return;
@@ -260,7 +273,7 @@ std::shared_ptr<Work> NcclCommunicator::reduce(Tensor buffer, ReduceOp op, bool 
 
 std::shared_ptr<Work> NcclCommunicator::allGatherShards(Tensor buffer, const std::string& tag) {
   checkCuda("allGatherShards", buffer);
-  checkReduction(buffer, true, world_);
+  checkReduction(buffer, ReduceOp::Sum, true, world_);
   return stream_->launch(
       tag, buffer,
       [&](cudaStream_t s) {
