@@ -11,7 +11,6 @@ columns and the backend SDPA picks for each shape, so one GPU job prints both ta
     python3 tools/torch_attention_bench.py --shapes 2:32:4:2048:64,1:16:2:8192:128 --dtype bf16 --json sdpa.json
 """
 import argparse
-import inspect
 import json
 import os
 import sys
@@ -20,9 +19,11 @@ import time
 import torch
 import torch.nn.functional as F
 
+from torch_bench import sdpa_supports_gqa  # noqa: E402 (tools/ is the script's folder)
+
 SHAPES = [(8, 12, 12, 1024, 64), (16, 12, 12, 1024, 64), (32, 6, 6, 256, 64)]  # (B, H, K, T, d), as minidp's
 HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
-SDPA_GQA = HAS_SDPA and "enable_gqa" in inspect.signature(F.scaled_dot_product_attention).parameters
+SDPA_GQA = HAS_SDPA and sdpa_supports_gqa()
 BACKENDS = {0: "MATH", 1: "FLASH_ATTENTION", 2: "EFFICIENT_ATTENTION", 3: "CUDNN_ATTENTION", 4: "OVERRIDEABLE"}
 
 

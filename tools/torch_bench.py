@@ -219,11 +219,13 @@ class SdpaLlamaAttention(LlamaAttention):
 
 
 def sdpa_supports_gqa():
-    """Whether F.scaled_dot_product_attention takes enable_gqa (PyTorch 2.5 on)."""
-    import inspect
+    """Whether F.scaled_dot_product_attention takes enable_gqa (PyTorch 2.5 on): asked by a tiny call, since
+    inspect.signature cannot read the builtin's parameters."""
     try:
-        return "enable_gqa" in inspect.signature(F.scaled_dot_product_attention).parameters
-    except (AttributeError, TypeError, ValueError):
+        q = torch.zeros(1, 2, 1, 8)
+        F.scaled_dot_product_attention(q, q[:, :1], q[:, :1], enable_gqa=True)
+        return True
+    except (AttributeError, TypeError, RuntimeError):
         return False
 
 
