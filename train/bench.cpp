@@ -182,7 +182,7 @@ Row run(const train::Options& base, const BenchOptions& bench, train::Session& s
   Row row;
   row.comm = comm;
   row.bucketMb = bucketMb;
-  row.chosenMb = distributed::bytesToMib(trainer.bucketCapBytes());
+  row.chosenMb = distributed::bytesToMib(trainer.ddp().bucketCapBytes());
   row.repeat = repeat;
   row.overlap = overlap;
   row.samples = samplesOf(train::gatherSteps(*session.comm, timed));

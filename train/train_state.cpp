@@ -186,7 +186,7 @@ void Trainer::saveState(const std::string& path, int64_t step) {
                                {"seed", opts_.seed},
                                {"global_batch", opts_.batchSize * session_.world()},
                                {"grad_accum", opts_.gradAccum},
-                               {"comm_hook", ddp_->reducer().hook().signature()}};
+                               {"comm_hook", ddp_->hookSignature()}};
   nn::saveCheckpoint(*model_, path, {{"format", "pt"}, {kStateKey, meta.dump()}}, state);
 }
 

@@ -550,20 +550,6 @@ namespace {
 
 std::string defaultDir(const std::string& data) { return data == "fashion-mnist" ? kFashionMnistDir : kFortunesDir; }
 
-/// The step timer as an observer of the reducer: grad-ready marks (detailed steps), and the finalize phase
-/// from the moment the waits begin. A captured step (CUDA graph) runs with the timer closed: no marks.
-class StepTimerObserver : public distributed::ReducerObserver {
- public:
-  explicit StepTimerObserver(runtime::StepTimer& timer) : timer_(timer) {}
-  void gradReady(size_t index) override { timer_.markGradReady(index); }
-  void waitsBegin() override {
-    if (timer_.isOpen()) timer_.phase(runtime::Phase::Finalize);
-  }
-
- private:
-  runtime::StepTimer& timer_;
-};
-
 }  // namespace
 
 Trainer::Trainer(const Options& o, Session& session)
@@ -603,16 +589,8 @@ Trainer::Trainer(const Options& o, Session& session)
   ddpOptions.zeroStage = o.zero;
   ddpOptions.commHook.seed = o.seed;
   if (o.sparseEmbeddingGrad) ddpOptions.rowSparseParameter = entry.rowSparseParameter;
-  // --bucket-mb auto: a start plan of 25 MB, re-planned after the first step from the link measured here
-  // and that step's backward.
-  autoCapPending_ = o.ddp.bucketCapBytes == 0;
-  if (autoCapPending_) {
-    ddpOptions.bucketCapBytes = distributed::DdpOptions{}.bucketCapBytes;
-    link_ = distributed::measureLinkCost(*session.comm, session.device, 256 << 10, 32 << 20, 3);
-  }
-  bucketCapBytes_ = ddpOptions.bucketCapBytes;
   ddp_ = std::make_unique<distributed::DistributedDataParallel>(model_->namedParameters(), session.comm, ddpOptions);
-  ddp_->reducer().subscribe(std::make_shared<StepTimerObserver>(timer_));
+  ddp_->observe(timer_);
   if (o.sparseEmbeddingGrad && rank == 0) {
     std::printf("sparse embedding gradient: %s's rows all-gathered (a bucket of its own)\n",
                 entry.rowSparseParameter.c_str());
@@ -656,16 +634,13 @@ Tensor Trainer::step() {
     if (graphWarmup_ == 0) return graphStep();
     --graphWarmup_;
   }
-  const bool profiled = autoCapPending_, detailed = timer_.detailed();
-  if (profiled) timer_.setDetailed(true);  // per-layer backward spans for the cost model
   timer_.beginStep(runtime::Phase::Forward);
   ddp_->prepareStep();
   Tensor last;
   for (int64_t micro = 0; micro < opts_.gradAccum; ++micro) {
     if (micro > 0) timer_.phase(runtime::Phase::Forward);
     Batch batch = batches_->next();
-    ddp_->setRequireSync(micro + 1 == opts_.gradAccum);
-    if (opts_.sparseEmbeddingGrad) ddp_->addRowIds(batch.inputs);
+    ddp_->beginMicroBatch(batch.inputs, micro + 1 == opts_.gradAccum);
     Variable loss = model_->loss(batch.inputs, batch.targets);
     // Micro-batch means, averaged over the step: the gradient equals one batch of gradAccum x batchSize.
     Variable scaled = opts_.gradAccum > 1 ? ops::scale(loss, 1.0 / static_cast<double>(opts_.gradAccum)) : loss;
@@ -675,12 +650,9 @@ Tensor Trainer::step() {
     timer_.phase(runtime::Phase::Prefetch);
     batches_->prefetch();  // the host gathers the next batch while the device runs this one
   }
-  // The finalize phase (opened by StepTimerObserver::waitsBegin) is the compute stream's wait on the buckets,
-  // nothing else: exposed communication (and, in the first step with --rebuild-buckets, the rebuild).
+  // The finalize phase (opened by DDP's timer observer) is the compute stream's wait on the buckets, nothing
+  // else: exposed communication (and, in the first step with --rebuild-buckets, the rebuild).
   ddp_->finalize();
-  if (ddp_->rebuiltLastStep() && session_.rank() == 0) {
-    std::printf("bucket plan rebuilt from the observed ready order:\n%s", ddp_->plan().describe().c_str());
-  }
   timer_.phase(runtime::Phase::Optimizer);
   // Clipping reads the averaged gradients in the buckets: the same bits, so the same norm, on every rank.
   normMeasured_ = opts_.clipGradNorm > 0;
@@ -688,66 +660,12 @@ Tensor Trainer::step() {
   lr_ = schedule_.at(optimizer_->stepCount());
   optimizer_->setLr(lr_);
   optimizer_->step();
-  timeBuckets();
   timer_.endStep();
-  if (profiled) {
-    chooseBucketCap();
-    timer_.setDetailed(detailed);
+  // --bucket-mb auto's choice after the first step, or --rebuild-buckets' new plan.
+  if (const std::string report = ddp_->endStep(); !report.empty() && session_.rank() == 0) {
+    std::printf("%s", report.c_str());
   }
   return last;
-}
-
-void Trainer::chooseBucketCap() {
-  std::vector<std::string> names;
-  for (const distributed::ParamInfo& p : ddp_->parameterInfos()) names.push_back(p.name);
-  const distributed::BackwardProfile profile = distributed::profileFromStep(timer_.peek(true).back(), names);
-  std::string report;
-  const distributed::Reducer& reducer = ddp_->reducer();
-  // A bucket costs what its hook puts on the link (bf16: half the bytes; PowerSGD: its factors, in two
-  // collectives).
-  std::vector<Shape> shapes;
-  for (const auto& [name, param] : ddp_->parameters()) shapes.push_back(param.data().shape());
-  const distributed::CommHook& hook = reducer.hook();
-  int rowParam = -1;
-  distributed::WireCost rowCost;
-  if (const int row = ddp_->rowBucket(); row >= 0) {
-    // The row gather of the first step: each rank's rows (in the wire's dtype) all-gathered, the (world - 1) x
-    // rows that an all-reduce of world / 2 x rows moves, and the ids' gather.
-    const distributed::BucketTiming& t = reducer.lastStepTimings()[row];
-    if (t.bytes < reducer.plan().buckets[row].bytes()) {
-      rowParam = reducer.plan().buckets[row].params.front();
-      const double wire = static_cast<double>(dtypeSize(hook.wireDType(session_.dtype))) /
-                          static_cast<double>(dtypeSize(session_.dtype));
-      rowCost = {2, static_cast<double>(t.bytes) * session_.comm->worldSize() / 2 * wire};
-    }
-  }
-  const distributed::BucketWire wire = [&](const distributed::Bucket& bucket) {
-    if (bucket.params.size() == 1 && bucket.params[0] == rowParam) return rowCost;
-    std::vector<Shape> of;
-    for (int p : bucket.params) of.push_back(shapes[p]);
-    return hook.wireCost(of, session_.dtype, session_.comm->worldSize());
-  };
-  const std::vector<distributed::ParamInfo>& infos = ddp_->parameterInfos();
-  bucketCapBytes_ = distributed::chooseBucketCap(*session_.comm, infos, profile, link_,
-                                                 opts_.ddp.firstBucketCapBytes, wire, report);
-  ddp_->replan(bucketCapBytes_, std::min(opts_.ddp.firstBucketCapBytes, bucketCapBytes_));
-  autoCapPending_ = false;
-  if (session_.rank() == 0) std::printf("%s\n%s", report.c_str(), ddp_->plan().describe().c_str());
-}
-
-void Trainer::timeBuckets() {
-  // Host times are on hostNowMs()'s clock. CUDA: Work::timing is relative to the step's start event;
-  // CPU: it is host time too.
-  const double hostStart = timer_.hostStartMs();
-  cudaEvent_t start = timer_.startEvent();
-  timer_.atResolve([timings = ddp_->reducer().lastStepTimings(), hostStart, start](runtime::StepRecord& r) {
-    const double origin = start ? 0 : hostStart;
-    for (const distributed::BucketTiming& t : timings) {
-      const distributed::WorkTiming w = t.work->timing(start);
-      r.buckets.push_back(runtime::BucketSpan{t.bucket, t.bytes, t.readyMs - hostStart, t.launchMs - hostStart,
-                                              w.startedMs - origin, w.finishedMs - origin});
-    }
-  });
 }
 
 double Trainer::globalLoss(const Tensor& loss) {

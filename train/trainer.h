@@ -10,7 +10,6 @@
 
 #include "data/batches.h"
 #include "data/text.h"
-#include "framework/distributed/gradient/bucket_model.h"
 #include "framework/distributed/comm/communicator.h"
 #include "framework/distributed/gradient/ddp.h"
 #include "framework/distributed/job/mpi_environment.h"
@@ -197,8 +196,6 @@ class Trainer {
   int64_t samplesPerStep() const;  // global samples per optimizer step
   /// The timer of step(): collect() its records; setDetailed(true) for per-layer and copy spans.
   runtime::StepTimer& timer() { return timer_; }
-  /// The bucket cap in use (bytes): --bucket-mb, or what --bucket-mb auto chose after the first step.
-  size_t bucketCapBytes() const { return bucketCapBytes_; }
   /// Rank 0 writes parameters, optimizer state, `step` and the sampler position to `path` (train_state.cpp);
   /// every rank calls it (ZeRO-1 gathers the state shards).
   void saveState(const std::string& path, int64_t step);
@@ -210,10 +207,6 @@ class Trainer {
  private:
   /// Enqueues clipper_'s norm of the averaged gradients (ZeRO-1: from every rank's shards; a collective).
   void computeGradNorm();
-  /// Adds the buckets' all-reduce spans to the open step's record (read once the step completed).
-  void timeBuckets();
-  /// --bucket-mb auto, after the first (detailed) step: model the caps, re-plan with rank 0's choice.
-  void chooseBucketCap();
   /// --cuda-graph after the warm-up: copies the batch into graphInputs_, stages the optimizer's scalars,
   /// captures the step on the first call, and replays it (train/graph_step.cpp).
   Tensor graphStep();
@@ -236,9 +229,6 @@ class Trainer {
   bool normMeasured_ = false;                    // clipper_ holds the norm of the last step
   double lr_ = 0;
   std::unique_ptr<Prefetcher> batches_;
-  distributed::LinkCost link_;  // --bucket-mb auto: measured at construction
-  bool autoCapPending_ = false;
-  size_t bucketCapBytes_ = 0;
   // --cuda-graph: eager steps left, the captured step, the inputs it reads, its loss (rewritten by replays).
   int graphWarmup_ = kGraphWarmupSteps;
   std::unique_ptr<runtime::CapturedGraph> graph_;

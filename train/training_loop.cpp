@@ -54,7 +54,7 @@ int runTraining(int argc, char** argv, const std::string& program) {
                   opts.model.c_str(), static_cast<long long>(trainer.model().numParameters()), session.world(),
                   opts.device.c_str(), opts.dtype.c_str(), session.comm->describe().c_str(),
                   distributed::overlapName(opts.ddp.overlap));
-      std::printf("%s", trainer.ddp().plan().describe().c_str());
+      std::printf("%s", trainer.ddp().describePlan().c_str());
     }
     using Clock = std::chrono::steady_clock;
     double lastLoss = NAN, totalMs = 0, totalCommMs = 0, totalExposedMs = 0;

@@ -234,7 +234,7 @@ TEST(StepTiming, AutoBucketCapOnTheCpuRanks) {
     train::Trainer trainer(o, session);
     trainer.step();
     trainer.step();
-    const size_t cap = trainer.bucketCapBytes();
+    const size_t cap = trainer.ddp().bucketCapBytes();
     EXPECT_GE(cap, distributed::mibToBytes(1)) << "sparse " << sparse << ", " << hook;
     const std::string mine = std::to_string(cap) + " " + std::to_string(trainer.ddp().plan().buckets.size());
     for (const std::string& theirs : session.comm->allGather(mine)) {
