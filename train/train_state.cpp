@@ -27,10 +27,7 @@ std::string modelDescription(const Options& o) {
   const models::ModelEntry& entry = models::findModel(o.model);
   const models::FlagValues values = models::flagValues(o.model, entry, o.modelFlags);
   std::ostringstream os;
-  os << o.model;
-  for (const models::ModelFlag& flag : entry.flags) {
-    if (flag.checkedOnResume) os << " --" << flag.name << " " << values.text(flag.name);
-  }
+  os << o.model << checkedFlagsText(entry.flags, values);
   if (entry.data == models::DataKind::Tokens) os << " --data " << (o.data.empty() ? entry.defaultData : o.data);
   return os.str();
 }
@@ -160,7 +157,7 @@ void checkResumeFile(const Options& o, const std::string& path, int world) {
   expectSame("global_batch", state.globalBatch, o.batchSize * world, path,
              "--batch-size x ranks must equal it (any rank count continues the same batches)");
   expectSame("grad_accum", state.gradAccum, o.gradAccum, path, "pass the same --grad-accum");
-  expectSame("comm_hook", state.commHook, distributed::makeCommHook(o.ddp.commHook)->signature(), path,
+  expectSame("comm_hook", state.commHook, distributed::commHookSignature(o.ddp.commHook), path,
              "pass the same --comm-hook and its flags (its state, such as PowerSGD's error feedback, continues)");
   const int64_t step = state.step;
   MINIDP_CHECK(step < o.steps, "--resume " << path << " is at step " << step << " already and --steps is " << o.steps

@@ -41,20 +41,19 @@ const char* flagType(models::FlagKind kind) {
   return "TEXT";
 }
 
-/// The flags of the model `name` (its defaults shown), then, hidden, a usage error for every flag that only
-/// other registered models have.
-void addModelOptions(CLI::App& app, Options& o, const std::string& name) {
-  const models::ModelEntry& entry = models::findModel(name);
-  for (const models::ModelFlag& flag : entry.flags) {
+/// Declared flags (a model's, a comm hook's) under `group` in --help, their defaults shown, each checked against
+/// its declaration as it is parsed; the values given go to `target`.
+void addDeclaredFlags(CLI::App& app, const std::vector<Flag>& flags, FlagValues& target, const std::string& group) {
+  for (const Flag& flag : flags) {
     CLI::Option* option = app.add_option_function<std::vector<std::string>>(
         "--" + flag.name,
-        [&o, name = flag.name](const std::vector<std::string>& values) {
+        [&target, name = flag.name](const std::vector<std::string>& values) {
           std::string joined;
           for (const std::string& v : values) joined += (joined.empty() ? "" : " ") + v;
-          o.modelFlags.set(name, joined);
+          target.set(name, joined);
         },
         flag.help);
-    option->type_name(flagType(flag.kind))->default_str(flag.defaultValue)->group("Model " + name);
+    option->type_name(flagType(flag.kind))->default_str(flag.defaultValue)->group(group);
     if (flag.kind == models::FlagKind::Integers) {
       option->expected(1, -1);
     } else {
@@ -72,6 +71,12 @@ void addModelOptions(CLI::App& app, Options& o, const std::string& name) {
         },
         ""));
   }
+}
+
+/// The flags of the model `name` (its defaults shown), then, hidden, a usage error for every flag that only
+/// other registered models have.
+void addModelOptions(CLI::App& app, Options& o, const std::string& name) {
+  addDeclaredFlags(app, models::findModel(name).flags, o.modelFlags, "Model " + name);
   std::map<std::string, std::vector<std::string>> others;  // flag -> the models that have it
   for (const std::string& other : models::registeredModels()) {
     if (other == name) continue;
@@ -228,13 +233,9 @@ void addOptions(CLI::App& app, Options& o) {
   app.add_option("--comm-hook", o.ddp.commHook.name, distributed::commHookHelp())
       ->check(CLI::IsMember(distributed::commHookNames()))
       ->capture_default_str();
-  app.add_option("--powersgd-rank", o.ddp.commHook.powersgdRank, "--comm-hook powersgd: rank of the approximation")
-      ->transform(numberIn(1, 1024, true))
-      ->capture_default_str();
-  app.add_option("--powersgd-start-iter", o.ddp.commHook.powersgdStartIter,
-                 "--comm-hook powersgd: steps averaged uncompressed before compression starts")
-      ->transform(numberIn(0, kMaxCount, true))
-      ->capture_default_str();
+  for (const distributed::CommHookEntry& hook : distributed::commHooks()) {
+    addDeclaredFlags(app, hook.flags, o.ddp.commHook.flags, "Comm hook " + hook.name);
+  }
   app.add_option("--zero", o.zero,
                  "ZeRO stage: 0 all-reduces gradients; 1 reduce-scatters them and shards the "
                  "optimizer state")
@@ -350,9 +351,12 @@ std::string unreadFlagProblem(const Options& o) {
   }
   if (o.given("--zero-gather") && o.zero != 1)
     return "--zero-gather " + o.zeroGather + " gathers ZeRO-1's parameter shards: it needs --zero 1";
-  for (const char* flag : {"--powersgd-rank", "--powersgd-start-iter"}) {
-    if (o.given(flag) && o.ddp.commHook.name != "powersgd")
-      return std::string(flag) + " is a setting of --comm-hook powersgd; this run's hook is " + o.ddp.commHook.name;
+  for (const distributed::CommHookEntry& hook : distributed::commHooks()) {
+    for (const Flag& flag : hook.flags) {
+      if (o.ddp.commHook.flags.has(flag.name) && hook.name != o.ddp.commHook.name)
+        return "--" + flag.name + " is a setting of --comm-hook " + hook.name + "; this run's hook is " +
+               o.ddp.commHook.name;
+    }
   }
   if (entry.data == models::DataKind::Tokens && o.evalBatches == 0 && o.evalEvery > 0)
     return "--eval-every " + std::to_string(o.evalEvery) +
@@ -587,7 +591,6 @@ Trainer::Trainer(const Options& o, Session& session)
   timer_.setParameterNames(std::move(names));
   distributed::DdpOptions ddpOptions = o.ddp;
   ddpOptions.zeroStage = o.zero;
-  ddpOptions.commHook.seed = o.seed;
   if (o.sparseEmbeddingGrad) ddpOptions.rowSparseParameter = entry.rowSparseParameter;
   ddp_ = std::make_unique<distributed::DistributedDataParallel>(model_->namedParameters(), session.comm, ddpOptions);
   ddp_->observe(timer_);

@@ -54,10 +54,7 @@ std::vector<std::string> part(const std::vector<std::string>& signatures, int in
 std::string optionsSignature(const DdpOptions& opts) {
   std::ostringstream os;
   os << "overlap " << overlapName(opts.overlap) << " bucket-bytes " << opts.bucketCapBytes << " first-bucket-bytes "
-     << opts.firstBucketCapBytes << " rebuild-buckets " << opts.rebuildBuckets << " comm-hook " << opts.commHook.name
-     << " powersgd-rank " << opts.commHook.powersgdRank << " powersgd-start-iter " << opts.commHook.powersgdStartIter
-     << " powersgd-min-compression " << opts.commHook.powersgdMinCompression << " hook-seed " << opts.commHook.seed
-     << " zero " << opts.zeroStage << " row-sparse '" << opts.rowSparseParameter << "'\n";
+     << opts.firstBucketCapBytes << " rebuild-buckets " << opts.rebuildBuckets << " comm-hook " << commHookSignature(opts.commHook) << " zero " << opts.zeroStage << " row-sparse '" << opts.rowSparseParameter << "'\n";
   return os.str();
 }
 

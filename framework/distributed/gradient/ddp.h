@@ -88,8 +88,8 @@ class DistributedDataParallel {
   void restoreHookState(const std::function<Tensor(const std::string&)>& find) {
     reducer_->hook().restoreState(find, *comm_);
   }
-  /// The comm hook's CommHook::signature: what a saved state must match to continue.
-  std::string hookSignature() const { return reducer_->hook().signature(); }
+  /// The comm hook's signature (commHookSignature): what a saved state must match to continue.
+  std::string hookSignature() const { return commHookSignature(opts_.commHook); }
   /// The row-sparse parameter's bucket; -1 when there is none.
   int rowBucket() const { return rows_ ? static_cast<int>(rows_->bucket()) : -1; }
   /// Between steps: re-plans the buckets in registration order under new caps (bytes); the gradients keep
