@@ -28,7 +28,7 @@ std::string modelDescription(const Options& o) {
   const models::FlagValues values = models::flagValues(o.model, entry, o.modelFlags);
   std::ostringstream os;
   os << o.model << checkedFlagsText(entry.flags, values);
-  if (entry.data == models::DataKind::Tokens) os << " --data " << (o.data.empty() ? entry.defaultData : o.data);
+  if (entry.data == models::DataKind::Tokens) os << " --data " << nameOf(dataSetNames(), o.dataSet());
   return os.str();
 }
 
@@ -151,7 +151,7 @@ void checkResumeFile(const Options& o, const std::string& path, int world) {
   }
   const SavedState state = readState(file, path);
   expectSame("model", state.model, modelDescription(o), path, "pass the same model flags");
-  expectSame("dtype", state.dtype, o.dtype, path, "pass the same --dtype");
+  expectSame("dtype", state.dtype, nameOf(precisionNames(), o.precision), path, "pass the same --dtype");
   expectSame("optimizer", state.optimizer, optimizerName(o), path, "pass the same --optimizer");
   expectSame("seed", state.seed, o.seed, path, "pass the same --seed");
   expectSame("global_batch", state.globalBatch, o.batchSize * world, path,
@@ -178,7 +178,7 @@ void Trainer::saveState(const std::string& path, int64_t step) {
                                {"micro_batches", step * opts_.gradAccum},
                                {"optimizer_steps", optimizer_->stepCount()},
                                {"model", modelDescription(opts_)},
-                               {"dtype", opts_.dtype},
+                               {"dtype", nameOf(precisionNames(), opts_.precision)},
                                {"optimizer", optimizerName(opts_)},
                                {"seed", opts_.seed},
                                {"global_batch", opts_.batchSize * session_.world()},

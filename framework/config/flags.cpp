@@ -43,10 +43,9 @@ double parseNumber(const Flag& flag, const std::string& word, bool integer) {
   char* end = nullptr;
   const double v = std::strtod(word.c_str(), &end);
   const bool parsed = !word.empty() && end != word.c_str() && *end == '\0' && std::isfinite(v);
-  MINIDP_CHECK(parsed && (!integer || v == std::floor(v)) && (flag.aboveMin ? v > flag.min : v >= flag.min) &&
-                   v <= flag.max,
-               "--" << flag.name << " must be " << (integer ? "an integer" : "a number") << " in " << range
-                    << ", got " << word);
+  MINIDP_CHECK(
+      parsed && (!integer || v == std::floor(v)) && (flag.aboveMin ? v > flag.min : v >= flag.min) && v <= flag.max,
+      "--" << flag.name << " must be " << (integer ? "an integer" : "a number") << " in " << range << ", got " << word);
   return v;
 }
 

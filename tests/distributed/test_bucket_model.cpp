@@ -1,4 +1,4 @@
-// The bucket cost model (--bucket-mb auto) on synthetic timings: the link fit, the backward profile of a
+// The bucket cost model (the automatic bucket cap) on synthetic timings: the link fit, the backward profile of a
 // step record, the modelled exposed time of a plan (worked by hand), what each hook puts on the link, and the
 // cap it picks.
 #include <gtest/gtest.h>

@@ -281,7 +281,7 @@ TEST_P(Ddp, DifferentModelsFailOnEveryRankWithAMessage) {
 // ZeRO-1 and bf16 on the wire, 50 optimizer steps of each configuration from the same start.
 struct WireRun {
   Overlap overlap = Overlap::DuringBackward;
-  std::string hook = "allreduce";  // --comm-hook
+  std::string hook = "allreduce";  // CommHookOptions::name
   int zero = 0;
   distributed::ZeroGather gather = distributed::ZeroGather::End;
   std::string optimizer = "adamw";

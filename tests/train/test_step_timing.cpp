@@ -214,7 +214,7 @@ TEST(StepTimingEmulated, OverlapHidesPartOfTheCommunication) {
   EXPECT_LT(exposed[1], exposed[0]);
 }
 
-// --bucket-mb auto on the CPU ranks (in a CUDA build without a GPU too: timing the link must not synchronise
+// The automatic bucket cap (bucketCapBytes 0) on the CPU ranks (in a CUDA build without a GPU too: timing the link must not synchronise
 // a GPU that is not there): the first step's profile picks a cap that every rank takes alike, also with
 // --sparse-embedding-grad (whose bucket the model costs at its rows).
 TEST(StepTiming, AutoBucketCapOnTheCpuRanks) {
