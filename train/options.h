@@ -71,9 +71,9 @@ struct Options {
   // The model's own flags (models::ModelEntry::flags) given on the command line, by name ("layers"); the
   // others take the model's defaults (models::flagValues).
   models::FlagValues modelFlags;
-  // --overlap, --bucket-mb, --first-bucket-mb (MiB on the command line, bytes here), --rebuild-buckets.
-  // ddp.bucketCapBytes 0: --bucket-mb auto, chosen by the cost model after the first step. ddp.commHook:
-  // --comm-hook and its flags. ddp.zeroStage: --zero (ZeRO-1 sharding).
+  // The data-parallel settings, typed as DDP takes them (distributed::DdpOptions): the overlap mode, the
+  // bucket caps (MiB on the command line, bytes here; 0: auto, chosen by DDP after the first step), the
+  // rebuild, the comm hook and its flags, the ZeRO stage (--zero).
   distributed::DdpOptions ddp;
   int64_t gradAccum = 1;
   std::string save, load;
@@ -165,7 +165,7 @@ inline constexpr long double kMaxCount = 1e9L;
 /// (lo, hi] when `openBelow`; NaN, infinities and text are refused. An integer is rewritten in decimal,
 /// so "1e9" reads as 1000000000. --help shows the range as the messages do, in short numbers.
 CLI::Validator numberIn(long double lo, long double hi, bool integer, bool openBelow = false);
-/// The check of a bucket cap flag (--bucket-mb, --first-bucket-mb): MB in (0, 1e6] holding at least one
+/// The check of a bucket cap flag (the bucket and first-bucket caps): MB in (0, 1e6] holding at least one
 /// byte, or with `orAuto` the word "auto", rewritten as 0.
 CLI::Validator bucketMb(bool orAuto);
 /// The check of a file or folder flag: not an empty string.

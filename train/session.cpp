@@ -31,8 +31,9 @@ void openSession(Options& opts, Session& s) {
     runtime::setDevice(
         distributed::selectGpu(opts.comm.gpu, s.mpi ? s.mpi->localRank() : 0, runtime::cudaDeviceCount()));
   }
-  opts.comm.cuda = s.device == Device::CUDA;
-  s.comm = distributed::makeCommunicator(opts.comm, s.mpi.get());
+  distributed::CommOptions comm = opts.comm;  // where it runs is --device's, not stored twice
+  comm.cuda = s.device == Device::CUDA;
+  s.comm = distributed::makeCommunicator(comm, s.mpi.get());
 }
 
 int runGuarded(const char* program, Session& session, const std::function<int()>& body) {

@@ -48,9 +48,6 @@ Trainer::Trainer(const Options& o, Session& session)
     throw Error("--load " + std::string(e.what()));
   }
   if (!converted.empty() && rank == 0) std::printf("--load %s: %s\n", o.load.c_str(), converted.c_str());
-  std::vector<std::string> names;
-  for (const auto& [name, p] : model_->namedParameters()) names.push_back(name);
-  timer_.setParameterNames(std::move(names));
   distributed::DdpOptions ddpOptions = o.ddp;
   if (o.sparseEmbeddingGrad) ddpOptions.rowSparseParameter = entry.rowSparseParameter;
   ddp_ = std::make_unique<distributed::DistributedDataParallel>(model_->namedParameters(), session.comm, ddpOptions);

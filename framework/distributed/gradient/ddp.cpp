@@ -125,6 +125,9 @@ DistributedDataParallel::~DistributedDataParallel() {
 
 void DistributedDataParallel::observe(runtime::StepTimer& timer) {
   MINIDP_CHECK(!timerObserver_, "observe: DDP already reports to a step timer");
+  std::vector<std::string> names;  // the grad-ready marks' indices, grouped into layers
+  for (const ParamInfo& p : infos_) names.push_back(p.name);
+  timer.setParameterNames(std::move(names));
   timerObserver_ = std::make_shared<StepTimerObserver>(timer);
   timer_ = &timer;
   reducer_->subscribe(timerObserver_);

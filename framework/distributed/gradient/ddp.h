@@ -54,8 +54,8 @@ class DistributedDataParallel {
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
 
-  /// Subscribes `timer` (which outlives DDP) to the reducer's events: grad-ready marks, the finalize phase,
-  /// the buckets' spans of every step it times; with bucketCapBytes 0, the first step is its profile.
+  /// Subscribes `timer` (which outlives DDP) to the reducer's events, with the parameter names of its marks:
+  /// grad-ready marks, the finalize phase, the buckets' spans of every step it times; with bucketCapBytes 0, the first step is its profile.
   void observe(runtime::StepTimer& timer);
   /// Zeroes the gradient buckets; call before the first backward of a step.
   void prepareStep();
