@@ -16,51 +16,7 @@ namespace minidp::models {
 
 namespace {
 
-// ---- flag values ----
-
-std::string shortNumber(double v) {
-  std::ostringstream os;
-  os.precision(6);
-  os << v;
-  return os.str();
-}
-
-// The shortest text that reads back as v; whole numbers as integers ("10000", not "1e+04").
-std::string exactNumber(double v) {
-  if (v == std::floor(v) && std::abs(v) < 1e15) return std::to_string(static_cast<int64_t>(v));
-  for (int precision = 1;; ++precision) {
-    std::ostringstream os;
-    os.precision(precision);
-    os << v;
-    if (precision >= 17 || std::strtod(os.str().c_str(), nullptr) == v) return os.str();
-  }
-}
-
-std::vector<std::string> words(const std::string& text) {
-  std::istringstream is(text);
-  std::vector<std::string> out;
-  for (std::string w; is >> w;) out.push_back(w);
-  return out;
-}
-
-// One number of `flag`, checked against its range (and for a whole number when `integer`).
-double parseNumber(const ModelFlag& flag, const std::string& word, bool integer) {
-  const std::string range = "[" + shortNumber(flag.min) + ", " + shortNumber(flag.max) + "]";
-  char* end = nullptr;
-  const double v = std::strtod(word.c_str(), &end);
-  const bool parsed = !word.empty() && end != word.c_str() && *end == '\0' && std::isfinite(v);
-  MINIDP_CHECK(parsed && (!integer || v == std::floor(v)) && v >= flag.min && v <= flag.max,
-               "--" << flag.name << " must be " << (integer ? "an integer" : "a number") << " in " << range
-                    << ", got " << word);
-  return v;
-}
-
-const ModelFlag* declared(const ModelEntry& entry, const std::string& name) {
-  for (const ModelFlag& f : entry.flags) {
-    if (f.name == name) return &f;
-  }
-  return nullptr;
-}
+const ModelFlag* declared(const ModelEntry& entry, const std::string& name) { return findFlag(entry.flags, name); }
 
 // ---- the built-in models' knowledge ----
 
@@ -302,12 +258,7 @@ Tensor lastRowLogits(const Model& model, const Tensor& window) {
 }
 
 void completeEntry(const std::string& name, ModelEntry& e) {
-  for (size_t i = 0; i < e.flags.size(); ++i) {
-    for (size_t j = 0; j < i; ++j) {
-      MINIDP_CHECK(e.flags[i].name != e.flags[j].name, "model " << name << " declares --" << e.flags[i].name << " twice");
-    }
-    canonicalFlagValue(e.flags[i], e.flags[i].defaultValue);  // a default outside its own range is an error
-  }
+  checkFlags("model " + name, e.flags);
   const ModelFlag* context = declared(e, "context");
   MINIDP_CHECK(e.data != DataKind::Tokens || (context && context->kind == FlagKind::Integer),
                "model " << name << " reads tokens: it must declare an Integer flag \"context\" (the window length)");
@@ -354,62 +305,8 @@ Registry& registry() {
 
 }  // namespace
 
-int64_t FlagValues::integer(const std::string& name) const {
-  const std::vector<int64_t> v = integers(name);
-  MINIDP_CHECK(v.size() == 1, "--" << name << " holds " << v.size() << " values, not one");
-  return v.front();
-}
-
-std::vector<int64_t> FlagValues::integers(const std::string& name) const {
-  std::vector<int64_t> out;
-  for (const std::string& w : words(text(name))) out.push_back(std::stoll(w));
-  return out;
-}
-
-double FlagValues::number(const std::string& name) const { return std::stod(text(name)); }
-
-const std::string& FlagValues::text(const std::string& name) const {
-  const auto it = values_.find(name);
-  MINIDP_CHECK(it != values_.end(), "no value for the model flag --" << name);
-  return it->second;
-}
-
-std::string canonicalFlagValue(const ModelFlag& flag, const std::string& value) {
-  switch (flag.kind) {
-    case FlagKind::Integer:
-    case FlagKind::Integers: {
-      const std::vector<std::string> items = words(value);
-      MINIDP_CHECK(!items.empty() && (flag.kind == FlagKind::Integers || items.size() == 1),
-                   "--" << flag.name << " takes " << (flag.kind == FlagKind::Integers ? "integers" : "one integer")
-                        << ", got '" << value << "'");
-      std::string out;
-      for (const std::string& w : items) {
-        out += (out.empty() ? "" : " ") + std::to_string(static_cast<int64_t>(parseNumber(flag, w, true)));
-      }
-      return out;
-    }
-    case FlagKind::Number: return exactNumber(parseNumber(flag, value, false));
-    case FlagKind::Text: {
-      const bool allowed =
-          flag.choices.empty() || std::find(flag.choices.begin(), flag.choices.end(), value) != flag.choices.end();
-      std::string list;
-      for (const std::string& c : flag.choices) list += (list.empty() ? "" : ", ") + c;
-      MINIDP_CHECK(allowed, "--" << flag.name << " must be one of " << list << ", got " << value);
-      return value;
-    }
-  }
-  return value;
-}
-
 FlagValues flagValues(const std::string& model, const ModelEntry& entry, const FlagValues& given) {
-  for (const auto& [name, value] : given.values()) {
-    MINIDP_CHECK(declared(entry, name) != nullptr, "--" << name << " is not a flag of model " << model);
-  }
-  FlagValues out;
-  for (const ModelFlag& f : entry.flags) {
-    out.set(f.name, canonicalFlagValue(f, given.has(f.name) ? given.text(f.name) : f.defaultValue));
-  }
-  return out;
+  return minidp::flagValues("model " + model, entry.flags, given);
 }
 
 void registerModel(const std::string& name, ModelEntry entry) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/config/flags.h"
 #include "models/model.h"
 
 namespace minidp::models {
@@ -23,43 +24,13 @@ enum class DataKind { Images, Tokens };
 /// test split) or MeanLoss (mean cross-entropy over the validation batches, nats per token).
 enum class Evaluation { Accuracy, MeanLoss };
 
-/// The value of a model flag, as the command line spells it: a whole number, several, a number or a word.
-enum class FlagKind { Integer, Integers, Number, Text };
-
-/// One command-line flag a model brings (`--name VALUE`), with its default and help. minidp-train and
-/// minidp-bench show the flags of the model --model names in --help and parse them; a flag of another
-/// model is a usage error that names the model it belongs to.
-struct ModelFlag {
-  std::string name;  // without the dashes: "kv-heads"
-  FlagKind kind = FlagKind::Integer;
-  std::string defaultValue;  // as typed: "4", "256 256", "1e4", "fp32"
-  std::string help;
-  double min = 1, max = 1e9;         // Integer(s) and Number: the range allowed
-  std::vector<std::string> choices;  // Text: the words allowed (empty: any)
-  /// A training state records the value and --resume requires the same (false: numerics only, such as
-  /// GPT's --residual, which may change between a save and a resume).
-  bool checkedOnResume = true;
-};
-
-/// The values of a model's flags by name, each as its canonical text ("256 256", "10000"). On the command
-/// line's side (train::Options::modelFlags) only the flags given; in ModelArgs every flag of the model,
-/// its defaults overridden by those.
-class FlagValues {
- public:
-  /// Sets `name` to `value` as the command line spells it (checked against the model's flag later).
-  void set(const std::string& name, const std::string& value) { values_[name] = value; }
-  void set(const std::string& name, int64_t value) { values_[name] = std::to_string(value); }
-  bool has(const std::string& name) const { return values_.count(name) > 0; }
-  /// The value of an Integer, Integers, Number or Text flag; an error naming --name when it is absent.
-  int64_t integer(const std::string& name) const;
-  std::vector<int64_t> integers(const std::string& name) const;
-  double number(const std::string& name) const;
-  const std::string& text(const std::string& name) const;
-  const std::map<std::string, std::string>& values() const { return values_; }
-
- private:
-  std::map<std::string, std::string> values_;
-};
+/// One command-line flag a model brings (config/flags.h). minidp-train and minidp-bench show the flags of the
+/// model --model names in --help and parse them; a flag of another model is a usage error that names the model
+/// it belongs to.
+using ModelFlag = Flag;
+using minidp::canonicalFlagValue;
+using minidp::FlagKind;
+using minidp::FlagValues;
 
 /// What a factory (and the entry's other functions) get: the sizes fixed by the data, the model's flags,
 /// and where the run computes.
@@ -124,9 +95,6 @@ struct ModelEntry {
   std::function<Tensor(const Model&, const Tensor& window)> nextTokenLogits;
 };
 
-/// The canonical text of `value` for `flag` (integers and numbers printed back, lists space-separated),
-/// or an error saying what the flag takes ("must be an integer in [1, 1e+09], got x").
-std::string canonicalFlagValue(const ModelFlag& flag, const std::string& value);
 /// Every flag of `entry` (the model `model`): its default, or the canonical form of `given`'s value. A
 /// name in `given` that the model does not declare is an error naming the model.
 FlagValues flagValues(const std::string& model, const ModelEntry& entry, const FlagValues& given);

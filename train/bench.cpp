@@ -182,7 +182,7 @@ Row run(const train::Options& base, const BenchOptions& bench, train::Session& s
   Row row;
   row.comm = comm;
   row.bucketMb = bucketMb;
-  row.chosenMb = distributed::bytesToMib(trainer.bucketCapBytes());
+  row.chosenMb = distributed::bytesToMib(trainer.ddp().bucketCapBytes());
   row.repeat = repeat;
   row.overlap = overlap;
   row.samples = samplesOf(train::gatherSteps(*session.comm, timed));
@@ -321,7 +321,7 @@ int runBench(int argc, char** argv, const std::string& program) {
     const bool printer = session.rank() == 0;
     const bool emulated = session.comm->name() == "emulated";
     nlohmann::json config = {{"model", opts.model},
-                             {"dtype", opts.dtype},
+                             {"dtype", nameOf(precisionNames(), opts.precision)},
                              {"batch_size", opts.batchSize},
                              {"grad_accum", opts.gradAccum},
                              {"world", session.world()},
@@ -334,8 +334,8 @@ int runBench(int argc, char** argv, const std::string& program) {
                              {"date", utcNow()},
                              {"emulated", emulated},
                              {"comm_hook", opts.ddp.commHook.name},
-                             {"zero", opts.zero},
-                             {"zero_gather", opts.zeroGather},
+                             {"zero", opts.ddp.zeroStage},
+                             {"zero_gather", nameOf(zeroGatherNames(), opts.zeroGather)},
                              {"cuda_graph", opts.cudaGraph},
                              {"cast_weights", opts.castWeights},
                              {"nccl",
@@ -365,9 +365,9 @@ int runBench(int argc, char** argv, const std::string& program) {
             "%s%s: %s, %d rank(s) on %s (%s), batch %lld per rank, warmup %lld, %lld timed step(s) "
             "x %lld repeat(s), gradients on the wire %s, ZeRO %d%s\ncommunicator %s\n",
             emulated ? "EMULATED " : "", program.c_str(), opts.model.c_str(), session.world(), deviceDescription(session).c_str(),
-            opts.dtype.c_str(), static_cast<long long>(opts.batchSize), static_cast<long long>(bench.warmup),
-            static_cast<long long>(opts.steps), static_cast<long long>(bench.repeats), opts.ddp.commHook.name.c_str(), opts.zero,
-            opts.zero ? (" (gather " + opts.zeroGather + ")").c_str() : "", communicators.back().c_str());
+            nameOf(precisionNames(), opts.precision).c_str(), static_cast<long long>(opts.batchSize), static_cast<long long>(bench.warmup),
+            static_cast<long long>(opts.steps), static_cast<long long>(bench.repeats), opts.ddp.commHook.name.c_str(), opts.ddp.zeroStage,
+            opts.ddp.zeroStage ? (" (gather " + nameOf(zeroGatherNames(), opts.zeroGather) + ")").c_str() : "", communicators.back().c_str());
         if (emulated) {
           std::printf("EMULATED: one process modelling %d ranks; comm times are the model's, not a real network's\n",
                       opts.comm.emulatedWorld);

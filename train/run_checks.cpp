@@ -32,17 +32,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string shortNumber(long double v) {
-  std::ostringstream os;
-  os.precision(6);
-  os << static_cast<double>(v);
-  // A whole bound %g cannot hold (2^64 - 1) prints in full: a range must read back as itself.
-  if (v == std::floor(v) && std::fabs(v) < 1e20L && std::strtold(os.str().c_str(), nullptr) != v) {
-    return v < 0 ? std::to_string(static_cast<long long>(v)) : std::to_string(static_cast<unsigned long long>(v));
-  }
-  return os.str();
-}
-
 // The first rank under mpirun (or the only process) prints usage errors: every rank sees the same argv. Under
 // Open MPI's MPMD launch ("mpirun -np 1 a : -np 1 b") the argv is one per app context: its first rank prints.
 bool firstRank() {
@@ -141,9 +130,9 @@ void checkStepSize(const Options& o, int world, const TrainingData& d) {
 
 /// Checks the data against the flags (but the size of a step: checkStepSize).
 TrainingData checkData(const Options& o) {
-  const models::ModelEntry& entry = models::findModel(o.model);
-  const std::string data = o.data.empty() ? entry.defaultData : o.data;
-  if (data == "llmc") {
+  const DataSet set = o.dataSet();
+  const std::string data = nameOf(dataSetNames(), set);
+  if (set == DataSet::Llmc) {
     int64_t vocab = 0;  // max token + 1 over both files, as loadLlmcTokens computes it
     const auto tokens = [&vocab](const char* flag, const std::string& path) {
       try {
@@ -162,10 +151,11 @@ TrainingData checkData(const Options& o) {
     }
     return {vocab, train};
   }
-  const std::string packageDir = data == "fashion-mnist" ? kFashionMnistDir : kFortunesDir;
+  const bool images = set == DataSet::FashionMnist;
+  const std::string packageDir = images ? kFashionMnistDir : kFortunesDir;
   const std::string dir = o.dataDir.empty() ? packageDir : o.dataDir;
   const std::string flag = o.dataDir.empty() ? "the default data folder" : "--data-dir";
-  const std::string package = data == "fashion-mnist" ? "dataset-fashion-mnist" : "fortunes";
+  const std::string package = images ? "dataset-fashion-mnist" : "fortunes";
   MINIDP_CHECK(fs::exists(dir) || !o.dataDir.empty(), flag << " " << dir << " does not exist; install the Debian "
                                                            << "package " << package << " or pass --data-dir");
   MINIDP_CHECK(fs::exists(dir), flag << " " << dir << ": there is no folder " << fs::absolute(dir).string()
@@ -173,7 +163,7 @@ TrainingData checkData(const Options& o) {
                                      << " installs them in " << packageDir << ")");
   MINIDP_CHECK(fs::is_directory(dir),
                flag << " " << dir << " is a file, not a folder; pass the folder of the " << data << " files");
-  if (data == "fashion-mnist") {
+  if (images) {
     for (const char* name : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
                              "t10k-labels-idx1-ubyte.gz"}) {
       MINIDP_CHECK(fs::exists(fs::path(dir) / name), flag << " " << dir << " is not the Fashion-MNIST folder: it lacks "
@@ -273,63 +263,6 @@ MemoryEstimate estimateMemory(const Options& o, int64_t vocab, Device device, DT
   return e;
 }
 
-CLI::Validator numberIn(long double lo, long double hi, bool integer, bool openBelow) {
-  const std::string range = (openBelow ? "(" : "[") + shortNumber(lo) + ", " + shortNumber(hi) + "]";
-  const std::string kind = integer ? "an integer" : "a number";
-  return CLI::Validator(
-      [=](std::string& text) -> std::string {
-        char* end = nullptr;
-        const long double v = std::strtold(text.c_str(), &end);
-        const bool parsed = !text.empty() && end != text.c_str() && *end == '\0' && std::isfinite(v);
-        if (!parsed || (integer && v != std::floor(v)))
-          return "must be " + kind + " in " + range + ", got '" + text + "'";
-        if (v < lo || v > hi || (openBelow && v == lo)) {
-          return "must be in " + range + ", got " + (text.size() <= 24 ? text : shortNumber(v));
-        }
-        // CLI11 reads integers in decimal only: "1e9" becomes "1000000000" (exact: |v| < 2^64 here).
-        if (integer)
-          text = v < 0 ? std::to_string(static_cast<long long>(v)) : std::to_string(static_cast<unsigned long long>(v));
-        return "";
-      },
-      range);
-}
-
-CLI::Validator bucketMb(bool orAuto) {
-  const CLI::Validator number = numberIn(0, 1e6L, false, true);
-  return CLI::Validator(
-      [number, orAuto](std::string& value) -> std::string {
-        if (orAuto && value == "auto") {
-          value = "0";
-          return {};
-        }
-        const std::string problem = number(value);
-        const std::string must = "must be ";
-        if (!problem.empty()) return orAuto ? must + "auto or " + problem.substr(must.size()) : problem;
-        if (distributed::mibToBytes(std::stod(value)) == 0) return "must hold at least one byte, got " + value + " MB";
-        return problem;
-      },
-      orAuto ? "auto|(0, 1e+06]" : "(0, 1e+06]");
-}
-
-CLI::Validator nonEmptyPath() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string { return text.empty() ? "needs a path, got an empty string" : ""; }, "");
-}
-
-void addResumeOptions(CLI::App& app, Options& o) {
-  app.add_option("--save-every", o.saveEvery,
-                 "Also write the full training state to --save every N steps (0: "
-                 "only at the end)")
-      ->capture_default_str()
-      ->transform(numberIn(0, kMaxCount, true));
-  app.add_option("--resume", o.resume,
-                 "Continue the run saved in this file (--steps counts the total; not with --load)")
-      ->transform(nonEmptyPath());
-  app.add_flag("--check-finite", o.checkFinite,
-               "Check the loss for NaN/inf every step (synchronises); by default "
-               "at --log-every steps");
-}
-
 int parseCommandLine(CLI::App& app, Options& opts, int argc, char** argv, const char* program) {
   try {
     app.parse(argc, argv);
@@ -349,14 +282,6 @@ int parseCommandLine(CLI::App& app, Options& opts, int argc, char** argv, const 
     }
     return usageExit();
   }
-}
-
-void recordParsedFlags(const CLI::App& app, Options& opts) {
-  opts.givenFlags.clear();
-  for (const CLI::Option* option : app.get_options()) {
-    if (option->count() > 0) opts.givenFlags.insert(option->get_name());
-  }
-  opts.parsedFlags = app.config_to_str(true, false);
 }
 
 int checkUsage(const Options& o, const std::string& program, const std::vector<OutputFile>& more) {

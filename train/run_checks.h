@@ -8,7 +8,8 @@
 #include <vector>
 
 #include "base/check.h"
-#include "train/trainer.h"
+#include "train/options.h"
+#include "train/session.h"
 
 namespace CLI {
 class App;
@@ -34,28 +35,10 @@ class AgreedError : public Error {
   int status_;
 };
 
-/// Steps and batches a run may count to: beyond any run on one machine's clock.
-inline constexpr long double kMaxCount = 1e9L;
-/// The one check of a number flag, added where the flag is registered with `->transform(...)` (so that it
-/// runs before CLI11 converts the text): a finite number, a whole one when `integer`, in [lo, hi], or
-/// (lo, hi] when `openBelow`; NaN, infinities and text are refused. An integer is rewritten in decimal,
-/// so "1e9" reads as 1000000000. --help shows the range as the messages do, in short numbers.
-CLI::Validator numberIn(long double lo, long double hi, bool integer, bool openBelow = false);
-/// The check of a bucket cap flag (--bucket-mb, --first-bucket-mb): MB in (0, 1e6] holding at least one
-/// byte, or with `orAuto` the word "auto", rewritten as 0.
-CLI::Validator bucketMb(bool orAuto);
-/// The check of a file or folder flag: not an empty string.
-CLI::Validator nonEmptyPath();
-/// minidp-train's own flags: --save-every, --resume, --check-finite.
-void addResumeOptions(CLI::App& app, Options& opts);
 /// Parses the command line into the options `app` registers on `opts` and records what it read
 /// (recordParsedFlags). Returns -1 to go on, else the exit status: 0 after --help, kUsageExit after one line
 /// on stderr (printed by the first rank only under mpirun) naming the flag.
 int parseCommandLine(CLI::App& app, Options& opts, int argc, char** argv, const char* program);
-/// After `app` parsed: the flags given (CLI11's count) into opts.givenFlags, every configurable flag's value
-/// (CLI11's config_to_str, defaults included) into opts.parsedFlags.
-void recordParsedFlags(const CLI::App& app, Options& opts);
-
 /// `what` as one line for the user: without the source locations and check conditions the library adds
 /// (kept with `verbose`), newlines folded.
 std::string userMessage(const std::string& what, bool verbose);

@@ -27,11 +27,8 @@ std::string modelDescription(const Options& o) {
   const models::ModelEntry& entry = models::findModel(o.model);
   const models::FlagValues values = models::flagValues(o.model, entry, o.modelFlags);
   std::ostringstream os;
-  os << o.model;
-  for (const models::ModelFlag& flag : entry.flags) {
-    if (flag.checkedOnResume) os << " --" << flag.name << " " << values.text(flag.name);
-  }
-  if (entry.data == models::DataKind::Tokens) os << " --data " << (o.data.empty() ? entry.defaultData : o.data);
+  os << o.model << checkedFlagsText(entry.flags, values);
+  if (entry.data == models::DataKind::Tokens) os << " --data " << nameOf(dataSetNames(), o.dataSet());
   return os.str();
 }
 
@@ -154,13 +151,13 @@ void checkResumeFile(const Options& o, const std::string& path, int world) {
   }
   const SavedState state = readState(file, path);
   expectSame("model", state.model, modelDescription(o), path, "pass the same model flags");
-  expectSame("dtype", state.dtype, o.dtype, path, "pass the same --dtype");
+  expectSame("dtype", state.dtype, nameOf(precisionNames(), o.precision), path, "pass the same --dtype");
   expectSame("optimizer", state.optimizer, optimizerName(o), path, "pass the same --optimizer");
   expectSame("seed", state.seed, o.seed, path, "pass the same --seed");
   expectSame("global_batch", state.globalBatch, o.batchSize * world, path,
              "--batch-size x ranks must equal it (any rank count continues the same batches)");
   expectSame("grad_accum", state.gradAccum, o.gradAccum, path, "pass the same --grad-accum");
-  expectSame("comm_hook", state.commHook, distributed::makeCommHook(o.ddp.commHook)->signature(), path,
+  expectSame("comm_hook", state.commHook, distributed::commHookSignature(o.ddp.commHook), path,
              "pass the same --comm-hook and its flags (its state, such as PowerSGD's error feedback, continues)");
   const int64_t step = state.step;
   MINIDP_CHECK(step < o.steps, "--resume " << path << " is at step " << step << " already and --steps is " << o.steps
@@ -181,12 +178,12 @@ void Trainer::saveState(const std::string& path, int64_t step) {
                                {"micro_batches", step * opts_.gradAccum},
                                {"optimizer_steps", optimizer_->stepCount()},
                                {"model", modelDescription(opts_)},
-                               {"dtype", opts_.dtype},
+                               {"dtype", nameOf(precisionNames(), opts_.precision)},
                                {"optimizer", optimizerName(opts_)},
                                {"seed", opts_.seed},
                                {"global_batch", opts_.batchSize * session_.world()},
                                {"grad_accum", opts_.gradAccum},
-                               {"comm_hook", ddp_->reducer().hook().signature()}};
+                               {"comm_hook", ddp_->hookSignature()}};
   nn::saveCheckpoint(*model_, path, {{"format", "pt"}, {kStateKey, meta.dump()}}, state);
 }
 

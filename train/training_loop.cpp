@@ -52,9 +52,9 @@ int runTraining(int argc, char** argv, const std::string& program) {
     if (printer) {
       std::printf("%s: %s, %lld parameters, %d rank(s) on %s (%s), communicator %s, overlap %s\n", program.c_str(),
                   opts.model.c_str(), static_cast<long long>(trainer.model().numParameters()), session.world(),
-                  opts.device.c_str(), opts.dtype.c_str(), session.comm->describe().c_str(),
+                  deviceName(opts.device), nameOf(precisionNames(), opts.precision).c_str(), session.comm->describe().c_str(),
                   distributed::overlapName(opts.ddp.overlap));
-      std::printf("%s", trainer.ddp().plan().describe().c_str());
+      std::printf("%s", trainer.ddp().describePlan().c_str());
     }
     using Clock = std::chrono::steady_clock;
     double lastLoss = NAN, totalMs = 0, totalCommMs = 0, totalExposedMs = 0;
@@ -147,7 +147,7 @@ int runTraining(int argc, char** argv, const std::string& program) {
     const bool validated = trainer.hasValidation();
     const Evaluation evaluation = trainer.evaluate();
     nlohmann::json summary = {{"model", opts.model},
-                              {"device", opts.device},
+                              {"device", deviceName(opts.device)},
                               {"world", session.world()},
                               {"steps", opts.steps},
                               {"batch_size", opts.batchSize},
@@ -156,13 +156,13 @@ int runTraining(int argc, char** argv, const std::string& program) {
                               {"mean_step_ms", timedSteps ? totalMs / timedSteps : NAN},
                               {"mean_comm_ms", timedSteps ? totalCommMs / timedSteps : NAN},
                               {"mean_exposed_comm_ms", timedSteps ? totalExposedMs / timedSteps : NAN}};
-    summary["dtype"] = opts.dtype;
+    summary["dtype"] = nameOf(precisionNames(), opts.precision);
     if (session.device == Device::CUDA) summary["peak_gpu_mib"] = peakMib;
     if (!opts.trace.empty()) {
       writeTrace(*session.comm, traced, opts.trace,
                  {{"program", program},
                   {"model", opts.model},
-                  {"device", opts.device},
+                  {"device", deviceName(opts.device)},
                   {"world", session.world()},
                   {"overlap", distributed::overlapName(opts.ddp.overlap)},
                   {"bucket_mb", distributed::bytesToMib(opts.ddp.bucketCapBytes)},
@@ -175,7 +175,7 @@ int runTraining(int argc, char** argv, const std::string& program) {
       if (printer) std::printf("test loss %.4f, accuracy %.4f\n", evaluation.loss, evaluation.accuracy);
     } else {
       if (printer && validated)
-        std::printf("validation loss %.4f nats/%s\n", evaluation.loss, opts.data == "llmc" ? "token" : "byte");
+        std::printf("validation loss %.4f nats/%s\n", evaluation.loss, opts.dataSet() == DataSet::Llmc ? "token" : "byte");
       if (opts.sample > 0) {
         const std::string text = trainer.sample(opts.sample);  // every rank: the same forward passes
         if (printer) std::printf("sample: %s\n", text.c_str());

@@ -5,7 +5,9 @@
 // rank, whenever the bucket is launched. This example selects on the host, so it serves CPU buckets (a CUDA
 // version would launch a selection kernel on the stream Communicator::enqueue hands its task); its registry
 // entry refuses the runs it cannot serve before any work. Every rank's error goes into checkpoints, keyed by
-// parameter name, so a --resume continues exactly.
+// parameter name, so a --resume continues exactly. Its fraction is a flag of its own, --top-k-fraction, declared
+// in its registry entry as a model declares its flags: --help shows it, its range is checked as it is parsed, and
+// a --resume with another fraction is refused.
 #pragma once
 
 #include <algorithm>
@@ -169,11 +171,22 @@ inline std::string topKUsageProblem(const dist::HookUsage& usage) {
   return {};
 }
 
-/// Makes --comm-hook topk available (call before the flags are parsed).
-inline void registerTopKHook(double fraction) {
+/// Makes --comm-hook topk and its flag --top-k-fraction available (call before the flags are parsed).
+inline void registerTopKHook() {
+  minidp::Flag fraction;
+  fraction.name = "top-k-fraction";
+  fraction.kind = minidp::FlagKind::Number;
+  fraction.defaultValue = "0.05";
+  fraction.help = "--comm-hook topk: the share of each bucket's entries sent per step";
+  fraction.min = 0;
+  fraction.max = 1;
+  fraction.aboveMin = true;  // (0, 1]
   dist::registerCommHook({"topk", "the largest entries of each bucket, error feedback (examples/custom_hook)",
-                          [fraction](const dist::CommHookOptions&) { return std::make_unique<TopKHook>(fraction); },
-                          topKUsageProblem});
+                          [](const dist::CommHookOptions& opts) {
+                            return std::make_unique<TopKHook>(opts.flags.number("top-k-fraction"));
+                          },
+                          topKUsageProblem,
+                          {fraction}});
 }
 
 }  // namespace custom

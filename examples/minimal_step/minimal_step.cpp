@@ -52,7 +52,7 @@ int run(dist::MpiEnvironment* env) {
   const int64_t B = 32, in = 16, classes = 4;  // rows per rank, features, classes
   models::MLP model({in, 64, classes}, /*seed=*/1);
   const auto makeHook = [](const dist::CommHookOptions&) { return std::make_unique<Fp16Hook>(); };
-  dist::registerCommHook({"fp16", "fp32 buckets sent as fp16", makeHook, {}});  // name, help, factory, refusals
+  dist::registerCommHook({"fp16", "fp32 buckets sent as fp16", makeHook, {}, {}});  // name, help, factory, refusals, flags
   dist::DdpOptions options;
   options.bucketCapBytes = 4096;
   options.firstBucketCapBytes = 1024;

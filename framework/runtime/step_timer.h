@@ -118,7 +118,7 @@ class StepTimer {
   /// closed step's work completed (a host synchronisation: log points and per-step benchmarks only).
   std::vector<StepRecord> collect(bool wait);
   /// The resolved steps not collected yet, left in place for collect() (the trainer's own look at its
-  /// first step, --bucket-mb auto). `wait` as for collect.
+  /// first step, DDP's automatic bucket cap). `wait` as for collect.
   const std::vector<StepRecord>& peek(bool wait);
 
  private:

@@ -1,4 +1,4 @@
-// The bucket cost model (--bucket-mb auto) on synthetic timings: the link fit, the backward profile of a
+// The bucket cost model (the automatic bucket cap) on synthetic timings: the link fit, the backward profile of a
 // step record, the modelled exposed time of a plan (worked by hand), what each hook puts on the link, and the
 // cap it picks.
 #include <gtest/gtest.h>
@@ -84,7 +84,7 @@ TEST(BucketModel, EachHookSaysWhatItPutsOnTheLink) {
   // bias (rank 1 would not halve it) and the (4, 4) matrix ((4 + 4) x 4 x 2 >= 16) go as they are, in U.
   CommHookOptions psgd;
   psgd.name = "powersgd";
-  psgd.powersgdRank = 4;
+  psgd.flags.set("powersgd-rank", 4);
   const WireCost low = makeCommHook(psgd)->wireCost(shapes, DType::F32, 2);
   EXPECT_EQ(low.collectives, 2);
   EXPECT_EQ(low.bytes, 4 * (768.0 * 4 + 768 + 16 + 3072.0 * 4));

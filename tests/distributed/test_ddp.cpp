@@ -16,6 +16,7 @@
 #include "framework/ops/ops.h"
 #include "framework/optim/grad_clip.h"
 #include "framework/runtime/device.h"
+#include "framework/runtime/step_timer.h"
 #include "framework/tensor/tensor_math.h"
 #include "framework/testing/gradcheck.h"
 #include "models/gpt.h"
@@ -219,6 +220,49 @@ TEST_P(Ddp, RebuiltBucketsKeepRanksBitIdenticalAndTheNumbers) {
   }
 }
 
+// An automatic bucket cap (bucketCapBytes 0) is DDP's own: it measures the link, profiles the first step of
+// the timer it observes, and at endStep() re-plans every rank under rank 0's choice, reporting it; the
+// gradients keep their values. Without a timer, endStep() says what is missing.
+TEST_P(Ddp, AutomaticBucketCapIsChosenAfterTheFirstTimedStep) {
+  const Batch global = this->global(world_ * kRowsPerRank, 3);
+  auto reference = model(5);
+  reference->loss(global.inputs.to(device()), global.targets.to(device())).backward();
+  auto m = model(5);
+  DdpOptions opts;
+  opts.bucketCapBytes = 0;
+  opts.firstBucketCapBytes = 300;
+  runtime::StepTimer timer(device());
+  DistributedDataParallel ddp(m->namedParameters(), comm_, opts);
+  ddp.observe(timer);
+  EXPECT_EQ(ddp.bucketCapBytes(), DdpOptions{}.bucketCapBytes) << "the start plan's cap";
+  const Batch mine = myRows(global);
+  timer.beginStep(runtime::Phase::Forward);
+  ddp.prepareStep();
+  ddp.beginMicroBatch(mine.inputs, true);
+  m->loss(mine.inputs, mine.targets).backward();
+  ddp.finalize();
+  timer.endStep();
+  const std::string report = ddp.endStep();
+  EXPECT_NE(report.find("bucket cap auto: "), std::string::npos) << report;
+  EXPECT_NE(report.find(ddp.describePlan()), std::string::npos) << report;
+  EXPECT_EQ(ddp.endStep(), "") << "chosen once";
+  const std::string mineCap = std::to_string(ddp.bucketCapBytes()) + " " + ddp.describePlan();
+  for (const std::string& theirs : comm_->allGather(mineCap)) EXPECT_EQ(theirs, mineCap);
+  testing::expectParametersNear(*m, *reference, testing::ParameterField::Grad, tolerance());
+
+  auto untimed = model(5);
+  DistributedDataParallel alone(untimed->namedParameters(), comm_, opts);
+  alone.prepareStep();
+  untimed->loss(mine.inputs, mine.targets).backward();
+  alone.finalize();
+  try {
+    alone.endStep();
+    ADD_FAILURE() << "an automatic cap without a timed step";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("observe(timer)"), std::string::npos) << e.what();
+  }
+}
+
 TEST_P(Ddp, GradientAccumulationOfTwoHalvesEqualsOneBatch) {
   const Batch global = this->global(world_ * kRowsPerRank, 21);
   auto reference = model(9);
@@ -282,7 +326,7 @@ TEST_P(Ddp, DifferentModelsFailOnEveryRankWithAMessage) {
 // ZeRO-1 and bf16 on the wire, 50 optimizer steps of each configuration from the same start.
 struct WireRun {
   Overlap overlap = Overlap::DuringBackward;
-  std::string hook = "allreduce";  // --comm-hook
+  std::string hook = "allreduce";  // CommHookOptions::name
   int zero = 0;
   distributed::ZeroGather gather = distributed::ZeroGather::End;
   std::string optimizer = "adamw";

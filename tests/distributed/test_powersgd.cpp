@@ -57,8 +57,10 @@ TEST_P(PowerSgd, MatchesPyTorchsPowerSgdHook) {
     model->to(GetParam(), DType::F32);
     DdpOptions opts;
     opts.bucketCapBytes = opts.firstBucketCapBytes = size_t(256) << 20;  // one bucket, as the fixture's DDP
-    opts.commHook = {"powersgd", std::stoi(meta.at("rank")), std::stoll(meta.at("start_iter")),
-                     std::stod(meta.at("min_compression_rate"))};
+    opts.commHook.name = "powersgd";
+    opts.commHook.flags.set("powersgd-rank", meta.at("rank"));
+    opts.commHook.flags.set("powersgd-start-iter", meta.at("start_iter"));
+    opts.commHook.flags.set("powersgd-min-compression", meta.at("min_compression_rate"));
     DistributedDataParallel ddp(model->namedParameters(), comm_, opts);
     // The fixture's initial Q matrices, in place of the hook's own draws.
     ddp.restoreHookState([&f](const std::string& name) {
@@ -112,7 +114,10 @@ class PowerSgdRuns : public testing::CommunicatorTest {
 
   DdpOptions options(Overlap overlap) const {
     DdpOptions opts{overlap, 1200, 300};  // caps in bytes: several buckets
-    opts.commHook = {"powersgd", 2, 2, 1.0};
+    opts.commHook.name = "powersgd";
+    opts.commHook.flags.set("powersgd-rank", 2);
+    opts.commHook.flags.set("powersgd-start-iter", 2);
+    opts.commHook.flags.set("powersgd-min-compression", 1);
     return opts;
   }
 

@@ -35,7 +35,7 @@ constexpr int64_t kContext = 6, kRowsPerRank = 2, kSteps = 4;
 struct Setting {
   bool sparse = true;
   Overlap overlap = Overlap::DuringBackward;
-  std::string hook = "allreduce";  // --comm-hook of the other buckets (bf16: the rows travel in bf16)
+  std::string hook = "allreduce";  // the comm hook of the other buckets (bf16: the rows travel in bf16)
   int64_t accum = 1;
   std::string optimizer = "sgd";
   int64_t vocab = 256;  // above world x accum x rows x context / 2: the sparse path; 8: the dense fallback

@@ -30,8 +30,8 @@ struct GraphCase {
 train::Options optionsOf(const GraphCase& c) {
   train::Options o;
   o.model = c.model;
-  o.dtype = c.dtype;
-  o.device = "cuda";
+  o.precision = train::precisionNames().at(c.dtype);
+  o.device = Device::CUDA;
   o.steps = 7;  // 2 eager warm-up steps, the captured step, 4 more replays
   if (std::string(c.model) == "mlp") {
     o.modelFlags.set("hidden", "64 32");
@@ -107,7 +107,7 @@ class CudaGraphTraining : public ::testing::TestWithParam<GraphCase> {
       GTEST_SKIP() << "no Fashion-MNIST in " << kFashionMnistDir;
     }
     session_.device = Device::CUDA;
-    session_.compute = std::string(GetParam().dtype) == "bf16" ? DType::BF16 : DType::F32;
+    session_.compute = train::computeDType(train::precisionNames().at(GetParam().dtype));
   }
   train::Session session_;
 };
@@ -185,12 +185,12 @@ TEST(CudaGraphUsage, NeedsCudaOneMicroBatchAndNoZero) {
   EXPECT_EQ(train::usageProblem(o), "");
   o.cudaGraph = true;
   EXPECT_EQ(train::usageProblem(o), "--cuda-graph needs --device cuda");
-  o.device = "cuda";
+  o.device = Device::CUDA;
   EXPECT_EQ(train::usageProblem(o), "");
   o.gradAccum = 2;
   EXPECT_NE(train::usageProblem(o).find("--grad-accum"), std::string::npos);
   o.gradAccum = 1;
-  o.zero = 1;
+  o.ddp.zeroStage = 1;
   EXPECT_NE(train::usageProblem(o).find("--zero 1"), std::string::npos);
 }
 

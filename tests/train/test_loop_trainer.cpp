@@ -101,7 +101,7 @@ TEST_F(TrainerLoop, SamplesTokenIdsForGpt2VocabulariesAndBytesForFortunes) {
   train[0] = 50256;  // vocabulary 50257, as GPT-2's
   writeLlmc(dir + "_train.bin", train);
   writeLlmc(dir + "_val.bin", val);
-  o.data = "llmc";
+  o.data = train::DataSet::Llmc;
   o.llmcTrain = dir + "_train.bin";
   o.llmcVal = dir + "_val.bin";
   std::string ids;

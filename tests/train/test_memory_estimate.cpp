@@ -109,8 +109,8 @@ TEST(MemoryEstimate, BoundsWhatTrainingTakesOnTheGpu) {
       {"gpt", "fp32"}, {"gpt", "bf16"}, {"llama", "fp32"}, {"llama", "bf16"}};
   for (const auto& [model, dtype] : runs) {
     train::Options o = gpt(6, 6, 384, 256, 32, model);
-    o.device = "cuda";
-    o.dtype = dtype;
+    o.device = Device::CUDA;
+    o.precision = train::precisionNames().at(dtype);
     o.steps = 3;
     train::Session session;
     distributed::CommOptions comm;
@@ -118,7 +118,7 @@ TEST(MemoryEstimate, BoundsWhatTrainingTakesOnTheGpu) {
     comm.cuda = true;
     session.comm = distributed::makeCommunicator(comm, nullptr);
     session.device = Device::CUDA;
-    session.compute = o.dtype == "bf16" ? DType::BF16 : DType::F32;
+    session.compute = train::computeDType(o.precision);
     const runtime::AllocatorStats before = runtime::allocatorStats();
     {
       train::Trainer trainer(o, session);

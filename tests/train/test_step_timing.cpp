@@ -214,7 +214,7 @@ TEST(StepTimingEmulated, OverlapHidesPartOfTheCommunication) {
   EXPECT_LT(exposed[1], exposed[0]);
 }
 
-// --bucket-mb auto on the CPU ranks (in a CUDA build without a GPU too: timing the link must not synchronise
+// The automatic bucket cap (bucketCapBytes 0) on the CPU ranks (in a CUDA build without a GPU too: timing the link must not synchronise
 // a GPU that is not there): the first step's profile picks a cap that every rank takes alike, also with
 // --sparse-embedding-grad (whose bucket the model costs at its rows).
 TEST(StepTiming, AutoBucketCapOnTheCpuRanks) {
@@ -230,11 +230,11 @@ TEST(StepTiming, AutoBucketCapOnTheCpuRanks) {
     o.ddp.bucketCapBytes = 0;
     o.sparseEmbeddingGrad = sparse;
     o.ddp.commHook.name = hook;
-    o.ddp.commHook.powersgdStartIter = 0;
+    if (std::string(hook) == "powersgd") o.ddp.commHook.flags.set("powersgd-start-iter", 0);
     train::Trainer trainer(o, session);
     trainer.step();
     trainer.step();
-    const size_t cap = trainer.bucketCapBytes();
+    const size_t cap = trainer.ddp().bucketCapBytes();
     EXPECT_GE(cap, distributed::mibToBytes(1)) << "sparse " << sparse << ", " << hook;
     const std::string mine = std::to_string(cap) + " " + std::to_string(trainer.ddp().plan().buckets.size());
     for (const std::string& theirs : session.comm->allGather(mine)) {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 
+#include "framework/distributed/gradient/reducer.h"
 #include "framework/runtime/device.h"
 
 namespace minidp::distributed {
@@ -129,6 +130,46 @@ size_t chooseBucketCap(Communicator& comm, const std::vector<ParamInfo>& params,
   std::snprintf(text, sizeof text, "; chose %g MB", bytesToMib(chosen));
   report = all[0].substr(split + 1) + text;
   return chosen;
+}
+
+AutoBucketCap::AutoBucketCap(Communicator& comm, Device device)
+    : comm_(comm), link_(measureLinkCost(comm, device, 256 << 10, 32 << 20, 3)) {}
+
+void AutoBucketCap::beginProfile(runtime::StepTimer& timer) {
+  timerDetailed_ = timer.detailed();
+  timer.setDetailed(true);
+}
+
+size_t AutoBucketCap::choose(runtime::StepTimer& timer, const Reducer& reducer, const std::vector<ParamInfo>& params,
+                             const std::vector<Shape>& shapes, int rowBucket, size_t firstCapBytes, std::string& report) {
+  std::vector<std::string> names;
+  for (const ParamInfo& p : params) names.push_back(p.name);
+  const BackwardProfile profile = profileFromStep(timer.peek(true).back(), names);
+  timer.setDetailed(timerDetailed_);
+  // A bucket costs what its hook puts on the link (bf16: half the bytes; PowerSGD: its factors, in two
+  // collectives).
+  const CommHook& hook = reducer.hook();
+  const DType grad = params.front().dtype;
+  const int world = comm_.worldSize();
+  int rowParam = -1;
+  WireCost rowCost;
+  if (rowBucket >= 0) {
+    // The row gather of the first step: each rank's rows (in the wire's dtype) all-gathered, the (world - 1) x
+    // rows that an all-reduce of world / 2 x rows moves, and the ids' gather.
+    const BucketTiming& t = reducer.lastStepTimings()[rowBucket];
+    if (t.bytes < reducer.plan().buckets[rowBucket].bytes()) {
+      rowParam = reducer.plan().buckets[rowBucket].params.front();
+      const double wire = static_cast<double>(dtypeSize(hook.wireDType(grad))) / static_cast<double>(dtypeSize(grad));
+      rowCost = {2, static_cast<double>(t.bytes) * world / 2 * wire};
+    }
+  }
+  const BucketWire wire = [&](const Bucket& bucket) {
+    if (bucket.params.size() == 1 && bucket.params[0] == rowParam) return rowCost;
+    std::vector<Shape> of;
+    for (int p : bucket.params) of.push_back(shapes[p]);
+    return hook.wireCost(of, grad, world);
+  };
+  return chooseBucketCap(comm_, params, profile, link_, firstCapBytes, wire, report);
 }
 
 }  // namespace minidp::distributed

@@ -75,4 +75,26 @@ std::vector<CapChoice> modelCaps(const std::vector<ParamInfo>& params, const Bac
 size_t chooseBucketCap(Communicator& comm, const std::vector<ParamInfo>& params, const BackwardProfile& profile,
                        const LinkCost& link, size_t firstCapBytes, const BucketWire& wire, std::string& report);
 
+class Reducer;
+
+/// --bucket-mb auto (DdpOptions::bucketCapBytes 0), owned by DistributedDataParallel: the link measured at
+/// construction, the first step timed in detail (per-layer backward spans), the cap chosen from it, each bucket
+/// costed at what its comm hook puts on the link.
+class AutoBucketCap {
+ public:
+  /// Times all-reduces of 256 KiB and 32 MiB on `device` (a collective: every rank constructs it).
+  AutoBucketCap(Communicator& comm, Device device);
+  /// Before the profiled step's backward: per-layer spans for the model (the timer's setting is kept for later).
+  void beginProfile(runtime::StepTimer& timer);
+  /// After the profiled step closed (its record resolved; synchronises): rank 0's cap for every rank (a
+  /// collective), and in `report` the link, backward and each cap's modelled exposed time. Restores the timer.
+  size_t choose(runtime::StepTimer& timer, const Reducer& reducer, const std::vector<ParamInfo>& params,
+                const std::vector<Shape>& shapes, int rowBucket, size_t firstCapBytes, std::string& report);
+
+ private:
+  Communicator& comm_;
+  LinkCost link_;
+  bool timerDetailed_ = false;
+};
+
 }  // namespace minidp::distributed

@@ -4,18 +4,20 @@
 
 namespace minidp::distributed {
 
-// The built-in hooks, one line each: --comm-hook name, help, the factory defined in hooks/<name>.cpp, and the
-// runs it refuses (a function beside the factory, or noUsageProblem).
+// The built-in hooks, one line each: --comm-hook name, help, the factory defined in hooks/<name>.cpp, the runs
+// it refuses (a function beside the factory, or noUsageProblem) and its flags (a function beside the factory
+// returning them, or noFlags).
 #define MINIDP_BUILTIN_COMM_HOOKS(X)                                                                            \
-  X("allreduce", "the bucket averaged as it is (fp32 on the wire)", makeAllReduceHook, noUsageProblem)          \
+  X("allreduce", "the bucket averaged as it is (fp32 on the wire)", makeAllReduceHook, noUsageProblem, noFlags)   \
   X("bf16", "each bucket rounded to bf16, averaged, widened back (PyTorch's bf16_compress_hook)", makeBf16Hook, \
-    noUsageProblem)                                                                                             \
+    noUsageProblem, noFlags)                                                                                    \
   X("powersgd", "rank --powersgd-rank approximations of the 2-D gradients (PyTorch's powerSGD_hook)",           \
-    makePowerSgdHook, powerSgdUsageProblem)
+    makePowerSgdHook, powerSgdUsageProblem, powerSgdFlags)
 
-#define MINIDP_DECLARE_HOOK_(name, help, factory, refusals)  \
-  std::unique_ptr<CommHook> factory(const CommHookOptions&); \
-  std::string refusals(const HookUsage&);
+#define MINIDP_DECLARE_HOOK_(name, help, factory, refusals, flags) \
+  std::unique_ptr<CommHook> factory(const CommHookOptions&);       \
+  std::string refusals(const HookUsage&);                          \
+  std::vector<Flag> flags();
 MINIDP_BUILTIN_COMM_HOOKS(MINIDP_DECLARE_HOOK_)
 #undef MINIDP_DECLARE_HOOK_
 
@@ -28,11 +30,13 @@ WireCost CommHook::wireCost(const std::vector<Shape>& shapes, DType grad, int wo
 
 /// CommHookEntry::usageProblem's default: every run served.
 std::string noUsageProblem(const HookUsage&) { return {}; }
+/// CommHookEntry::flags of a hook without flags.
+std::vector<Flag> noFlags() { return {}; }
 
 namespace {
 
 std::vector<CommHookEntry>& table() {
-#define MINIDP_HOOK_ENTRY_(name, help, factory, refusals) CommHookEntry{name, help, factory, refusals},
+#define MINIDP_HOOK_ENTRY_(name, help, factory, refusals, flags) CommHookEntry{name, help, factory, refusals, flags()},
   static std::vector<CommHookEntry> hooks = {MINIDP_BUILTIN_COMM_HOOKS(MINIDP_HOOK_ENTRY_)};
 #undef MINIDP_HOOK_ENTRY_
   return hooks;
@@ -46,6 +50,13 @@ void registerCommHook(CommHookEntry entry) {
   MINIDP_CHECK(std::none_of(hooks.begin(), hooks.end(), [&](const auto& h) { return h.name == entry.name; }),
                "registerCommHook: a comm hook named '" << entry.name << "' exists already");
   if (!entry.usageProblem) entry.usageProblem = noUsageProblem;
+  checkFlags("comm hook " + entry.name, entry.flags);
+  for (const Flag& flag : entry.flags) {  // one --name for one hook: the programs register every hook's flags
+    for (const CommHookEntry& other : hooks) {
+      MINIDP_CHECK(!findFlag(other.flags, flag.name), "registerCommHook: --" << flag.name << " is a flag of comm hook "
+                                                                             << other.name << " already");
+    }
+  }
   hooks.push_back(std::move(entry));
 }
 
@@ -72,6 +83,14 @@ const CommHookEntry& findCommHook(const std::string& name) {
   throwError("unknown comm hook '" + name + "' (" + names + ")", __FILE__, __LINE__);
 }
 
-std::unique_ptr<CommHook> makeCommHook(const CommHookOptions& opts) { return findCommHook(opts.name).make(opts); }
+std::unique_ptr<CommHook> makeCommHook(const CommHookOptions& opts) {
+  const CommHookEntry& entry = findCommHook(opts.name);
+  return entry.make({opts.name, flagValues("comm hook " + opts.name, entry.flags, opts.flags)});
+}
+
+std::string commHookSignature(const CommHookOptions& opts) {
+  const CommHookEntry& entry = findCommHook(opts.name);
+  return opts.name + checkedFlagsText(entry.flags, flagValues("comm hook " + opts.name, entry.flags, opts.flags));
+}
 
 }  // namespace minidp::distributed

@@ -4,7 +4,9 @@
 // communicator and returns the pending work. Built-in hooks (hooks/): allreduce (the bucket as it is),
 // bf16 (PyTorch's bf16_compress_hook), powersgd (PyTorch's powerSGD_hook), and rows (a row-sparse
 // embedding gradient, wrapping another hook for the other buckets). A user's hook registers a factory under
-// a name (registerCommHook) and is chosen with --comm-hook like the built-in ones.
+// a name (registerCommHook) and is chosen with --comm-hook like the built-in ones. A hook declares its own
+// flags (CommHookEntry::flags, config/flags.h), as a model does: the programs show them in --help, check their
+// ranges, and refuse a --resume where a checked one changed; the factory reads their values by name.
 #pragma once
 
 #include <functional>
@@ -13,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "framework/config/flags.h"
 #include "framework/distributed/comm/communicator.h"
 
 namespace minidp::distributed {
@@ -66,8 +69,6 @@ class CommHook {
   virtual ~CommHook() = default;
   /// Its --comm-hook name.
   virtual std::string name() const = 0;
-  /// What a saved state must match to continue exactly: the name, and the settings its state depends on.
-  virtual std::string signature() const { return name(); }
   /// The dtype its collectives send gradients of dtype `grad` in (bf16 for bf16's fp32 buckets): what a
   /// wrapping hook (rows) packs its own values in, and what --bucket-mb auto weighs a bucket's bytes by.
   virtual DType wireDType(DType grad) const { return grad; }
@@ -104,17 +105,13 @@ class CommHook {
   }
 };
 
-/// The settings of the built-in hooks (--comm-hook and its flags); a user's hook receives them too.
+/// The hook a run uses (--comm-hook) and its flags.
 struct CommHookOptions {
   /// allreduce, bf16, powersgd, or a registered hook's name.
   std::string name = "allreduce";
-  /// PowerSGD: the rank of the approximation, the dense steps before compression starts (PyTorch's
-  /// start_powerSGD_iter), and the compression a matrix must reach to be compressed (min_compression_rate).
-  int powersgdRank = 4;
-  int64_t powersgdStartIter = 10;
-  double powersgdMinCompression = 2;
-  /// Seeds the warm-start matrices (the same on every rank).
-  uint64_t seed = 0;
+  /// The hook's flags (CommHookEntry::flags) that were given; the others take their defaults. The factory
+  /// receives every flag (makeCommHook fills in the defaults).
+  FlagValues flags;
 };
 
 /// What a program knows of a run when it checks its flags, before any rank starts (so not the world size:
@@ -132,7 +129,7 @@ struct HookUsage {
   bool rowSparse = false;
 };
 
-/// One hook: its name, a one-line description for --help, its factory, and the runs it refuses.
+/// One hook: its name, a one-line description for --help, its factory, the runs it refuses, and its flags.
 struct CommHookEntry {
   std::string name;
   std::string description;
@@ -140,6 +137,9 @@ struct CommHookEntry {
   /// A run the hook cannot serve, as one line naming the flags; empty when it can. Checked with the other
   /// flags, before any work (a usage error). Default: none refused.
   std::function<std::string(const HookUsage&)> usageProblem;
+  /// Its own command-line flags, in the order --help lists them ("powersgd-rank"); given with another hook,
+  /// one is a usage error.
+  std::vector<Flag> flags;
 };
 
 /// Adds a hook to the table --comm-hook chooses from (a user's hook, before the flags are parsed), filling
@@ -152,7 +152,11 @@ const CommHookEntry& findCommHook(const std::string& name);
 /// --comm-hook's allowed values and help.
 std::vector<std::string> commHookNames();
 std::string commHookHelp();
-/// Builds the hook `opts.name` names; an unknown name is an error listing the known ones.
+/// Builds the hook `opts.name` names, with every flag of its entry (the defaults of those not given); an unknown
+/// name, or a flag the hook does not declare, is an error.
 std::unique_ptr<CommHook> makeCommHook(const CommHookOptions& opts);
+/// What a saved hook state must match to continue exactly: the name, then its flags checked on resume
+/// (Flag::checkedOnResume) with their values ("powersgd --powersgd-rank 4 ...").
+std::string commHookSignature(const CommHookOptions& opts);
 
 }  // namespace minidp::distributed

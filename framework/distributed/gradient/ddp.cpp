@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <sstream>
+#include <utility>
 
 #include "framework/distributed/job/mpi_environment.h"
 
@@ -53,10 +54,7 @@ std::vector<std::string> part(const std::vector<std::string>& signatures, int in
 std::string optionsSignature(const DdpOptions& opts) {
   std::ostringstream os;
   os << "overlap " << overlapName(opts.overlap) << " bucket-bytes " << opts.bucketCapBytes << " first-bucket-bytes "
-     << opts.firstBucketCapBytes << " rebuild-buckets " << opts.rebuildBuckets << " comm-hook " << opts.commHook.name
-     << " powersgd-rank " << opts.commHook.powersgdRank << " powersgd-start-iter " << opts.commHook.powersgdStartIter
-     << " powersgd-min-compression " << opts.commHook.powersgdMinCompression << " hook-seed " << opts.commHook.seed
-     << " zero " << opts.zeroStage << " row-sparse '" << opts.rowSparseParameter << "'\n";
+     << opts.firstBucketCapBytes << " rebuild-buckets " << opts.rebuildBuckets << " comm-hook " << commHookSignature(opts.commHook) << " zero " << opts.zeroStage << " row-sparse '" << opts.rowSparseParameter << "'\n";
   return os.str();
 }
 
@@ -87,7 +85,12 @@ DistributedDataParallel::DistributedDataParallel(nn::NamedParameters params, std
   }
   MINIDP_CHECK(opts.rowSparseParameter.empty() || rowSparse >= 0,
                "row-sparse parameter '" << opts.rowSparseParameter << "' is not among the parameters");
-  BucketPlan plan = planBuckets(infos_, opts.bucketCapBytes, opts.firstBucketCapBytes);
+  if (opts_.bucketCapBytes == 0) {
+    MINIDP_CHECK(opts.zeroStage == 0 && !opts.rebuildBuckets,
+                 "an automatic bucket cap re-plans after the first step: not with ZeRO or rebuilding the buckets");
+    opts_.bucketCapBytes = DdpOptions{}.bucketCapBytes;  // the start plan's
+  }
+  BucketPlan plan = planBuckets(infos_, opts_.bucketCapBytes, opts_.firstBucketCapBytes);
   // The options and the plan travel with the parameters: ranks that would launch different buckets stop
   // here with an error instead of hanging (or mixing gradients) in the first all-reduce.
   const ExchangeLabel label("DDP parameter and option check");
@@ -107,6 +110,9 @@ DistributedDataParallel::DistributedDataParallel(nn::NamedParameters params, std
   }
   const Reduction reduction = opts.zeroStage == 1 ? Reduction::ReduceScatter : Reduction::AllReduce;
   reducer_ = std::make_unique<Reducer>(params_, std::move(plan), comm_, opts.overlap, reduction, std::move(hook));
+  if (opts.bucketCapBytes == 0) {
+    autoCap_ = std::make_unique<AutoBucketCap>(*comm_, params_.empty() ? Device::CPU : params_[0].second.data().device());
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
     Reducer* reducer = reducer_.get();
     gradHooks_.push_back(params_[i].second.addGradReadyHook([reducer, i](Variable&) { reducer->markReady(i); }));
@@ -115,6 +121,41 @@ DistributedDataParallel::DistributedDataParallel(nn::NamedParameters params, std
 
 DistributedDataParallel::~DistributedDataParallel() {
   for (size_t i = 0; i < params_.size(); ++i) params_[i].second.removeGradReadyHook(gradHooks_[i]);
+}
+
+void DistributedDataParallel::observe(runtime::StepTimer& timer) {
+  MINIDP_CHECK(!timerObserver_, "observe: DDP already reports to a step timer");
+  std::vector<std::string> names;  // the grad-ready marks' indices, grouped into layers
+  for (const ParamInfo& p : infos_) names.push_back(p.name);
+  timer.setParameterNames(std::move(names));
+  timerObserver_ = std::make_shared<StepTimerObserver>(timer);
+  timer_ = &timer;
+  reducer_->subscribe(timerObserver_);
+}
+
+void DistributedDataParallel::prepareStep() {
+  if (autoCap_ && timer_) autoCap_->beginProfile(*timer_);
+  reducer_->prepareStep();
+}
+
+void DistributedDataParallel::beginMicroBatch(const Tensor& inputs, bool requireSync) {
+  reducer_->setRequireSync(requireSync);
+  if (rows_) rows_->addRowIds(inputs);
+}
+
+std::string DistributedDataParallel::endStep() {
+  if (autoCap_) {
+    MINIDP_CHECK(timer_, "an automatic bucket cap profiles a timed step: call observe(timer) before the first");
+    std::vector<Shape> shapes;
+    for (const auto& [name, param] : params_) shapes.push_back(param.data().shape());
+    std::string report;
+    const size_t cap = autoCap_->choose(*timer_, *reducer_, infos_, shapes, rowBucket(), opts_.firstBucketCapBytes,
+                                        report);
+    replan(cap, std::min(opts_.firstBucketCapBytes, cap));
+    autoCap_.reset();
+    report_ += report + "\n" + plan().describe();
+  }
+  return std::exchange(report_, std::string());
 }
 
 void DistributedDataParallel::addRowIds(const Tensor& ids) {
@@ -142,6 +183,7 @@ void DistributedDataParallel::computeGradNorm(optim::GradClipper& clipper) {
 void DistributedDataParallel::finalize() {
   rebuiltLastStep_ = false;
   reducer_->finalize();
+  if (timerObserver_) timerObserver_->addBucketSpans(reducer_->lastStepTimings());
   if (!rebuildPending_) return;
   // Ranks may observe different ready orders; every rank plans with rank 0's, so the plans stay identical.
   std::ostringstream mine;
@@ -153,6 +195,7 @@ void DistributedDataParallel::finalize() {
   reducer_->rebuild(planBucketsInOrder(infos_, order, opts_.bucketCapBytes, opts_.firstBucketCapBytes));
   rebuildPending_ = false;
   rebuiltLastStep_ = true;
+  report_ += "bucket plan rebuilt from the observed ready order:\n" + plan().describe();
 }
 
 void DistributedDataParallel::replan(size_t capBytes, size_t firstCapBytes) {

@@ -53,6 +53,9 @@ struct BucketState {
   const void* grad = nullptr;
 };
 
+/// The warm-start matrices' seed, the same on every rank (PyTorch's PowerSGDState(random_seed=0)).
+constexpr uint64_t kWarmStartSeed = 0;
+
 /// N(0, 1) draws from a generator seeded by (seed, name): the same matrix on every rank.
 std::vector<float> normalDraws(uint64_t seed, const std::string& name, int64_t count) {
   std::seed_seq sequence(name.begin(), name.end());
@@ -71,17 +74,12 @@ std::vector<float> normalDraws(uint64_t seed, const std::string& name, int64_t c
 
 class PowerSgdHook : public CommHook {
  public:
-  explicit PowerSgdHook(const CommHookOptions& opts) : opts_(opts) {
-    MINIDP_CHECK(opts.powersgdRank >= 1, "--powersgd-rank " << opts.powersgdRank << ": at least 1");
-    MINIDP_CHECK(opts.powersgdStartIter >= 0, "--powersgd-start-iter " << opts.powersgdStartIter << ": at least 0");
-    MINIDP_CHECK(opts.powersgdMinCompression >= 0 && std::isfinite(opts.powersgdMinCompression),
-                 "PowerSGD minimum compression rate " << opts.powersgdMinCompression);
-  }
+  /// Its flags' values (powerSgdFlags), checked against their ranges by makeCommHook.
+  explicit PowerSgdHook(const FlagValues& flags)
+      : rank_(flags.integer("powersgd-rank")),
+        startIter_(flags.integer("powersgd-start-iter")),
+        minCompression_(flags.number("powersgd-min-compression")) {}
   std::string name() const override { return "powersgd"; }
-  std::string signature() const override {
-    return "powersgd --powersgd-rank " + std::to_string(opts_.powersgdRank) + " --powersgd-start-iter " +
-           std::to_string(opts_.powersgdStartIter);
-  }
 
   /// Compressed: the U|P sum and the Q average, P = n r' and Q = m r' floats per compressed matrix, U the
   /// uncompressed gradients. (Its local work, on the comm stream too, is not link time and not modelled.)
@@ -165,7 +163,7 @@ class PowerSgdHook : public CommHook {
         if (auto it = qs.find(mx.entry.name); it != qs.end() && it->second.shape() == q.shape()) {
           q.copyFrom(it->second);
         } else {
-          q.copyFrom(Tensor::fromVector(normalDraws(opts_.seed, mx.entry.name, mx.m * mx.r), q.shape()).to(device));
+          q.copyFrom(Tensor::fromVector(normalDraws(kWarmStartSeed, mx.entry.name, mx.m * mx.r), q.shape()).to(device));
         }
       }
       buckets_.push_back(std::move(held));
@@ -174,7 +172,7 @@ class PowerSgdHook : public CommHook {
 
   std::shared_ptr<Work> reduce(const GradBucket& bucket, Communicator& comm) override {
     const std::string tag = "bucket " + std::to_string(bucket.index);
-    if (step_ < opts_.powersgdStartIter) return comm.allReduce(bucket.buffer, ReduceOp::Avg, tag);
+    if (step_ < startIter_) return comm.allReduce(bucket.buffer, ReduceOp::Avg, tag);
     // The lambdas hold the plan (its buffers and factor lists), which a re-plan does not free under them.
     const std::shared_ptr<const BucketState> b = buckets_.at(bucket.index);
     const Tensor grad = bucket.buffer;
@@ -273,13 +271,16 @@ class PowerSgdHook : public CommHook {
   void viewAsMatrix(const Shape& shape, int64_t& n, int64_t& m, int64_t& r) const {
     n = shape.empty() ? 1 : shape[0];
     m = n == 0 ? 0 : shapeNumel(shape) / n;
-    r = std::min<int64_t>({n, m, opts_.powersgdRank});
+    r = std::min<int64_t>({n, m, rank_});
     const bool compress =
-        static_cast<double>((n + m) * r) * opts_.powersgdMinCompression < static_cast<double>(n * m);
+        static_cast<double>((n + m) * r) * minCompression_ < static_cast<double>(n * m);
     if (!compress) r = 0;
   }
 
-  CommHookOptions opts_;
+  // The rank of the approximation, the dense steps before compression starts (PyTorch's start_powerSGD_iter),
+  // and the compression a matrix must reach to be compressed (min_compression_rate).
+  int64_t rank_, startIter_;
+  double minCompression_;
   int64_t step_ = 0;
   std::vector<std::shared_ptr<BucketState>> buckets_;  // shared with the work in flight
 };
@@ -300,7 +301,16 @@ std::string powerSgdUsageProblem(const HookUsage& usage) {
 }
 
 std::unique_ptr<CommHook> makePowerSgdHook(const CommHookOptions& opts) {
-  return std::make_unique<PowerSgdHook>(opts);
+  return std::make_unique<PowerSgdHook>(opts.flags);
+}
+
+/// PowerSGD's flags (its CommHookEntry::flags).
+std::vector<Flag> powerSgdFlags() {
+  return {{"powersgd-rank", FlagKind::Integer, "4", "--comm-hook powersgd: rank of the approximation", 1, 1024},
+          {"powersgd-start-iter", FlagKind::Integer, "10",
+           "--comm-hook powersgd: steps averaged uncompressed before compression starts", 0, 1e9},
+          {"powersgd-min-compression", FlagKind::Number, "2",
+           "--comm-hook powersgd: a matrix is compressed only when its factors are this many times smaller", 0, 1e9}};
 }
 
 }  // namespace minidp::distributed

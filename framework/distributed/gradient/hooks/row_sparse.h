@@ -22,7 +22,6 @@ class RowSparseHook : public CommHook {
   /// `param`: the row-sparse parameter's registration index; `inner` reduces every other bucket.
   RowSparseHook(std::unique_ptr<CommHook> inner, int param);
   std::string name() const override { return "rows+" + inner_->name(); }
-  std::string signature() const override { return inner_->signature(); }
   /// The wrapped hook's: the rows travel in it too.
   DType wireDType(DType grad) const override { return inner_->wireDType(grad); }
   /// The wrapped hook's (the row bucket's cost depends on the step's tokens: the trainer models it from the

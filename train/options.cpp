@@ -1,0 +1,614 @@
+#include "train/options.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include "data/fashion_mnist.h"
+#include "framework/distributed/gradient/comm_hook.h"
+#include "framework/distributed/job/launcher.h"
+#include "models/registry.h"
+#include "train/run_checks.h"
+
+namespace minidp::train {
+
+namespace fs = std::filesystem;
+
+std::string shortNumber(long double v) {
+  std::ostringstream os;
+  os.precision(6);
+  os << static_cast<double>(v);
+  // A whole bound %g cannot hold (2^64 - 1) prints in full: a range must read back as itself.
+  if (v == std::floor(v) && std::fabs(v) < 1e20L && std::strtold(os.str().c_str(), nullptr) != v) {
+    return v < 0 ? std::to_string(static_cast<long long>(v)) : std::to_string(static_cast<unsigned long long>(v));
+  }
+  return os.str();
+}
+
+namespace {
+
+/// A cap in bytes as the flags spell it (MiB, e.g. "25"), for --help's defaults.
+std::string mibText(size_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", distributed::bytesToMib(bytes));
+  return text;
+}
+
+const char* flagType(models::FlagKind kind) {
+  switch (kind) {
+    case models::FlagKind::Integer: return "INT";
+    case models::FlagKind::Integers: return "INT";  // CLI11 adds " ..."
+    case models::FlagKind::Number: return "FLOAT";
+    case models::FlagKind::Text: return "TEXT";
+  }
+  return "TEXT";
+}
+
+/// Declared flags (a model's, a comm hook's) under `group` in --help, their defaults shown, each checked against
+/// its declaration as it is parsed; the values given go to `target`.
+void addDeclaredFlags(CLI::App& app, const std::vector<Flag>& flags, FlagValues& target, const std::string& group) {
+  for (const Flag& flag : flags) {
+    CLI::Option* option = app.add_option_function<std::vector<std::string>>(
+        "--" + flag.name,
+        [&target, name = flag.name](const std::vector<std::string>& values) {
+          std::string joined;
+          for (const std::string& v : values) joined += (joined.empty() ? "" : " ") + v;
+          target.set(name, joined);
+        },
+        flag.help);
+    option->type_name(flagType(flag.kind))->default_str(flag.defaultValue)->group(group);
+    if (flag.kind == models::FlagKind::Integers) {
+      option->expected(1, -1);
+    } else {
+      option->expected(1);
+    }
+    option->check(CLI::Validator(
+        [flag](std::string& value) -> std::string {
+          try {
+            models::canonicalFlagValue(flag, value);
+            return {};
+          } catch (const Error& e) {  // CLI11 names the flag: "--heads: must be ..."
+            const std::string message = userMessage(e.what(), false), name = "--" + flag.name + " ";
+            return message.rfind(name, 0) == 0 ? message.substr(name.size()) : message;
+          }
+        },
+        ""));
+  }
+}
+
+/// The flags of the model `name` (its defaults shown), then, hidden, a usage error for every flag that only
+/// other registered models have.
+void addModelOptions(CLI::App& app, Options& o, const std::string& name) {
+  addDeclaredFlags(app, models::findModel(name).flags, o.modelFlags, "Model " + name);
+  std::map<std::string, std::vector<std::string>> others;  // flag -> the models that have it
+  for (const std::string& other : models::registeredModels()) {
+    if (other == name) continue;
+    for (const models::ModelFlag& flag : models::findModel(other).flags) others["--" + flag.name].push_back(other);
+  }
+  for (const auto& [flag, owners] : others) {
+    if (app.get_option_no_throw(flag) != nullptr) continue;  // this model's, or one of the trainer's
+    std::string list;
+    for (size_t i = 0; i < owners.size(); ++i)
+      list += (i == 0 ? "" : i + 1 == owners.size() ? " or " : ", ") + owners[i];
+    app.add_option_function<std::vector<std::string>>(
+           flag,
+           [flag, list, name](const std::vector<std::string>&) {
+             throw CLI::ValidationError(flag + " is a flag of --model " + list + ", not of --model " + name);
+           },
+           "")
+        ->expected(0, -1)
+        ->group("");
+  }
+}
+
+/// A flag whose value is one name of `modes`, kept as its enum in `target` (names only, not the enum's numbers).
+/// The parsed value stays the name: what config_to_str gives agreeOnOptions to compare and print.
+template <typename Mode>
+CLI::Option* addModeOption(CLI::App& app, const std::string& flag, Mode& target,
+                           const std::map<std::string, Mode>& modes, const std::string& help, const char* current) {
+  return app
+      .add_option_function<std::string>(
+          flag, [&target, modes](const std::string& name) { target = modes.at(name); }, help)
+      ->check(CLI::IsMember(modes))
+      ->type_name("TEXT")
+      ->default_str(current);
+}
+
+/// A number flag: its range checked as it is parsed (numberIn's arguments after the help), its default shown.
+template <typename T>
+CLI::Option* addNumber(CLI::App& app, const std::string& flag, T& target, const std::string& help, long double lo,
+                       long double hi, bool integer, bool openBelow = false) {
+  return app.add_option(flag, target, help)->transform(numberIn(lo, hi, integer, openBelow))->capture_default_str();
+}
+
+/// --help's list of the registered models and their flags.
+std::string modelsHelp() {
+  std::string text = "Models (--model NAME; --model NAME --help shows its flags and defaults):\n";
+  for (const std::string& name : models::registeredModels()) {
+    const models::ModelEntry& entry = models::findModel(name);
+    text += "  " + name + ": " + entry.description + "\n   ";
+    for (const models::ModelFlag& flag : entry.flags) text += " --" + flag.name;
+    text += "\n";
+  }
+  return text;
+}
+
+}  // namespace
+
+const std::map<std::string, Precision>& precisionNames() {
+  static const std::map<std::string, Precision> names = {
+      {"fp32", Precision::Fp32}, {"fp64", Precision::Fp64}, {"bf16", Precision::Bf16}};
+  return names;
+}
+
+DType parameterDType(Precision precision) { return precision == Precision::Fp64 ? DType::F64 : DType::F32; }
+
+DType computeDType(Precision precision) {
+  return precision == Precision::Bf16 ? DType::BF16 : parameterDType(precision);
+}
+
+const std::map<std::string, DataSet>& dataSetNames() {
+  static const std::map<std::string, DataSet> names = {
+      {"fashion-mnist", DataSet::FashionMnist}, {"fortunes", DataSet::Fortunes}, {"llmc", DataSet::Llmc}};
+  return names;
+}
+
+const std::map<std::string, Device>& deviceNames() {
+  static const std::map<std::string, Device> names = {{"cpu", Device::CPU}, {"cuda", Device::CUDA}};
+  return names;
+}
+
+const std::map<std::string, distributed::ZeroGather>& zeroGatherNames() {
+  static const std::map<std::string, distributed::ZeroGather> names = {{"end", distributed::ZeroGather::End},
+                                                                       {"overlap", distributed::ZeroGather::Overlap},
+                                                                       {"forward", distributed::ZeroGather::Forward}};
+  return names;
+}
+
+DataSet Options::dataSet() const {
+  if (data != DataSet::ModelDefault) return data;
+  const std::string& name = models::findModel(model).defaultData;
+  const auto it = dataSetNames().find(name);
+  MINIDP_CHECK(it != dataSetNames().end(), "model " << model << "'s default data '" << name << "' is no --data");
+  return it->second;
+}
+
+int64_t Options::context() const {
+  const models::ModelEntry& entry = models::findModel(model);
+  if (entry.data != models::DataKind::Tokens) return 0;
+  return models::flagValues(model, entry, modelFlags).integer("context");
+}
+
+std::string modelFromCommandLine(int argc, char** argv, const std::string& fallback) {
+  CLI::App pre;
+  pre.allow_extras();
+  pre.set_help_flag();
+  std::string model = fallback;
+  pre.add_option("--model", model);
+  try {
+    pre.parse(argc, argv);
+  } catch (const CLI::ParseError&) {
+    return fallback;  // the full parse reports it
+  }
+  return model;
+}
+
+models::ModelArgs modelArgs(const Options& o, int64_t inputs, int64_t classes) {
+  const models::ModelEntry& entry = models::findModel(o.model);
+  models::ModelArgs args;
+  args.seed = o.seed;
+  args.inputs = inputs;
+  args.classes = classes;
+  args.flags = models::flagValues(o.model, entry, o.modelFlags);
+  if (entry.data == models::DataKind::Tokens) args.context = args.flags.integer("context");
+  args.compute = computeDType(o.precision);
+  args.device = o.device;
+  return args;
+}
+
+models::ModelArgs modelArgsBeforeData(const Options& o, int64_t vocab) {
+  if (models::findModel(o.model).data == models::DataKind::Tokens) return modelArgs(o, 0, vocab);
+  return modelArgs(o, kFashionMnistPixels, kFashionMnistClasses);
+}
+
+void addOptions(CLI::App& app, Options& o) {
+  const bool known = models::hasModel(o.model);  // else the parse reports --model
+  const models::ModelEntry* entry = known ? &models::findModel(o.model) : nullptr;
+  const auto modelDefault = [&](const std::string& text) { return known ? " (" + o.model + ": " + text + ")" : ""; };
+  std::ostringstream lrText;
+  if (known) lrText << entry->defaultLr;
+  app.add_option("--model", o.model, "Model to train: a name of the model registry (listed below)")
+      ->check(CLI::Validator([](std::string& name) { return models::hasModel(name) ? "" : "unknown model " + name; },
+                             "MODEL"))
+      ->capture_default_str();
+  addModeOption(app, "--data", o.data, dataSetNames(),
+                "Dataset: fashion-mnist (image models), fortunes or llmc (token models); default: the model's" +
+                    modelDefault(known ? entry->defaultData : ""),
+                "");
+  app.add_option("--data-dir", o.dataDir, "Dataset folder (default: the Debian package's folder)")
+      ->transform(nonEmptyPath());
+  app.add_option("--llmc-train", o.llmcTrain, "llm.c token file for training (--data llmc)")->transform(nonEmptyPath());
+  app.add_option("--llmc-val", o.llmcVal, "llm.c token file for validation (--data llmc)")->transform(nonEmptyPath());
+  addModeOption(app, "--dtype", o.precision, precisionNames(),
+                "Precision: fp32, fp64, or bf16 (fp32 parameters, bf16 activations; CUDA)",
+                nameOf(precisionNames(), o.precision).c_str());
+  app.add_flag("--tf32", o.tf32, "CUDA fp32 GEMMs on TF32 tensor cores (default: exact fp32)");
+  app.add_flag("--plain-gemms", o.plainGemms,
+               "bf16 GEMMs in a slow plain kernel of minidp's own instead of cuBLASLt, for compute-sanitizer's "
+               "initcheck (which does not see cuBLASLt's writes)");
+  app.add_flag("--cast-weights", o.castWeights,
+               "bf16: cast the fp32 weights in every forward instead of keeping bf16 copies that the optimizer "
+               "updates (the same bits, slower; --zero 1 always casts)");
+  app.add_option("--steps", o.steps,
+                 "Optimizer steps (0: the model's default" +
+                     modelDefault(known ? std::to_string(entry->defaultSteps) : "") + ")")
+      ->transform(numberIn(0, kMaxCount, true))
+      ->capture_default_str();
+  addNumber(app, "--batch-size", o.batchSize, "Samples per rank per micro-batch (global batch = this x ranks)", 1, 1e7L,
+            true);
+  app.add_option("--lr", o.lr, "Learning rate (default: the model's" + modelDefault(lrText.str()) + ")")
+      ->transform(numberIn(0, 1e6L, false, true))
+      ->default_str("");
+  app.add_option(
+         "--optimizer", o.optimizer,
+         "sgd (momentum 0.9) or adamw; default: the model's" + modelDefault(known ? entry->defaultOptimizer : ""))
+      ->check(CLI::IsMember({"sgd", "adamw"}));
+  addNumber(app, "--weight-decay", o.weightDecay, "Weight decay", 0, 1e6L, false);
+  addNumber(app, "--seed", o.seed, "Seed of initialisation and data order", 0, 18446744073709551615.0L, true);
+  // The DDP options, typed at the flags: MiB converted to bytes here, once (the overlap mode: addLoopOptions).
+  app.add_option_function<double>(
+         "--bucket-mb", [&o](double mb) { o.ddp.bucketCapBytes = distributed::mibToBytes(mb); },
+         "Gradient bucket cap (MB), or auto: chosen after the first step from the measured link and backward")
+      ->transform(bucketMb(true))
+      ->default_str(mibText(o.ddp.bucketCapBytes));
+  app.add_option_function<double>(
+         "--first-bucket-mb", [&o](double mb) { o.ddp.firstBucketCapBytes = distributed::mibToBytes(mb); },
+         "Cap of the first bucket launched (MB)")
+      ->transform(bucketMb(false))
+      ->default_str(mibText(o.ddp.firstBucketCapBytes));
+  app.add_flag("--rebuild-buckets", o.ddp.rebuildBuckets,
+               "After the first step, re-plan the buckets in rank 0's "
+               "observed gradient ready order");
+  addNumber(app, "--grad-accum", o.gradAccum, "Micro-batches per step; all-reduce on the last only", 1, 1e6L, true);
+  app.add_option("--load", o.load,
+                 "Start from the parameters in this safetensors file (F32 or F64, converted to --dtype's "
+                 "parameters: bit for bit, or exactly widened from F32; F64 into fp32 rounds to nearest)")
+      ->transform(nonEmptyPath());
+  app.add_option("--trace", o.trace, "Write a Chrome trace (JSON) of the last --trace-steps steps to this file")
+      ->transform(nonEmptyPath());
+  addNumber(app, "--trace-steps", o.traceSteps, "Steps in the trace", 1, 1e6L, true);
+  app.add_option("--comm-hook", o.ddp.commHook.name, distributed::commHookHelp())
+      ->check(CLI::IsMember(distributed::commHookNames()))
+      ->capture_default_str();
+  for (const distributed::CommHookEntry& hook : distributed::commHooks()) {
+    addDeclaredFlags(app, hook.flags, o.ddp.commHook.flags, "Comm hook " + hook.name);
+  }
+  app.add_option("--zero", o.ddp.zeroStage,
+                 "ZeRO stage: 0 all-reduces gradients; 1 reduce-scatters them and shards the "
+                 "optimizer state")
+      ->check(CLI::IsMember({0, 1}))
+      ->capture_default_str();
+  addModeOption(app, "--zero-gather", o.zeroGather, zeroGatherNames(),
+                "ZeRO-1 parameter all-gather: end (after every shard's update), "
+                "overlap (bucket by bucket, as each shard is updated) or forward (as overlap, in the "
+                "forward's order; each parameter waits for its gather where the next forward reads it)",
+                nameOf(zeroGatherNames(), o.zeroGather).c_str());
+  addModeOption(app, "--lr-schedule", o.lrSchedule, lrScheduleNames(),
+                "Learning rate after the warm-up: constant, cosine or linear decay", "constant");
+  addNumber(app, "--warmup-steps", o.warmupSteps, "Linear warm-up from lr/N to lr over the first N steps", 0, kMaxCount,
+            true);
+  addNumber(app, "--min-lr-frac", o.minLrFrac, "cosine/linear: decay to lr x this at the last step", 0, 1, false);
+  addNumber(app, "--clip-grad-norm", o.clipGradNorm,
+            "Clip the global norm of the averaged gradients to this (0: no clipping)", 0, 1e9L, false);
+  addSessionOptions(app, o);
+  app.add_flag("--cuda-graph", o.cudaGraph,
+               "Capture the whole step (forward, backward with its all-reduces, "
+               "optimizer) in a CUDA graph after warm-up steps and replay it");
+  app.add_flag("--sparse-embedding-grad", o.sparseEmbeddingGrad,
+               "Send only the rows of the token embedding's gradient that this rank's tokens touch, "
+               "all-gathered (as nn.Embedding(sparse=True) under DDP)" +
+                   modelDefault(known && !entry->rowSparseParameter.empty() ? entry->rowSparseParameter : "none"));
+  if (known) addModelOptions(app, o, o.model);
+  app.footer(modelsHelp());
+}
+
+namespace {
+
+/// --sparse-embedding-grad's refusals, as one line; empty when there is none.
+std::string sparseUsageProblem(const Options& o) {
+  if (!o.sparseEmbeddingGrad) return {};
+  if (models::findModel(o.model).rowSparseParameter.empty())
+    return "--sparse-embedding-grad: model " + o.model + " has no parameter indexed by its input tokens";
+  if (o.ddp.zeroStage != 0)
+    return "--sparse-embedding-grad with --zero 1 is not supported (rows are all-reduced, not sharded)";
+  if (o.cudaGraph) return "--sparse-embedding-grad with --cuda-graph is not supported (the row ids are not captured)";
+  return {};
+}
+
+/// --comm-hook's refusals (the chosen hook's registry entry), as one line; empty when there is none.
+std::string hookUsageProblem(const Options& o) {
+  distributed::HookUsage usage;
+  usage.zeroStage = o.ddp.zeroStage;
+  usage.cudaGraph = o.cudaGraph;
+  usage.gradDType = parameterDType(o.precision);  // --dtype bf16: fp32 parameters and gradients
+  usage.device = o.device;
+  usage.rowSparse = o.sparseEmbeddingGrad;
+  return distributed::findCommHook(o.ddp.commHook.name).usageProblem(usage);
+}
+
+/// The communicator flags' refusals, as one line; empty when there is none: the backend's own
+/// (commSettingsProblem: the device, NCCL's settings), then a backend's flags, given at any value or set, on
+/// another backend. The communicator is resolved as makeCommunicator will (the launcher's world size; an
+/// unknown one counts as several ranks), which checks again with the real one.
+std::string commUsageProblem(const Options& o) {
+  distributed::CommOptions comm = o.comm;
+  comm.cuda = o.device == Device::CUDA;
+  if (comm.ncclBuffers != distributed::CommBuffers::Plain && o.ddp.zeroStage != 0)
+    return std::string("--nccl-buffers ") + distributed::commBuffersName(comm.ncclBuffers) +
+           " with --zero 1 is not supported (its in-place reduce-scatter and all-gather address each rank's "
+           "shard at another offset; registered and symmetric NCCL buffers want the same offset on every rank)";
+  const distributed::LaunchInfo launch = distributed::detectLauncher();
+  const int world = !launch.launched() ? 1 : launch.size > 0 ? launch.size : 2;
+  const std::string backend = distributed::resolveCommBackend(comm, world, launch.launched());
+  if (std::string problem = distributed::commSettingsProblem(comm, backend); !problem.empty()) return problem;
+  const distributed::CommOptions defaults;
+  struct BackendFlag {
+    const char* flag;
+    bool set;  // not its default
+    std::vector<std::string> backends;
+  };
+  const BackendFlag flags[] = {
+      {"--nccl-max-ctas", comm.ncclMaxCtas != defaults.ncclMaxCtas, {"nccl", "emulated"}},
+      {"--nccl-min-ctas", comm.ncclMinCtas != defaults.ncclMinCtas, {"nccl"}},
+      {"--nccl-cta-policy", comm.ncclCtaPolicy != defaults.ncclCtaPolicy, {"nccl"}},
+      {"--nccl-buffers", comm.ncclBuffers != defaults.ncclBuffers, {"nccl"}},
+      {"--emulated-world", comm.emulatedWorld != defaults.emulatedWorld, {"emulated"}},
+      {"--emulated-gbps", comm.emulatedGBps != defaults.emulatedGBps, {"emulated"}},
+      {"--emulated-latency-us", comm.emulatedLatencyUs != defaults.emulatedLatencyUs, {"emulated"}},
+  };
+  for (const BackendFlag& f : flags) {
+    if (!f.set && !o.given(f.flag)) continue;
+    if (std::find(f.backends.begin(), f.backends.end(), backend) != f.backends.end()) continue;
+    std::string names;
+    for (const std::string& name : f.backends) names += (names.empty() ? "" : " or ") + name;
+    return std::string(f.flag) + " is a setting of --comm " + names + "; this run's communicator is " + backend;
+  }
+  return {};
+}
+
+/// Flags given (at any value) where nothing reads them: their files, modes and settings belong to another
+/// --data, model, --zero or --comm-hook; periodic validation without validation batches. One line; empty
+/// when there is none.
+std::string unreadFlagProblem(const Options& o) {
+  const models::ModelEntry& entry = models::findModel(o.model);
+  const DataSet data = o.dataSet();
+  for (const char* flag : {"--llmc-train", "--llmc-val"}) {
+    if (o.given(flag) && data != DataSet::Llmc)
+      return std::string(flag) + " is a file of --data llmc; this run's data is " + nameOf(dataSetNames(), data);
+  }
+  for (const char* flag : {"--sample", "--temperature", "--top-k"}) {
+    if (o.given(flag) && !entry.nextTokenLogits)  // the entry's sampling capability
+      return std::string(flag) + ": --model " + o.model + " does not generate tokens";
+  }
+  if (o.given("--zero-gather") && o.ddp.zeroStage != 1)
+    return "--zero-gather " + nameOf(zeroGatherNames(), o.zeroGather) +
+           " gathers ZeRO-1's parameter shards: it needs --zero 1";
+  for (const distributed::CommHookEntry& hook : distributed::commHooks()) {
+    for (const Flag& flag : hook.flags) {
+      if (o.ddp.commHook.flags.has(flag.name) && hook.name != o.ddp.commHook.name)
+        return "--" + flag.name + " is a setting of --comm-hook " + hook.name + "; this run's hook is " +
+               o.ddp.commHook.name;
+    }
+  }
+  if (entry.data == models::DataKind::Tokens && o.evalBatches == 0 && o.evalEvery > 0)
+    return "--eval-every " + std::to_string(o.evalEvery) +
+           " validates on --eval-batches batches: not with "
+           "--eval-batches 0";
+  return {};
+}
+
+/// Whether `a` and `b` name one file (the same text, or the same place once links and ".." are resolved).
+bool sameFile(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  std::error_code ea, eb;
+  const fs::path pa = fs::weakly_canonical(fs::absolute(a), ea), pb = fs::weakly_canonical(fs::absolute(b), eb);
+  return !ea && !eb && pa == pb;
+}
+
+/// Two outputs of one run written to one file (the later would replace the earlier), as one line.
+std::string outputUsageProblem(const Options& o, const std::vector<OutputFile>& more) {
+  const std::vector<OutputFile> files = outputFiles(o, more);
+  for (size_t i = 0; i < files.size(); ++i) {
+    for (size_t j = i + 1; j < files.size(); ++j) {
+      if (sameFile(files[i].path, files[j].path))
+        return files[i].flag + " and " + files[j].flag + " both write " + files[j].path + ": give each its own file";
+    }
+  }
+  return {};
+}
+
+/// The device's rules, before the model's refusals (which take the device as given): bf16 and TF32 are CUDA's.
+std::string deviceUsageProblem(const Options& o) {
+  const bool bf16 = o.precision == Precision::Bf16;
+  if (o.device == Device::CUDA) {
+    if (o.plainGemms && !bf16) return "--plain-gemms needs --dtype bf16 (it replaces cuBLASLt's bf16 GEMMs)";
+    if (o.castWeights && !bf16) return "--cast-weights needs --dtype bf16 (only bf16 forwards cast weights)";
+    return {};
+  }
+  if (bf16) return "--dtype bf16 needs --device cuda (bf16 kernels are CUDA-only)";
+  if (o.tf32) return "--tf32 needs --device cuda (TF32 is a mode of CUDA's fp32 GEMMs)";
+  if (o.plainGemms) return "--plain-gemms needs --device cuda (it replaces cuBLASLt's bf16 GEMMs)";
+  if (o.castWeights) return "--cast-weights needs --device cuda and --dtype bf16 (only bf16 forwards cast weights)";
+  return {};
+}
+
+/// The rules between the data, precision, bucket and file flags, as one line; empty when there is none.
+std::string runUsageProblem(const Options& o) {
+  const models::ModelEntry& entry = models::findModel(o.model);
+  const DataSet data = o.dataSet();
+  if (entry.data == models::DataKind::Images && data != DataSet::FashionMnist)
+    return "--model " + o.model + " trains on images: --data fashion-mnist, not " + nameOf(dataSetNames(), data);
+  if (entry.data == models::DataKind::Tokens && data == DataSet::FashionMnist)
+    return "--model " + o.model + " trains on tokens: --data fortunes or llmc, not fashion-mnist";
+  if (data == DataSet::Llmc && (o.llmcTrain.empty() || o.llmcVal.empty()))
+    return "--data llmc needs " + std::string(o.llmcTrain.empty() ? "--llmc-train" : "--llmc-val") +
+           " FILE (an llm.c .bin token file)";
+  if (o.ddp.bucketCapBytes == 0 && (o.ddp.zeroStage != 0 || o.ddp.rebuildBuckets))
+    return "--bucket-mb auto re-plans after the first step: not with --zero 1 or --rebuild-buckets";
+  if (o.saveEvery > 0 && o.save.empty()) return "--save-every needs --save FILE (the file it rewrites)";
+  if (!o.resume.empty() && !o.load.empty())
+    return "--resume continues a saved run, its parameters included: not with --load";
+  return {};
+}
+
+}  // namespace
+
+std::vector<OutputFile> outputFiles(const Options& o, const std::vector<OutputFile>& more) {
+  std::vector<OutputFile> files;
+  for (const std::vector<OutputFile>& part :
+       {std::vector<OutputFile>{{"--save", o.save}, {"--metrics", o.metrics}, {"--trace", o.trace}}, more}) {
+    for (const OutputFile& file : part) {
+      if (!file.path.empty()) files.push_back(file);
+    }
+  }
+  return files;
+}
+
+std::string usageProblem(const Options& o, const std::vector<OutputFile>& more) {
+  if (const std::string device = deviceUsageProblem(o); !device.empty()) return device;
+  try {
+    const models::ModelArgs args = modelArgsBeforeData(o, 0);  // the vocabulary is read later
+    if (std::string refused = models::findModel(o.model).refuse(args); !refused.empty()) return refused;
+  } catch (const Error& e) {
+    return userMessage(e.what(), false);  // a flag the model does not have, or a value out of its range
+  }
+  if (const std::string run = runUsageProblem(o); !run.empty()) return run;
+  if (const std::string unread = unreadFlagProblem(o); !unread.empty()) return unread;
+  if (const std::string sparse = sparseUsageProblem(o); !sparse.empty()) return sparse;
+  if (const std::string hook = hookUsageProblem(o); !hook.empty()) return hook;
+  if (const std::string comm = commUsageProblem(o); !comm.empty()) return comm;
+  if (const std::string outputs = outputUsageProblem(o, more); !outputs.empty()) return outputs;
+  if (!o.cudaGraph) return {};
+  if (o.device != Device::CUDA) return "--cuda-graph needs --device cuda";
+  if (o.gradAccum != 1) return "--cuda-graph captures one micro-batch per step: not with --grad-accum > 1";
+  if (o.ddp.zeroStage != 0)
+    return "--cuda-graph with --zero 1 is not supported (the sharded optimizer gathers outside the graph)";
+  return {};
+}
+
+void addLoopOptions(CLI::App& app, Options& o) {
+  addModeOption(app, "--overlap", o.ddp.overlap, distributed::overlapModes(),
+                "on: all-reduce buckets during backward; off: after it", distributed::overlapName(o.ddp.overlap));
+  addNumber(app, "--log-every", o.logEvery, "Print the loss every N steps (synchronises then)", 1, kMaxCount, true);
+  addNumber(app, "--eval-every", o.evalEvery, "Validate every N steps (0: at the end only)", 0, kMaxCount, true);
+  addNumber(app, "--eval-batches", o.evalBatches, "Validation batches of a token model (0: no validation)", 0, 1e6L,
+            true);
+  app.add_option("--save", o.save,
+                 "Write the parameters (and the training state) to this safetensors file at the end: a new file or "
+                 "a regular one, replaced whole")
+      ->transform(nonEmptyPath());
+  app.add_option("--metrics", o.metrics, "Write one JSON line per logged step to this file (rank 0)")
+      ->transform(nonEmptyPath());
+  addNumber(app, "--peak-tflops", o.peakTflops, "Per-device peak TFLOP/s for MFU (default: H200 bf16 measured)", 0,
+            1e9L, false, true);
+  addNumber(app, "--sample", o.sample, "Token models: print this many generated tokens at the end", 0, 1e6L, true);
+  addNumber(app, "--temperature", o.temperature, "Sampling temperature (0: greedy)", 0, 1e6L, false);
+  addNumber(app, "--top-k", o.topK, "Sample from the K most likely tokens (0: all)", 0, kMaxCount, true);
+}
+
+void addSessionOptions(CLI::App& app, Options& o) {
+  addModeOption(app, "--device", o.device, deviceNames(), "cpu or cuda", deviceName(o.device));
+  app.add_option("--comm", o.comm.backend, distributed::commBackendHelp())
+      ->check(CLI::IsMember(distributed::commBackendNames()))
+      ->capture_default_str();
+  addNumber(app, "--nccl-max-ctas", o.comm.ncclMaxCtas, "NCCL maxCTAs (0: NCCL's default)", 0, 1024, true);
+  addNumber(app, "--nccl-min-ctas", o.comm.ncclMinCtas, "NCCL minCTAs (0: NCCL's default; at most --nccl-max-ctas)", 0,
+            1024, true);
+  addModeOption(app, "--nccl-cta-policy", o.comm.ncclCtaPolicy, distributed::ncclCtaPolicies(),
+                "NCCL CTA policy: default (not set: NCCL's own, or NCCL_CTA_POLICY), efficiency (fewest CTAs "
+                "for decent bandwidth) or zero (no CTAs where NCCL can: copy engines on symmetric buffers)",
+                distributed::ncclCtaPolicyName(o.comm.ncclCtaPolicy));
+  addModeOption(app, "--nccl-buffers", o.comm.ncclBuffers, distributed::commBuffersModes(),
+                "Gradient bucket (and bf16 wire) buffers: plain (the caching allocator), registered "
+                "(ncclMemAlloc + ncclCommRegister) or symmetric (ncclMemAlloc + a symmetric NCCL window)",
+                distributed::commBuffersName(o.comm.ncclBuffers));
+  app.add_flag("!--no-comm-priority", o.comm.commHighPriority, "Create the comm stream at default priority");
+  addNumber(app, "--emulated-world", o.comm.emulatedWorld, "Emulated link: ranks modelled", 1, 1e6L, true);
+  addNumber(app, "--emulated-gbps", o.comm.emulatedGBps, "Emulated link: bandwidth, GB/s", 0, 1e6L, false, true);
+  addNumber(app, "--emulated-latency-us", o.comm.emulatedLatencyUs, "Emulated link: latency, us", 0, 1e9L, false);
+  addNumber(app, "--gpu", o.comm.gpu, "CUDA device of this rank (-1: node-local rank modulo the visible devices)", -1,
+            1e4L, true)
+      ->configurable(false);  // each rank's own: not compared across ranks (agreeOnOptions)
+  addNumber(app, "--watchdog-s", o.comm.watchdogSeconds, "Abort every rank if a collective takes longer", 0, 1e7L,
+            false, true);
+  app.add_flag("--verbose", o.verbose, "Errors name the source file and line");
+}
+
+CLI::Validator numberIn(long double lo, long double hi, bool integer, bool openBelow) {
+  const std::string range = (openBelow ? "(" : "[") + shortNumber(lo) + ", " + shortNumber(hi) + "]";
+  const std::string kind = integer ? "an integer" : "a number";
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        char* end = nullptr;
+        const long double v = std::strtold(text.c_str(), &end);
+        const bool parsed = !text.empty() && end != text.c_str() && *end == '\0' && std::isfinite(v);
+        if (!parsed || (integer && v != std::floor(v)))
+          return "must be " + kind + " in " + range + ", got '" + text + "'";
+        if (v < lo || v > hi || (openBelow && v == lo)) {
+          return "must be in " + range + ", got " + (text.size() <= 24 ? text : shortNumber(v));
+        }
+        // CLI11 reads integers in decimal only: "1e9" becomes "1000000000" (exact: |v| < 2^64 here).
+        if (integer)
+          text = v < 0 ? std::to_string(static_cast<long long>(v)) : std::to_string(static_cast<unsigned long long>(v));
+        return "";
+      },
+      range);
+}
+
+CLI::Validator bucketMb(bool orAuto) {
+  const CLI::Validator number = numberIn(0, 1e6L, false, true);
+  return CLI::Validator(
+      [number, orAuto](std::string& value) -> std::string {
+        if (orAuto && value == "auto") {
+          value = "0";
+          return {};
+        }
+        const std::string problem = number(value);
+        const std::string must = "must be ";
+        if (!problem.empty()) return orAuto ? must + "auto or " + problem.substr(must.size()) : problem;
+        if (distributed::mibToBytes(std::stod(value)) == 0) return "must hold at least one byte, got " + value + " MB";
+        return problem;
+      },
+      orAuto ? "auto|(0, 1e+06]" : "(0, 1e+06]");
+}
+
+CLI::Validator nonEmptyPath() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string { return text.empty() ? "needs a path, got an empty string" : ""; }, "");
+}
+
+void addResumeOptions(CLI::App& app, Options& o) {
+  addNumber(app, "--save-every", o.saveEvery,
+            "Also write the full training state to --save every N steps (0: only at the end)", 0, kMaxCount, true);
+  app.add_option("--resume", o.resume,
+                 "Continue the run saved in this file (--steps counts the total; not with --load)")
+      ->transform(nonEmptyPath());
+  app.add_flag("--check-finite", o.checkFinite,
+               "Check the loss for NaN/inf every step (synchronises); by default "
+               "at --log-every steps");
+}
+
+void recordParsedFlags(const CLI::App& app, Options& opts) {
+  opts.givenFlags.clear();
+  for (const CLI::Option* option : app.get_options()) {
+    if (option->count() > 0) opts.givenFlags.insert(option->get_name());
+  }
+  opts.parsedFlags = app.config_to_str(true, false);
+}
+
+}  // namespace minidp::train
