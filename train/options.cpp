@@ -48,6 +48,16 @@ const char* flagType(models::FlagKind kind) {
   return "TEXT";
 }
 
+/// What --help shows a declared flag takes, as the number flags show it: "[1, 1024]", "(0, 1]", "{fp32,bf16}".
+std::string allowedValues(const Flag& flag) {
+  if (flag.kind != FlagKind::Text) {
+    return (flag.aboveMin ? "(" : "[") + shortNumber(flag.min) + ", " + shortNumber(flag.max) + "]";
+  }
+  std::string words;
+  for (const std::string& c : flag.choices) words += (words.empty() ? "" : ",") + c;
+  return words.empty() ? "" : "{" + words + "}";
+}
+
 /// Declared flags (a model's, a comm hook's) under `group` in --help, their defaults shown, each checked against
 /// its declaration as it is parsed; the values given go to `target`.
 void addDeclaredFlags(CLI::App& app, const std::vector<Flag>& flags, FlagValues& target, const std::string& group) {
@@ -76,7 +86,7 @@ void addDeclaredFlags(CLI::App& app, const std::vector<Flag>& flags, FlagValues&
             return message.rfind(name, 0) == 0 ? message.substr(name.size()) : message;
           }
         },
-        ""));
+        allowedValues(flag)));
   }
 }
 
