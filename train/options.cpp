@@ -488,8 +488,10 @@ std::string usageProblem(const Options& o, const std::vector<OutputFile>& more) 
   try {
     const models::ModelArgs args = modelArgs(o, 0, 0);  // no data read yet
     if (std::string refused = models::findModel(o.model).refuse(args); !refused.empty()) return refused;
+    o.dataSet();
   } catch (const Error& e) {
-    return userMessage(e.what(), false);  // a flag the model does not have, or a value out of its range
+    // A flag the model does not have, a value out of its range, a default data that is no --data.
+    return userMessage(e.what(), false);
   }
   if (const std::string run = runUsageProblem(o); !run.empty()) return run;
   if (const std::string unread = unreadFlagProblem(o); !unread.empty()) return unread;
