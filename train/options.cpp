@@ -49,6 +49,16 @@ const char* flagType(models::FlagKind kind) {
   return "TEXT";
 }
 
+/// What --help shows a declared flag takes, as the number flags show it: "[1, 1024]", "(0, 1]", "{fp32,bf16}".
+std::string allowedValues(const Flag& flag) {
+  if (flag.kind != FlagKind::Text) {
+    return (flag.aboveMin ? "(" : "[") + shortNumber(flag.min) + ", " + shortNumber(flag.max) + "]";
+  }
+  std::string words;
+  for (const std::string& c : flag.choices) words += (words.empty() ? "" : ",") + c;
+  return words.empty() ? "" : "{" + words + "}";
+}
+
 /// Declared flags (a model's, a comm hook's) under `group` in --help, their defaults shown, each checked against
 /// its declaration as it is parsed; the values given go to `target`.
 void addDeclaredFlags(CLI::App& app, const std::vector<Flag>& flags, FlagValues& target, const std::string& group) {
@@ -77,7 +87,7 @@ void addDeclaredFlags(CLI::App& app, const std::vector<Flag>& flags, FlagValues&
             return message.rfind(name, 0) == 0 ? message.substr(name.size()) : message;
           }
         },
-        ""));
+        allowedValues(flag)));
   }
 }
 
@@ -484,8 +494,10 @@ std::string usageProblem(const Options& o, const std::vector<OutputFile>& more) 
   try {
     const models::ModelArgs args = modelArgsBeforeData(o, 0);  // the vocabulary is read later
     if (std::string refused = models::findModel(o.model).refuse(args); !refused.empty()) return refused;
+    o.dataSet();
   } catch (const Error& e) {
-    return userMessage(e.what(), false);  // a flag the model does not have, or a value out of its range
+    // A flag the model does not have, a value out of its range, a default data that is no --data.
+    return userMessage(e.what(), false);
   }
   if (const std::string run = runUsageProblem(o); !run.empty()) return run;
   if (const std::string unread = unreadFlagProblem(o); !unread.empty()) return unread;
