@@ -44,9 +44,10 @@ CLI::Validator numberIn(long double lo, long double hi, bool integer, bool openB
 /// The check of a bucket cap flag (--bucket-mb, --first-bucket-mb): MB in (0, 1e6] holding at least one
 /// byte, or with `orAuto` the word "auto", rewritten as 0.
 CLI::Validator bucketMb(bool orAuto);
-/// The check of a file or folder flag: not an empty string.
+/// The check of a file or folder flag: not empty, no control characters, within PATH_MAX and NAME_MAX
+/// (pathTextProblem).
 CLI::Validator nonEmptyPath();
-/// minidp-train's own flags: --save-every, --resume, --check-finite.
+/// minidp-train's own flags: --save-every, --resume, --check-finite, --skip-nonfinite.
 void addResumeOptions(CLI::App& app, Options& opts);
 /// Parses the command line into the options `app` registers on `opts` and records what it read
 /// (recordParsedFlags). Returns -1 to go on, else the exit status: 0 after --help, kUsageExit after one line

@@ -15,6 +15,8 @@
 #include "framework/tensor/tensor_math.h"
 #include "framework/runtime/device.h"
 #include "models/registry.h"
+#include "train/nonfinite_steps.h"
+#include "train/output_clash.h"
 #include "train/run_checks.h"
 #include "train/sampling.h"
 
@@ -309,6 +311,9 @@ std::string commUsageProblem(const Options& o) {
   const int world = !launch.launched() ? 1 : launch.size > 0 ? launch.size : 2;
   const std::string backend = distributed::resolveCommBackend(comm, world, launch.launched());
   if (std::string problem = distributed::commSettingsProblem(comm, backend); !problem.empty()) return problem;
+  if (backend == "emulated" && o.zero != 0)
+    return "--comm emulated models one rank's arithmetic: not with --zero 1 (its reduce-scatter and parameter "
+           "gather need real ranks)";
   const distributed::CommOptions defaults;
   struct BackendFlag {
     const char* flag;
@@ -442,6 +447,8 @@ std::string usageProblem(const Options& o, const std::vector<OutputFile>& more) 
   if (const std::string hook = hookUsageProblem(o); !hook.empty()) return hook;
   if (const std::string comm = commUsageProblem(o); !comm.empty()) return comm;
   if (const std::string outputs = outputUsageProblem(o, more); !outputs.empty()) return outputs;
+  if (const std::string clash = outputClashProblem(o, more); !clash.empty()) return clash;
+  if (const std::string nonFinite = nonFiniteUsageProblem(o); !nonFinite.empty()) return nonFinite;
   if (!o.cudaGraph) return {};
   if (o.device != "cuda") return "--cuda-graph needs --device cuda";
   if (o.gradAccum != 1) return "--cuda-graph captures one micro-batch per step: not with --grad-accum > 1";
@@ -502,14 +509,16 @@ void addSessionOptions(CLI::App& app, Options& o) {
                 "(ncclMemAlloc + ncclCommRegister) or symmetric (ncclMemAlloc + a symmetric NCCL window)",
                 distributed::commBuffersName(o.comm.ncclBuffers));
   app.add_flag("!--no-comm-priority", o.comm.commHighPriority, "Create the comm stream at default priority");
+  // The link model's ranges: at least two ranks to move anything; from 1 MB/s to 100 TB/s; at most a second a
+  // collective (beyond them the modelled times overflow or dwarf any step).
   app.add_option("--emulated-world", o.comm.emulatedWorld, "Emulated link: ranks modelled")
-      ->transform(numberIn(1, 1e6L, true))
+      ->transform(numberIn(2, 1e5L, true))
       ->capture_default_str();
   app.add_option("--emulated-gbps", o.comm.emulatedGBps, "Emulated link: bandwidth, GB/s")
-      ->transform(numberIn(0, 1e6L, false, true))
+      ->transform(numberIn(1e-3L, 1e5L, false))
       ->capture_default_str();
   app.add_option("--emulated-latency-us", o.comm.emulatedLatencyUs, "Emulated link: latency, us")
-      ->transform(numberIn(0, 1e9L, false))
+      ->transform(numberIn(0, 1e6L, false))
       ->capture_default_str();
   app.add_option("--gpu", o.comm.gpu, "CUDA device of this rank (-1: node-local rank modulo the visible devices)")
       ->transform(numberIn(-1, 1e4L, true))
@@ -683,11 +692,17 @@ Tensor Trainer::step() {
   }
   timer_.phase(runtime::Phase::Optimizer);
   // Clipping reads the averaged gradients in the buckets: the same bits, so the same norm, on every rank.
-  normMeasured_ = opts_.clipGradNorm > 0;
+  normMeasured_ = opts_.clipGradNorm > 0 || opts_.skipNonFinite;
   if (normMeasured_) computeGradNorm();
-  lr_ = schedule_.at(optimizer_->stepCount());
-  optimizer_->setLr(lr_);
-  optimizer_->step();
+  // --skip-nonfinite: the norm (the same bits on every rank) is read on the host; a step it skips keeps the
+  // parameters, the optimizer's state and its step count.
+  if (opts_.skipNonFinite && !std::isfinite(clipper_->norm())) {
+    ++skippedSteps_;
+  } else {
+    lr_ = schedule_.at(optimizer_->stepCount());
+    optimizer_->setLr(lr_);
+    optimizer_->step();
+  }
   timeBuckets();
   timer_.endStep();
   if (profiled) {

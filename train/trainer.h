@@ -82,6 +82,7 @@ struct Options {
   int64_t saveEvery = 0;     // also write the training state to `save` every N steps
   std::string resume;        // continue the training state in this file
   bool checkFinite = false;  // check the loss every step, not only at log points
+  bool skipNonFinite = false;  // skip the update of a step whose gradients are not finite, not stop (nonfinite_steps.h)
   bool verbose = false;      // errors keep their source locations
   // CUDA graphs: after kGraphWarmupSteps eager steps, one step captured and replayed (train/graph_step.cpp).
   bool cudaGraph = false;
@@ -184,6 +185,8 @@ class Trainer {
   /// The global norm of the last step's averaged gradients (computed on the device now unless clipping
   /// already did; reading it synchronises: log points only).
   double gradNorm();
+  /// The steps --skip-nonfinite skipped so far (their gradient norm was NaN or infinite).
+  int64_t skippedSteps() const { return skippedSteps_; }
   /// Token models only: `count` tokens continued from a prompt (bytes of "The " for byte vocabularies, else token 0
   /// or GPT-2's <|endoftext|>), drawn at opts.temperature from the opts.topK most likely, seeded by
   /// opts.seed: the same on every rank. Byte vocabularies give text, others token ids separated by spaces.
@@ -234,6 +237,7 @@ class Trainer {
   LrSchedule schedule_;
   std::unique_ptr<optim::GradClipper> clipper_;  // the gradient norm (and clip coefficient)
   bool normMeasured_ = false;                    // clipper_ holds the norm of the last step
+  int64_t skippedSteps_ = 0;                     // --skip-nonfinite
   double lr_ = 0;
   std::unique_ptr<Prefetcher> batches_;
   distributed::LinkCost link_;  // --bucket-mb auto: measured at construction

@@ -15,6 +15,7 @@
 #include "framework/runtime/device.h"
 #include "models/registry.h"
 #include "train/metrics.h"
+#include "train/nonfinite_steps.h"
 #include "train/run_checks.h"
 #include "train/stop_signal.h"
 #include "train/trace.h"
@@ -88,7 +89,7 @@ int runTraining(int argc, char** argv, const std::string& program) {
       if (logged) {
         // The only host synchronisation of the loop: reading the loss (averaged over the ranks).
         lastLoss = trainer.globalLoss(loss);
-        checkFiniteLoss(lastLoss, step, opts);
+        checkFiniteStep(lastLoss, trainer.gradNorm(), step, opts);
         const double ms = std::chrono::duration<double, std::milli>(Clock::now() - windowStart).count() / windowSteps;
         // The steps are complete now (the loss was read): their timings resolve without another stall.
         double commMs = 0, exposedMs = 0;
@@ -111,6 +112,7 @@ int runTraining(int argc, char** argv, const std::string& program) {
         point.loss = lastLoss;
         point.lr = trainer.lr();
         point.gradNorm = trainer.gradNorm();
+        if (opts.skipNonFinite) point.skippedSteps = trainer.skippedSteps();
         point.stepMs = ms;
         point.itemsPerS = itemsPerStep * 1000.0 / ms;
         point.tokens = tokens;
@@ -134,10 +136,13 @@ int runTraining(int argc, char** argv, const std::string& program) {
         windowSteps = 0;
       }
       if (opts.saveEvery > 0 && step % opts.saveEvery == 0 && step < opts.steps) {
+        // Nothing non-finite saved over a good state (a logged step was checked above).
+        if (!logged) checkFiniteStep(trainer.globalLoss(loss), trainer.gradNorm(), step, opts);
         trainer.saveState(opts.save, step);
         savedStep = step;
       }
       if (const int signal = stopping.atStepEnd(step == opts.steps)) {
+        if (!logged && !opts.save.empty()) checkFiniteStep(trainer.globalLoss(loss), trainer.gradNorm(), step, opts);
         return endStoppedRun(trainer, opts, session.rank(), step, savedStep, signal, program);
       }
     }
