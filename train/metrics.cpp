@@ -40,6 +40,16 @@ nlohmann::ordered_json LogPoint::toJson() const {
   putIfMeasured(j, "mfu", mfu);
   putIfMeasured(j, "comm_ms", commMs);
   putIfMeasured(j, "exposed_comm_ms", exposedCommMs);
+  if (skippedSteps >= 0) {
+    j["skipped_steps"] = skippedSteps;
+    nlohmann::ordered_json nonFinite = nlohmann::ordered_json::array();
+    if (!std::isfinite(loss)) nonFinite.push_back("loss");
+    if (!std::isfinite(gradNorm)) nonFinite.push_back("grad_norm");
+    if (!nonFinite.empty()) {
+      j["grad_norm"] = nullptr;
+      j["nonfinite"] = nonFinite;
+    }
+  }
   return j;
 }
 
@@ -54,7 +64,8 @@ std::string LogPoint::terminalLine() const {
   if (std::isfinite(valLoss)) add("  val %.4f", valLoss);
   if (std::isfinite(valAccuracy)) add("  acc %.4f", valAccuracy);
   add("  lr %.2e", lr);
-  if (std::isfinite(gradNorm)) add("  norm %.3f", gradNorm);
+  if (std::isfinite(gradNorm) || skippedSteps >= 0) add("  norm %.3f", gradNorm);
+  if (skippedSteps > 0) add("  skipped %lld", static_cast<long long>(skippedSteps));
   add("  %.2f ms", stepMs);
   if (itemsPerS >= 1e6) {
     add("  %.2fM %s/s", itemsPerS / 1e6, tokens ? "tok" : "samples");

@@ -21,9 +21,11 @@ struct LogPoint {
   bool tokens = false;     // itemsPerS counts tokens
   double mfu = NAN;        // model FLOPs utilisation per device, against the stated peak (CUDA only)
   double commMs = NAN, exposedCommMs = NAN;
+  int64_t skippedSteps = -1;  // --skip-nonfinite: the steps skipped so far (then a non-finite norm is printed too)
 
   /// {"step", "loss", "val_loss"?, "val_accuracy"?, "lr", "grad_norm"?, "step_ms", "tokens_per_s" or
-  /// "samples_per_s", "mfu"?, "comm_ms"?, "exposed_comm_ms"?}: measured values only.
+  /// "samples_per_s", "mfu"?, "comm_ms"?, "exposed_comm_ms"?, "skipped_steps"?}: measured values only, except under
+  /// --skip-nonfinite, where a non-finite loss or norm is written as null and named in "nonfinite".
   nlohmann::ordered_json toJson() const;
   /// "step 100/400  loss 2.1234  val 2.2345  lr 3.00e-04  norm 0.812  12.3 ms  5.2k tok/s  MFU 41.2%  ETA 3m12s"
   std::string terminalLine() const;

@@ -13,6 +13,9 @@
 #include "framework/distributed/gradient/comm_hook.h"
 #include "framework/distributed/job/launcher.h"
 #include "models/registry.h"
+#include "train/input_files.h"
+#include "train/nonfinite_steps.h"
+#include "train/output_clash.h"
 #include "train/run_checks.h"
 
 namespace minidp::train {
@@ -366,6 +369,9 @@ std::string commUsageProblem(const Options& o) {
   const int world = !launch.launched() ? 1 : launch.size > 0 ? launch.size : 2;
   const std::string backend = distributed::resolveCommBackend(comm, world, launch.launched());
   if (std::string problem = distributed::commSettingsProblem(comm, backend); !problem.empty()) return problem;
+  if (backend == "emulated" && o.ddp.zeroStage != 0)
+    return "--comm emulated models one rank's arithmetic: not with --zero " + std::to_string(o.ddp.zeroStage) +
+           " (its reduce-scatter and parameter gather need real ranks)";
   const distributed::CommOptions defaults;
   struct BackendFlag {
     const char* flag;
@@ -505,6 +511,8 @@ std::string usageProblem(const Options& o, const std::vector<OutputFile>& more) 
   if (const std::string hook = hookUsageProblem(o); !hook.empty()) return hook;
   if (const std::string comm = commUsageProblem(o); !comm.empty()) return comm;
   if (const std::string outputs = outputUsageProblem(o, more); !outputs.empty()) return outputs;
+  if (const std::string clash = outputClashProblem(o, more); !clash.empty()) return clash;
+  if (const std::string nonFinite = nonFiniteUsageProblem(o); !nonFinite.empty()) return nonFinite;
   if (!o.cudaGraph) return {};
   if (o.device != Device::CUDA) return "--cuda-graph needs --device cuda";
   if (o.gradAccum != 1) return "--cuda-graph captures one micro-batch per step: not with --grad-accum > 1";
@@ -550,9 +558,11 @@ void addSessionOptions(CLI::App& app, Options& o) {
                 "(ncclMemAlloc + ncclCommRegister) or symmetric (ncclMemAlloc + a symmetric NCCL window)",
                 distributed::commBuffersName(o.comm.ncclBuffers));
   app.add_flag("!--no-comm-priority", o.comm.commHighPriority, "Create the comm stream at default priority");
-  addNumber(app, "--emulated-world", o.comm.emulatedWorld, "Emulated link: ranks modelled", 1, 1e6L, true);
-  addNumber(app, "--emulated-gbps", o.comm.emulatedGBps, "Emulated link: bandwidth, GB/s", 0, 1e6L, false, true);
-  addNumber(app, "--emulated-latency-us", o.comm.emulatedLatencyUs, "Emulated link: latency, us", 0, 1e9L, false);
+  // The link model's ranges: at least two ranks to move anything; from 1 MB/s to 100 TB/s; at most a second a
+  // collective (beyond them the modelled times overflow or dwarf any step).
+  addNumber(app, "--emulated-world", o.comm.emulatedWorld, "Emulated link: ranks modelled", 2, 1e5L, true);
+  addNumber(app, "--emulated-gbps", o.comm.emulatedGBps, "Emulated link: bandwidth, GB/s", 1e-3L, 1e5L, false);
+  addNumber(app, "--emulated-latency-us", o.comm.emulatedLatencyUs, "Emulated link: latency, us", 0, 1e6L, false);
   addNumber(app, "--gpu", o.comm.gpu, "CUDA device of this rank (-1: node-local rank modulo the visible devices)", -1,
             1e4L, true)
       ->configurable(false);  // each rank's own: not compared across ranks (agreeOnOptions)
@@ -600,8 +610,7 @@ CLI::Validator bucketMb(bool orAuto) {
 }
 
 CLI::Validator nonEmptyPath() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string { return text.empty() ? "needs a path, got an empty string" : ""; }, "");
+  return CLI::Validator([](std::string& text) -> std::string { return pathTextProblem(text); }, "");
 }
 
 void addResumeOptions(CLI::App& app, Options& o) {
@@ -613,6 +622,9 @@ void addResumeOptions(CLI::App& app, Options& o) {
   app.add_flag("--check-finite", o.checkFinite,
                "Check the loss for NaN/inf every step (synchronises); by default "
                "at --log-every steps");
+  app.add_flag("--skip-nonfinite", o.skipNonFinite,
+               "A step whose gradient norm is NaN/inf leaves the parameters as they were (checked every step: "
+               "synchronises) and is counted in the log; by default it stops the run");
 }
 
 void recordParsedFlags(const CLI::App& app, Options& opts) {

@@ -104,6 +104,7 @@ struct Options {
   int64_t saveEvery = 0;     // also write the training state to `save` every N steps
   std::string resume;        // continue the training state in this file
   bool checkFinite = false;  // check the loss every step, not only at log points
+  bool skipNonFinite = false;  // skip the update of a step whose gradients are not finite, not stop (nonfinite_steps.h)
   bool verbose = false;      // errors keep their source locations
   // CUDA graphs: after kGraphWarmupSteps eager steps, one step captured and replayed (train/graph_step.cpp).
   bool cudaGraph = false;
@@ -171,9 +172,10 @@ CLI::Validator numberIn(long double lo, long double hi, bool integer, bool openB
 /// The check of a bucket cap flag (the bucket and first-bucket caps): MB in (0, 1e6] holding at least one
 /// byte, or with `orAuto` the word "auto", rewritten as 0.
 CLI::Validator bucketMb(bool orAuto);
-/// The check of a file or folder flag: not an empty string.
+/// The check of a file or folder flag: not empty, no control characters, within PATH_MAX and NAME_MAX
+/// (pathTextProblem).
 CLI::Validator nonEmptyPath();
-/// minidp-train's own flags: --save-every, --resume, --check-finite.
+/// minidp-train's own flags: --save-every, --resume, --check-finite, --skip-nonfinite.
 void addResumeOptions(CLI::App& app, Options& opts);
 /// After `app` parsed: the flags given (CLI11's count) into opts.givenFlags, every configurable flag's value
 /// (CLI11's config_to_str, defaults included) into opts.parsedFlags.

@@ -24,6 +24,8 @@
 #include "framework/io/safetensors.h"
 #include "framework/runtime/device.h"
 #include "models/registry.h"
+#include "train/input_files.h"
+#include "train/repeated_flags.h"
 #include "train/train_state.h"
 
 namespace minidp::train {
@@ -34,20 +36,34 @@ namespace {
 
 // The first rank under mpirun (or the only process) prints usage errors: every rank sees the same argv. Under
 // Open MPI's MPMD launch ("mpirun -np 1 a : -np 1 b") the argv is one per app context: its first rank prints.
-bool firstRank() {
+/// Who prints a usage error that every rank finds: rank 0; the first rank of another app context (mpirun's MPMD
+/// form, whose contexts may differ in their flags) after rank 0 had time to end the job with the same line; the
+/// others wait.
+enum class UsageRole { Prints, PrintsAfterRankZero, Waits };
+
+UsageRole usageRole() {
   if (const char* value = std::getenv("OMPI_COMM_WORLD_RANK")) {
     const int rank = std::atoi(value);
+    if (rank == 0) return UsageRole::Prints;
     std::istringstream counts(std::getenv("OMPI_APP_CTX_NUM_PROCS") ? std::getenv("OMPI_APP_CTX_NUM_PROCS") : "");
     int first = 0;  // of each app context, in rank order
     for (int n = 0; counts >> n && first <= rank; first += n) {
-      if (rank == first) return true;
+      if (rank == first) return UsageRole::PrintsAfterRankZero;
     }
-    return rank == 0;
+    return UsageRole::Waits;
   }
   for (const char* name : {"PMI_RANK", "SLURM_PROCID"}) {
-    if (const char* value = std::getenv(name)) return std::atoi(value) == 0;
+    if (const char* value = std::getenv(name)) return std::atoi(value) == 0 ? UsageRole::Prints : UsageRole::Waits;
   }
-  return true;
+  return UsageRole::Prints;
+}
+
+bool firstRank() {
+  const UsageRole role = usageRole();
+  // Rank 0 exits at once with its own line when its context has a usage error too, and mpirun then ends the job:
+  // one line from one rank. Otherwise rank 0 waits in MPI_Init and this line ends the job.
+  if (role == UsageRole::PrintsAfterRankZero) std::this_thread::sleep_for(std::chrono::seconds(3));
+  return role != UsageRole::Waits;
 }
 
 // A usage error every rank found: the first rank prints it; the others wait before they return
@@ -55,7 +71,7 @@ bool firstRank() {
 // would take the first rank down before its line is out (seen under load). The first rank's exit ends the
 // wait (mpirun stops the others); without such a launcher the wait is a few seconds.
 int usageExit() {
-  if (!firstRank()) std::this_thread::sleep_for(std::chrono::seconds(5));
+  if (usageRole() == UsageRole::Waits) std::this_thread::sleep_for(std::chrono::seconds(5));
   return kUsageExit;
 }
 
@@ -264,6 +280,10 @@ MemoryEstimate estimateMemory(const Options& o, int64_t vocab, Device device, DT
 }
 
 int parseCommandLine(CLI::App& app, Options& opts, int argc, char** argv, const char* program) {
+  if (const std::string twice = repeatedFlagProblem(app, argc, argv); !twice.empty()) {
+    if (firstRank()) std::fprintf(stderr, "%s: usage error: %s\n", program, twice.c_str());
+    return usageExit();
+  }
   try {
     app.parse(argc, argv);
     recordParsedFlags(app, opts);
@@ -361,12 +381,25 @@ void agreeOnOptions(distributed::MpiEnvironment& mpi, const std::string& parsedF
   }
 }
 
+namespace {
+
+/// The temporaries a save killed midway left (their writer gone): beside every output and the --resume file, and
+/// any in the folder the run starts in.
+void removeStrayFiles(const Options& o, const std::vector<OutputFile>& more) {
+  for (const OutputFile& file : outputFiles(o, more)) removeStrayTemporaries(file.path);
+  if (!o.resume.empty()) removeStrayTemporaries(o.resume);
+  removeStrayTemporariesIn(".");
+}
+
+}  // namespace
+
 void checkTrainingRun(const Options& o, Session& session, const std::vector<OutputFile>& more) {
   agreeOnChecks(*session.comm, [&] {
     if (session.rank() == 0) {
+      checkInputFiles(o);  // before anything reads them: links that loop, FIFOs and devices named as such
       // Rank 0 writes the outputs: their folders must take a file now, not after hours of training.
       for (const OutputFile& file : outputFiles(o, more)) checkWritable(file.flag, file.path);
-      if (!o.save.empty()) removeStrayTemporaries(o.save);
+      removeStrayFiles(o, more);
     }
     const TrainingData data = checkData(o);
     checkMemory(o, session, data.vocab);  // one micro-batch's, then the size of a whole step

@@ -1,7 +1,10 @@
 #include "train/stop_signal.h"
 
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 
 #include "framework/distributed/comm/comm_thread.h"
 #include "framework/distributed/job/mpi_environment.h"
@@ -12,11 +15,14 @@ namespace minidp::train {
 namespace {
 
 volatile std::sig_atomic_t gReceived = 0;
-struct sigaction gPrevious[2];
-constexpr int kSignals[2] = {SIGTERM, SIGINT};
+volatile pid_t gSender = 0;  // who sent the first signal (siginfo's si_pid)
+constexpr int kSignals[] = {SIGTERM, SIGINT, SIGHUP};
+constexpr int kCount = sizeof(kSignals) / sizeof(kSignals[0]);
+struct sigaction gPrevious[kCount];
 
-extern "C" void onStopSignal(int signal) {
+extern "C" void onStopSignal(int signal, siginfo_t* info, void*) {
   if (gReceived == 0) {
+    gSender = info != nullptr ? info->si_pid : 0;
     gReceived = signal;
     return;
   }
@@ -36,22 +42,36 @@ extern "C" void onStopSignal(int signal) {
 
 StopSignals::StopSignals() {
   gReceived = 0;
+  gSender = 0;
   struct sigaction noted {};
-  noted.sa_handler = onStopSignal;
+  noted.sa_sigaction = onStopSignal;
   sigemptyset(&noted.sa_mask);
-  noted.sa_flags = SA_RESTART;
-  for (int i = 0; i < 2; ++i) sigaction(kSignals[i], &noted, &gPrevious[i]);
+  noted.sa_flags = SA_RESTART | SA_SIGINFO;
+  for (int i = 0; i < kCount; ++i) sigaction(kSignals[i], &noted, &gPrevious[i]);
 }
 
 StopSignals::~StopSignals() {
-  for (int i = 0; i < 2; ++i) sigaction(kSignals[i], &gPrevious[i], nullptr);
+  for (int i = 0; i < kCount; ++i) sigaction(kSignals[i], &gPrevious[i], nullptr);
 }
 
 int StopSignals::received() { return gReceived; }
 
+std::string StopSignals::sender() {
+  const pid_t pid = gSender;
+  if (pid <= 0 || pid != ::getppid()) return {};
+  std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+  std::string name;
+  std::getline(comm, name);
+  for (const char* launcher : {"mpirun", "mpiexec", "orterun", "prterun", "orted", "prted"}) {
+    if (name == launcher) return name;
+  }
+  return {};
+}
+
 std::string signalName(int signal) {
   if (signal == SIGTERM) return "SIGTERM";
   if (signal == SIGINT) return "SIGINT";
+  if (signal == SIGHUP) return "SIGHUP";
   return "signal " + std::to_string(signal);
 }
 
@@ -78,6 +98,29 @@ int StopAgreement::atStepEnd(bool last) {
   return agreed;
 }
 
+int endBeforeFirstStep(const Options& opts, int rank, int64_t step, int signal, const std::string& program) {
+  if (rank == 0) {
+    const std::string resumed =
+        step > 0 ? " (resumed after step " + std::to_string(step) + ", " + opts.resume + " as it was)" : "";
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s: stopped by %s before the first step%s; nothing saved\n", program.c_str(),
+                 signalFrom(signal).c_str(), resumed.c_str());
+    std::fflush(stderr);
+  }
+  return 128 + signal;
+}
+
+std::string signalFrom(int signal) {
+  const std::string launcher = signal == StopSignals::received() ? StopSignals::sender() : std::string();
+  if (launcher.empty() || signal != SIGTERM) return signalName(signal);
+  // Open MPI's mpirun turns a Ctrl-C (SIGINT), SIGTERM or SIGHUP of its own into SIGTERM to every rank.
+  return "SIGTERM from " + launcher + " (its answer to Ctrl-C, SIGTERM or SIGHUP alike)";
+}
+
+std::string lateSignalNote(int signal) {
+  return signal == 0 ? std::string() : signalName(signal) + " came after the last step: the run finished";
+}
+
 int endStoppedRun(Trainer& trainer, const Options& opts, int rank, int64_t step, int64_t savedStep, int signal,
                   const std::string& program) {
   if (!opts.save.empty() && savedStep != step) trainer.saveState(opts.save, step);
@@ -86,7 +129,7 @@ int endStoppedRun(Trainer& trainer, const Options& opts, int rank, int64_t step,
                                                 : "the training state is saved in " + opts.save + " (--resume " +
                                                       opts.save + " continues the run)";
     std::fflush(stdout);
-    std::fprintf(stderr, "%s: stopped by %s after step %lld of %lld; %s\n", program.c_str(), signalName(signal).c_str(),
+    std::fprintf(stderr, "%s: stopped by %s after step %lld of %lld; %s\n", program.c_str(), signalFrom(signal).c_str(),
                  static_cast<long long>(step), static_cast<long long>(opts.steps), saved.c_str());
     std::fflush(stderr);
   }

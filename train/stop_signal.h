@@ -1,7 +1,8 @@
-// Stopping a run on SIGTERM or SIGINT (a scheduler's preemption, Ctrl-C): the first signal is noted; the
-// ranks agree at a step boundary to stop there, all at the same step; the training loop then writes the
-// training state to --save, says so in one line and exits 128 + the signal (143, 130). A second signal
-// ends the process at once.
+// Stopping a run on SIGTERM, SIGINT or SIGHUP (a scheduler's preemption, Ctrl-C, a closed terminal): the first
+// signal is noted; the ranks agree at a step boundary to stop there, all at the same step; the training loop then
+// writes the training state to --save, says so in one line and exits 128 + the signal (143, 130, 129). A signal
+// during start-up ends the run before its first step (one line, nothing saved); one after the last step is named
+// in the closing line. A second signal ends the process at once.
 #pragma once
 
 #include <memory>
@@ -17,7 +18,7 @@ namespace minidp::train {
 class Trainer;
 struct Options;
 
-/// Handlers of SIGTERM and SIGINT while the object lives (the previous ones are restored after): the first
+/// Handlers of SIGTERM, SIGINT and SIGHUP while the object lives (the previous ones are restored after): the first
 /// signal is noted, a second one (either) ends the process at once by its default action.
 class StopSignals {
  public:
@@ -25,12 +26,17 @@ class StopSignals {
   ~StopSignals();
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
-  /// The signal this process noted (SIGTERM or SIGINT); 0 while none came.
+  /// The signal this process noted (SIGTERM, SIGINT or SIGHUP); 0 while none came.
   static int received();
+  /// The launcher that sent it when that was this process's parent (mpirun, orted, ...); else empty.
+  static std::string sender();
 };
 
-/// "SIGTERM", "SIGINT", or "signal N".
+/// "SIGTERM", "SIGINT", "SIGHUP", or "signal N".
 std::string signalName(int signal);
+/// signalName, and when this process noted it from its launcher, that ("SIGTERM from mpirun (its answer to
+/// Ctrl-C, SIGTERM or SIGHUP alike)"): mpirun forwards none of those as they came.
+std::string signalFrom(int signal);
 
 /// Whether to stop, agreed at step boundaries: every rank calls atStepEnd after every step and gets the
 /// same answer at the same step. Under mpirun, each call reads the greatest signal any rank had noted when
@@ -50,6 +56,14 @@ class StopAgreement {
   std::shared_ptr<distributed::CpuWork> pending_;  // the reduction started after the previous step
   std::shared_ptr<int> result_;
 };
+
+/// The end of a run that a signal reached before its first step (`step`: the step it resumed at, else 0): one line
+/// from rank 0, nothing saved (a --resume file stays as it was), the exit status 128 + `signal`.
+int endBeforeFirstStep(const Options& opts, int rank, int64_t step, int signal, const std::string& program);
+
+/// What the closing line says of a `signal` that came after the last step ("SIGTERM came after the last step:
+/// the run finished"); empty for 0.
+std::string lateSignalNote(int signal);
 
 /// The end of a run that stopped for `signal` after `step`: the training state written to --save (unless
 /// `savedStep`, the step last saved, is `step` already), one line from rank 0 on stderr, and the exit

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "framework/nn/checkpoint.h"
+#include "framework/nn/state_check.h"
 #include "models/registry.h"
 #include "train/run_checks.h"
 
@@ -140,6 +141,31 @@ SafeTensorFilter stateFilter(const models::Model& model, int64_t globalBatch) {
   };
 }
 
+/// The file's tensor `key` (converted from its stored dtype), or an undefined tensor when it holds none.
+Tensor storedTensor(const SafeTensorFile& file, const std::string& key) {
+  for (const auto& [stored, tensor] : file.tensors) {
+    if (stored == key) return nn::fromSafeTensor(tensor, key);
+  }
+  return Tensor();
+}
+
+/// Every state tensor checked before any is used: each parameter's optimizer state (the parameter's dtype and
+/// shape, finite) and the comm hook's as its schema says (CommHook::stateSchema), none missing, none extra.
+/// (The parameters themselves: nn::loadParameters.)
+void checkStateTensors(const SafeTensorFile& file, const models::Model& model, const optim::Optimizer& optimizer,
+                       const Options& o, const distributed::CommHook& hook, int world, int64_t step) {
+  std::vector<std::string> names;
+  for (const auto& [name, tensor] : file.tensors) names.push_back(name);
+  const nn::StoredTensor find = [&file](const std::string& key) { return storedTensor(file, key); };
+  std::vector<nn::StateRule> rules;
+  for (const auto& [name, p] : model.namedParameters()) {
+    for (const std::string& kind : optimizer.stateNames()) rules.push_back({name + "." + kind, {p.dtype()}, p.shape()});
+  }
+  nn::checkStateTensors(rules, find, names, nn::kOptimizerPrefix, "--optimizer " + optimizerName(o));
+  nn::checkStateTensors(hook.stateSchema(world, step), find, names, nn::kCommHookPrefix,
+                        "--comm-hook " + hook.name());
+}
+
 }  // namespace
 
 void checkResumeFile(const Options& o, const std::string& path, int world) {
@@ -197,18 +223,14 @@ int64_t Trainer::resume(const std::string& path) {
   const SavedState state = readState(file, path);  // before anything of the file is read or replayed
   try {
     file = readSafetensors(path, stateFilter(*model_, state.globalBatch));
+    checkStateTensors(file, *model_, *optimizer_, opts_, ddp_->reducer().hook(), session_.world(), state.step);
     nn::loadParameters(*model_, file);
     optimizer_->restoreState([&file](const std::string& name) {
       const std::string key = nn::kOptimizerPrefix + name;
       return nn::fromSafeTensor(file.at(key), key);
     });
-    ddp_->restoreHookState([&file](const std::string& name) {
-      const std::string key = nn::kCommHookPrefix + name;
-      for (const auto& [stored, tensor] : file.tensors) {
-        if (stored == key) return nn::fromSafeTensor(tensor, key);
-      }
-      return Tensor();
-    });
+    ddp_->restoreHookState(
+        [&file](const std::string& name) { return storedTensor(file, nn::kCommHookPrefix + name); });
   } catch (const Error& e) {
     throw Error("--resume " + path + ": " + e.what());
   }

@@ -115,11 +115,17 @@ Tensor Trainer::step() {
   ddp_->finalize();
   timer_.phase(runtime::Phase::Optimizer);
   // Clipping reads the averaged gradients in the buckets: the same bits, so the same norm, on every rank.
-  normMeasured_ = opts_.clipGradNorm > 0;
+  normMeasured_ = opts_.clipGradNorm > 0 || opts_.skipNonFinite;
   if (normMeasured_) computeGradNorm();
-  lr_ = schedule_.at(optimizer_->stepCount());
-  optimizer_->setLr(lr_);
-  optimizer_->step();
+  // --skip-nonfinite: the norm (the same bits on every rank) is read on the host; a step it skips keeps the
+  // parameters, the optimizer's state and its step count.
+  if (opts_.skipNonFinite && !std::isfinite(clipper_->norm())) {
+    ++skippedSteps_;
+  } else {
+    lr_ = schedule_.at(optimizer_->stepCount());
+    optimizer_->setLr(lr_);
+    optimizer_->step();
+  }
   timer_.endStep();
   // The automatic bucket cap chosen after the first step, or the plan rebuilt from the ready order.
   if (const std::string report = ddp_->endStep(); !report.empty() && session_.rank() == 0) {
@@ -156,10 +162,17 @@ Evaluation Trainer::evaluate() {
     sums[1] += s.correct;
     sums[2] += s.count;
   };
+  // A tiny collective after each batch, as many on every rank: a rank that stops mid-evaluation is found by the
+  // watchdog within its timeout of the next batch, not after every other rank's whole share.
+  const Tensor beat = Tensor::zeros({1}, DType::F32, session_.device);
+  const auto heartbeat = [&] { session_.comm->allReduce(beat, distributed::ReduceOp::Sum, "validation batch")->wait(); };
   if (entry_.data == models::DataKind::Images) {
     const int64_t chunk = 1000, pixels = testImages_.rows * testImages_.cols;
     const int64_t first = testImages_.count * rank / world, end = testImages_.count * (rank + 1) / world;
-    for (int64_t start = first; start < end; start += chunk) {
+    const int64_t batches = ((testImages_.count + world - 1) / world + chunk - 1) / chunk;  // the largest share's
+    for (int64_t b = 0, start = first; b < batches; ++b, start += chunk) {
+      heartbeat();
+      if (start >= end) continue;
       const int64_t n = std::min(chunk, end - start);
       Tensor x = Tensor::fromHost(testImages_.images.data() + start * pixels, {n, pixels}, DType::F32, Device::CPU);
       std::vector<int32_t> labels(testImages_.labels.begin() + start, testImages_.labels.begin() + start + n);
@@ -173,6 +186,7 @@ Evaluation Trainer::evaluate() {
     auto source = windowBatches(corpus_.val, opts_.batchSize, context, rank, world, 7);
     std::vector<int32_t> inputs(opts_.batchSize * context), targets(inputs.size());
     for (int64_t b = 0; b < opts_.evalBatches; ++b) {
+      heartbeat();
       source->fill(inputs.data(), targets.data());
       add(entry_.score(*model_, Tensor::fromVector(inputs, {opts_.batchSize, context}, session_.device),
                        Tensor::fromVector(targets, {opts_.batchSize, context}, session_.device)));

@@ -54,6 +54,8 @@ class Trainer {
   /// The global norm of the last step's averaged gradients (computed on the device now unless clipping
   /// already did; reading it synchronises: log points only).
   double gradNorm();
+  /// The steps --skip-nonfinite skipped so far (their gradient norm was NaN or infinite).
+  int64_t skippedSteps() const { return skippedSteps_; }
   /// Token models only: `count` tokens continued from a prompt (bytes of "The " for byte vocabularies, else token 0
   /// or GPT-2's <|endoftext|>), drawn at opts.temperature from the opts.topK most likely, seeded by
   /// opts.seed: the same on every rank. Byte vocabularies give text, others token ids separated by spaces.
@@ -98,6 +100,7 @@ class Trainer {
   LrSchedule schedule_;
   std::unique_ptr<optim::GradClipper> clipper_;  // the gradient norm (and clip coefficient)
   bool normMeasured_ = false;                    // clipper_ holds the norm of the last step
+  int64_t skippedSteps_ = 0;                     // --skip-nonfinite
   double lr_ = 0;
   std::unique_ptr<Prefetcher> batches_;
   // --cuda-graph: eager steps left, the captured step, the inputs it reads, its loss (rewritten by replays).

@@ -15,6 +15,7 @@
 #include "framework/runtime/device.h"
 #include "models/registry.h"
 #include "train/metrics.h"
+#include "train/nonfinite_steps.h"
 #include "train/run_checks.h"
 #include "train/stop_signal.h"
 #include "train/trace.h"
@@ -33,6 +34,8 @@ std::string modelList() {
 }  // namespace
 
 int runTraining(int argc, char** argv, const std::string& program) {
+  // SIGTERM / SIGINT / SIGHUP from the very start: noted during start-up, acted on before the first step.
+  StopSignals signals;
   CLI::App app{program + ": data-parallel training of a registered model (" + modelList() + ")"};
   Options opts;
   opts.model = modelFromCommandLine(argc, argv, opts.model);  // its flags and defaults join the others
@@ -74,9 +77,11 @@ int runTraining(int argc, char** argv, const std::string& program) {
     if (printer && firstStep > 1) {
       std::printf("resumed from %s after step %lld\n", opts.resume.c_str(), static_cast<long long>(firstStep - 1));
     }
-    // SIGTERM / SIGINT from here on: the ranks stop together at a step boundary (train/stop_signal.h).
-    StopSignals signals;
+    // The ranks stop together at a step boundary (train/stop_signal.h); a signal of the start-up before any step.
     StopAgreement stopping(session.mpi.get());
+    if (const int signal = stopping.atStepEnd(true)) {
+      return endBeforeFirstStep(opts, session.rank(), firstStep - 1, signal, program);
+    }
     int64_t savedStep = firstStep - 1;
     for (int64_t step = firstStep; step <= opts.steps; ++step) {
       trainer.timer().setDetailed(!opts.trace.empty() && step > opts.steps - opts.traceSteps);
@@ -88,7 +93,7 @@ int runTraining(int argc, char** argv, const std::string& program) {
       if (logged) {
         // The only host synchronisation of the loop: reading the loss (averaged over the ranks).
         lastLoss = trainer.globalLoss(loss);
-        checkFiniteLoss(lastLoss, step, opts);
+        checkFiniteStep(lastLoss, trainer.gradNorm(), step, opts);
         const double ms = std::chrono::duration<double, std::milli>(Clock::now() - windowStart).count() / windowSteps;
         // The steps are complete now (the loss was read): their timings resolve without another stall.
         double commMs = 0, exposedMs = 0;
@@ -111,6 +116,7 @@ int runTraining(int argc, char** argv, const std::string& program) {
         point.loss = lastLoss;
         point.lr = trainer.lr();
         point.gradNorm = trainer.gradNorm();
+        if (opts.skipNonFinite) point.skippedSteps = trainer.skippedSteps();
         point.stepMs = ms;
         point.itemsPerS = itemsPerStep * 1000.0 / ms;
         point.tokens = tokens;
@@ -134,10 +140,13 @@ int runTraining(int argc, char** argv, const std::string& program) {
         windowSteps = 0;
       }
       if (opts.saveEvery > 0 && step % opts.saveEvery == 0 && step < opts.steps) {
+        // Nothing non-finite saved over a good state (a logged step was checked above).
+        if (!logged) checkFiniteStep(trainer.globalLoss(loss), trainer.gradNorm(), step, opts);
         trainer.saveState(opts.save, step);
         savedStep = step;
       }
       if (const int signal = stopping.atStepEnd(step == opts.steps)) {
+        if (!logged && !opts.save.empty()) checkFiniteStep(trainer.globalLoss(loss), trainer.gradNorm(), step, opts);
         return endStoppedRun(trainer, opts, session.rank(), step, savedStep, signal, program);
       }
     }
@@ -182,9 +191,12 @@ int runTraining(int argc, char** argv, const std::string& program) {
       }
     }
     if (!opts.save.empty()) {
+      std::fflush(stdout);  // the evaluation's lines out before the save, which can take a while
       trainer.saveState(opts.save, opts.steps);
       if (printer) std::printf("saved %s\n", opts.save.c_str());
     }
+    // A signal after the last step (every rank's, agreed): the run finished; the closing line says so.
+    if (const int late = stopping.atStepEnd(true)) summary["signal"] = lateSignalNote(late);
     if (printer) std::printf("%s\n", summary.dump().c_str());
     return 0;
   });

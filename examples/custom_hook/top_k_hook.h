@@ -130,6 +130,16 @@ class TopKHook : public dist::CommHook {
     return out;
   }
 
+  /// What checkpointState writes: every rank's error of each parameter, F32 (world, its size), finite.
+  std::vector<minidp::nn::StateRule> stateSchema(int world, int64_t steps) const override {
+    (void)steps;
+    std::vector<minidp::nn::StateRule> rules;
+    for (const State& s : state_) {
+      for (const dist::BucketEntry& e : s.entries) rules.push_back({errorName(e.name), {DType::F32}, {world, e.numel()}});
+    }
+    return rules;
+  }
+
   /// This rank's row of each saved error; a parameter the file holds none for keeps a zero error.
   void restoreState(const std::function<Tensor(const std::string&)>& find, dist::Communicator& comm) override {
     const int world = comm.worldSize(), rank = comm.rank();

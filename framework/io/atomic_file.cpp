@@ -190,31 +190,61 @@ void writeFileAtomically(const std::string& path, const std::string& contents) {
       path, [&](std::ostream& out) { out.write(contents.data(), static_cast<std::streamsize>(contents.size())); });
 }
 
-int removeStrayTemporaries(const std::string& path) {
-  const std::string prefix = fs::path(path).filename().string() + ".tmp.";
-  const std::string host = hostName();
+namespace {
+
+/// Whether `rest`, what follows ".tmp." in a temporary's name ("<host>.<pid>.<n>", or "<pid>.<n>" as earlier
+/// versions named them, when `bare` is allowed), names a writer on this host that no longer runs.
+bool writerGone(const std::string& rest, bool bare) {
   const auto number = [](const std::string& text) {
     return !text.empty() && text.size() < 12 && std::all_of(text.begin(), text.end(), ::isdigit);
   };
+  const size_t last = rest.rfind('.');
+  if (last == std::string::npos || !number(rest.substr(last + 1))) return false;
+  const std::string writer = rest.substr(0, last);
+  const size_t dot = writer.rfind('.');
+  if (dot == std::string::npos && !bare) return false;
+  const std::string pidText = dot == std::string::npos ? writer : writer.substr(dot + 1);
+  const std::string writerHost = dot == std::string::npos ? hostName() : writer.substr(0, dot);
+  if (!number(pidText) || writerHost != hostName()) return false;
+  const long pid = std::stol(pidText);
+  return pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+}
+
+/// Deletes the regular files of `folder` for which `rest` gives the part after ".tmp." (empty: not a
+/// temporary considered) and whose writer is gone; returns how many.
+int removeGoneWriters(const std::string& folder, const std::function<std::string(const std::string&)>& rest,
+                      bool bare) {
   std::error_code ignored;
   int removed = 0;
-  for (const auto& entry : fs::directory_iterator(folderOf(path), ignored)) {
-    const std::string name = entry.path().filename().string();
-    if (name.compare(0, prefix.size(), prefix) != 0 || !entry.is_regular_file(ignored)) continue;
-    // "<host>.<pid>.<n>" (or "<pid>.<n>", as earlier versions named them on the host that reads them).
-    const std::string rest = name.substr(prefix.size());
-    const size_t last = rest.rfind('.');
-    if (last == std::string::npos || !number(rest.substr(last + 1))) continue;
-    const std::string writer = rest.substr(0, last);
-    const size_t dot = writer.rfind('.');
-    const std::string pidText = dot == std::string::npos ? writer : writer.substr(dot + 1);
-    const std::string writerHost = dot == std::string::npos ? host : writer.substr(0, dot);
-    if (!number(pidText) || writerHost != host) continue;
-    const long pid = std::stol(pidText);
-    const bool gone = pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
-    if (gone) removed += fs::remove(entry.path(), ignored) ? 1 : 0;
+  for (const auto& entry : fs::directory_iterator(folder, ignored)) {
+    const std::string after = rest(entry.path().filename().string());
+    if (after.empty() || !entry.is_regular_file(ignored) || !writerGone(after, bare)) continue;
+    removed += fs::remove(entry.path(), ignored) ? 1 : 0;
   }
   return removed;
+}
+
+}  // namespace
+
+int removeStrayTemporaries(const std::string& path) {
+  const std::string prefix = fs::path(path).filename().string() + ".tmp.";
+  return removeGoneWriters(
+      folderOf(path),
+      [&prefix](const std::string& name) {
+        return name.compare(0, prefix.size(), prefix) == 0 ? name.substr(prefix.size()) : std::string();
+      },
+      true);
+}
+
+int removeStrayTemporariesIn(const std::string& folder) {
+  return removeGoneWriters(
+      folder,
+      [](const std::string& name) {
+        // "<target>.tmp.<host>.<pid>.<n>"; writerGone checks the rest is this host's.
+        const size_t at = name.rfind(".tmp.");
+        return at == std::string::npos || at == 0 ? std::string() : name.substr(at + 5);
+      },
+      false);
 }
 
 }  // namespace minidp

@@ -37,4 +37,9 @@ void writeFileAtomically(const std::string& path, const std::string& contents);
 /// and another host's are left alone. Returns how many it deleted.
 int removeStrayTemporaries(const std::string& path);
 
+/// Deletes every temporary "<name>.tmp.<host>.<pid>.<n>" in `folder` whose writer is gone (this host, a
+/// process that no longer runs), whatever file it was to become: what a run starting in that folder clears.
+/// Returns how many it deleted.
+int removeStrayTemporariesIn(const std::string& folder);
+
 }  // namespace minidp

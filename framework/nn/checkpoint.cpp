@@ -1,8 +1,11 @@
 #include "framework/nn/checkpoint.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
+
+#include "framework/nn/state_check.h"
 
 namespace minidp::nn {
 
@@ -60,9 +63,14 @@ void loadParameters(Module& module, const SafeTensorFile& file, const std::strin
   for (auto& [name, param] : module.namedParameters()) {
     const std::string key = prefix + name;
     expected.insert(key);
-    Tensor value = fromSafeTensor(file.at(key), key);
+    const auto stored = std::find_if(file.tensors.begin(), file.tensors.end(),
+                                     [&key](const auto& named) { return named.first == key; });
+    MINIDP_CHECK(stored != file.tensors.end(), "the file has no tensor '" << key << "' (the model's parameter of shape "
+                                                                          << shapeString(param.shape()) << ")");
+    Tensor value = fromSafeTensor(stored->second, key);
     MINIDP_CHECK(value.shape() == param.shape(), "tensor '" << key << "' has shape " << shapeString(value.shape())
                                                             << ", the model expects " << shapeString(param.shape()));
+    checkStateTensor({key, {value.dtype()}, param.shape()}, value, key);  // finite
     Variable p = param;
     p.data().copyFrom(value.toDType(p.dtype()).to(p.device()));
   }

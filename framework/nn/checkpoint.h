@@ -27,8 +27,8 @@ void saveCheckpoint(const Module& module, const std::string& path,
                     const std::vector<std::pair<std::string, SafeTensor>>& extra = {});
 /// Loads the tensors named `prefix + name` into the parameters, converted to each parameter's dtype and
 /// device: bit for bit when the stored dtype is the parameter's, exactly when it widens (F32 into a
-/// float64 parameter), rounded to nearest when it narrows (F64 into float32). A missing name or a wrong
-/// shape is an error naming the tensor; with an empty prefix an extra name in the file is an error too,
+/// float64 parameter), rounded to nearest when it narrows (F64 into float32). A missing name, a wrong
+/// shape or a value that is not finite is an error naming the tensor; with an empty prefix an extra name in the file is an error too,
 /// except optimizer and comm hook state (kOptimizerPrefix, kCommHookPrefix); with a prefix, names outside
 /// it are other content and ignored.
 void loadParameters(Module& module, const SafeTensorFile& file, const std::string& prefix = "");

@@ -53,8 +53,9 @@ class Optimizer {
   /// The live state tensors, "<param name>.<state>" with PyTorch's state names (exp_avg, exp_avg_sq,
   /// momentum_buffer) in parameter order (restoreState copies a checkpoint into them).
   std::vector<std::pair<std::string, Tensor>> state() const;
-  /// PyTorch's names of the state kept per parameter (exp_avg, exp_avg_sq; momentum_buffer), in order.
-  const std::vector<std::string>& stateNames() const { return stateNames_; }
+  /// PyTorch's names of the state kept per parameter (exp_avg, exp_avg_sq; momentum_buffer), in order: what a
+  /// checkpoint holds per parameter (virtual for ZeRO-1, whose per-bucket optimizers keep it).
+  virtual const std::vector<std::string>& stateNames() const { return stateNames_; }
   /// The full state for a checkpoint, named as state(). Virtual for ZeRO-1, whose ShardedOptimizer gathers
   /// its shards to rank 0 (a collective: every rank calls it); here the live state().
   virtual std::vector<std::pair<std::string, Tensor>> checkpointState() { return state(); }

@@ -3,7 +3,7 @@
 `mpirun -np 2` and must end with the expected exit status (2: usage, 1: runtime), exactly one line on stderr
 (under mpirun: besides mpirun's own report of a non-zero exit status, which it prints for any such job; no
 MPI_ABORT banner, no ORTE lines, one line from one rank) that names the flag or file, no source path, and no
-file left behind, within 120 s.
+file left behind, every input file byte-identical afterwards, within 120 s.
 
 Usage: bad_input.py MPIEXEC MINIDP_TRAIN MINIDP_BENCH [NAME_PART]  (NAME_PART: only the cases whose name holds it)
 """
@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -121,6 +122,18 @@ def checked_once_fixtures(root, state):
     with open(paths["tokens"], "wb") as f:
         f.write(b"".join(v.to_bytes(4, "little") for v in (20240520, 1, 4096)) + bytes(4 * 253)
                 + b"".join((i % 200).to_bytes(2, "little") for i in range(4096)))
+    # Other names of inputs: a hard link of the token file, a symbolic link to the state, two hard-linked outputs.
+    paths["tokens_link"] = os.path.join(root, "tokens_link.bin")
+    os.link(paths["tokens"], paths["tokens_link"])
+    paths["state_link"] = os.path.join(root, "state_link.safetensors")
+    os.symlink(state, paths["state_link"])
+    paths["out_a"], paths["out_b"] = os.path.join(root, "out_a"), os.path.join(root, "out_b")
+    open(paths["out_a"], "w").close()
+    os.link(paths["out_a"], paths["out_b"])
+    # Two symbolic links that point at each other.
+    paths["loop"] = os.path.join(root, "loop_a")
+    os.symlink(os.path.join(root, "loop_b"), paths["loop"])
+    os.symlink(paths["loop"], os.path.join(root, "loop_b"))
     # A header whose shape's size overflows 64 bits.
     paths["overflow"] = os.path.join(root, "overflow.safetensors")
     write_header(paths["overflow"], {"w": {"dtype": "F32", "shape": [1 << 62, 4], "data_offsets": [0, 8]}}, bytes(8))
@@ -339,6 +352,22 @@ def cases(p):
         ("save and trace to one file", t + QUICK + ["--save", "x", "--trace", "./x"], 2, "--save and --trace both write"),
         ("metrics and trace to one file", t + QUICK + ["--metrics", "m", "--trace", "m"], 2,
          "--metrics and --trace both write m"),
+        # No output on an input, by device and inode: hard links, symbolic links, other spellings.
+        ("save onto the llmc training file", t + GPT + ["--data", "llmc", "--llmc-train", p["tokens"], "--llmc-val",
+                                                        p["tokens"], "--save", p["tokens_link"]], 2,
+         "--save " + p["tokens_link"] + " is the file --llmc-train reads"),
+        ("trace onto the resumed state", t + ["--steps", "4"] + QUICK[2:] + ["--resume", p["state"], "--trace",
+                                                                             p["state_link"]], 2,
+         "is the file --resume reads"),
+        ("metrics onto the loaded file", t + QUICK + ["--load", p["state"], "--metrics", p["root"] + "/./state.safetensors"],
+         2, "--metrics " + p["root"] + "/./state.safetensors is the file --load reads"),
+        ("save onto a dataset file", t + QUICK + ["--data-dir", p["counts"], "--save",
+                                                  p["counts"] + "/train-labels-idx1-ubyte.gz"], 2,
+         "is the file --data-dir reads"),
+        ("save and metrics hard-linked", t + QUICK + ["--save", p["out_a"], "--metrics", p["out_b"]], 2,
+         "--save and --metrics both write one file"),
+        ("bench json onto the loaded file", b + BENCH + ["--load", p["state"], "--json", p["state_link"]], 2,
+         "--json " + p["state_link"] + " is the file --load reads"),
         # Wording: what the path is, not that it is missing; the folder looked in; a shape too large; the names.
         ("save under a file", t + QUICK + ["--save", p["notst"] + "/x.safetensors"], 1,
          p["notst"] + " is a file, not a folder"),
@@ -348,6 +377,38 @@ def cases(p):
         ("load a shape too large", t + QUICK + ["--load", p["overflow"]], 1, "shape [4611686018427387904, 4] is too large"),
         ("unknown lr schedule", t + QUICK + ["--lr-schedule", "foo"], 2, "foo not in {constant,cosine,linear}"),
         ("lr schedule by number", t + QUICK + ["--lr-schedule", "2"], 2, "2 not in {constant,cosine,linear}"),
+        # Every flag given twice is refused alike (list-valued ones, plain flags, "--flag=value" spellings).
+        ("list flag given twice", t + QUICK + ["--hidden", "64"], 2, "--hidden is given twice"),
+        ("number flag given twice", t + QUICK + ["--lr", "0.1", "--lr=0.2"], 2, "--lr is given twice"),
+        ("switch given twice", t + QUICK + ["--check-finite", "--check-finite"], 2, "--check-finite is given twice"),
+        ("model given twice", t + QUICK + ["--model", "mlp", "--model", "gpt"], 2, "--model is given twice"),
+        ("bench flag given twice", b + BENCH + ["--hidden", "32"], 2, "--hidden is given twice"),
+        # The emulated link's model in a range where its times mean something; its ZeRO-1 refusal at parse time.
+        ("emulated bandwidth that underflows", t + QUICK + ["--comm", "emulated", "--emulated-gbps", "1e-300"], 2,
+         "--emulated-gbps: must be in [0.001, 100000]"),
+        ("emulated latency of hours", t + QUICK + ["--comm", "emulated", "--emulated-latency-us", "1e10"], 2,
+         "--emulated-latency-us: must be in [0, 1e+06]"),
+        ("emulated world of one", t + QUICK + ["--comm", "emulated", "--emulated-world", "1"], 2,
+         "--emulated-world: must be in [2, 100000]"),
+        ("emulated link with zero 1", t + QUICK + ["--comm", "emulated", "--zero", "1"], 2,
+         "--comm emulated models one rank's arithmetic: not with --zero 1"),
+        ("skip-nonfinite with cuda graph", t + QUICK + ["--skip-nonfinite", "--cuda-graph", "--device", "cuda"], 2,
+         "--skip-nonfinite decides on the host"),
+        # Paths: what they are and what is wrong, named with the flag.
+        ("llmc train longer than PATH_MAX", t + GPT + ["--data", "llmc", "--llmc-train", "a" * 5000, "--llmc-val",
+                                                       p["tokens"]], 2, "--llmc-train: the path is 5000 bytes long"),
+        ("load with a name longer than NAME_MAX", t + QUICK + ["--load", "d/" + "b" * 300], 2,
+         "has a name of 300 bytes"),
+        ("llmc train a symlink loop", t + GPT + ["--data", "llmc", "--llmc-train", p["loop"], "--llmc-val", p["tokens"]],
+         1, "--llmc-train " + p["loop"] + ": a loop of symbolic links"),
+        ("resume a symlink loop", t + ["--steps", "4"] + QUICK[2:] + ["--resume", p["loop"]], 1,
+         "--resume " + p["loop"] + ": a loop of symbolic links"),
+        ("data-dir a symlink loop", t + QUICK + ["--data-dir", p["loop"]], 1, "--data-dir " + p["loop"] + ": a loop"),
+        ("llmc train a FIFO", t + GPT + ["--data", "llmc", "--llmc-train", p["fifo"], "--llmc-val", p["tokens"]], 1,
+         "--llmc-train " + p["fifo"] + " is a FIFO, not a file"),
+        ("llmc val a device", t + GPT + ["--data", "llmc", "--llmc-train", p["tokens"], "--llmc-val", p["device"]], 1,
+         "--llmc-val " + p["device"] + " is a"),
+        ("metrics with a newline", t + QUICK + ["--metrics", "m\nx"], 2, "--metrics: the path m\\nx holds a newline"),
         # minidp-bench checks what minidp-train checks, and its --json, before any work.
         ("bench json in a missing folder", b + BENCH + ["--json", "/nonexistent/b.json"], 1, "--json"),
         ("bench trace in a missing folder", b + BENCH + ["--trace", "/nonexistent/t.json"], 1, "--trace"),
@@ -361,6 +422,8 @@ def cases(p):
          "--steps 2 on rank 0, 6 on rank 1"),
         ("a usage error in one app context", [mpiexec, "--oversubscribe", "-np", "1", train, *QUICK, ":", "-np", "1",
                                               train, *QUICK, "--lr", "nan"], 2, "--lr"),
+        ("one usage error in both app contexts", [mpiexec, "--oversubscribe", "-np", "1", train, *QUICK, "--lr", "nan",
+                                                  ":", "-np", "1", train, *QUICK, "--lr", "nan"], 2, "--lr"),
     ] + [
         # minidp-train's loop flags are not minidp-bench's: refused as unknown.
         (f"bench refuses {flag}", b + BENCH + [flag, *value], 2, f"{flag}{' ' if value else ''}{' '.join(value)}: no such flag")
@@ -406,6 +469,23 @@ def run(command, cwd, env):
         return None
 
 
+def snapshot(root, skip):
+    """Every fixture file under `root` (not under `skip`): its kind, size, modification time and, below 16 MB,
+    its bytes (the terabyte files are sparse: size and time only)."""
+    state = {}
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if os.path.join(folder, d) != skip]
+        for name in files:
+            path = os.path.join(folder, name)
+            st = os.lstat(path)
+            content = None
+            if stat.S_ISREG(st.st_mode) and st.st_size < (16 << 20):
+                with open(path, "rb") as f:
+                    content = f.read()
+            state[path] = (st.st_mode, st.st_size, st.st_mtime_ns, content)
+    return state
+
+
 def main():
     failures = []
     root = tempfile.mkdtemp()
@@ -421,6 +501,7 @@ def main():
                 continue  # a GPU is there: not a bad input
             run_dir = tempfile.mkdtemp(dir=root)
             before = set(os.listdir(root)) | {os.path.basename(run_dir)}
+            inputs = snapshot(root, run_dir)
             finished = run(command, run_dir, {**os.environ, **(env[0] if env else {})})
             if finished is None:
                 print(f"{name:40s} FAIL: no end within 120 s (killed)")
@@ -446,6 +527,9 @@ def main():
             left += [f for f in os.listdir("/nonexistent")] if os.path.isdir("/nonexistent") else []
             if left:
                 problems.append(f"files left behind: {left}")
+            changed = sorted(path for path, was in snapshot(root, run_dir).items() if inputs.get(path) != was)
+            if changed:
+                problems.append(f"inputs changed: {changed}")
             verdict = "ok" if not problems else "FAIL: " + "; ".join(problems)
             print(f"{name:40s} {verdict}\n    {ours[0] if len(ours) == 1 else stderr.strip()}")
             if problems:

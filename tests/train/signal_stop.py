@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""SIGTERM and SIGINT stop a run cleanly: a 2-rank CPU run whose rank 1 alone gets SIGTERM mid-training stops
-on both ranks at one step, writes --save, says so in one line and exits 143; resumed from that file, it ends
-with the same bytes as the run that was never interrupted. Alone, SIGINT does the same with exit status 130,
-and a second SIGINT ends the process at once.
+"""SIGTERM, SIGINT and SIGHUP stop a run cleanly: a 2-rank CPU run whose rank 1 alone gets SIGTERM mid-training
+stops on both ranks at one step, writes --save, says so in one line and exits 143; resumed from that file, it
+ends with the same bytes as the run that was never interrupted; so does the state a Ctrl-C to mpirun saves (the
+line names mpirun's SIGTERM). Alone, SIGINT does the same with exit status 130, SIGHUP with 129. Any of them
+during start-up (alone, or to one rank) ends the run before its first step with one line; one after the last step is named in the
+closing line; a second SIGINT ends the process at once.
 
 Usage: signal_stop.py MPIEXEC MINIDP_TRAIN
 """
@@ -21,7 +23,7 @@ from job_tools import MPIRUN_EXIT_REPORT, rank_pid
 
 mpiexec, train = sys.argv[1:3]
 MLP = ["--model", "mlp", "--hidden", "32", "--batch-size", "8", "--log-every", "100"]
-STEPS = 3000
+STEPS = 30000  # long enough that mpirun passes "step 100/" on before the run ends, even under load
 
 
 def saved_step(path):
@@ -64,7 +66,7 @@ def check(name, problems):
 
 
 def stops_and_resumes(folder):
-    """2 ranks, SIGTERM to rank 1 alone at step ~1000: both stop at one step, save, exit 143; the resumed run
+    """2 ranks, SIGTERM to rank 1 alone at step ~100: both stop at one step, save, exit 143; the resumed run
     ends with the bytes of the uninterrupted one."""
     p = lambda name: os.path.join(folder, name)
     mpi = [mpiexec, "-np", "2", "--oversubscribe", train, *MLP, "--steps", str(STEPS)]
@@ -74,13 +76,13 @@ def stops_and_resumes(folder):
     def term_rank_1(job):
         os.kill(rank_pid(job.pid, 1), signal.SIGTERM)
 
-    status, lines, took = run(mpi + ["--save", p("half")], folder, "step 1000/", term_rank_1)
+    status, lines, took = run(mpi + ["--save", p("half")], folder, "step 100/", term_rank_1)
     if status != 128 + signal.SIGTERM:
         problems.append(f"exit {status}, expected 143")
     if len(lines) != 1 or not re.search(rf"stopped by SIGTERM after step \d+ of {STEPS}; the training state is saved",
                                         lines[0]):
         problems.append(f"stderr {lines}, expected one 'stopped by SIGTERM' line")
-    elif not 1000 <= saved_step(p("half")) < STEPS or f"after step {saved_step(p('half'))} " not in lines[0]:
+    elif not 100 <= saved_step(p("half")) < STEPS or f"after step {saved_step(p('half'))} " not in lines[0]:
         problems.append(f"the file holds step {saved_step(p('half'))}; the line says {lines[0]!r}")
     if took > 10:
         problems.append(f"ended {took:.1f} s after the signal")
@@ -90,10 +92,20 @@ def stops_and_resumes(folder):
         problems.append(f"the resumed run exited {status}: {lines}")
     elif not same_bytes(p("full"), p("resumed")):
         problems.append("the resumed run does not end with the uninterrupted run's bytes")
-    left = sorted(set(os.listdir(folder)) - {"full", "half", "resumed"})
+    # Ctrl-C to mpirun: it sends SIGTERM to every rank (and exits 1 itself); the ranks name it, save, and the
+    # state resumes to the same bytes.
+    status, lines, _ = run(mpi + ["--save", p("ctrl_c")], folder, "step 100/",
+                           lambda job: job.send_signal(signal.SIGINT))
+    if len(lines) != 1 or not re.search(r"stopped by SIGTERM from (mpirun|mpiexec|orterun) .* is saved in", lines[0]):
+        problems.append(f"Ctrl-C to mpirun: stderr {lines}, expected one 'stopped by SIGTERM from mpirun' line")
+    print(f"    {lines[0] if lines else ''}")
+    status, lines, _ = run(mpi + ["--resume", p("ctrl_c"), "--save", p("resumed_ctrl_c")], folder)
+    if status != 0 or not same_bytes(p("full"), p("resumed_ctrl_c")):
+        problems.append(f"the state saved on Ctrl-C to mpirun does not resume to the uninterrupted bytes ({status})")
+    left = sorted(set(os.listdir(folder)) - {"full", "half", "resumed", "ctrl_c", "resumed_ctrl_c"})
     if left:
         problems.append(f"files left behind: {left}")
-    return check("2 ranks, SIGTERM to rank 1, resumed == uninterrupted", problems)
+    return check("2 ranks, SIGTERM to rank 1 and Ctrl-C to mpirun, resumed == uninterrupted", problems)
 
 
 def sigint_alone(folder):
@@ -116,6 +128,76 @@ def sigint_alone(folder):
         problems.append(f"files in the folder: {os.listdir(folder)}")
     print(f"    {lines[0] if lines else ''} ({took:.2f} s after the signal)")
     return check("alone, SIGINT: saved, exit 130", problems)
+
+
+def sighup_alone(folder):
+    """A closed terminal (SIGHUP) stops a run as SIGTERM does: saved, one line, exit 129; it resumes."""
+    p = lambda name: os.path.join(folder, name)
+    status, lines, took = run([train, *MLP, "--steps", "1000000", "--save", p("hup")], folder, "step 500/",
+                              lambda job: job.send_signal(signal.SIGHUP))
+    problems = []
+    if status != 128 + signal.SIGHUP:
+        problems.append(f"exit {status}, expected 129")
+    if len(lines) != 1 or f"stopped by SIGHUP after step {saved_step(p('hup'))} " not in lines[0]:
+        problems.append(f"stderr {lines}, expected one 'stopped by SIGHUP' line naming the saved step")
+    print(f"    {lines[0] if lines else ''} ({took:.2f} s after the signal)")
+    return check("alone, SIGHUP: saved, exit 129", problems)
+
+
+def before_first_step(folder):
+    """A signal during start-up (data loading, MPI start-up), to one process or to one rank: one line 'before the
+    first step', nothing saved, the signal's exit status. (Not to mpirun: while its ranks start, Open MPI's mpirun
+    does not always pass a signal of its own on.)"""
+    results = []
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for target in ("alone", "rank 1"):
+            command = [train, *MLP, "--steps", "100", "--save", os.path.join(folder, "early")]
+            if target != "alone":
+                command = [mpiexec, "-np", "2", "--oversubscribe", *command]
+            job = subprocess.Popen(command, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + 30
+            rank = job.pid if target == "alone" else None
+            while rank is None and time.monotonic() < deadline:  # mpirun started rank 1
+                rank = rank_pid(job.pid, 1)
+                time.sleep(0.01)
+            time.sleep(0.3)  # into the start-up: the data take over a second to load
+            os.kill(rank, sig)
+            err = job.communicate(timeout=120)[1]
+            lines = [l for l in err.splitlines() if not MPIRUN_EXIT_REPORT.search(l)]
+            name = signal.Signals(sig).name
+            expected = 128 + sig
+            problems = []
+            if job.returncode != expected:
+                problems.append(f"exit {job.returncode}, expected {expected}")
+            if len(lines) != 1 or f"stopped by {name}" not in lines[0] or "before the first step" not in lines[0]:
+                problems.append(f"stderr {lines}, expected one 'stopped by {name} ... before the first step' line")
+            if os.listdir(folder):
+                problems.append(f"files left: {os.listdir(folder)}")
+                for name in os.listdir(folder):
+                    os.remove(os.path.join(folder, name))
+            results.append(check(f"{signal.Signals(sig).name} to {target} at start-up: one line, nothing saved",
+                                 problems))
+    return all(results)
+
+
+def after_last_step(folder):
+    """SIGTERM while the final state is written: the run finished, and its closing JSON line says the signal came."""
+    big = ["--model", "mlp", "--hidden", "2048", "2048", "--batch-size", "8", "--log-every", "1"]
+    job = subprocess.Popen([train, *big, "--steps", "2", "--save", os.path.join(folder, "last")], cwd=folder,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out = []
+    for line in job.stdout:
+        out.append(line)
+        if line.startswith("test loss"):
+            job.send_signal(signal.SIGTERM)
+    err = job.communicate(timeout=120)[1]
+    summary = json.loads(out[-1]) if out and out[-1].startswith("{") else {}
+    problems = []
+    if job.returncode != 0 or err.strip():
+        problems.append(f"exit {job.returncode}, stderr {err.strip()!r}: expected 0 and nothing")
+    if "SIGTERM came after the last step" not in summary.get("signal", ""):
+        problems.append(f"the closing line {out[-1].strip() if out else ''!r} does not name the signal")
+    return check("alone, SIGTERM after the last step: finished, named in the closing line", problems)
 
 
 def second_signal(folder):
@@ -142,7 +224,7 @@ def second_signal(folder):
 
 def main():
     results = []
-    for case in (stops_and_resumes, sigint_alone, second_signal):
+    for case in (stops_and_resumes, sigint_alone, sighup_alone, before_first_step, after_last_step, second_signal):
         with tempfile.TemporaryDirectory() as folder:
             results.append(case(folder))
     return 0 if all(results) else 1

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """A rank that stops (SIGSTOP) anywhere must not hang the job: under mpirun -np 2 with --watchdog-s 3, rank 1
 is stopped as soon as its process exists (rank 0 waits in MPI_Init), during the start-up checks, mid-training
-(also of 3 ranks), after the last step (in the trace gather, and without a trace in the evaluation, so that
-rank 0 waits in the barrier before MPI_Finalize) and while rank 0 writes the final --save; every time the job
+(also of 3 ranks), after the last step (in the trace gather, and without a trace in the final evaluation, whose
+batches each end in a tiny collective, so that rank 0 waits at the next one) and while rank 0 writes the final
+--save; every time the job
 must end within the watchdog time plus a margin, non-zero, with a "minidp watchdog" line naming the operation
 and rank 1 as the rank that did not arrive (stopped before the collective or inside it; in MPI_Init, seen
 stopped in /proc), and no MPI_ABORT banner.
@@ -22,7 +23,9 @@ from job_tools import rank_pid, write_fashion_mnist
 
 mpiexec, train = sys.argv[1:3]
 WATCHDOG = 3
-MARGIN = 12  # the census, mpirun's teardown and process start-up on a loaded 2-core machine
+# The target is 3 s beyond the watchdog; on a loaded 2-core machine mpirun's teardown alone takes about a second, and
+# the job ended 2.6-3.7 s beyond --watchdog-s 3 (the census waits a third of it for the other ranks' notes).
+MARGIN = 5
 GPT = ["--model", "gpt", "--layers", "1", "--heads", "2", "--embd", "32", "--context", "32", "--batch-size", "8"]
 
 

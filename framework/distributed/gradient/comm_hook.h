@@ -17,6 +17,7 @@
 
 #include "framework/config/flags.h"
 #include "framework/distributed/comm/communicator.h"
+#include "framework/nn/state_check.h"
 
 namespace minidp::distributed {
 
@@ -95,6 +96,15 @@ class CommHook {
   /// (per-rank state is gathered), every rank calls it. Empty for a stateless hook.
   virtual HookState checkpointState(Communicator& comm) {
     (void)comm;
+    return {};
+  }
+  /// What checkpointState writes, as a checkpoint must hold it (after setup): each tensor's name, dtypes, shape
+  /// and value rules for `world` ranks when the saving run had taken `steps` steps. The loader checks a file
+  /// against it before restoreState sees any of it: a tensor missing, malformed or not in it refuses the file.
+  /// Empty (the default) for a stateless hook.
+  virtual std::vector<nn::StateRule> stateSchema(int world, int64_t steps) const {
+    (void)world;
+    (void)steps;
     return {};
   }
   /// Restores what checkpointState wrote: `find(name)` returns the saved tensor (host) or an undefined one

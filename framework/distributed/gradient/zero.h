@@ -47,6 +47,10 @@ class ShardedOptimizer : public optim::Optimizer {
   /// The full state of every parameter, as plain DDP's optimizer names it, on rank 0 (host tensors; other
   /// ranks get none): each bucket's state shards all-gathered in turn. A collective.
   std::vector<std::pair<std::string, Tensor>> checkpointState() override;
+  /// The per-bucket optimizers' state names (what checkpointState writes per parameter).
+  const std::vector<std::string>& stateNames() const override {
+    return inner_.empty() ? optim::Optimizer::stateNames() : inner_.front()->stateNames();
+  }
   /// Keeps this rank's shard of the full state tensors `saved` returns (no communication).
   void restoreState(const SavedState& saved) override;
 

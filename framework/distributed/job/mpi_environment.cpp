@@ -267,8 +267,9 @@ std::string MpiEnvironment::census(const std::string& waitingIn) {
     }
     MPI_Irecv(censusNotes_[r].data(), length, MPI_CHAR, r, kCensusTag, censusComm_, &received[r]);
   }
-  // The other ranks' deadlines expire within the spread of their arrival at the collective.
-  const double graceMs = std::min(deadlineSeconds_ / 2, 5.0) * 1000.0;
+  // The other ranks' deadlines expire within the spread of their arrival at the collective (plus a watchdog
+  // period of 0.25 s at most): a third of the deadline leaves the job's end within the deadline + 3 s.
+  const double graceMs = std::min(deadlineSeconds_ / 3, 2.5) * 1000.0;
   const double end = hostNowMs() + graceMs;
   std::vector<int> heard(world_, 0);
   heard[rank_] = 1;

@@ -50,7 +50,8 @@ void Watchdog::scan(std::vector<std::shared_ptr<Work>>& works) {
     std::string failure;
     try {
       if (work.completed()) continue;  // dropped below; the last holder may be us (events, buffer)
-      const double since = work.runningSinceMs();
+      // Time this process spent stopped does not count: a work gets its whole timeout again after a resume.
+      const double since = work.runningSinceMs() >= 0 ? std::max(work.runningSinceMs(), resumedMs_) : -1;
       if (timeoutMs_ > 0 && since >= 0 && now - since > timeoutMs_) {
         failure = describeTimeout(work, rank_, (now - since) / 1000.0, census_ ? census_(work.tag()) : "");
       }
@@ -70,11 +71,16 @@ void Watchdog::scan(std::vector<std::shared_ptr<Work>>& works) {
 
 void Watchdog::loop(const std::function<void()>& threadInit) {
   if (threadInit) threadInit();
-  // Poll a few times per timeout, at least once a second: the check costs one event query per work.
-  const auto period =
-      std::chrono::duration<double, std::milli>(timeoutMs_ > 0 ? std::min(1000.0, timeoutMs_ / 4) : 1000.0);
+  // Poll several times per timeout, at least 4 times a second: the check costs one event query per work.
+  const double periodMs = timeoutMs_ > 0 ? std::min(250.0, timeoutMs_ / 8) : 250.0;
+  const auto period = std::chrono::duration<double, std::milli>(periodMs);
   std::vector<std::shared_ptr<Work>> watched;  // only this thread touches it
-  while (incoming_.takeAllAfter(period, watched)) {
+  for (double last = hostNowMs(); incoming_.takeAllAfter(period, watched);) {
+    // Woken a second or more after its period, this process was stopped (SIGSTOP, Ctrl-Z): on a resume (mpirun's
+    // SIGCONT before it ends the job) its works are not the ones to blame.
+    const double now = hostNowMs();
+    if (now - last > periodMs + 1000.0) resumedMs_ = now;
+    last = now;
     std::string failure;
     {
       std::lock_guard<std::mutex> lock(healthMutex_);

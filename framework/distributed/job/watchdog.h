@@ -58,6 +58,7 @@ class Watchdog {
   std::function<void(const std::string&)> onFailure_;
   std::function<std::string()> healthCheck_;
   std::function<std::string(const std::string&)> census_;
+  double resumedMs_ = -1;  // hostNowMs() when this process last resumed after being stopped (watchdog thread only)
   std::mutex healthMutex_;  // held while the health check runs, and by runExclusive
   bool healthStopped_ = false;
   Mailbox<std::shared_ptr<Work>> incoming_;  // its own lock only: watch() never waits for a scan

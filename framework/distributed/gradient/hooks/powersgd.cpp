@@ -237,6 +237,19 @@ class PowerSgdHook : public CommHook {
     return out;
   }
 
+  /// The step (F64 [1], an integer no larger than the steps taken), and per parameter every rank's error
+  /// feedback (F32 [world, its size]) and, when compressed, Q (F32 [m, r']), all finite.
+  std::vector<nn::StateRule> stateSchema(int world, int64_t steps) const override {
+    std::vector<nn::StateRule> rules = {{kStep, {DType::F64}, {1}, true, true, 0, static_cast<double>(steps)}};
+    for (const std::shared_ptr<BucketState>& held : buckets_) {
+      for (const Matrix& mx : held->matrices) {
+        rules.push_back({errorName(mx.entry.name), {DType::F32}, {world, mx.entry.numel()}});
+        if (mx.r > 0) rules.push_back({qName(mx.entry.name), {DType::F32}, {mx.m, mx.r}});
+      }
+    }
+    return rules;
+  }
+
   void restoreState(const std::function<Tensor(const std::string&)>& find, Communicator& comm) override {
     const Tensor step = find(kStep);
     if (step.defined()) step_ = static_cast<int64_t>(step.toDType(DType::F64).toVector<double>()[0]);

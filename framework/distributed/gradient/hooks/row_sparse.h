@@ -38,6 +38,9 @@ class RowSparseHook : public CommHook {
   std::shared_ptr<Work> reduce(const GradBucket& bucket, Communicator& comm) override;
   void endStep() override { inner_->endStep(); }
   HookState checkpointState(Communicator& comm) override { return inner_->checkpointState(comm); }
+  std::vector<nn::StateRule> stateSchema(int world, int64_t steps) const override {
+    return inner_->stateSchema(world, steps);
+  }
   void restoreState(const std::function<Tensor(const std::string&)>& find, Communicator& comm) override {
     inner_->restoreState(find, comm);
   }
