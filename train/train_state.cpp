@@ -199,6 +199,9 @@ int64_t Trainer::resume(const std::string& path) {
   }
   const SavedState state = readState(file, path);  // before anything of the file is read or replayed
   try {
+    // ZeRO-3: every unit gathered (a collective) so that the parameters load into them; restoreState keeps
+    // this rank's shards.
+    if (auto* sharded = dynamic_cast<distributed::ShardedOptimizer*>(optimizer_.get())) sharded->gatherAll();
     file = readSafetensors(path, stateFilter(*model_, state.globalBatch));
     nn::loadParameters(*model_, file);
     optimizer_->restoreState([&file](const std::string& name) {

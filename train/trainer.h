@@ -78,6 +78,9 @@ struct Options {
   // ZeRO-1 sharding and its parameter gather.
   int zero = 0;
   std::string zeroGather = "end";
+  // ZeRO-3: units gathered ahead of the one computing, and keeping a unit from forward to backward.
+  int zeroPrefetch = 1;
+  bool zeroKeepGathered = false;
   // Robustness (train/run_checks.h, train/train_state.h).
   int64_t saveEvery = 0;     // also write the training state to `save` every N steps
   std::string resume;        // continue the training state in this file

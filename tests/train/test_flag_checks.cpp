@@ -144,7 +144,7 @@ TEST(FlagChecks, FlagsGivenWhereNothingReadsThemAreUsageProblems) {
     EXPECT_EQ(problem(with({flag, "1"})), "");
   }
   EXPECT_EQ(problem({"--zero-gather", "end"}),
-            "--zero-gather end gathers ZeRO-1's parameter shards: it needs --zero 1");
+            "--zero-gather end gathers ZeRO-1/2's parameter shards: it needs --zero 1 or 2");
   EXPECT_EQ(problem({"--zero-gather", "overlap", "--zero", "1"}), "");
   EXPECT_EQ(problem({"--powersgd-rank", "4"}),
             "--powersgd-rank is a setting of --comm-hook powersgd; this run's hook is allreduce");

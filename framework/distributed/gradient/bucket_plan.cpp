@@ -120,4 +120,52 @@ std::string BucketPlan::describe() const {
   return os.str();
 }
 
+std::string unitOf(const std::string& name) {
+  size_t start = 0;
+  while (start < name.size()) {
+    const size_t end = std::min(name.find('.', start), name.size());
+    const std::string part = name.substr(start, end - start);
+    if (!part.empty() && part.find_first_not_of("0123456789") == std::string::npos) return name.substr(0, end);
+    start = end + 1;
+  }
+  return {};
+}
+
+BucketPlan planUnits(const std::vector<ParamInfo>& params) {
+  BucketPlan plan;
+  plan.slots.resize(params.size());
+  for (const ParamInfo& p : params) plan.names.push_back(p.name);
+  std::vector<std::string> units;  // in order of first registration
+  std::vector<int> unit(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::string name = unitOf(params[i].name);
+    const auto it = std::find(units.begin(), units.end(), name);
+    unit[i] = static_cast<int>(it - units.begin());
+    if (it == units.end()) units.push_back(name);
+  }
+  // Numbered units from the last registered to the first, then the root unit.
+  std::vector<int> order;
+  for (int u = static_cast<int>(units.size()) - 1; u >= 0; --u) {
+    if (!units[u].empty()) order.push_back(u);
+  }
+  for (int u = 0; u < static_cast<int>(units.size()); ++u) {
+    if (units[u].empty()) order.push_back(u);
+  }
+  for (int u : order) {
+    Bucket b;
+    for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
+      if (unit[i] != u) continue;
+      const ParamInfo& p = params[i];
+      MINIDP_CHECK(b.params.empty() || p.dtype == b.dtype,
+                   "unit '" << units[u] << "' mixes " << dtypeName(b.dtype) << " and " << dtypeName(p.dtype));
+      b.dtype = p.dtype;
+      plan.slots[i] = ParamSlot{static_cast<int>(plan.buckets.size()), b.numel, p.numel};
+      b.params.push_back(i);
+      b.numel += p.numel;
+    }
+    plan.buckets.push_back(std::move(b));
+  }
+  return plan;
+}
+
 }  // namespace minidp::distributed

@@ -81,4 +81,14 @@ BucketPlan planBuckets(const std::vector<ParamInfo>& params, size_t capBytes, si
 BucketPlan planBucketsInOrder(const std::vector<ParamInfo>& params, const std::vector<int>& order, size_t capBytes,
                               size_t firstCapBytes);
 
+/// ZeRO-3's unit of a parameter: its name up to and including the first dot-separated part that is a number
+/// (a block of a module list: "h.3" of "h.3.attn.c_attn.weight", "model.layers.0", "layers.1"); empty for
+/// the others (the root unit: embeddings, final norm, head).
+std::string unitOf(const std::string& name);
+/// ZeRO-3's plan: one bucket per unit (unitOf), so that a unit's gather and its gradients' reduce-scatter use
+/// one layout. Buckets in the order backward completes them: the unit registered last first, the root unit
+/// (whose tied or first-registered parameters finish last) at the end; inside a bucket, reverse
+/// registration order, as planBuckets walks. One dtype per unit.
+BucketPlan planUnits(const std::vector<ParamInfo>& params);
+
 }  // namespace minidp::distributed
