@@ -263,9 +263,9 @@ void checkMemory(const Options& o, const Session& session, int64_t vocab) {
 //                 --zero 3: 4 P s / N (parameter, gradient and moment shards) + the gathered units: with L
 //                 blocks (the model's --layers), (--zero-prefetch + 4) P / L for the units gathered, in flight
 //                 and in the scratch buffers, at most P, and P with --zero-keep-gathered (every unit gathered
-//                 from its forward to its backward), plus one P / L of gradients in flight; the root unit
-//                 (embeddings, head) is not counted apart, so a model with a large vocabulary and few blocks
-//                 is underestimated;
+//                 from its forward to its backward), plus one P / L of gradients in flight; the first unit
+//                 (embeddings) and the last (last block, norm, head) are not counted apart, so a model with a
+//                 large vocabulary and few blocks is underestimated;
 //   activations = the model's count for one micro-batch (models::ModelEntry::memory: GPT's and the
 //                 MLP's formulas are in models/registry.cpp), doubled by --cuda-graph (the capture's private
 //                 pool beside the eager steps' blocks);

@@ -114,7 +114,7 @@ SafeTensorFilter stateFilter(const models::Model& model, int64_t globalBatch) {
   double parameters = 0;
   for (const auto& [name, p] : model.namedParameters()) {
     shapes[name] = p.shape();
-    parameters += static_cast<double>(p.data().numel());
+    parameters += static_cast<double>(shapeNumel(p.shape()));
   }
   const SafeTensorFilter ofParameters = nn::parameterFilter(model);
   const auto startsWith = [](const std::string& text, const char* prefix) {

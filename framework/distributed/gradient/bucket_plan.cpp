@@ -135,29 +135,26 @@ BucketPlan planUnits(const std::vector<ParamInfo>& params) {
   BucketPlan plan;
   plan.slots.resize(params.size());
   for (const ParamInfo& p : params) plan.names.push_back(p.name);
-  std::vector<std::string> units;  // in order of first registration
-  std::vector<int> unit(params.size());
+  // Units in registration order: a block starts one; other parameters join the current one.
+  std::vector<int> unit(params.size(), 0);
+  std::string block;
+  int units = 1;
   for (size_t i = 0; i < params.size(); ++i) {
     const std::string name = unitOf(params[i].name);
-    const auto it = std::find(units.begin(), units.end(), name);
-    unit[i] = static_cast<int>(it - units.begin());
-    if (it == units.end()) units.push_back(name);
+    if (!name.empty() && name != block) {
+      if (!block.empty() || i > 0) ++units;  // the first block starts unit 0 when nothing comes before it
+      block = name;
+    }
+    unit[i] = units - 1;
   }
-  // Numbered units from the last registered to the first, then the root unit.
-  std::vector<int> order;
-  for (int u = static_cast<int>(units.size()) - 1; u >= 0; --u) {
-    if (!units[u].empty()) order.push_back(u);
-  }
-  for (int u = 0; u < static_cast<int>(units.size()); ++u) {
-    if (units[u].empty()) order.push_back(u);
-  }
-  for (int u : order) {
+  for (int u = units - 1; u >= 0; --u) {
     Bucket b;
     for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
       if (unit[i] != u) continue;
       const ParamInfo& p = params[i];
-      MINIDP_CHECK(b.params.empty() || p.dtype == b.dtype,
-                   "unit '" << units[u] << "' mixes " << dtypeName(b.dtype) << " and " << dtypeName(p.dtype));
+      MINIDP_CHECK(b.params.empty() || p.dtype == b.dtype, "ZeRO-3 unit of '" << p.name << "' mixes "
+                                                                              << dtypeName(b.dtype) << " and "
+                                                                              << dtypeName(p.dtype));
       b.dtype = p.dtype;
       plan.slots[i] = ParamSlot{static_cast<int>(plan.buckets.size()), b.numel, p.numel};
       b.params.push_back(i);

@@ -86,7 +86,7 @@ void Reducer::installBuckets(bool keepGradients) {
     const ParamSlot& slot = plan_.slots[i];
     MINIDP_CHECK(param.device() == device, "parameter '" << name << "' is on " << deviceName(param.device())
                                                          << ", the first on " << deviceName(device));
-    MINIDP_CHECK(param.data().numel() == slot.numel && param.dtype() == plan_.buckets[slot.bucket].dtype,
+    MINIDP_CHECK(shapeNumel(param.shape()) == slot.numel && param.dtype() == plan_.buckets[slot.bucket].dtype,
                  "parameter '" << name << "' does not match its bucket slot");
     if (shardGradients_) {
       param.releaseGrad();  // backward's first contribution makes it

@@ -71,12 +71,11 @@ ShardedOptimizer::ShardedOptimizer(DistributedDataParallel& ddp, const std::stri
     unshardedStateElements_ += stateTensors(name) * plan_.buckets[b].numel;
   }
   if (!sharded_) return;
-  // ZeRO-3: units in forward order (the plan lists them as backward completes them, the root unit last).
+  // ZeRO-3: units in forward order (planUnits lists them as backward completes them: the last unit first).
   unitOfParam_.resize(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) unitOfParam_[i] = plan_.slots[i].bucket;
   forwardPosition_.assign(flat_.size(), -1);
   for (int b = static_cast<int>(flat_.size()) - 1; b >= 0; --b) {
-    if (unitOf(plan_.names[plan_.buckets[b].params.front()]).empty()) continue;  // the root unit
     forwardPosition_[b] = static_cast<int>(forwardOrder_.size());
     forwardOrder_.push_back(b);
   }
@@ -129,10 +128,6 @@ void ShardedOptimizer::forwardUse(size_t b) {
   gather(b);
   waitGathered(b);
   const int at = forwardPosition_[b];
-  if (at < 0) {  // the root unit: prefetch the first units
-    for (int k = 0; k < prefetch_ && k < static_cast<int>(forwardOrder_.size()); ++k) gather(forwardOrder_[k]);
-    return;
-  }
   for (int k = 1; k <= prefetch_ && at + k < static_cast<int>(forwardOrder_.size()); ++k) gather(forwardOrder_[at + k]);
   // The unit before this one is done with its forward: free it, unless its backward needs it back soon
   // (kept gathered, or accumulating micro-batches, whose backward the reducer does not report).
@@ -143,7 +138,6 @@ void ShardedOptimizer::forwardUse(size_t b) {
 
 void ShardedOptimizer::unitGradsReady(size_t b) {
   const int at = forwardPosition_[b];
-  if (at < 0) return;  // the root unit stays until the step
   // Unit b's backward is done; the unit before it computes next.
   if (at > 0) {
     const size_t previous = forwardOrder_[at - 1];

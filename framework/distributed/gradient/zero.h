@@ -10,16 +10,19 @@
 // ZeRO-2 (DdpOptions::zeroStage = 2): the same optimizer; the reducer keeps only the gradient shards.
 //
 // ZeRO-3 (zeroStage = 3): the parameters are sharded too. The plan has one bucket per unit (planUnits: a
-// block of a module list, and the root unit of the rest); a rank keeps its shard of each unit and the unit's
-// full buffer holds memory only while gathered (Tensor::releaseMemory, which keeps the block that the
-// parameters' and autograd's tensors refer to). Forward: the first read of a parameter of unit u
-// (Variable::setBeforeUse) gathers u if it is not gathered yet and waits for it, issues the gathers of the
-// next `prefetch` units on the comm stream (thread), and frees the unit before u (unless keepGathered, as
-// FSDP2's reshard_after_forward=False, or while micro-batches accumulate without sync). Backward (the
-// reducer's observer): once every gradient of unit u+1 is ready, the backward of unit u comes next: wait for u
-// (gathering it if it is not), issue the gathers of the `prefetch` units before it, and free u+1. The root
-// unit stays gathered from its first read to the step. step() updates the shards and frees every unit; the
-// next forward gathers again. Checkpoints gather every unit (a collective) and keep them until the step.
+// block of a module list; the embeddings before the first block, the final norm and head with the last one).
+// A rank keeps its shard of each unit; the unit's full buffer holds memory only while gathered
+// (Tensor::releaseMemory keeps the block that the parameters' and autograd's tensors refer to).
+// Forward: the first read of a parameter of unit u (Variable::setBeforeUse) gathers u if it is not gathered
+// yet and waits for it, issues the gathers of the next `prefetch` units on the comm stream (thread), so that
+// they run while u computes, and frees unit u-1 (not with keepGathered, FSDP2's reshard_after_forward=False,
+// nor while micro-batches accumulate without sync, whose backward the reducer does not report). The last unit
+// is never freed in forward: backward starts with it. Backward (a reducer observer): once every gradient of
+// unit u is ready, unit u-1 computes next: gather it if it is not, issue the gathers of the `prefetch` units
+// before it, wait for it, and free u. step() updates the shards and frees every unit; the next read gathers
+// again. Checkpoints gather every unit (a collective) and keep them until the step. A gather is a collective:
+// code that reads parameter values on some ranks only (rank 0 printing, saving) must gatherAll on every rank
+// first; shapes, dtypes and counts never gather (Module::numParameters counts from the shapes).
 #pragma once
 
 #include <algorithm>
@@ -96,8 +99,8 @@ class ShardedOptimizer : public optim::Optimizer {
   bool holdAll_ = false;                 // gatherAll: every unit stays until the step
   uint64_t observer_ = 0;                // ZeRO-3: its BackwardObserver's handle
   DistributedDataParallel* ddp_ = nullptr;
-  std::vector<int> forwardOrder_;        // ZeRO-3: the numbered units' buckets, in forward order
-  std::vector<int> forwardPosition_;     // per bucket: its place in forwardOrder_, -1 for the root unit
+  std::vector<int> forwardOrder_;        // ZeRO-3: the units' buckets, in forward order
+  std::vector<int> forwardPosition_;     // per bucket: its place in forwardOrder_
   std::vector<bool> gathered_;           // per bucket: its memory is there (a gather issued or done)
   std::vector<Tensor> shardData_;        // ZeRO-3, per bucket: this rank's parameter shard (own memory)
   std::vector<int> unitOfParam_;         // per parameter: its bucket
