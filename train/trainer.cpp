@@ -366,6 +366,10 @@ std::string unreadFlagProblem(const Options& o) {
   for (const char* flag : {"--zero-prefetch", "--zero-keep-gathered"}) {
     if (o.given(flag) && o.zero != 3) return std::string(flag) + " is a setting of --zero 3";
   }
+  for (const char* flag : {"--bucket-mb", "--first-bucket-mb"}) {
+    if (o.given(flag) && o.zero == 3)
+      return std::string(flag) + " caps the gradient buckets; --zero 3 has one per unit (a block), its gather's";
+  }
   for (const char* flag : {"--powersgd-rank", "--powersgd-start-iter"}) {
     if (o.given(flag) && o.ddp.commHook.name != "powersgd")
       return std::string(flag) + " is a setting of --comm-hook powersgd; this run's hook is " + o.ddp.commHook.name;

@@ -31,8 +31,12 @@ run() {  # RANKS NAME MODEL FLAG...
   shift 3
   local launch=()
   [ "$ranks" -gt 1 ] && launch=("$mpiexec" -np "$ranks" --oversubscribe)
-  # shellcheck disable=SC2046
-  "${launch[@]}" "$train" $(model_args "$model") --log-every 10 "$@" --save "$dir/$name.safetensors" \
+  local margs
+  margs=$(model_args "$model")
+  # --zero 3 has a bucket per unit: no bucket caps.
+  case " $* " in *" --zero 3 "*) margs=$(echo "$margs" | sed -E 's/--(first-)?bucket-mb [0-9.]+//g') ;; esac
+  # shellcheck disable=SC2086
+  "${launch[@]}" "$train" $margs --log-every 10 "$@" --save "$dir/$name.safetensors" \
     > "$dir/$name.log" 2>&1 || { echo "run $name failed:"; cat "$dir/$name.log"; exit 1; }
 }
 same() {  # A B WHAT

@@ -146,6 +146,13 @@ TEST(FlagChecks, FlagsGivenWhereNothingReadsThemAreUsageProblems) {
   EXPECT_EQ(problem({"--zero-gather", "end"}),
             "--zero-gather end gathers ZeRO-1/2's parameter shards: it needs --zero 1 or 2");
   EXPECT_EQ(problem({"--zero-gather", "overlap", "--zero", "1"}), "");
+  EXPECT_EQ(problem({"--zero-prefetch", "2", "--zero", "2"}), "--zero-prefetch is a setting of --zero 3");
+  EXPECT_EQ(problem({"--zero-keep-gathered"}), "--zero-keep-gathered is a setting of --zero 3");
+  EXPECT_EQ(problem({"--zero-prefetch", "2", "--zero-keep-gathered", "--zero", "3"}), "");
+  EXPECT_EQ(problem({"--bucket-mb", "1", "--zero", "3"}),
+            "--bucket-mb caps the gradient buckets; --zero 3 has one per unit (a block), its gather's");
+  EXPECT_EQ(problem({"--zero-gather", "end", "--zero", "3"}),
+            "--zero-gather end gathers ZeRO-1/2's parameter shards: it needs --zero 1 or 2");
   EXPECT_EQ(problem({"--powersgd-rank", "4"}),
             "--powersgd-rank is a setting of --comm-hook powersgd; this run's hook is allreduce");
   EXPECT_EQ(problem({"--powersgd-start-iter", "0", "--comm-hook", "bf16"}),
