@@ -2,7 +2,7 @@
 // the single-process gradients of the concatenated batch; parameters stay bit-identical across ranks
 // and between overlap on and off, with buckets rebuilt from the ready order or not; gradient accumulation;
 // mismatched models fail on every rank.
-// CPU runs on the mpi (or single) backend, CUDA on nccl; float32 and float64.
+// CPU runs on the mpi (or single) backend, CUDA on nccl (on mpi where ranks share a GPU); float32 and float64.
 #include <gtest/gtest.h>
 
 #include <algorithm>
