@@ -256,7 +256,7 @@ void addOptions(CLI::App& app, Options& o) {
                "initcheck (which does not see cuBLASLt's writes)");
   app.add_flag("--cast-weights", o.castWeights,
                "bf16: cast the fp32 weights in every forward instead of keeping bf16 copies that the optimizer "
-               "updates (the same bits, slower; --zero 1 always casts)");
+               "updates (the same bits, slower; --zero 1 and 2 always cast)");
   app.add_option("--steps", o.steps,
                  "Optimizer steps (0: the model's default" +
                      modelDefault(known ? std::to_string(entry->defaultSteps) : "") + ")")
@@ -303,14 +303,22 @@ void addOptions(CLI::App& app, Options& o) {
   }
   app.add_option("--zero", o.ddp.zeroStage,
                  "ZeRO stage: 0 all-reduces gradients; 1 reduce-scatters them and shards the "
-                 "optimizer state")
-      ->check(CLI::IsMember({0, 1}))
+                 "optimizer state; 2 also keeps only this rank's shard of the gradients (each bucket "
+                 "reduce-scattered from a reused scratch buffer as soon as it is complete); 3 also shards the "
+                 "parameters, each unit (a block) all-gathered before its forward and again before its backward "
+                 "and freed after use")
+      ->check(CLI::IsMember({0, 1, 2, 3}))
       ->capture_default_str();
   addModeOption(app, "--zero-gather", o.zeroGather, zeroGatherNames(),
-                "ZeRO-1 parameter all-gather: end (after every shard's update), "
+                "ZeRO-1/2 parameter all-gather: end (after every shard's update), "
                 "overlap (bucket by bucket, as each shard is updated) or forward (as overlap, in the "
                 "forward's order; each parameter waits for its gather where the next forward reads it)",
                 nameOf(zeroGatherNames(), o.zeroGather).c_str());
+  addNumber(app, "--zero-prefetch", o.zeroPrefetch,
+            "ZeRO-3: units whose all-gather is in flight on the comm stream while one computes", 1, 64, true);
+  app.add_flag("--zero-keep-gathered", o.zeroKeepGathered,
+               "ZeRO-3: keep a unit gathered from its forward to its backward (FSDP2's reshard_after_forward=False): "
+               "one gather per unit and step fewer, the memory of the gathered units");
   addModeOption(app, "--lr-schedule", o.lrSchedule, lrScheduleNames(),
                 "Learning rate after the warm-up: constant, cosine or linear decay", "constant");
   addNumber(app, "--warmup-steps", o.warmupSteps, "Linear warm-up from lr/N to lr over the first N steps", 0, kMaxCount,
@@ -338,7 +346,8 @@ std::string sparseUsageProblem(const Options& o) {
   if (models::findModel(o.model).rowSparseParameter.empty())
     return "--sparse-embedding-grad: model " + o.model + " has no parameter indexed by its input tokens";
   if (o.ddp.zeroStage != 0)
-    return "--sparse-embedding-grad with --zero 1 is not supported (rows are all-reduced, not sharded)";
+    return "--sparse-embedding-grad with --zero " + std::to_string(o.ddp.zeroStage) +
+           " is not supported (rows are all-reduced, not sharded)";
   if (o.cudaGraph) return "--sparse-embedding-grad with --cuda-graph is not supported (the row ids are not captured)";
   return {};
 }
@@ -363,7 +372,8 @@ std::string commUsageProblem(const Options& o) {
   comm.cuda = o.device == Device::CUDA;
   if (comm.ncclBuffers != distributed::CommBuffers::Plain && o.ddp.zeroStage != 0)
     return std::string("--nccl-buffers ") + distributed::commBuffersName(comm.ncclBuffers) +
-           " with --zero 1 is not supported (its in-place reduce-scatter and all-gather address each rank's "
+           " with --zero " + std::to_string(o.ddp.zeroStage) +
+           " is not supported (its in-place reduce-scatter and all-gather address each rank's "
            "shard at another offset; registered and symmetric NCCL buffers want the same offset on every rank)";
   const distributed::LaunchInfo launch = distributed::detectLauncher();
   const int world = !launch.launched() ? 1 : launch.size > 0 ? launch.size : 2;
@@ -411,9 +421,16 @@ std::string unreadFlagProblem(const Options& o) {
     if (o.given(flag) && !entry.nextTokenLogits)  // the entry's sampling capability
       return std::string(flag) + ": --model " + o.model + " does not generate tokens";
   }
-  if (o.given("--zero-gather") && o.ddp.zeroStage != 1)
+  if (o.given("--zero-gather") && o.ddp.zeroStage != 1 && o.ddp.zeroStage != 2)
     return "--zero-gather " + nameOf(zeroGatherNames(), o.zeroGather) +
-           " gathers ZeRO-1's parameter shards: it needs --zero 1";
+           " gathers ZeRO-1/2's parameter shards: it needs --zero 1 or 2";
+  for (const char* flag : {"--zero-prefetch", "--zero-keep-gathered"}) {
+    if (o.given(flag) && o.ddp.zeroStage != 3) return std::string(flag) + " is a setting of --zero 3";
+  }
+  for (const char* flag : {"--bucket-mb", "--first-bucket-mb"}) {
+    if (o.given(flag) && o.ddp.zeroStage == 3)
+      return std::string(flag) + " caps the gradient buckets; --zero 3 has one per unit (a block), its gather's";
+  }
   for (const distributed::CommHookEntry& hook : distributed::commHooks()) {
     for (const Flag& flag : hook.flags) {
       if (o.ddp.commHook.flags.has(flag.name) && hook.name != o.ddp.commHook.name)
@@ -475,7 +492,7 @@ std::string runUsageProblem(const Options& o) {
     return "--data llmc needs " + std::string(o.llmcTrain.empty() ? "--llmc-train" : "--llmc-val") +
            " FILE (an llm.c .bin token file)";
   if (o.ddp.bucketCapBytes == 0 && (o.ddp.zeroStage != 0 || o.ddp.rebuildBuckets))
-    return "--bucket-mb auto re-plans after the first step: not with --zero 1 or --rebuild-buckets";
+    return "--bucket-mb auto re-plans after the first step: not with --zero 1, 2 or --rebuild-buckets";
   if (o.saveEvery > 0 && o.save.empty()) return "--save-every needs --save FILE (the file it rewrites)";
   if (!o.resume.empty() && !o.load.empty())
     return "--resume continues a saved run, its parameters included: not with --load";
@@ -517,7 +534,10 @@ std::string usageProblem(const Options& o, const std::vector<OutputFile>& more) 
   if (o.device != Device::CUDA) return "--cuda-graph needs --device cuda";
   if (o.gradAccum != 1) return "--cuda-graph captures one micro-batch per step: not with --grad-accum > 1";
   if (o.ddp.zeroStage != 0)
-    return "--cuda-graph with --zero 1 is not supported (the sharded optimizer gathers outside the graph)";
+    return "--cuda-graph with --zero " + std::to_string(o.ddp.zeroStage) +
+           " is not supported (the sharded optimizer gathers outside the graph)";
+  if (o.comm.backend == "mpi")
+    return "--cuda-graph with --comm mpi is not supported (its collectives run on the host, outside the graph)";
   return {};
 }
 

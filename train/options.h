@@ -100,6 +100,9 @@ struct Options {
   int64_t topK = 0;         // sampling; 0: the whole vocabulary
   // ZeRO-1's parameter gather.
   distributed::ZeroGather zeroGather = distributed::ZeroGather::End;
+  // ZeRO-3: units gathered ahead of the one computing, and keeping a unit from forward to backward.
+  int zeroPrefetch = 1;
+  bool zeroKeepGathered = false;
   // Robustness (train/run_checks.h, train/train_state.h).
   int64_t saveEvery = 0;     // also write the training state to `save` every N steps
   std::string resume;        // continue the training state in this file

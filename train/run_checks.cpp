@@ -223,7 +223,8 @@ double hostAvailableBytes() {
 /// Refuses a run whose estimate, times the ranks that share the memory, exceeds what is available: the OS
 /// would kill it (or CUDA fail) in the middle of the set-up instead.
 void checkMemory(const Options& o, const Session& session, int64_t vocab) {
-  const MemoryEstimate need = estimateMemory(o, vocab, session.device, session.dtype, session.compute);
+  const MemoryEstimate need =
+      estimateMemory(o, vocab, session.device, session.dtype, session.compute, session.comm ? session.world() : 1);
   const int localRank = session.mpi ? session.mpi->localRank() : 0;
   const int localSize = session.mpi ? session.mpi->localSize() : 1;
   int sharing = localSize;  // the node's ranks share its host memory
@@ -241,7 +242,8 @@ void checkMemory(const Options& o, const Session& session, int64_t vocab) {
     where = "of host memory available";
   }
   if (need.total() * sharing <= available) return;
-  std::string lower = "--batch-size";
+  std::string lower = o.ddp.zeroStage < 3 && session.comm && session.world() > 1 ? "raise --zero, or lower --batch-size"
+                                                                         : "--batch-size";
   for (size_t i = 0; i < need.flagsToLower.size(); ++i) {
     lower += (i + 1 == need.flagsToLower.size() ? " or " : ", ") + need.flagsToLower[i];
   }
@@ -256,15 +258,25 @@ void checkMemory(const Options& o, const Session& session, int64_t vocab) {
 
 }  // namespace
 
-// The bound, in elements of the parameter dtype (s bytes) and of the activation dtype (a bytes):
+// The bound, in elements of the parameter dtype (s bytes) and of the activation dtype (a bytes), over N ranks:
 //   state       = 6 P s: the parameters, their gradient buckets, AdamW's two moments (SGD's one momentum
 //                 leaves room), and two more for the copies some runs hold (bf16 wire, ZeRO gather, the
 //                 fp32 model built before its fp64 conversion);
+//                 --zero 1: (4 + 2/N) P s, the moments sharded;
+//                 --zero 2: (3 + 3/N) P s + two buckets' scratch: the gradients kept are shards too, and those
+//                 that backward made and whose bucket is not launched yet (all of them with --overlap off: P
+//                 more) live as tensors of their own, counted as one P;
+//                 --zero 3: 4 P s / N (parameter, gradient and moment shards) + the gathered units: with L
+//                 blocks (the model's --layers), (--zero-prefetch + 4) P / L for the units gathered, in flight
+//                 and in the scratch buffers, at most P, and P with --zero-keep-gathered (every unit gathered
+//                 from its forward to its backward), plus one P / L of gradients in flight; the first unit
+//                 (embeddings) and the last (last block, norm, head) are not counted apart, so a model with a
+//                 large vocabulary and few blocks is underestimated;
 //   activations = the model's count for one micro-batch (models::ModelEntry::memory: GPT's and the
 //                 MLP's formulas are in models/registry.cpp), doubled by --cuda-graph (the capture's private
 //                 pool beside the eager steps' blocks);
 //   CUDA adds 256 MiB for cuBLAS workspaces and NCCL's buffers beyond what the context holds already.
-MemoryEstimate estimateMemory(const Options& o, int64_t vocab, Device device, DType dtype, DType compute) {
+MemoryEstimate estimateMemory(const Options& o, int64_t vocab, Device device, DType dtype, DType compute, int world) {
   const double s = static_cast<double>(dtypeSize(dtype)), a = static_cast<double>(dtypeSize(compute));
   const models::ModelEntry& entry = models::findModel(o.model);
   models::ModelArgs args = modelArgsBeforeData(o, vocab);
@@ -274,7 +286,20 @@ MemoryEstimate estimateMemory(const Options& o, int64_t vocab, Device device, DT
   MemoryEstimate e;
   e.parameters = need.parameters;
   e.flagsToLower = need.flagsToLower;
-  e.stateBytes = 6 * static_cast<double>(e.parameters) * s;
+  const double P = static_cast<double>(e.parameters), N = std::max(world, 1);
+  const double layers = args.flags.has("layers") ? std::max<double>(1, args.flags.integer("layers")) : 1;
+  const double bucket = static_cast<double>(o.ddp.bucketCapBytes > 0 ? o.ddp.bucketCapBytes : size_t(25) << 20);
+  switch (o.ddp.zeroStage) {
+    case 1: e.stateBytes = (4 + 2 / N) * P * s; break;
+    case 2:
+      e.stateBytes = (3 + 3 / N) * P * s + 2 * bucket + (o.ddp.overlap == distributed::Overlap::AfterBackward ? P * s : 0);
+      break;
+    case 3:
+      e.stateBytes = 4 * P * s / N + std::min(P, (o.zeroPrefetch + 5) * P / layers) * s +
+                     (o.zeroKeepGathered ? P * s : 0);
+      break;
+    default: e.stateBytes = 6 * P * s;
+  }
   e.activationBytes = need.activations * a * (o.cudaGraph ? 2 : 1) + (device == Device::CUDA ? 256.0 * (1 << 20) : 0);
   return e;
 }

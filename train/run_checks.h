@@ -60,8 +60,10 @@ struct MemoryEstimate {
   double total() const { return stateBytes + activationBytes; }
 };
 /// The run's memory from its flags alone, before anything is allocated; `vocab`: the token data's
-/// vocabulary (token models). The formula is in run_checks.cpp, the model's part in its registry entry.
-MemoryEstimate estimateMemory(const Options& opts, int64_t vocab, Device device, DType dtype, DType compute);
+/// vocabulary (token models); `world`: the ranks the ZeRO stages (--zero) shard over. The formula is in
+/// run_checks.cpp, the model's part in its registry entry.
+MemoryEstimate estimateMemory(const Options& opts, int64_t vocab, Device device, DType dtype, DType compute,
+                              int world = 1);
 
 /// The checks of minidp-train and minidp-bench before the model is built: output paths (outputFiles(opts,
 /// more)) writable (created and removed; stray temporaries of an interrupted save removed), the data folder

@@ -112,7 +112,7 @@ SafeTensorFilter stateFilter(const models::Model& model, int64_t globalBatch) {
   double parameters = 0;
   for (const auto& [name, p] : model.namedParameters()) {
     shapes[name] = p.shape();
-    parameters += static_cast<double>(p.data().numel());
+    parameters += static_cast<double>(shapeNumel(p.shape()));
   }
   const SafeTensorFilter ofParameters = nn::parameterFilter(model);
   const auto startsWith = [](const std::string& text, const char* prefix) {
@@ -222,6 +222,9 @@ int64_t Trainer::resume(const std::string& path) {
   }
   const SavedState state = readState(file, path);  // before anything of the file is read or replayed
   try {
+    // ZeRO-3: every unit gathered (a collective) so that the parameters load into them; restoreState keeps
+    // this rank's shards.
+    if (auto* sharded = dynamic_cast<distributed::ShardedOptimizer*>(optimizer_.get())) sharded->gatherAll();
     file = readSafetensors(path, stateFilter(*model_, state.globalBatch));
     checkStateTensors(file, *model_, *optimizer_, opts_, ddp_->reducer().hook(), session_.world(), state.step);
     nn::loadParameters(*model_, file);

@@ -60,12 +60,16 @@ Trainer::Trainer(const Options& o, Session& session)
   }
   const std::string optName = o.optimizer.empty() ? entry.defaultOptimizer : o.optimizer;
   const double lr = o.lr > 0 ? o.lr : entry.defaultLr;
-  if (o.ddp.zeroStage == 1) {
-    auto sharded = std::make_unique<distributed::ShardedOptimizer>(*ddp_, optName, lr, o.weightDecay, o.zeroGather);
+  if (o.ddp.zeroStage >= 1) {
+    auto sharded = std::make_unique<distributed::ShardedOptimizer>(*ddp_, optName, lr, o.weightDecay, o.zeroGather,
+                                                                   o.zeroPrefetch, o.zeroKeepGathered);
     if (session.rank() == 0) {
       const double bytes = static_cast<double>(dtypeSize(session.dtype));
-      std::printf("ZeRO-1: optimizer state %.2f MB per rank (%.2f MB unsharded)\n",
-                  sharded->stateElements() * bytes / 1e6, sharded->unshardedStateElements() * bytes / 1e6);
+      std::printf("ZeRO-%d: optimizer state %.2f MB per rank (%.2f MB unsharded), gradients %.2f MB and "
+                  "parameters %.2f MB between steps\n",
+                  o.ddp.zeroStage, sharded->stateElements() * bytes / 1e6,
+                  sharded->unshardedStateElements() * bytes / 1e6, ddp_->gradientElements() * bytes / 1e6,
+                  sharded->parameterElements() * bytes / 1e6);
     }
     optimizer_ = std::move(sharded);
   } else {

@@ -114,6 +114,11 @@ void Variable::zeroGrad() {
   if (impl_->grad.defined()) impl_->grad.zero();
 }
 
+void Variable::releaseGrad() {
+  impl_->grad = Tensor();
+  impl_->gradZero = false;
+}
+
 void Variable::markGradZero() {
   MINIDP_CHECK(impl_->grad.defined(), "markGradZero on a variable without a gradient");
   impl_->gradZero = true;

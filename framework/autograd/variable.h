@@ -58,6 +58,9 @@ class Variable {
   void setGrad(Tensor grad);
   /// Zeroes the gradient in place if there is one.
   void zeroGrad();
+  /// Drops the gradient: undefined until the next backward's first contribution (ZeRO-2 and 3 keep only a
+  /// shard of it, elsewhere).
+  void releaseGrad();
   /// Promises that the installed gradient holds zeros (its owner has just zeroed it, as the reducer does its
   /// buckets every step): the next contribution may overwrite it instead of adding to it (a GEMM with
   /// beta 0, an epilogue that writes). The next contribution, and setGrad, end the promise; a write through

@@ -46,7 +46,7 @@ void Module::zeroGrad() {
 
 int64_t Module::numParameters() const {
   int64_t n = 0;
-  for (auto& [name, param] : namedParameters()) n += param.data().numel();
+  for (auto& [name, param] : namedParameters()) n += shapeNumel(param.shape());  // no read of the values (ZeRO-3)
   return n;
 }
 

@@ -68,15 +68,28 @@ int64_t shapeNumel(const Shape& shape) {
   return n;
 }
 
-Storage::Storage(size_t bytes_, Device device_) : bytes(bytes_), device(device_) {
+namespace {
+
+void* allocateBlock(size_t bytes, Device device) {
+  if (device == Device::CUDA) return runtime::deviceAllocate(bytes);
+  // 64-byte alignment for Eigen's vectorised loads; aligned_alloc wants a multiple of the alignment.
+  void* ptr = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+  MINIDP_CHECK(ptr != nullptr, "out of host memory allocating " << bytes << " bytes");
+  return ptr;
+}
+
+void releaseBlock(void* ptr, size_t bytes, Device device) {
+  if (!ptr) return;  // released already (Tensor::releaseMemory)
   if (device == Device::CUDA) {
-    ptr = runtime::deviceAllocate(bytes);
+    runtime::deviceRelease(ptr, bytes);
   } else {
-    // 64-byte alignment for Eigen's vectorised loads; aligned_alloc wants a multiple of the alignment.
-    ptr = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
-    MINIDP_CHECK(ptr != nullptr, "out of host memory allocating " << bytes << " bytes");
+    std::free(ptr);
   }
 }
+
+}  // namespace
+
+Storage::Storage(size_t bytes_, Device device_) : bytes(bytes_), device(device_) { ptr = allocateBlock(bytes, device); }
 
 Storage::Storage(void* ptr_, size_t bytes_, Device device_, std::function<void(void*)> release_)
     : ptr(ptr_), bytes(bytes_), device(device_), release(std::move(release_)) {
@@ -86,11 +99,19 @@ Storage::Storage(void* ptr_, size_t bytes_, Device device_, std::function<void(v
 Storage::~Storage() {
   if (release) {
     release(ptr);
-  } else if (device == Device::CUDA) {
-    runtime::deviceRelease(ptr, bytes);
   } else {
-    std::free(ptr);
+    releaseBlock(ptr, bytes, device);
   }
+}
+
+void Tensor::releaseMemory() const {
+  MINIDP_CHECK(defined() && !storage_->release, "releaseMemory: only a block of the built-in allocators");
+  releaseBlock(std::exchange(storage_->ptr, nullptr), storage_->bytes, storage_->device);
+}
+
+void Tensor::reacquireMemory() const {
+  MINIDP_CHECK(defined(), "reacquireMemory of an undefined tensor");
+  if (!storage_->ptr) storage_->ptr = allocateBlock(storage_->bytes, storage_->device);
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
@@ -152,6 +173,8 @@ int64_t Tensor::size(int d) const {
 
 void* Tensor::raw() const {
   MINIDP_CHECK(defined(), "undefined tensor");
+  MINIDP_CHECK(storage_->ptr, "tensor " << shapeString(shape_) << " read while its memory is released (ZeRO-3: a unit "
+                                        "used outside its gather)");
   return static_cast<char*>(storage_->ptr) + offsetBytes_;
 }
 

@@ -129,6 +129,15 @@ class Tensor {
   /// through this tensor only.
   bool ownsStorageAlone() const { return storage_ != nullptr && storage_.use_count() == 1; }
 
+  /// ZeRO-3 (FSDP's storage resize to 0): frees the memory of this tensor's block but keeps the block, so every
+  /// tensor sharing it (a view, an autograd node's saved copy) still refers to it; reading it before
+  /// reacquireMemory() is an error. Only for blocks of the built-in allocators (not fromExternal).
+  void releaseMemory() const;
+  /// Allocates a released block's memory again (uninitialised; its address may change); no-op when resident.
+  void reacquireMemory() const;
+  /// Whether the block holds memory (not released).
+  bool memoryResident() const { return storage_ != nullptr && storage_->ptr != nullptr; }
+
   /// Same elements under another shape (one extent may be -1).
   Tensor view(Shape shape) const;
   /// A copy on `device` (synchronous when it crosses devices).

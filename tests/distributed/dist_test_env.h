@@ -14,7 +14,8 @@ namespace minidp::testing {
 /// The MPI environment, or null when the binary was not started by mpirun.
 distributed::MpiEnvironment* mpiEnvironment();
 /// The communicator the tests of this process share for `device`: mpi (CPU under mpirun), single (CPU
-/// alone), nccl (CUDA). Null with `skipReason` set when this process cannot have one.
+/// alone), nccl (CUDA), or mpi for CUDA when
+/// ranks share a GPU (or MINIDP_TEST_CUDA_COMM=mpi). Null with `skipReason` set when this process cannot have one.
 std::shared_ptr<distributed::Communicator> sharedCommunicator(Device device, std::string* skipReason);
 
 /// A test per device on the shared communicator of that device; skipped, with the reason, where this

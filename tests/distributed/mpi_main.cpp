@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 
 #include "framework/runtime/device.h"
@@ -49,11 +50,11 @@ std::shared_ptr<distributed::Communicator> sharedCommunicator(Device device, std
       *skipReason = "no CUDA device";
       return nullptr;
     }
-    if (gEnv && gEnv->localSize() > runtime::cudaDeviceCount()) {
-      *skipReason = "NCCL needs one GPU per rank";
-      return nullptr;
-    }
-    opts.backend = "nccl";
+    // More ranks than GPUs (several ranks on one GPU, which NCCL refuses): CUDA tensors over MPI, staged
+    // through pinned host buffers; MINIDP_TEST_CUDA_COMM=mpi chooses that with one GPU per rank too.
+    const char* forced = std::getenv("MINIDP_TEST_CUDA_COMM");
+    const bool shared = gEnv && gEnv->localSize() > runtime::cudaDeviceCount();
+    opts.backend = shared || (forced && std::string(forced) == "mpi") ? "mpi" : "nccl";
   }
   return gComms[device] = distributed::makeCommunicator(opts, gEnv.get());
 }
@@ -65,12 +66,10 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   if (minidp::distributed::MpiEnvironment::launchedByMpirun()) {
     gEnv = std::make_unique<minidp::distributed::MpiEnvironment>();
-    // One GPU per rank, selected before any suite creates CUDA state (on device 0 otherwise, after which
-    // NCCL could not select the rank's own). With fewer GPUs than ranks the NCCL suites skip.
+    // The rank's GPU, selected before any suite creates CUDA state (on device 0 otherwise, after which
+    // NCCL could not select the rank's own). With fewer GPUs than ranks, ranks share them over MPI.
     namespace runtime = minidp::runtime;
-    if (runtime::cudaAvailable() && gEnv->localSize() <= runtime::cudaDeviceCount()) {
-      runtime::setDevice(gEnv->localRank());
-    }
+    if (runtime::cudaAvailable()) runtime::setDevice(gEnv->localRank() % runtime::cudaDeviceCount());
   }
   const int rank = gEnv ? gEnv->rank() : 0;
   if (rank != 0) {

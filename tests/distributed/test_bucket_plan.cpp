@@ -235,5 +235,31 @@ TEST(BucketPlan, MibToBytesRoundsToTheNearestByte) {
   EXPECT_DOUBLE_EQ(bytesToMib(3 * kMiB / 2), 1.5);
 }
 
+// ZeRO-3's units: a block of a module list each, the embeddings before the first block with the first, the
+// final norm and head with the last; buckets from the last unit to the first, reverse registration inside.
+TEST(BucketPlan, UnitsAreBlocksWithTheEmbeddingsFirstAndTheHeadLast) {
+  EXPECT_EQ(unitOf("h.3.attn.c_attn.weight"), "h.3");
+  EXPECT_EQ(unitOf("model.layers.12.mlp.up_proj.weight"), "model.layers.12");
+  EXPECT_EQ(unitOf("layers.0.bias"), "layers.0");
+  EXPECT_EQ(unitOf("wte.weight"), "");
+  const std::vector<std::string> names = {"wte.weight", "wpe.weight", "h.0.ln_1.weight", "h.0.mlp.c_fc.weight",
+                                          "h.1.ln_1.weight", "ln_f.weight", "lm_head.weight"};
+  std::vector<ParamInfo> params;
+  for (size_t i = 0; i < names.size(); ++i) params.push_back(ParamInfo{names[i], static_cast<int64_t>(10 + i), DType::F32});
+  const BucketPlan plan = planUnits(params);
+  ASSERT_EQ(plan.buckets.size(), 3u) << plan.describe();
+  EXPECT_EQ(plan.buckets[0].params, (std::vector<int>{6, 5, 4}));  // h.1 with the final norm and head
+  EXPECT_EQ(plan.buckets[1].params, (std::vector<int>{3, 2}));     // h.0
+  EXPECT_EQ(plan.buckets[2].params, (std::vector<int>{1, 0}));     // the embeddings
+  EXPECT_EQ(plan.slots[5].offset, 16);                             // after lm_head's 16 elements
+  EXPECT_EQ(plan.buckets[0].numel, 16 + 15 + 14);
+  // A model of blocks only (the MLP): a unit per block, the first block is unit 0.
+  const BucketPlan mlp = planUnits({{"layers.0.weight", 4}, {"layers.0.bias", 2}, {"layers.1.weight", 4}});
+  ASSERT_EQ(mlp.buckets.size(), 2u);
+  EXPECT_EQ(mlp.buckets[1].params, (std::vector<int>{1, 0}));
+  // No blocks at all: one unit.
+  EXPECT_EQ(planUnits({{"weight", 4}, {"bias", 2}}).buckets.size(), 1u);
+}
+
 }  // namespace
 }  // namespace minidp::distributed

@@ -2,7 +2,7 @@
 // the single-process gradients of the concatenated batch; parameters stay bit-identical across ranks
 // and between overlap on and off, with buckets rebuilt from the ready order or not; gradient accumulation;
 // mismatched models fail on every rank.
-// CPU runs on the mpi (or single) backend, CUDA on nccl; float32 and float64.
+// CPU runs on the mpi (or single) backend, CUDA on nccl (on mpi where ranks share a GPU); float32 and float64.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -331,6 +331,9 @@ struct WireRun {
   distributed::ZeroGather gather = distributed::ZeroGather::End;
   std::string optimizer = "adamw";
   double clipGradNorm = 0;  // > 0: every step's gradients clipped to this global norm
+  int prefetch = 1;          // ZeRO-3: units in flight
+  bool keepGathered = false;  // ZeRO-3: a unit kept from forward to backward
+  int microBatches = 1;       // micro-batches per step, the rank's rows split evenly
 };
 
 class DdpWire : public Ddp {
@@ -346,8 +349,9 @@ class DdpWire : public Ddp {
     opts.zeroStage = run.zero;
     DistributedDataParallel ddp(m->namedParameters(), comm_, opts);
     std::unique_ptr<optim::Optimizer> optimizer;
-    if (run.zero == 1) {
-      optimizer = std::make_unique<distributed::ShardedOptimizer>(ddp, run.optimizer, 1e-2, 0.01, run.gather);
+    if (run.zero >= 1) {
+      optimizer = std::make_unique<distributed::ShardedOptimizer>(ddp, run.optimizer, 1e-2, 0.01, run.gather,
+                                                                  run.prefetch, run.keepGathered);
     } else {
       optimizer = optim::makeOptimizer(run.optimizer, m->namedParameters(), 1e-2, 0.01);
     }
@@ -356,10 +360,23 @@ class DdpWire : public Ddp {
     for (int step = 0; step < steps; ++step) {
       const Batch mine = myRows(global(world_ * kRowsPerRank, 300 + step));
       ddp.prepareStep();
-      m->loss(mine.inputs, mine.targets).backward();
+      const int64_t rows = kRowsPerRank / run.microBatches;
+      for (int k = 0; k < run.microBatches; ++k) {
+        ddp.setRequireSync(k + 1 == run.microBatches);
+        const Batch part = rowsOf(mine, k * rows, rows, device());
+        Variable loss = m->loss(part.inputs, part.targets);
+        (run.microBatches > 1 ? ops::scale(loss, 1.0 / run.microBatches) : loss).backward();
+      }
       ddp.finalize();
       if (run.clipGradNorm > 0) ddp.computeGradNorm(clipper);
       optimizer->step();
+    }
+    // ZeRO-3: between steps no unit holds memory; then the units gathered again (a collective), so that the
+    // model is whole once the optimizer goes.
+    if (run.zero == 3) {
+      auto& sharded = static_cast<distributed::ShardedOptimizer&>(*optimizer);
+      EXPECT_EQ(sharded.gatheredUnits(), 0u);
+      sharded.gatherAll();
     }
     if (keep) *keep = std::move(optimizer);
     return m;
@@ -388,6 +405,42 @@ TEST_P(DdpWire, ZeroOneMatchesDdpAfterFiftySteps) {
   EXPECT_LE(testing::maxParameterError(*zeroEnd, *ddp), 100 * tolerance());
   // And the run did train: 50 steps of lr 1e-2 moved the weights well away from the start.
   EXPECT_GT(testing::maxParameterError(*zeroEnd, *model(11)), 1e-2);
+}
+
+// ZeRO-2 reduces the same buckets from a scratch buffer and keeps only the shards: ZeRO-1's bits. ZeRO-3
+// gathers each unit before its forward and its backward and reduce-scatters a bucket per unit: DDP's numbers
+// (the same bits where the reduction order per element is the same: MPI sums to rank 0 element by element),
+// overlap on == off, any prefetch depth and keeping the units gathered the same bits, every rank the same
+// bits; two micro-batches of half the rows each near one of all the rows.
+TEST_P(DdpWire, ZeroTwoAndThreeMatchZeroOneAndDdp) {
+  constexpr int kShort = 20;
+  auto ddp = train({}, kShort);
+  auto one = train({Overlap::DuringBackward, "allreduce", 1}, kShort);
+  auto two = train({Overlap::DuringBackward, "allreduce", 2}, kShort);
+  auto twoOff = train({Overlap::AfterBackward, "allreduce", 2}, kShort);
+  EXPECT_TRUE(testing::parameterBytes(*one) == testing::parameterBytes(*two)) << "ZeRO-2 differs from ZeRO-1";
+  EXPECT_TRUE(testing::parameterBytes(*two) == testing::parameterBytes(*twoOff)) << "ZeRO-2 overlap on != off";
+  expectRanksIdentical(*two, "ZeRO-2");
+  auto three = train({Overlap::DuringBackward, "allreduce", 3}, kShort);
+  WireRun off{Overlap::AfterBackward, "allreduce", 3};
+  auto threeOff = train(off, kShort);
+  WireRun deep{Overlap::DuringBackward, "allreduce", 3};
+  deep.prefetch = 3;
+  deep.keepGathered = true;
+  auto threeDeep = train(deep, kShort);
+  const std::string bytes = testing::parameterBytes(*three);
+  EXPECT_TRUE(bytes == testing::parameterBytes(*threeOff)) << "ZeRO-3 overlap on != off";
+  EXPECT_TRUE(bytes == testing::parameterBytes(*threeDeep)) << "ZeRO-3 prefetch 3, kept gathered, differs";
+  expectRanksIdentical(*three, "ZeRO-3");
+  EXPECT_LE(testing::maxParameterError(*three, *ddp), 100 * tolerance());
+  if (device() == Device::CPU && world_ <= 2) {
+    EXPECT_TRUE(bytes == testing::parameterBytes(*ddp)) << "ZeRO-3 differs from DDP (a + b sums alike)";
+  }
+  WireRun halves{Overlap::DuringBackward, "allreduce", 3};
+  halves.microBatches = 2;
+  auto accumulated = train(halves, kShort);
+  expectRanksIdentical(*accumulated, "ZeRO-3, two micro-batches");
+  EXPECT_LE(testing::maxParameterError(*accumulated, *three), 100 * tolerance());
 }
 
 // The norm grad-norm clipping needs under ZeRO-1: each rank's partial sums over its shards, all-gathered

@@ -145,8 +145,15 @@ TEST(FlagChecks, FlagsGivenWhereNothingReadsThemAreUsageProblems) {
     EXPECT_EQ(problem(with({flag, "1"})), "");
   }
   EXPECT_EQ(problem({"--zero-gather", "end"}),
-            "--zero-gather end gathers ZeRO-1's parameter shards: it needs --zero 1");
+            "--zero-gather end gathers ZeRO-1/2's parameter shards: it needs --zero 1 or 2");
   EXPECT_EQ(problem({"--zero-gather", "overlap", "--zero", "1"}), "");
+  EXPECT_EQ(problem({"--zero-prefetch", "2", "--zero", "2"}), "--zero-prefetch is a setting of --zero 3");
+  EXPECT_EQ(problem({"--zero-keep-gathered"}), "--zero-keep-gathered is a setting of --zero 3");
+  EXPECT_EQ(problem({"--zero-prefetch", "2", "--zero-keep-gathered", "--zero", "3"}), "");
+  EXPECT_EQ(problem({"--bucket-mb", "1", "--zero", "3"}),
+            "--bucket-mb caps the gradient buckets; --zero 3 has one per unit (a block), its gather's");
+  EXPECT_EQ(problem({"--zero-gather", "end", "--zero", "3"}),
+            "--zero-gather end gathers ZeRO-1/2's parameter shards: it needs --zero 1 or 2");
   EXPECT_EQ(problem({"--powersgd-rank", "4"}),
             "--powersgd-rank is a setting of --comm-hook powersgd; this run's hook is allreduce");
   EXPECT_EQ(problem({"--powersgd-start-iter", "0", "--comm-hook", "bf16"}),
@@ -235,8 +242,8 @@ TEST(FlagChecks, NcclSettingsParseAndAreRefusedOffNccl) {
             "--nccl-cta-policy is a setting of --comm nccl; this run's communicator is mpi");
   // The backend's own refusal of the device: a usage problem too.
   EXPECT_EQ(problem({"--comm", "nccl"}), "--comm nccl averages CUDA tensors; use mpi for --device cpu");
-  EXPECT_EQ(problem({"--comm", "mpi", "--device", "cuda"}),
-            "--comm mpi averages CPU tensors; use nccl for --device cuda");
+  // mpi stages CUDA tensors through pinned host buffers: several ranks on one GPU.
+  EXPECT_EQ(problem({"--comm", "mpi", "--device", "cuda"}), "");
 }
 
 TEST(FlagChecks, TheChosenCommHooksRefusalIsTheUsageProblem) {

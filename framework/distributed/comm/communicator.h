@@ -1,6 +1,6 @@
 // Communicator: the collectives a data-parallel step needs (all-reduce, reduce-scatter, all-gather,
-// broadcast), on one of four backends (backends/): single (world 1), MPI (CPU tensors), NCCL (CUDA tensors),
-// and an emulated link.
+// broadcast), on one of four backends (backends/): single (world 1), MPI (CPU tensors, and CUDA tensors staged
+// through pinned host buffers, so several ranks can share a GPU), NCCL (CUDA tensors), and an emulated link.
 #pragma once
 
 #include <functional>

@@ -120,4 +120,49 @@ std::string BucketPlan::describe() const {
   return os.str();
 }
 
+std::string unitOf(const std::string& name) {
+  size_t start = 0;
+  while (start < name.size()) {
+    const size_t end = std::min(name.find('.', start), name.size());
+    const std::string part = name.substr(start, end - start);
+    if (!part.empty() && part.find_first_not_of("0123456789") == std::string::npos) return name.substr(0, end);
+    start = end + 1;
+  }
+  return {};
+}
+
+BucketPlan planUnits(const std::vector<ParamInfo>& params) {
+  BucketPlan plan;
+  plan.slots.resize(params.size());
+  for (const ParamInfo& p : params) plan.names.push_back(p.name);
+  // Units in registration order: a block starts one; other parameters join the current one.
+  std::vector<int> unit(params.size(), 0);
+  std::string block;
+  int units = 1;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::string name = unitOf(params[i].name);
+    if (!name.empty() && name != block) {
+      if (!block.empty() || i > 0) ++units;  // the first block starts unit 0 when nothing comes before it
+      block = name;
+    }
+    unit[i] = units - 1;
+  }
+  for (int u = units - 1; u >= 0; --u) {
+    Bucket b;
+    for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
+      if (unit[i] != u) continue;
+      const ParamInfo& p = params[i];
+      MINIDP_CHECK(b.params.empty() || p.dtype == b.dtype, "ZeRO-3 unit of '" << p.name << "' mixes "
+                                                                              << dtypeName(b.dtype) << " and "
+                                                                              << dtypeName(p.dtype));
+      b.dtype = p.dtype;
+      plan.slots[i] = ParamSlot{static_cast<int>(plan.buckets.size()), b.numel, p.numel};
+      b.params.push_back(i);
+      b.numel += p.numel;
+    }
+    plan.buckets.push_back(std::move(b));
+  }
+  return plan;
+}
+
 }  // namespace minidp::distributed

@@ -81,4 +81,15 @@ BucketPlan planBuckets(const std::vector<ParamInfo>& params, size_t capBytes, si
 BucketPlan planBucketsInOrder(const std::vector<ParamInfo>& params, const std::vector<int>& order, size_t capBytes,
                               size_t firstCapBytes);
 
+/// The block of a module list a parameter belongs to: its name up to and including the first dot-separated
+/// part that is a number ("h.3" of "h.3.attn.c_attn.weight", "model.layers.0", "layers.1"); empty for others.
+std::string unitOf(const std::string& name);
+/// ZeRO-3's plan: one bucket per unit, so that a unit's gather and its gradients' reduce-scatter use one
+/// layout. A unit is a block (unitOf); a parameter outside the blocks joins the unit of the parameter
+/// registered before it (the final norm and the head join the last block, which forward uses last and
+/// backward first), or the first unit when none comes before it (the embeddings). Buckets in the order
+/// backward completes them: the unit registered last first; inside a bucket, reverse registration order, as
+/// planBuckets walks. One dtype per unit.
+BucketPlan planUnits(const std::vector<ParamInfo>& params);
+
 }  // namespace minidp::distributed

@@ -75,9 +75,9 @@ DistributedDataParallel::DistributedDataParallel(nn::NamedParameters params, std
     MINIDP_CHECK(inserted,
                  "parameter '" << name << "' is the same Variable as '" << it->second << "': list each parameter once");
   }
-  MINIDP_CHECK(opts.zeroStage == 0 || opts.zeroStage == 1, "ZeRO stage " << opts.zeroStage << " (0 or 1)");
+  MINIDP_CHECK(opts.zeroStage >= 0 && opts.zeroStage <= 3, "ZeRO stage " << opts.zeroStage << " (0 to 3)");
   MINIDP_CHECK(opts.zeroStage == 0 || !opts.rebuildBuckets,
-               "ZeRO-1 shards the first plan's buckets: it cannot be combined with rebuilding the buckets");
+               "ZeRO shards the first plan's buckets: it cannot be combined with rebuilding the buckets");
   int rowSparse = -1;
   for (const auto& [name, p] : params_) {
     if (name == opts.rowSparseParameter) rowSparse = static_cast<int>(infos_.size());
@@ -90,7 +90,9 @@ DistributedDataParallel::DistributedDataParallel(nn::NamedParameters params, std
                  "an automatic bucket cap re-plans after the first step: not with ZeRO or rebuilding the buckets");
     opts_.bucketCapBytes = DdpOptions{}.bucketCapBytes;  // the start plan's
   }
-  BucketPlan plan = planBuckets(infos_, opts_.bucketCapBytes, opts_.firstBucketCapBytes);
+  // ZeRO-3: a bucket per unit (a unit's gather and its reduce-scatter share one layout).
+  BucketPlan plan = opts.zeroStage == 3 ? planUnits(infos_)
+                                        : planBuckets(infos_, opts_.bucketCapBytes, opts_.firstBucketCapBytes);
   // The options and the plan travel with the parameters: ranks that would launch different buckets stop
   // here with an error instead of hanging (or mixing gradients) in the first all-reduce.
   const ExchangeLabel label("DDP parameter and option check");
@@ -108,8 +110,9 @@ DistributedDataParallel::DistributedDataParallel(nn::NamedParameters params, std
     rows_ = rows.get();
     hook = std::move(rows);
   }
-  const Reduction reduction = opts.zeroStage == 1 ? Reduction::ReduceScatter : Reduction::AllReduce;
-  reducer_ = std::make_unique<Reducer>(params_, std::move(plan), comm_, opts.overlap, reduction, std::move(hook));
+  const Reduction reduction = opts.zeroStage >= 1 ? Reduction::ReduceScatter : Reduction::AllReduce;
+  reducer_ = std::make_unique<Reducer>(params_, std::move(plan), comm_, opts.overlap, reduction, std::move(hook),
+                                       opts.zeroStage >= 2);
   if (opts.bucketCapBytes == 0) {
     autoCap_ = std::make_unique<AutoBucketCap>(*comm_, params_.empty() ? Device::CPU : params_[0].second.data().device());
   }
@@ -168,9 +171,7 @@ void DistributedDataParallel::computeGradNorm(optim::GradClipper& clipper) {
   const int rank = comm_->rank(), world = comm_->worldSize();
   const bool sharded = reducer_->reduction() == Reduction::ReduceScatter;
   for (size_t b = 0; b < reducer_->plan().buckets.size(); ++b) {
-    const Tensor& buffer = reducer_->bucketBuffer(b);
-    const int64_t shard = buffer.numel() / world;
-    grads.push_back(sharded ? Tensor::alias(buffer, rank * shard, {shard}) : buffer);
+    grads.push_back(sharded ? reducer_->gradShard(b) : reducer_->bucketBuffer(b));
   }
   if (!sharded) {
     clipper.compute(grads);
@@ -199,7 +200,7 @@ void DistributedDataParallel::finalize() {
 }
 
 void DistributedDataParallel::replan(size_t capBytes, size_t firstCapBytes) {
-  MINIDP_CHECK(opts_.zeroStage == 0, "ZeRO-1 keeps its first plan: its optimizer holds views of the buckets");
+  MINIDP_CHECK(opts_.zeroStage == 0, "ZeRO keeps its first plan: its optimizer holds views of the buckets");
   reducer_->rebuild(planBuckets(infos_, capBytes, firstCapBytes));
   opts_.bucketCapBytes = capBytes;
   opts_.firstBucketCapBytes = firstCapBytes;

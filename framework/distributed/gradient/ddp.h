@@ -33,7 +33,9 @@ struct DdpOptions {
   bool rebuildBuckets = false;
   /// What a bucket becomes on the wire (comm_hook.h): allreduce, bf16, powersgd or a registered hook.
   CommHookOptions commHook;
-  /// ZeRO stage: 0 all-reduces the buckets; 1 reduce-scatters them (ShardedOptimizer updates the shards).
+  /// ZeRO stage: 0 all-reduces the buckets; 1 reduce-scatters them (ShardedOptimizer updates the shards);
+  /// 2 as 1, and a rank keeps only its shard of the gradients (Reducer's sharded gradients); 3 as 2 with
+  /// one bucket per unit (planUnits), the parameters sharded too (ShardedOptimizer).
   int zeroStage = 0;
   /// A parameter indexed by the input tokens (models::ModelEntry::rowSparseParameter), reduced by rows: it
   /// gets a bucket of its own and only the rows of the step's ids travel (hooks/row_sparse.h); empty: none.
@@ -101,8 +103,11 @@ class DistributedDataParallel {
   bool rebuiltLastStep() const { return rebuiltLastStep_; }
 
   const BucketPlan& plan() const { return reducer_->plan(); }
+  int zeroStage() const { return opts_.zeroStage; }
   const nn::NamedParameters& parameters() const { return params_; }
   Communicator& communicator() const { return *comm_; }
+  /// Elements of gradient this rank holds between steps (ZeRO-2/3: its shards).
+  int64_t gradientElements() const { return reducer_->gradientElements(); }
   Reducer& reducer() { return *reducer_; }
   const Reducer& reducer() const { return *reducer_; }
 

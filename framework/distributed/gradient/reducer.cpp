@@ -22,14 +22,17 @@ const char* overlapName(Overlap mode) {
 }
 
 Reducer::Reducer(nn::NamedParameters params, BucketPlan plan, std::shared_ptr<Communicator> comm, Overlap overlap,
-                 Reduction reduction, std::unique_ptr<CommHook> hook)
+                 Reduction reduction, std::unique_ptr<CommHook> hook, bool shardGradients)
     : params_(std::move(params)),
       plan_(std::move(plan)),
       comm_(std::move(comm)),
       overlap_(overlap),
       reduction_(reduction),
-      hook_(hook ? std::move(hook) : makeCommHook({})) {
+      hook_(hook ? std::move(hook) : makeCommHook({})),
+      shardGradients_(shardGradients) {
   MINIDP_CHECK(comm_, "reducer without a communicator");
+  MINIDP_CHECK(!shardGradients_ || reduction_ == Reduction::ReduceScatter,
+               "sharded gradients (ZeRO-2/3) are reduce-scattered: Reduction::ReduceScatter");
   MINIDP_CHECK(plan_.slots.size() == params_.size(),
                "bucket plan for " << plan_.slots.size() << " parameters, got " << params_.size());
   MINIDP_CHECK(!params_.empty(), "reducer with no parameters");
@@ -43,15 +46,38 @@ Reducer::Reducer(nn::NamedParameters params, BucketPlan plan, std::shared_ptr<Co
 
 void Reducer::installBuckets(bool keepGradients) {
   const Device device = params_.front().second.device();
+  const int world = comm_->worldSize();
   std::vector<GradBucket> buckets;
+  if (shardGradients_) {
+    // Two scratch buffers of the largest bucket, used in turn; a shard per bucket.
+    MINIDP_CHECK(!keepGradients, "sharded gradients (ZeRO-2/3) keep the first plan: no rebuild");
+    int64_t largest = 0;
+    for (const Bucket& b : plan_.buckets) {
+      MINIDP_CHECK(b.dtype == plan_.buckets.front().dtype, "sharded gradients need one gradient dtype, got "
+                                                                << dtypeName(b.dtype) << " and "
+                                                                << dtypeName(plan_.buckets.front().dtype));
+      largest = std::max(largest, paddedNumel(b.numel, world));
+    }
+    scratch_.clear();
+    shards_.clear();
+    for (int s = 0; s < 2; ++s) {
+      scratch_.push_back(comm_->allocateCommBuffer(largest, plan_.buckets.front().dtype, device));
+      scratch_.back().zero();
+    }
+    scratchUse_.assign(scratch_.size(), {-1, nullptr});
+  }
   for (size_t k = 0; k < plan_.buckets.size(); ++k) {
     const Bucket& b = plan_.buckets[k];
-    const int64_t numel =
-        reduction_ == Reduction::ReduceScatter ? paddedNumel(b.numel, comm_->worldSize()) : b.numel;
+    const int64_t numel = reduction_ == Reduction::ReduceScatter ? paddedNumel(b.numel, world) : b.numel;
     GradBucket bucket;
     bucket.index = k;
-    bucket.buffer = comm_->allocateCommBuffer(numel, b.dtype, device);  // NCCL: registered memory if asked
-    bucket.buffer.zero();
+    if (shardGradients_) {
+      bucket.buffer = Tensor::alias(scratch_[k % scratch_.size()], 0, {numel});
+      shards_.push_back(Tensor::zeros({numel / world}, b.dtype, device));
+    } else {
+      bucket.buffer = comm_->allocateCommBuffer(numel, b.dtype, device);  // NCCL: registered memory if asked
+      bucket.buffer.zero();
+    }
     bucket.reduction = reduction_;
     buckets.push_back(std::move(bucket));
   }
@@ -60,8 +86,12 @@ void Reducer::installBuckets(bool keepGradients) {
     const ParamSlot& slot = plan_.slots[i];
     MINIDP_CHECK(param.device() == device, "parameter '" << name << "' is on " << deviceName(param.device())
                                                          << ", the first on " << deviceName(device));
-    MINIDP_CHECK(param.data().numel() == slot.numel && param.dtype() == plan_.buckets[slot.bucket].dtype,
+    MINIDP_CHECK(shapeNumel(param.shape()) == slot.numel && param.dtype() == plan_.buckets[slot.bucket].dtype,
                  "parameter '" << name << "' does not match its bucket slot");
+    if (shardGradients_) {
+      param.releaseGrad();  // backward's first contribution makes it
+      continue;
+    }
     GradBucket& bucket = buckets[slot.bucket];
     Tensor view = Tensor::alias(bucket.buffer, slot.offset, param.shape());
     if (keepGradients) view.copyFrom(param.grad());
@@ -110,8 +140,12 @@ Reducer::~Reducer() {
 void Reducer::prepareStep() {
   MINIDP_CHECK(!stepOpen_ || nextLaunch_ == 0,
                "prepareStep() while the previous step's all-reduces are in flight: call finalize() first");
-  for (GradBucket& bucket : buckets_) bucket.buffer.zero();
-  for (auto& [name, param] : params_) param.markGradZero();  // the first contribution may overwrite
+  if (shardGradients_) {
+    for (auto& [name, param] : params_) param.releaseGrad();  // the first contribution makes it
+  } else {
+    for (GradBucket& bucket : buckets_) bucket.buffer.zero();
+    for (auto& [name, param] : params_) param.markGradZero();  // the first contribution may overwrite
+  }
   marked_.assign(params_.size(), false);
   readyOrder_.clear();
   for (size_t b = 0; b < plan_.buckets.size(); ++b) pending_[b] = plan_.buckets[b].params.size();
@@ -154,8 +188,52 @@ void Reducer::launchCompleted() {
 void Reducer::launch(size_t b) {
   runtime::NvtxRange range(("bucket " + std::to_string(b)).c_str());
   timings_[b].launchMs = hostNowMs();
+  const size_t slot = b % std::max<size_t>(scratch_.size(), 1);
+  if (shardGradients_) {
+    // The scratch is free once the reduce-scatter that read it is done and its shard copied out (in
+    // compute-stream order on CUDA); then the bucket's gradients move in and go.
+    drainScratch(slot);
+    const GradBucket& bucket = buckets_[b];
+    for (const BucketEntry& e : bucket.entries) {
+      Variable& param = params_[e.param].second;
+      Tensor::alias(bucket.buffer, e.offset, e.shape).copyFrom(param.grad());
+      param.releaseGrad();
+    }
+    const int64_t used = plan_.buckets[b].numel, padding = bucket.buffer.numel() - used;
+    if (padding > 0) Tensor::alias(bucket.buffer, used, {padding}).zero();
+  }
   timings_[b].work = hook_->reduce(buckets_[b], *comm_);
   timings_[b].bytes = timings_[b].work->bytes();
+  if (shardGradients_) scratchUse_[slot] = {static_cast<int>(b), timings_[b].work};
+}
+
+void Reducer::drainScratch(size_t slot) {
+  auto& [bucket, work] = scratchUse_[slot];
+  if (!work) return;
+  work->wait();
+  const int64_t n = shards_[bucket].numel();
+  shards_[bucket].copyFrom(Tensor::alias(buckets_[bucket].buffer, comm_->rank() * n, {n}));
+  work = nullptr;
+}
+
+Tensor Reducer::gradShard(size_t b) const {
+  MINIDP_CHECK(reduction_ == Reduction::ReduceScatter, "gradShard: the buckets are all-reduced, not sharded");
+  if (shardGradients_) return shards_.at(b);
+  const Tensor& buffer = buckets_.at(b).buffer;
+  const int64_t n = buffer.numel() / comm_->worldSize();
+  return Tensor::alias(buffer, comm_->rank() * n, {n});
+}
+
+int64_t Reducer::gradientElements() const {
+  int64_t n = 0;
+  if (!shardGradients_) {
+    for (const GradBucket& b : buckets_) n += b.buffer.numel();
+    return n;
+  }
+  for (const std::vector<Tensor>* part : {&shards_, &scratch_}) {
+    for (const Tensor& t : *part) n += t.numel();
+  }
+  return n;
 }
 
 uint64_t Reducer::subscribe(std::shared_ptr<ReducerObserver> observer) {
@@ -180,6 +258,7 @@ void Reducer::finalize() {
   }
   launchCompleted();
   for (const auto& [handle, observer] : observers_) observer->waitsBegin();
+  for (size_t slot = 0; slot < scratchUse_.size(); ++slot) drainScratch(slot);
   for (BucketTiming& t : timings_) t.work->wait();
   stepOpen_ = false;
   hook_->endStep();

@@ -7,6 +7,12 @@
 // overwrite the zeros, a GEMM with beta 0, which gives the same sums), and finalize() leaves the rank-averaged
 // gradients there (under reduce-scatter, ZeRO-1: only in this rank's shard of each bucket; see zero.h).
 //
+// Sharded gradients (ZeRO-2 and 3, Reducer::shardGradients): the parameters' gradients are their own tensors
+// (backward's first contribution makes them, later ones add), not views. When bucket b launches, its
+// gradients are copied into a scratch buffer (two, used in turn by consecutive buckets) and released, and
+// the scratch is reduce-scattered; before the scratch is used again, the compute stream (CPU: the host) waits
+// for that reduce-scatter and copies this rank's shard out into gradShard(b), the only gradient kept.
+//
 // A step: prepareStep(); [setRequireSync(false); backward of micro-batches 1..K-1;] setRequireSync(true);
 // backward of the last micro-batch (hooks call markReady); finalize(). With K micro-batches each
 // computing a mean loss, the caller scales the loss by 1/K; the reducer only averages over ranks.
@@ -70,8 +76,11 @@ class Reducer {
   /// installs each parameter's gradient as a view into its bucket (padded to a multiple of the world size
   /// under reduce-scatter); `overlap` says when the buckets are launched; `hook` (default: allreduce)
   /// reduces each bucket.
+  /// `shardGradients` (ZeRO-2/3, with Reduction::ReduceScatter): the gradients are the parameters' own
+  /// tensors and each bucket is reduce-scattered from a scratch buffer into gradShard(b) (above).
   Reducer(nn::NamedParameters params, BucketPlan plan, std::shared_ptr<Communicator> comm, Overlap overlap,
-          Reduction reduction = Reduction::AllReduce, std::unique_ptr<CommHook> hook = nullptr);
+          Reduction reduction = Reduction::AllReduce, std::unique_ptr<CommHook> hook = nullptr,
+          bool shardGradients = false);
   /// Destroyed between a launch and finalize() (an exception in backward or in finalize): CUDA makes the
   /// compute stream wait on every launched all-reduce, so the buckets go back to the allocator (which
   /// reuses blocks in compute-stream order) only after the comm stream is done with them. Logs errors.
@@ -110,7 +119,14 @@ class Reducer {
   Reduction reduction() const { return reduction_; }
   /// The flat buffer of bucket `b`: plan().buckets[b].numel elements, padded to a multiple of the world
   /// size under reduce-scatter (the padding is zero before and after the reduction).
+  /// Sharded gradients: the scratch buffer bucket `b` is reduced in (shared with other buckets).
   const Tensor& bucketBuffer(size_t b) const { return buckets_.at(b).buffer; }
+  /// After finalize, under reduce-scatter: this rank's shard of bucket `b`'s averaged gradients (a view of the
+  /// bucket, or with sharded gradients the shard the reducer keeps).
+  Tensor gradShard(size_t b) const;
+  bool shardsGradients() const { return shardGradients_; }
+  /// Elements of gradient this rank holds between steps: the buckets, or the shards and the scratch buffers.
+  int64_t gradientElements() const;
   /// Timings of the buckets in the last step, indexed by bucket (bytes: what the hook says it stands for).
   const std::vector<BucketTiming>& lastStepTimings() const { return timings_; }
 
@@ -120,6 +136,8 @@ class Reducer {
   void installBuckets(bool keepGradients);
   void launchCompleted();
   void launch(size_t b);
+  /// Sharded gradients: waits for the reduce-scatter that last used scratch `slot` and copies its shard out.
+  void drainScratch(size_t slot);
   nn::NamedParameters params_;
   BucketPlan plan_;
   std::shared_ptr<Communicator> comm_;
@@ -128,7 +146,11 @@ class Reducer {
   std::unique_ptr<CommHook> hook_;
   bool requireSync_ = true;
   bool stepOpen_ = false;
+  bool shardGradients_ = false;
   std::vector<GradBucket> buckets_;
+  std::vector<Tensor> scratch_;                     // sharded gradients: the buffers buckets are reduced in
+  std::vector<Tensor> shards_;                      // sharded gradients: per bucket, this rank's shard
+  std::vector<std::pair<int, std::shared_ptr<Work>>> scratchUse_;  // per scratch: bucket and its reduction
   std::vector<bool> marked_;
   std::vector<int> readyOrder_;
   std::vector<size_t> pending_;  // per bucket: gradients not yet ready in this step

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "framework/autograd/variable.h"
 #include "framework/runtime/nvtx.h"
 
 namespace minidp::distributed {
@@ -14,12 +15,32 @@ int64_t stateTensors(const std::string& name) { return name == "adamw" ? 2 : 1; 
 
 }  // namespace
 
+/// ZeRO-3's backward trigger: counts each unit's ready gradients (the reducer's events, synced backward only).
+class ShardedOptimizer::BackwardObserver : public ReducerObserver {
+ public:
+  explicit BackwardObserver(ShardedOptimizer& owner) : owner_(owner) {}
+  void gradReady(size_t index) override {
+    const size_t b = static_cast<size_t>(owner_.unitOfParam_[index]);
+    if (--owner_.gradsPending_[b] == 0) owner_.unitGradsReady(b);
+  }
+
+ private:
+  ShardedOptimizer& owner_;
+};
+
 ShardedOptimizer::ShardedOptimizer(DistributedDataParallel& ddp, const std::string& name, double lr, double weightDecay,
-                                   ZeroGather gather)
-    : Optimizer({}, lr), comm_(ddp.communicator()), gather_(gather), plan_(ddp.reducer().plan()) {
+                                   ZeroGather gather, int prefetch, bool keepGathered)
+    : Optimizer({}, lr),
+      comm_(ddp.communicator()),
+      gather_(gather),
+      plan_(ddp.reducer().plan()),
+      sharded_(ddp.zeroStage() == 3),
+      prefetch_(std::max(prefetch, 1)),
+      keepGathered_(keepGathered),
+      ddp_(&ddp) {
   const Reducer& reducer = ddp.reducer();
   MINIDP_CHECK(reducer.reduction() == Reduction::ReduceScatter,
-               "ShardedOptimizer needs a reducer that reduce-scatters (DdpOptions::zeroStage = 1)");
+               "ShardedOptimizer needs a reducer that reduce-scatters (DdpOptions::zeroStage 1, 2 or 3)");
   const nn::NamedParameters& params = ddp.parameters();
   const Device device = params.front().second.device();
   for (size_t b = 0; b < plan_.buckets.size(); ++b) {
@@ -37,13 +58,110 @@ ShardedOptimizer::ShardedOptimizer(DistributedDataParallel& ddp, const std::stri
   const int rank = comm_.rank(), world = comm_.worldSize();
   for (size_t b = 0; b < flat_.size(); ++b) {
     const int64_t shard = flat_[b].numel() / world;
-    Variable v(Tensor::alias(flat_[b], rank * shard, {shard}), true);
-    v.setGrad(Tensor::alias(reducer.bucketBuffer(b), rank * shard, {shard}));
+    Tensor mine = Tensor::alias(flat_[b], rank * shard, {shard});
+    if (sharded_) {
+      shardData_.push_back(mine.clone());  // memory of its own: the unit's buffer comes and goes
+      mine = shardData_.back();
+    }
+    Variable v(mine, true);
+    v.setGrad(reducer.gradShard(b));
     shards_.push_back(v);
     inner_.push_back(optim::makeOptimizer(name, {v}, lr, weightDecay));
     stateElements_ += stateTensors(name) * shard;
     unshardedStateElements_ += stateTensors(name) * plan_.buckets[b].numel;
   }
+  if (!sharded_) return;
+  // ZeRO-3: units in forward order (planUnits lists them as backward completes them: the last unit first).
+  unitOfParam_.resize(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) unitOfParam_[i] = plan_.slots[i].bucket;
+  forwardPosition_.assign(flat_.size(), -1);
+  for (int b = static_cast<int>(flat_.size()) - 1; b >= 0; --b) {
+    forwardPosition_[b] = static_cast<int>(forwardOrder_.size());
+    forwardOrder_.push_back(b);
+  }
+  gathered_.assign(flat_.size(), true);
+  pending_.assign(flat_.size(), nullptr);
+  for (const Bucket& b : plan_.buckets) gradsPending_.push_back(b.params.size());
+  for (size_t b = 0; b < flat_.size(); ++b) release(b);
+  observer_ = ddp.reducer().subscribe(std::make_shared<BackwardObserver>(*this));
+}
+
+ShardedOptimizer::~ShardedOptimizer() {
+  if (!sharded_) return;
+  ddp_->reducer().unsubscribe(observer_);
+  for (Variable& p : params_) p.setBeforeUse({});  // they call this optimizer; a released unit stays so
+}
+
+void ShardedOptimizer::gather(size_t b) {
+  if (gathered_[b]) return;
+  const std::string tag = "gather unit " + std::to_string(b);
+  runtime::NvtxRange range(tag.c_str());
+  flat_[b].reacquireMemory();
+  const int64_t n = shardData_[b].numel();
+  Tensor::alias(flat_[b], comm_.rank() * n, {n}).copyFrom(shardData_[b]);  // compute stream, before the gather
+  pending_[b] = comm_.allGatherShards(flat_[b], tag);
+  gathered_[b] = true;
+}
+
+void ShardedOptimizer::waitGathered(size_t b) {
+  if (pending_[b]) std::exchange(pending_[b], nullptr)->wait();
+}
+
+void ShardedOptimizer::release(size_t b) {
+  if (!gathered_[b]) return;
+  // A gather still writing into it finishes first (CUDA: the compute stream waits; the allocator reuses the
+  // block in compute-stream order, after every kernel enqueued so far that reads it).
+  waitGathered(b);
+  flat_[b].releaseMemory();
+  gathered_[b] = false;
+  armForward(b);
+}
+
+void ShardedOptimizer::armForward(size_t b) {
+  for (int p : plan_.buckets[b].params) params_[p].setBeforeUse([this, b] { forwardUse(b); });
+}
+
+void ShardedOptimizer::forwardUse(size_t b) {
+  if (holdAll_) return;
+  // Disarm the unit's other parameters: one call per unit per forward.
+  for (int p : plan_.buckets[b].params) params_[p].setBeforeUse({});
+  gather(b);
+  waitGathered(b);
+  const int at = forwardPosition_[b];
+  for (int k = 1; k <= prefetch_ && at + k < static_cast<int>(forwardOrder_.size()); ++k) gather(forwardOrder_[at + k]);
+  // The unit before this one is done with its forward: free it, unless its backward needs it back soon
+  // (kept gathered, or accumulating micro-batches, whose backward the reducer does not report).
+  const bool training = gradModeEnabled();
+  const bool keep = training && (keepGathered_ || !ddp_->reducer().requireSync());
+  if (at > 0 && !keep) release(forwardOrder_[at - 1]);
+}
+
+void ShardedOptimizer::unitGradsReady(size_t b) {
+  const int at = forwardPosition_[b];
+  // Unit b's backward is done; the unit before it computes next.
+  if (at > 0) {
+    const size_t previous = forwardOrder_[at - 1];
+    gather(previous);
+    for (int k = 2; k <= prefetch_ + 1 && at - k >= 0; ++k) gather(forwardOrder_[at - k]);
+    waitGathered(previous);
+  }
+  if (!holdAll_) release(b);
+}
+
+void ShardedOptimizer::gatherAll() {
+  if (!sharded_) return;
+  for (size_t b = 0; b < flat_.size(); ++b) gather(b);
+  for (size_t b = 0; b < flat_.size(); ++b) {
+    waitGathered(b);
+    for (int p : plan_.buckets[b].params) params_[p].setBeforeUse({});
+  }
+  holdAll_ = true;
+}
+
+int64_t ShardedOptimizer::parameterElements() const {
+  int64_t n = 0;
+  for (size_t b = 0; b < flat_.size(); ++b) n += sharded_ ? shardData_[b].numel() : flat_[b].numel();
+  return n;
 }
 
 void ShardedOptimizer::step() {
@@ -57,16 +175,29 @@ void ShardedOptimizer::step() {
   };
   const int64_t done = stepCount();
   setStepCount(done + 1);
+  const auto update = [&](size_t b) {
+    inner_[b]->setLr(lr_);          // the schedule's rate, set on this optimizer
+    inner_[b]->setStepCount(done);  // its step() counts this one (a resumed run restored only this count)
+    inner_[b]->setGradScale(gradScale());
+    inner_[b]->step();
+  };
+  if (sharded_) {
+    // ZeRO-3: the shards are the parameters; every unit's buffer goes, the next read gathers it again.
+    for (size_t b = 0; b < n; ++b) update(b);
+    holdAll_ = false;
+    for (size_t b = 0; b < n; ++b) {
+      release(b);
+      gradsPending_[b] = plan_.buckets[b].params.size();
+    }
+    return;
+  }
   const bool forward = gather_ == ZeroGather::Forward;
   for (size_t k = 0; k < n; ++k) {
     const size_t b = forward ? n - 1 - k : k;
     // The last step's gather of this bucket reads the shard that the update writes (normally the forward
     // waited on it already).
     if (pending_[b]) std::exchange(pending_[b], nullptr)->wait();
-    inner_[b]->setLr(lr_);  // the schedule's rate, set on this optimizer
-    inner_[b]->setStepCount(done);  // its step() counts this one (a resumed run restored only this count)
-    inner_[b]->setGradScale(gradScale());
-    inner_[b]->step();
+    update(b);
     if (gather_ != ZeroGather::End) gatherBucket(b);
   }
   if (gather_ == ZeroGather::End) {
@@ -83,6 +214,7 @@ void ShardedOptimizer::step() {
 }
 
 std::vector<std::pair<std::string, Tensor>> ShardedOptimizer::checkpointState() {
+  gatherAll();  // ZeRO-3: rank 0 writes the parameters next
   const int rank = comm_.rank();
   const std::vector<std::string>& kinds = inner_.front()->stateNames();
   std::vector<std::vector<Tensor>> full(flat_.size());  // rank 0: [bucket][kind] the gathered state, on the host
@@ -125,6 +257,13 @@ void ShardedOptimizer::restoreState(const SavedState& saved) {
             .copyFrom(piece.toDType(flat_[b].dtype()).to(flat_[b].device()));
       }
     }
+  }
+  // ZeRO-3: the parameters were loaded into the gathered units (gatherAll before the load): keep the shards.
+  if (!sharded_) return;
+  MINIDP_CHECK(holdAll_, "ZeRO-3 restore: gather every unit (gatherAll) before loading the parameters");
+  for (size_t b = 0; b < flat_.size(); ++b) {
+    const int64_t n = shardData_[b].numel();
+    shardData_[b].copyFrom(Tensor::alias(flat_[b], rank * n, {n}));
   }
 }
 

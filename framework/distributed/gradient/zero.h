@@ -6,8 +6,26 @@
 // Checkpoints hold plain DDP's full state tensors under the same names: the shards are all-gathered for
 // rank 0 to write, and a restore keeps each rank's shard of them, so a state moves between ZeRO-1 and
 // plain DDP and between rank counts.
+//
+// ZeRO-2 (DdpOptions::zeroStage = 2): the same optimizer; the reducer keeps only the gradient shards.
+//
+// ZeRO-3 (zeroStage = 3): the parameters are sharded too. The plan has one bucket per unit (planUnits: a
+// block of a module list; the embeddings before the first block, the final norm and head with the last one).
+// A rank keeps its shard of each unit; the unit's full buffer holds memory only while gathered
+// (Tensor::releaseMemory keeps the block that the parameters' and autograd's tensors refer to).
+// Forward: the first read of a parameter of unit u (Variable::setBeforeUse) gathers u if it is not gathered
+// yet and waits for it, issues the gathers of the next `prefetch` units on the comm stream (thread), so that
+// they run while u computes, and frees unit u-1 (not with keepGathered, FSDP2's reshard_after_forward=False,
+// nor while micro-batches accumulate without sync, whose backward the reducer does not report). The last unit
+// is never freed in forward: backward starts with it. Backward (a reducer observer): once every gradient of
+// unit u is ready, unit u-1 computes next: gather it if it is not, issue the gathers of the `prefetch` units
+// before it, wait for it, and free u. step() updates the shards and frees every unit; the next read gathers
+// again. Checkpoints gather every unit (a collective) and keep them until the step. A gather is a collective:
+// code that reads parameter values on some ranks only (rank 0 printing, saving) must gatherAll on every rank
+// first; shapes, dtypes and counts never gather (Module::numParameters counts from the shapes).
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,8 +53,12 @@ class ShardedOptimizer : public optim::Optimizer {
  public:
   /// Moves every parameter of `ddp` into the flat parameter buffers (values kept) and builds optimizer
   /// `name` (optim::makeOptimizer) over this rank's shard of each bucket: state for 1/N of the elements.
+  /// ZeRO-3 (ddp.zeroStage() == 3): `prefetch` units' gathers in flight ahead of the one computing (>= 1),
+  /// `keepGathered`: a unit gathered in forward stays until its backward is done.
   ShardedOptimizer(DistributedDataParallel& ddp, const std::string& name, double lr, double weightDecay,
-                   ZeroGather gather);
+                   ZeroGather gather, int prefetch = 1, bool keepGathered = false);
+  /// ZeRO-3: removes its observer from the reducer (by its handle); `ddp` must still be alive.
+  ~ShardedOptimizer() override;
   /// Updates this rank's shards from the averaged gradient shards, then all-gathers the parameters; the
   /// compute stream (CPU: the host) waits for every gather before returning (ZeroGather::Forward: at the
   /// parameters' next use).
@@ -51,14 +73,42 @@ class ShardedOptimizer : public optim::Optimizer {
   const std::vector<std::string>& stateNames() const override {
     return inner_.empty() ? optim::Optimizer::stateNames() : inner_.front()->stateNames();
   }
-  /// Keeps this rank's shard of the full state tensors `saved` returns (no communication).
+  /// Keeps this rank's shard of the full state tensors `saved` returns (no communication). ZeRO-3: also takes
+  /// this rank's parameter shards from the full parameters (gathered by gatherAll before they were loaded).
   void restoreState(const SavedState& saved) override;
+  /// ZeRO-3: gathers every unit and keeps them until the next step (a collective: before a checkpoint is
+  /// written or loaded). Other stages: nothing.
+  void gatherAll();
+  /// Elements of parameters this rank holds between steps (ZeRO-3: its shards).
+  int64_t parameterElements() const;
+  /// ZeRO-3: the units whose memory is there now (gathered, or a gather in flight).
+  size_t gatheredUnits() const { return static_cast<size_t>(std::count(gathered_.begin(), gathered_.end(), true)); }
 
  protected:
   /// Holds no parameters of its own: the per-bucket optimizers launch the updates.
   void launch(const Tensor&, int64_t) override {}
 
  private:
+  class BackwardObserver;
+  // ZeRO-3.
+  void gather(size_t b);          // issues the gather of bucket b's unit (its memory back, its shard in place)
+  void waitGathered(size_t b);    // orders the compute stream (CPU: the host) after that gather
+  void release(size_t b);         // frees the unit's memory; the next read of its parameters gathers again
+  void armForward(size_t b);      // the before-use hooks of the unit's parameters
+  void forwardUse(size_t b);      // a parameter of unit b is read (forward, evaluation, a copy)
+  void unitGradsReady(size_t b);  // every gradient of unit b is ready in this backward
+  bool sharded_ = false;          // ZeRO-3
+  int prefetch_ = 1;
+  bool keepGathered_ = false;
+  bool holdAll_ = false;                 // gatherAll: every unit stays until the step
+  uint64_t observer_ = 0;                // ZeRO-3: its BackwardObserver's handle
+  DistributedDataParallel* ddp_ = nullptr;
+  std::vector<int> forwardOrder_;        // ZeRO-3: the units' buckets, in forward order
+  std::vector<int> forwardPosition_;     // per bucket: its place in forwardOrder_
+  std::vector<bool> gathered_;           // per bucket: its memory is there (a gather issued or done)
+  std::vector<Tensor> shardData_;        // ZeRO-3, per bucket: this rank's parameter shard (own memory)
+  std::vector<int> unitOfParam_;         // per parameter: its bucket
+  std::vector<size_t> gradsPending_;     // per bucket: gradients not ready yet in this backward
   Communicator& comm_;
   ZeroGather gather_;
   std::vector<Variable> params_;                  // registration order (ZeroGather::Forward's hooks)

@@ -60,13 +60,11 @@ const std::vector<CommBackend>& commBackends() {
                                       << world << " ranks: the ranks would train apart; use mpi or nccl");
          return std::make_shared<SingleCommunicator>();
        }},
-      {"mpi", "MPI all-reduce of CPU tensors (under mpirun)",
+      {"mpi", "MPI collectives of CPU tensors, and of CUDA tensors through pinned host buffers (under mpirun; "
+              "several ranks may share one GPU)",
        [](const CommOptions& opts, MpiEnvironment* env) -> std::shared_ptr<Communicator> {
          MINIDP_CHECK(env, "--comm mpi needs the process to be started by mpirun");
-         return std::make_shared<MpiCommunicator>(*env, opts.watchdogSeconds);
-       },
-       [](const CommOptions& opts) -> std::string {
-         return opts.cuda ? "--comm mpi averages CPU tensors; use nccl for --device cuda" : "";
+         return std::make_shared<MpiCommunicator>(*env, opts.watchdogSeconds, opts.cuda, opts.commHighPriority);
        }},
       {"nccl", "NCCL all-reduce of CUDA tensors (under mpirun)",
        [](const CommOptions& opts, MpiEnvironment* env) -> std::shared_ptr<Communicator> {
