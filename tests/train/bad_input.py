@@ -323,7 +323,9 @@ def cases(p):
         ("weight casts in fp32", t + QUICK + ["--cast-weights", "--device", "cuda"], 2, "--cast-weights needs --dtype bf16"),
         # A backend's device is known from the flags: a usage error before any work.
         ("nccl on the cpu", t + QUICK + ["--comm", "nccl"], 2, "--comm nccl averages CUDA tensors"),
-        ("mpi on cuda", t + QUICK + ["--comm", "mpi", "--device", "cuda"], 2, "--comm mpi averages CPU tensors"),
+        # mpi takes CUDA tensors (staged through pinned host buffers), but not into a CUDA graph.
+        ("cuda graph over mpi", t + QUICK + ["--comm", "mpi", "--device", "cuda", "--cuda-graph"], 2,
+         "--cuda-graph with --comm mpi is not supported"),
         # No validation batches, no periodic validation; validation data refused before training, not after it.
         ("eval-every without validation batches", t + GPT[:-2] + ["--eval-every", "1", "--eval-batches", "0"], 2,
          "not with --eval-batches 0"),
