@@ -226,7 +226,7 @@ int64_t Trainer::resume(const std::string& path) {
     // this rank's shards.
     if (auto* sharded = dynamic_cast<distributed::ShardedOptimizer*>(optimizer_.get())) sharded->gatherAll();
     file = readSafetensors(path, stateFilter(*model_, state.globalBatch));
-    checkStateTensors(file, *model_, *optimizer_, opts_, ddp_->reducer().hook(), session_.world(), state.step);
+    checkStateTensors(file, *model_, *optimizer_, opts_, ddp_->hook(), session_.world(), state.step);
     nn::loadParameters(*model_, file);
     optimizer_->restoreState([&file](const std::string& name) {
       const std::string key = nn::kOptimizerPrefix + name;

@@ -87,6 +87,8 @@ class DistributedDataParallel {
   std::string describePlan() const { return plan().describe(); }
   /// The comm hook's checkpoint state (a collective; rank 0 gets it) and its restore (every rank).
   HookState hookState() { return reducer_->hook().checkpointState(*comm_); }
+  /// The comm hook (its state schema, for the checks before a resume).
+  const CommHook& hook() const { return reducer_->hook(); }
   void restoreHookState(const std::function<Tensor(const std::string&)>& find) {
     reducer_->hook().restoreState(find, *comm_);
   }
