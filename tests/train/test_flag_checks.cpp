@@ -126,6 +126,12 @@ TEST(FlagChecks, RulesBetweenFlagsAreUsageProblems) {
     EXPECT_NE(refused.find("--zero " + stage), std::string::npos) << refused;
     EXPECT_EQ(refused.find("--rebuild-buckets"), std::string::npos) << refused;
   }
+  // --rebuild-buckets re-plans after the first step; ZeRO keeps its first plan (DDP refused it at run time, exit 1).
+  for (const std::string stage : {"1", "2", "3"}) {
+    EXPECT_EQ(problem({"--rebuild-buckets", "--zero", stage}),
+              "--rebuild-buckets re-plans after the first step: not with --zero " + stage +
+                  " (ZeRO keeps its first plan's buckets)");
+  }
   EXPECT_EQ(problem({"--save-every", "2", "--save", "x"}), "");
 }
 
