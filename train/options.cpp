@@ -491,8 +491,14 @@ std::string runUsageProblem(const Options& o) {
   if (data == DataSet::Llmc && (o.llmcTrain.empty() || o.llmcVal.empty()))
     return "--data llmc needs " + std::string(o.llmcTrain.empty() ? "--llmc-train" : "--llmc-val") +
            " FILE (an llm.c .bin token file)";
-  if (o.ddp.bucketCapBytes == 0 && (o.ddp.zeroStage != 0 || o.ddp.rebuildBuckets))
-    return "--bucket-mb auto re-plans after the first step: not with --zero 1, 2 or --rebuild-buckets";
+  if (o.ddp.bucketCapBytes == 0 && o.ddp.zeroStage != 0)
+    return "--bucket-mb auto re-plans after the first step: not with --zero " + std::to_string(o.ddp.zeroStage) +
+           " (ZeRO keeps its first plan's buckets)";
+  if (o.ddp.bucketCapBytes == 0 && o.ddp.rebuildBuckets)
+    return "--bucket-mb auto re-plans after the first step: not with --rebuild-buckets";
+  if (o.ddp.rebuildBuckets && o.ddp.zeroStage != 0)
+    return "--rebuild-buckets re-plans after the first step: not with --zero " + std::to_string(o.ddp.zeroStage) +
+           " (ZeRO keeps its first plan's buckets)";
   if (o.saveEvery > 0 && o.save.empty()) return "--save-every needs --save FILE (the file it rewrites)";
   if (!o.resume.empty() && !o.load.empty())
     return "--resume continues a saved run, its parameters included: not with --load";

@@ -1,7 +1,8 @@
 // Every dtype and reduction the communicators take, on the ranks mpirun started (or alone): all-reduce by
 // sum, average, max and min of F32, F64, I32, BF16, I8, U8 and F16 buffers, against the values computed here
 // from every rank's inputs; every rank ends with the same bits; int8 and uint8 sums wrap; a reduce-scatter by
-// max and an all-gather of the new dtypes. CPU runs on the mpi (or single) backend, CUDA on nccl.
+// max and an all-gather of the new dtypes; every dtype by every op through reduce-scatter and the in-place
+// all-gather of shards. CPU runs on the mpi (or single) backend, CUDA on nccl (or mpi: MINIDP_TEST_CUDA_COMM).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -61,11 +62,13 @@ class Collectives : public testing::CommunicatorTest {
   }
 
   // All-reduces rank_'s inputValue<T> by every op T takes and checks against the reduction of every rank's.
+  // `scatter`: a reduce-scatter instead, then an in-place all-gather of the shards (allGatherShards), so the
+  // whole buffer is checked, the same bits on every rank included.
   template <typename T>
-  void checkAllReduce() {
+  void checkAllReduce(bool scatter = false) {
     const DType dtype = dtypeOf<T>();
-    SCOPED_TRACE(dtypeName(dtype));
-    const int64_t n = 37;
+    SCOPED_TRACE(dtypeName(dtype) + std::string(scatter ? " reduce-scatter + all-gather of shards" : ""));
+    const int64_t n = scatter ? distributed::paddedNumel(37, world_) : 37;
     std::vector<ReduceOp> reduceOps = {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min};
     if (isFloatingPoint(dtype)) reduceOps.push_back(ReduceOp::Avg);
     for (ReduceOp op : reduceOps) {
@@ -73,7 +76,12 @@ class Collectives : public testing::CommunicatorTest {
       std::vector<T> mine(n);
       for (int64_t i = 0; i < n; ++i) mine[i] = fromDouble<T>(inputValue<T>(rank_, i));
       Tensor buffer = Tensor::fromVector(mine, {n}, GetParam());
-      comm_->allReduce(buffer, op, "all-reduce")->wait();
+      if (scatter) {
+        comm_->reduceScatter(buffer, op, "reduce-scatter")->wait();
+        comm_->allGatherShards(buffer, "all-gather of shards")->wait();
+      } else {
+        comm_->allReduce(buffer, op, "all-reduce")->wait();
+      }
       const std::vector<T> got = buffer.toVector<T>();
       for (int64_t i = 0; i < n; ++i) {
         double sum = 0, max = -1e9, min = 1e9;
@@ -110,6 +118,18 @@ TEST_P(Collectives, AllReduceOfEveryDtypeByEveryOp) {
   checkAllReduce<int8_t>();
   checkAllReduce<uint8_t>();
   checkAllReduce<fp16>();
+}
+
+// The same through the reduce-scatter path (bf16 and fp16 averages pre-scaled there once, as in the
+// all-reduce) and every dtype through the in-place all-gather of shards.
+TEST_P(Collectives, ReduceScatterOfEveryDtypeByEveryOp) {
+  checkAllReduce<float>(true);
+  checkAllReduce<double>(true);
+  checkAllReduce<int32_t>(true);
+  checkAllReduce<bf16>(true);
+  checkAllReduce<int8_t>(true);
+  checkAllReduce<uint8_t>(true);
+  checkAllReduce<fp16>(true);
 }
 
 TEST_P(Collectives, IntegerSumsWrap) {

@@ -261,6 +261,20 @@ TEST_P(Ddp, AutomaticBucketCapIsChosenAfterTheFirstTimedStep) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("observe(timer)"), std::string::npos) << e.what();
   }
+
+  // ZeRO keeps its first plan (ZeRO-3: one bucket per unit): the automatic cap is refused under every stage,
+  // on every rank alike before any collective.
+  for (int stage = 1; stage <= 3; ++stage) {
+    auto sharded = model(5);
+    DdpOptions zero = opts;
+    zero.zeroStage = stage;
+    try {
+      DistributedDataParallel refused(sharded->namedParameters(), comm_, zero);
+      ADD_FAILURE() << "an automatic cap with ZeRO-" << stage;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("automatic bucket cap"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST_P(Ddp, GradientAccumulationOfTwoHalvesEqualsOneBatch) {

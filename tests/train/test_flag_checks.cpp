@@ -119,6 +119,19 @@ TEST(FlagChecks, RulesBetweenFlagsAreUsageProblems) {
   EXPECT_NE(problem({"--data", "fortunes"}).find("--data"), std::string::npos);
   EXPECT_NE(problem({"--dtype", "bf16"}).find("--device cuda"), std::string::npos);
   EXPECT_NE(problem({"--bucket-mb", "auto", "--rebuild-buckets"}).find("--rebuild-buckets"), std::string::npos);
+  // The automatic cap is refused under every ZeRO stage, naming the stage given (not "--zero 1, 2").
+  for (const std::string stage : {"1", "2", "3"}) {
+    const std::string refused = problem({"--bucket-mb", "auto", "--zero", stage});
+    EXPECT_NE(refused.find("--bucket-mb auto"), std::string::npos) << refused;
+    EXPECT_NE(refused.find("--zero " + stage), std::string::npos) << refused;
+    EXPECT_EQ(refused.find("--rebuild-buckets"), std::string::npos) << refused;
+  }
+  // --rebuild-buckets re-plans after the first step; ZeRO keeps its first plan (DDP refused it at run time, exit 1).
+  for (const std::string stage : {"1", "2", "3"}) {
+    EXPECT_EQ(problem({"--rebuild-buckets", "--zero", stage}),
+              "--rebuild-buckets re-plans after the first step: not with --zero " + stage +
+                  " (ZeRO keeps its first plan's buckets)");
+  }
   EXPECT_EQ(problem({"--save-every", "2", "--save", "x"}), "");
 }
 
@@ -270,6 +283,8 @@ TEST(FlagChecks, TheChosenCommHooksRefusalIsTheUsageProblem) {
   // PowerSGD's, in its own words.
   EXPECT_EQ(problem({"--comm-hook", "powersgd", "--zero", "1"}),
             "--comm-hook powersgd with --zero 1 is not supported (its factors are all-reduced, not sharded)");
+  EXPECT_EQ(problem({"--comm-hook", "powersgd", "--zero", "3"}),
+            "--comm-hook powersgd with --zero 3 is not supported (its factors are all-reduced, not sharded)");
   EXPECT_EQ(problem({"--comm-hook", "powersgd", "--dtype", "fp64"}),
             "--comm-hook powersgd needs fp32 gradients: not with --dtype fp64");
   EXPECT_EQ(problem({"--comm-hook", "powersgd"}), "");

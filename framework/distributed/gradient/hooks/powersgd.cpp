@@ -109,7 +109,7 @@ class PowerSgdHook : public CommHook {
     buckets_.clear();
     for (const GradBucket& g : buckets) {
       MINIDP_CHECK(g.reduction == Reduction::AllReduce,
-                   "--comm-hook powersgd all-reduces its factors: it cannot be combined with --zero 1");
+                   "--comm-hook powersgd all-reduces its factors: it cannot be combined with ZeRO (--zero 1 to 3)");
       MINIDP_CHECK(g.buffer.dtype() == DType::F32,
                    "--comm-hook powersgd needs fp32 gradients, bucket " << g.index << " holds "
                                                                         << dtypeName(g.buffer.dtype()));
@@ -303,7 +303,8 @@ class PowerSgdHook : public CommHook {
 /// The runs PowerSGD refuses (its CommHookEntry::usageProblem), one line each.
 std::string powerSgdUsageProblem(const HookUsage& usage) {
   if (usage.zeroStage != 0) {
-    return "--comm-hook powersgd with --zero 1 is not supported (its factors are all-reduced, not sharded)";
+    return "--comm-hook powersgd with --zero " + std::to_string(usage.zeroStage) +
+           " is not supported (its factors are all-reduced, not sharded)";
   }
   if (usage.cudaGraph) {
     return "--comm-hook powersgd with --cuda-graph is not supported (its step counter chooses the collectives on the "
