@@ -10,7 +10,8 @@
 # Usage: scripts/replicas-job.sh OUT   (builds build/ with CUDA when build/bin/minidp-train is missing, linking
 # the carried Debian packages in .deps/root as scripts/gpu-job.sh does). Writes OUT/replicas-summary.txt.
 # REPLICAS_DEVICE=cpu REPLICAS_BUILD=build-cpu runs the same plumbing on CPU ranks (fp32 only), to check the
-# script itself where there is no GPU.
+# script itself where there is no GPU. A part of it: REPLICAS_MODELS="llama" REPLICAS_DTYPES="bf16" (section 2),
+# REPLICAS_SIGNALS=0 (no SIGTERM and stopped-rank runs).
 set -uo pipefail
 out=${1:?usage: replicas-job.sh OUT}
 mkdir -p "$out"
@@ -22,6 +23,8 @@ mkdir -p /usr/share/games
 device=${REPLICAS_DEVICE:-cuda} build=${REPLICAS_BUILD:-build}
 dtypes=(fp32 bf16)
 [ "$device" = cuda ] || dtypes=(fp32)
+[ -n "${REPLICAS_DTYPES:-}" ] && read -ra dtypes <<< "$REPLICAS_DTYPES"
+read -ra models <<< "${REPLICAS_MODELS:-gpt llama}"
 summary=$out/replicas-summary.txt
 : > "$summary"
 start=$(date +%s)
@@ -45,7 +48,7 @@ model_args() {  # MODEL DTYPE
   case $1 in
     gpt) echo --model gpt --data fortunes --layers 2 --heads 2 --embd 64 --context 32 --batch-size "${rows:-4}" --eval-batches 1 \
               --bucket-mb 0.02 --first-bucket-mb 0.005 --optimizer adamw --device "$device" --comm mpi --dtype "$dtype" ;;
-    llama) echo --model llama --data fortunes --layers 2 --heads 4 --kv-heads 2 --embd 64 --hidden 160 --context 32 \
+    llama) echo --model llama --data fortunes --layers 2 --heads 2 --kv-heads 1 --embd 64 --hidden 160 --context 32 \
                 --batch-size "${rows:-4}" --eval-batches 1 --bucket-mb 0.02 --first-bucket-mb 0.005 --optimizer adamw \
                 --device "$device" --comm mpi --dtype "$dtype" ;;
   esac
@@ -77,7 +80,7 @@ done
 
 # 2. DDP, the hooks and ZeRO 1/2/3 for GPT and llama in fp32 and bf16, on 2 and 3 ranks.
 for np in 2 3; do
-  for model in gpt llama; do
+  for model in "${models[@]}"; do
     for dtype in "${dtypes[@]}"; do
       c="$model $dtype np$np"
       run "$np" ddp "$model" "$dtype" --steps 10 && run "$np" ddp_off "$model" "$dtype" --steps 10 --overlap off ||
@@ -133,40 +136,42 @@ wait_for() {  # FILE TEXT SECONDS
   for _ in $(seq $(( $3 * 10 ))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
   return 1
 }
-long=(--steps 1000)
-run 2 full gpt fp32 "${long[@]}" || fail "sigterm: the uninterrupted run did not run"
-# shellcheck disable=SC2046
-mpirun -np 2 --oversubscribe "$train" $(model_args gpt fp32) "${long[@]}" --log-every 5 --save "$work/stopped.safetensors" \
-  > "$work/stopped.log" 2> "$work/stopped.err" &
-job=$!
-if wait_for "$work/stopped.log" "step 300/" 120; then kill -TERM "$(rank_pid $job 1)"; fi
-wait $job
-status=$?
-if [ $status = 143 ] && grep -q "stopped by SIGTERM after step" "$work/stopped.err" &&
-   run 2 resumed gpt fp32 "${long[@]}" --resume "$work/stopped.safetensors" && same full resumed; then
-  ok "SIGTERM to rank 1 of 2: exit 143, saved, resumed == uninterrupted ($(grep -o 'after step [0-9]*' "$work/stopped.err"))"
-else
-  cp "$work/stopped.err" "$out/"
-  fail "SIGTERM to rank 1 of 2: exit $status (see stopped.err)"
-fi
-# shellcheck disable=SC2046
-mpirun -np 2 --oversubscribe "$train" $(model_args gpt fp32) "${long[@]}" --log-every 5 --watchdog-s 10 \
-  > "$work/hung.log" 2> "$work/hung.err" &
-job=$!
-if wait_for "$work/hung.log" "step 100/" 120; then
-  victim=$(rank_pid $job 1)
-  kill -STOP "$victim"
-  stopped_at=$(date +%s)
-fi
-wait $job
-status=$?
-took=$(( $(date +%s) - ${stopped_at:-0} ))
-[ -n "${victim:-}" ] && kill -KILL "$victim" 2>/dev/null
-if [ $status != 0 ] && grep -q "watchdog" "$work/hung.err" && [ $took -lt 60 ]; then
-  ok "a stopped rank: the job ends in $took s, exit $status: $(grep -m1 watchdog "$work/hung.err" | cut -c1-160)"
-else
-  cp "$work/hung.err" "$out/"
-  fail "a stopped rank: exit $status after $took s (see hung.err)"
+if [ "${REPLICAS_SIGNALS:-1}" = 1 ]; then
+  long=(--steps 1000)
+  run 2 full gpt fp32 "${long[@]}" || fail "sigterm: the uninterrupted run did not run"
+  # shellcheck disable=SC2046
+  mpirun -np 2 --oversubscribe "$train" $(model_args gpt fp32) "${long[@]}" --log-every 5 --save "$work/stopped.safetensors" \
+    > "$work/stopped.log" 2> "$work/stopped.err" &
+  job=$!
+  if wait_for "$work/stopped.log" "step 300/" 120; then kill -TERM "$(rank_pid $job 1)"; fi
+  wait $job
+  status=$?
+  if [ $status = 143 ] && grep -q "stopped by SIGTERM after step" "$work/stopped.err" &&
+     run 2 resumed gpt fp32 "${long[@]}" --resume "$work/stopped.safetensors" && same full resumed; then
+    ok "SIGTERM to rank 1 of 2: exit 143, saved, resumed == uninterrupted ($(grep -o 'after step [0-9]*' "$work/stopped.err"))"
+  else
+    cp "$work/stopped.err" "$out/"
+    fail "SIGTERM to rank 1 of 2: exit $status (see stopped.err)"
+  fi
+  # shellcheck disable=SC2046
+  mpirun -np 2 --oversubscribe "$train" $(model_args gpt fp32) "${long[@]}" --log-every 5 --watchdog-s 10 \
+    > "$work/hung.log" 2> "$work/hung.err" &
+  job=$!
+  if wait_for "$work/hung.log" "step 100/" 120; then
+    victim=$(rank_pid $job 1)
+    kill -STOP "$victim"
+    stopped_at=$(date +%s)
+  fi
+  wait $job
+  status=$?
+  took=$(( $(date +%s) - ${stopped_at:-0} ))
+  [ -n "${victim:-}" ] && kill -KILL "$victim" 2>/dev/null
+  if [ $status != 0 ] && grep -q "watchdog" "$work/hung.err" && [ $took -lt 60 ]; then
+    ok "a stopped rank: the job ends in $took s, exit $status: $(grep -m1 watchdog "$work/hung.err" | cut -c1-160)"
+  else
+    cp "$work/hung.err" "$out/"
+    fail "a stopped rank: exit $status after $took s (see hung.err)"
+  fi
 fi
 say "$fails failure(s); $(( $(date +%s) - start )) s in all on $( [ "$device" = cuda ] && nvidia-smi -L | head -n1 || echo "$device")"
 [ "$fails" = 0 ]

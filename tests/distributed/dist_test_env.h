@@ -17,6 +17,9 @@ distributed::MpiEnvironment* mpiEnvironment();
 /// alone), nccl (CUDA), or mpi for CUDA when
 /// ranks share a GPU (or MINIDP_TEST_CUDA_COMM=mpi). Null with `skipReason` set when this process cannot have one.
 std::shared_ptr<distributed::Communicator> sharedCommunicator(Device device, std::string* skipReason);
+/// The backend of the CUDA communicator sharedCommunicator builds: nccl, or mpi where ranks share a GPU (or
+/// MINIDP_TEST_CUDA_COMM=mpi).
+std::string cudaTestBackend();
 
 /// A test per device on the shared communicator of that device; skipped, with the reason, where this
 /// process has none.

@@ -39,6 +39,14 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
 
 distributed::MpiEnvironment* mpiEnvironment() { return gEnv.get(); }
 
+std::string cudaTestBackend() {
+  // More ranks than GPUs (several ranks on one GPU, which NCCL refuses): CUDA tensors over MPI, staged
+  // through pinned host buffers; MINIDP_TEST_CUDA_COMM=mpi chooses that with one GPU per rank too.
+  const char* forced = std::getenv("MINIDP_TEST_CUDA_COMM");
+  const bool shared = gEnv && gEnv->localSize() > runtime::cudaDeviceCount();
+  return shared || (forced && std::string(forced) == "mpi") ? "mpi" : "nccl";
+}
+
 std::shared_ptr<distributed::Communicator> sharedCommunicator(Device device, std::string* skipReason) {
   auto it = gComms.find(device);
   if (it != gComms.end()) return it->second;
@@ -50,11 +58,7 @@ std::shared_ptr<distributed::Communicator> sharedCommunicator(Device device, std
       *skipReason = "no CUDA device";
       return nullptr;
     }
-    // More ranks than GPUs (several ranks on one GPU, which NCCL refuses): CUDA tensors over MPI, staged
-    // through pinned host buffers; MINIDP_TEST_CUDA_COMM=mpi chooses that with one GPU per rank too.
-    const char* forced = std::getenv("MINIDP_TEST_CUDA_COMM");
-    const bool shared = gEnv && gEnv->localSize() > runtime::cudaDeviceCount();
-    opts.backend = shared || (forced && std::string(forced) == "mpi") ? "mpi" : "nccl";
+    opts.backend = cudaTestBackend();
   }
   return gComms[device] = distributed::makeCommunicator(opts, gEnv.get());
 }

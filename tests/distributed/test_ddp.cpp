@@ -836,11 +836,11 @@ TEST(CudaCommunicators, CommStreamHoldsTheBufferUntilTheCollectiveCompletes) {
   runtime::synchronize();
 }
 
-TEST(CudaCommunicators, NcclAverageAndBroadcast) {
+TEST(CudaCommunicators, AverageAndBroadcast) {
   std::string reason;
   auto comm = testing::sharedCommunicator(Device::CUDA, &reason);
   if (!comm) GTEST_SKIP() << reason;
-  EXPECT_EQ(comm->name(), "nccl");
+  EXPECT_EQ(comm->name(), testing::cudaTestBackend());
   for (DType dtype : {DType::F32, DType::F64}) {
     // Rank r holds (r + 1) * x: the average is (N + 1) / 2 * x.
     Tensor x = testing::randomTensor({1000}, 23, -1, 1, dtype);
