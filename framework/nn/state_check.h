@@ -32,7 +32,7 @@ void checkStateTensor(const StateRule& rule, const Tensor& t, const std::string&
 
 /// Checks every rule's tensor, found by `find` under `prefix + rule.name` (missing ones included), and refuses
 /// any of `stored` (the file's names under `prefix`) that no rule names; `owner` says whose state it is
-/// ("--comm-hook powersgd").
+/// (the comm hook that saved it, by its flag and name).
 void checkStateTensors(const std::vector<StateRule>& rules, const StoredTensor& find,
                        const std::vector<std::string>& stored, const std::string& prefix, const std::string& owner);
 
