@@ -41,7 +41,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMPILE_MODES = ["default", "max-autotune-no-cudagraphs", "max-autotune"]
-TARGET = 1.15  # issue 34: minidp's step at least this much faster than the faster compile mode
+TARGET = 1.15  # the bar: minidp's step at least this much faster than the faster compile mode
 
 # name, family, layers, width, query heads, key/value heads, SwiGLU width (GPT: 4C), context, vocabulary, batch.
 # Each fits one 80 GB GPU in both frameworks (fp32 weights, gradients and AdamW state; bf16 activations).
