@@ -143,6 +143,7 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
 
 Tensor Tensor::fromHost(const void* data, const Shape& shape, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
+  if (t.nbytes() == 0) return t;  // an empty tensor: `data` may be null, and memcpy must not see a null pointer
   if (device == Device::CPU) {
     std::memcpy(t.raw(), data, t.nbytes());
   } else {
@@ -277,6 +278,7 @@ void Tensor::zero(cudaStream_t stream) {
 }
 
 void Tensor::copyToHost(const void* src, void* dst) const {
+  if (nbytes() == 0) return;  // nothing to copy, and either pointer may be null
   if (device_ == Device::CPU) {
     std::memcpy(dst, src, nbytes());
     return;

@@ -117,6 +117,25 @@ TEST_F(Checkpoint, LoadConvertsExactlyOrSaysHow) {
 
 // A file whose header claims tensors of terabytes (a sparse file): refused, or those tensors skipped, from the
 // header alone, before any memory is taken for them.
+// A tensor of no elements (a corrupted state's [0]-shaped entry) reads back as an empty tensor of its shape and
+// dtype; its byte vector has no storage, which the copy must not hand to memcpy (the sanitizer build checks that).
+TEST_F(Checkpoint, EmptyTensorsRoundTrip) {
+  for (const char* dtype : {"F32", "F64", "I32"}) {
+    SafeTensor st;
+    st.dtype = dtype;
+    st.shape = {0};
+    ASSERT_EQ(st.bytes.data(), nullptr);
+    const Tensor t = nn::fromSafeTensor(st, "empty");
+    EXPECT_EQ(t.shape(), Shape({0})) << dtype;
+    EXPECT_EQ(t.numel(), 0) << dtype;
+    const SafeTensor back = nn::toSafeTensor(t);
+    EXPECT_EQ(back.dtype, dtype);
+    EXPECT_EQ(back.shape, st.shape);
+    EXPECT_TRUE(back.bytes.empty());
+    if (t.dtype() == DType::F32) EXPECT_TRUE(t.toVector<float>().empty());  // a copy to a null host pointer
+  }
+}
+
 TEST_F(Checkpoint, AbsurdSizesAreRefusedFromTheHeader) {
   const auto sparseFile = [&](const std::string& name, const std::string& tensors, uint64_t bytes) {
     const std::string path = (dir_ / name).string();
