@@ -58,6 +58,11 @@ int runTraining(int argc, char** argv, const std::string& program) {
                   deviceName(opts.device), nameOf(precisionNames(), opts.precision).c_str(), session.comm->describe().c_str(),
                   distributed::overlapName(opts.ddp.overlap));
       std::printf("%s", trainer.ddp().describePlan().c_str());
+      if (session.comm->name() == "emulated" && opts.ddp.zeroStage != 0) {
+        std::printf("EMULATED ZeRO-%d: the gathers repeat rank 0's shard, so the losses are not a real run's; the step "
+                    "times and the memory are\n",
+                    opts.ddp.zeroStage);
+      }
     }
     using Clock = std::chrono::steady_clock;
     double lastLoss = NAN, totalMs = 0, totalCommMs = 0, totalExposedMs = 0;

@@ -160,6 +160,35 @@ TEST(EmulatedCommunicator, IdenticalRanksSumMaxAndMinEveryDtype) {
   }
 }
 
+TEST(EmulatedCommunicator, ZeroCollectivesActOnRankZerosShardAndTakeTheHalfRingTime) {
+  // 4 identical ranks, 12 elements: rank 0's shard is elements 0-2. A reduce-scatter's average leaves it, a sum
+  // is 4 times it; the shard gather repeats it into the other three slots. Each takes latency + 3/4 bytes / bandwidth.
+  std::vector<Device> devices{Device::CPU};
+  if (runtime::cudaAvailable()) devices.push_back(Device::CUDA);
+  for (Device device : devices) {
+    SCOPED_TRACE(deviceName(device));
+    EmulatedCommunicator comm(4, 1e-3, 200, device == Device::CUDA, 0, true);
+    std::vector<float> x(12);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = 0.25f * static_cast<float>(i) - 1.0f;
+    Tensor t = Tensor::fromVector(x, {12}, device);
+    comm.reduceScatter(t, distributed::ReduceOp::Avg, "bucket 0")->wait();
+    EXPECT_EQ(t.toVector<float>(), x);
+    comm.reduceScatter(t, distributed::ReduceOp::Sum, "bucket 0")->wait();
+    std::vector<float> got = t.toVector<float>();
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(got[i], 4 * x[i]) << i;
+    auto work = comm.allGatherShards(t, "params 0");
+    work->wait();
+    got = t.toVector<float>();
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(got[i], 4 * x[i % 3]) << i;
+    // 48 bytes at 1 MB/s: 200 us + 0.75 * 48 us = 236 us.
+    EXPECT_NEAR(comm.modelledHalfRingSeconds(48) * 1e6, 236.0, 1e-6);
+    const WorkTiming timing = work->timing();
+    EXPECT_GE(timing.finishedMs - timing.startedMs, 0.236 * 0.99);
+    Tensor odd = Tensor::zeros({10}, DType::F32, device);
+    EXPECT_THROW(comm.allGatherShards(odd, "params 1"), Error);
+  }
+}
+
 /// A collective that never finishes.
 class StuckWork : public Work {
  public:

@@ -388,15 +388,16 @@ def cases(p):
         ("switch given twice", t + QUICK + ["--check-finite", "--check-finite"], 2, "--check-finite is given twice"),
         ("model given twice", t + QUICK + ["--model", "mlp", "--model", "gpt"], 2, "--model is given twice"),
         ("bench flag given twice", b + BENCH + ["--hidden", "32"], 2, "--hidden is given twice"),
-        # The emulated link's model in a range where its times mean something; its ZeRO-1 refusal at parse time.
+        # The emulated link's model in a range where its times mean something; a save of its ZeRO run (whose gathers
+        # repeat rank 0's shard) refused at parse time.
         ("emulated bandwidth that underflows", t + QUICK + ["--comm", "emulated", "--emulated-gbps", "1e-300"], 2,
          "--emulated-gbps: must be in [0.001, 100000]"),
         ("emulated latency of hours", t + QUICK + ["--comm", "emulated", "--emulated-latency-us", "1e10"], 2,
          "--emulated-latency-us: must be in [0, 1e+06]"),
         ("emulated world of one", t + QUICK + ["--comm", "emulated", "--emulated-world", "1"], 2,
          "--emulated-world: must be in [2, 100000]"),
-        ("emulated link with zero 1", t + QUICK + ["--comm", "emulated", "--zero", "1"], 2,
-         "--comm emulated models one rank's arithmetic: not with --zero 1"),
+        ("emulated link with zero 3 and a save", t + QUICK + ["--comm", "emulated", "--zero", "3", "--save", "z.st"], 2,
+         "--save with --comm emulated --zero 3: the emulated gathers repeat rank 0's shard"),
         ("skip-nonfinite with cuda graph", t + QUICK + ["--skip-nonfinite", "--cuda-graph", "--device", "cuda"], 2,
          "--skip-nonfinite decides on the host"),
         # Paths: what they are and what is wrong, named with the flag.

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -61,16 +62,13 @@ const char* rankVariable(const std::string& launcher) {
   return "OMPI_COMM_WORLD_RANK";
 }
 
-/// The census of MPI_Init and MPI_Finalize, where MPI cannot be asked, from /proc: this process's siblings
-/// (the processes the same launcher daemon started on this node) by rank and state. Names the stopped ones
-/// (state T); else, in a world of two, the other rank; empty when it cannot tell. Null when a rank has exited
-/// (every rank of the job runs on this node, and one is gone): the job is ending, and that rank (or mpirun)
-/// says why.
-std::optional<std::string> missingWithoutMpi(const LaunchInfo& info) {
+/// This process's siblings (the processes the same launcher daemon started on this node) by rank, each with
+/// its /proc state letter (T or t: stopped).
+std::map<int, char> siblingStates(const LaunchInfo& info) {
   namespace fs = std::filesystem;
   const std::string key = std::string(rankVariable(info.launcher)) + "=";
   const pid_t parent = ::getppid(), self = ::getpid();
-  std::set<int> stopped, present;
+  std::map<int, char> states;
   std::error_code error;
   for (const fs::directory_entry& entry : fs::directory_iterator("/proc", error)) {
     const std::string name = entry.path().filename().string();
@@ -90,12 +88,25 @@ std::optional<std::string> missingWithoutMpi(const LaunchInfo& info) {
       end = environ.find('\0', begin);
       if (end == std::string::npos) end = environ.size();
       if (environ.compare(begin, key.size(), key) == 0) {
-        const int rank = std::atoi(environ.c_str() + begin + key.size());
-        present.insert(rank);
-        if (state == 'T' || state == 't') stopped.insert(rank);
+        states[std::atoi(environ.c_str() + begin + key.size())] = state;
         break;
       }
     }
+  }
+  return states;
+}
+
+bool isStopped(char state) { return state == 'T' || state == 't'; }
+
+/// The census of MPI_Init and MPI_Finalize, where MPI cannot be asked, from /proc (siblingStates). Names the
+/// stopped ones; else, in a world of two, the other rank; empty when it cannot tell. Null when a rank has exited
+/// (every rank of the job runs on this node, and one is gone): the job is ending, and that rank (or mpirun)
+/// says why.
+std::optional<std::string> missingWithoutMpi(const LaunchInfo& info) {
+  std::set<int> stopped, present;
+  for (const auto& [rank, state] : siblingStates(info)) {
+    present.insert(rank);
+    if (isStopped(state)) stopped.insert(rank);
   }
   std::string ranks;
   for (const int r : stopped) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
@@ -269,17 +280,27 @@ std::string MpiEnvironment::census(const std::string& waitingIn) {
   }
   // The other ranks' deadlines expire within the spread of their arrival at the collective (plus a watchdog
   // period of 0.25 s at most): a third of the deadline leaves the job's end within the deadline + 3 s.
+  // The wait ends early when every rank not heard from is a sibling on this node that /proc shows stopped: it
+  // will not answer, and waiting the rest of the grace only delays the job's end.
   const double graceMs = std::min(deadlineSeconds_ / 3, 2.5) * 1000.0;
   const double end = hostNowMs() + graceMs;
+  const LaunchInfo launch = detectLauncher();
   std::vector<int> heard(world_, 0);
   heard[rank_] = 1;
-  for (bool all = false; !all && hostNowMs() < end;) {
+  for (bool all = false, stoppedOnly = false; !all && !stoppedOnly && hostNowMs() < end;) {
     all = true;
     for (int r = 0; r < world_; ++r) {
       if (!heard[r] && MPI_Test(&received[r], &heard[r], MPI_STATUS_IGNORE) != MPI_SUCCESS) heard[r] = 0;
       all = all && heard[r];
     }
-    if (!all) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (all) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const std::map<int, char> siblings = siblingStates(launch);
+    stoppedOnly = true;
+    for (int r = 0; r < world_ && stoppedOnly; ++r) {
+      const auto sibling = siblings.find(r);
+      stoppedOnly = heard[r] || (sibling != siblings.end() && isStopped(sibling->second));
+    }
   }
   {
     std::lock_guard<std::mutex> lock(notesMutex_);  // endJob need not wait for these again

@@ -69,51 +69,76 @@ std::shared_ptr<Work> EmulatedCommunicator::transfer(const std::string& tag, Ten
       tag, touched.nbytes());
 }
 
+double EmulatedCommunicator::modelledHalfRingSeconds(size_t bytes) const {
+  return latencyUs_ * 1e-6 + static_cast<double>(world_ - 1) / world_ * static_cast<double>(bytes) / (gbps_ * 1e9);
+}
+
+namespace {
+
+/// Identical ranks' reduction of `buffer`'s first `n` elements in place: their average, maximum and minimum are
+/// the copy; their sum is `world` times it.
+void reduceIdentical(Tensor buffer, int64_t n, ReduceOp op, int world, cudaStream_t s) {
+  if (op != ReduceOp::Sum || world == 1) return;
+  switch (buffer.dtype()) {
+    case DType::F32: MINIDP_LAUNCH_ON(s, buffer, sumOfCopies, buffer.data<float>(), world, n); break;
+    case DType::F64: MINIDP_LAUNCH_ON(s, buffer, sumOfCopies, buffer.data<double>(), world, n); break;
+    case DType::I32: MINIDP_LAUNCH_ON(s, buffer, sumOfCopies, buffer.data<int32_t>(), world, n); break;
+    case DType::BF16: MINIDP_LAUNCH_ON(s, buffer, sumOfCopies, buffer.data<minidp::bf16>(), world, n); break;
+    case DType::I8: MINIDP_LAUNCH_ON(s, buffer, sumOfCopies, buffer.data<int8_t>(), world, n); break;
+    case DType::U8: MINIDP_LAUNCH_ON(s, buffer, sumOfCopies, buffer.data<uint8_t>(), world, n); break;
+    case DType::F16: MINIDP_LAUNCH_ON(s, buffer, sumOfCopies, buffer.data<fp16>(), world, n); break;
+  }
+}
+
+/// `src` copied into slots first..world - 1 of `output` (n elements each), on the comm stream `s` (null: here).
+void repeatInto(const Tensor& output, const Tensor& src, int64_t n, int first, int world, cudaStream_t s) {
+  for (int r = first; r < world; ++r) {
+    Tensor slot = Tensor::alias(output, r * n, {n});
+    if (s) {
+      slot.copyFrom(src, s);
+    } else {
+      slot.copyFrom(src);
+    }
+  }
+}
+
+}  // namespace
+
 std::shared_ptr<Work> EmulatedCommunicator::allReduce(Tensor buffer, ReduceOp op, const std::string& tag) {
   checkReduction(buffer, op, false, world_);
   const int world = world_;
-  return transfer(tag, buffer, modelledSeconds(buffer.nbytes()), [buffer, op, world](cudaStream_t s) {
-    // N identical ranks: their average, maximum and minimum are the copy; their sum is N times it.
-    if (op != ReduceOp::Sum || world == 1) return;
-    const int64_t n = buffer.numel();
-    switch (buffer.dtype()) {
-      case DType::F32: MINIDP_LAUNCH_ON(s, buffer, sumOfCopies, buffer.data<float>(), world, n); break;
-      case DType::F64: MINIDP_LAUNCH_ON(s, buffer, sumOfCopies, buffer.data<double>(), world, n); break;
-      case DType::I32: MINIDP_LAUNCH_ON(s, buffer, sumOfCopies, buffer.data<int32_t>(), world, n); break;
-      case DType::BF16: MINIDP_LAUNCH_ON(s, buffer, sumOfCopies, buffer.data<minidp::bf16>(), world, n); break;
-      case DType::I8: MINIDP_LAUNCH_ON(s, buffer, sumOfCopies, buffer.data<int8_t>(), world, n); break;
-      case DType::U8: MINIDP_LAUNCH_ON(s, buffer, sumOfCopies, buffer.data<uint8_t>(), world, n); break;
-      case DType::F16: MINIDP_LAUNCH_ON(s, buffer, sumOfCopies, buffer.data<fp16>(), world, n); break;
-    }
+  return transfer(tag, buffer, modelledSeconds(buffer.nbytes()),
+                  [buffer, op, world](cudaStream_t s) { reduceIdentical(buffer, buffer.numel(), op, world, s); });
+}
+
+std::shared_ptr<Work> EmulatedCommunicator::reduceScatter(Tensor buffer, ReduceOp op, const std::string& tag) {
+  checkReduction(buffer, op, true, world_);
+  const int world = world_;
+  // This process is rank 0: its shard, the first n / N elements, ends with the identical ranks' reduction.
+  return transfer(tag, buffer, modelledHalfRingSeconds(buffer.nbytes()), [buffer, op, world](cudaStream_t s) {
+    reduceIdentical(buffer, buffer.numel() / world, op, world, s);
   });
 }
 
-std::shared_ptr<Work> EmulatedCommunicator::reduceScatter(Tensor, ReduceOp, const std::string&) {
-  throwError("the emulated link models one rank's arithmetic: ZeRO-1's reduce-scatter needs real ranks", __FILE__,
-             __LINE__);
-}
-
-std::shared_ptr<Work> EmulatedCommunicator::allGatherShards(Tensor, const std::string&) {
-  throwError("the emulated link models one rank's arithmetic: ZeRO-1's parameter gather needs real ranks", __FILE__,
-             __LINE__);
+std::shared_ptr<Work> EmulatedCommunicator::allGatherShards(Tensor buffer, const std::string& tag) {
+  MINIDP_CHECK(buffer.defined() && buffer.numel() % world_ == 0,
+               "all-gather of shards of " << buffer.numel() << " elements over " << world_ << " ranks");
+  const int world = world_;
+  // Rank 0's shard repeated into every other slot: the other ranks' updates are never computed here, so the
+  // gathered values are not a real run's (the time and the memory are).
+  return transfer(tag, buffer, modelledHalfRingSeconds(buffer.nbytes()), [buffer, world](cudaStream_t s) {
+    const int64_t n = buffer.numel() / world;
+    repeatInto(buffer, Tensor::alias(buffer, 0, {n}), n, 1, world, s);
+  });
 }
 
 std::shared_ptr<Work> EmulatedCommunicator::allGather(Tensor input, Tensor output, const std::string& tag) {
   checkAllGather(input, output, world_);
-  const double seconds = latencyUs_ * 1e-6 + static_cast<double>(world_ - 1) / world_ *
-                                                 static_cast<double>(output.nbytes()) / (gbps_ * 1e9);
+  const double seconds = modelledHalfRingSeconds(output.nbytes());
   const int world = world_;
   const int64_t n = input.numel();
-  return transfer(tag, output, seconds, [input, output, world, n](cudaStream_t s) {
-    for (int r = 0; r < world; ++r) {
-      Tensor slot = Tensor::alias(output, r * n, {n});
-      if (s) {
-        slot.copyFrom(input, s);
-      } else {
-        slot.copyFrom(input);
-      }
-    }
-  });
+  return transfer(tag, output, seconds,
+                  [input, output, world, n](cudaStream_t s) { repeatInto(output, input, n, 0, world, s); });
 }
 
 std::shared_ptr<Work> EmulatedCommunicator::enqueue(const std::string& tag, Tensor keep,

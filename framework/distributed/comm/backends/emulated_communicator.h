@@ -14,8 +14,9 @@ class CommStream;
 
 /// A world of `world` identical ranks: this process is rank 0 and every other rank holds the same
 /// tensors, so an average leaves the bits unchanged, a sum multiplies them by N and an all-gather repeats
-/// them. An all-reduce of `bytes` takes the ring's time, latency + 2(N-1)/N * bytes / bandwidth, an
-/// all-gather of `bytes` out latency + (N-1)/N * bytes / bandwidth, really reading and writing the buffer:
+/// them. An all-reduce of `bytes` takes the ring's time, latency + 2(N-1)/N * bytes / bandwidth, a
+/// reduce-scatter of `bytes` in or an all-gather of `bytes` out latency + (N-1)/N * bytes / bandwidth, really
+/// reading and writing the buffer:
 /// on the GPU with a bounded number of CTAs on the comm stream (the same event protocol as NCCL), on the
 /// CPU on a comm thread that touches the buffer and sleeps. Every comm hook runs on it.
 class EmulatedCommunicator : public Communicator {
@@ -31,12 +32,14 @@ class EmulatedCommunicator : public Communicator {
   bool supports(Device device) const override { return (device == Device::CUDA) == cuda_; }
   /// Identical ranks: an average, maximum or minimum is the buffer itself, a sum N times it; the ring's time.
   std::shared_ptr<Work> allReduce(Tensor buffer, ReduceOp op, const std::string& tag) override;
-  /// Refused: this process holds one rank's arithmetic, so ZeRO-1's shards of the other ranks are never
-  /// updated.
+  /// Rank 0's shard reduced over identical ranks (an average leaves it, a sum is N times it); the ring's
+  /// reduce-scatter time.
   std::shared_ptr<Work> reduceScatter(Tensor buffer, ReduceOp op, const std::string& tag) override;
   /// `input` copied into each of the N slots of `output`; the ring all-gather's time.
   std::shared_ptr<Work> allGather(Tensor input, Tensor output, const std::string& tag) override;
-  /// Refused, as reduceScatter.
+  /// Rank 0's shard copied into every other rank's slot; the ring all-gather's time. This process computes
+  /// only rank 0's shard of a ZeRO update, so under ZeRO the gathered parameters are not a real run's: only
+  /// the step's time and memory are (describe() says so).
   std::shared_ptr<Work> allGatherShards(Tensor buffer, const std::string& tag) override;
   /// On the link's comm stream (GPU) or comm thread (CPU).
   std::shared_ptr<Work> enqueue(const std::string& tag, Tensor keep,
@@ -48,6 +51,8 @@ class EmulatedCommunicator : public Communicator {
   void abort() noexcept override {}
   /// Seconds the modelled ring all-reduce of `bytes` takes.
   double modelledSeconds(size_t bytes) const;
+  /// Seconds the modelled ring reduce-scatter of `bytes` in, or all-gather of `bytes` out, takes.
+  double modelledHalfRingSeconds(size_t bytes) const;
 
  private:
   /// Runs `local` (the collective's arithmetic on identical ranks), then holds the link for `seconds` while
