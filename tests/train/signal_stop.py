@@ -4,7 +4,9 @@ stops on both ranks at one step, writes --save, says so in one line and exits 14
 ends with the same bytes as the run that was never interrupted; so does the state a Ctrl-C to mpirun saves (the
 line names mpirun's SIGTERM). Alone, SIGINT does the same with exit status 130, SIGHUP with 129. Any of them
 during start-up (alone, or to one rank) ends the run before its first step with one line; one after the last step is named in the
-closing line; a second SIGINT ends the process at once.
+closing line; a second SIGINT ends the process at once. Under mpirun, SIGTERM to every rank, SIGINT or SIGHUP to one,
+and SIGTERM to the writing rank in the middle of a periodic save each stop the job with the signal's exit status and a
+state that resumes to the uninterrupted bytes.
 
 Usage: signal_stop.py MPIEXEC MINIDP_TRAIN
 """
@@ -106,6 +108,91 @@ def stops_and_resumes(folder):
     if left:
         problems.append(f"files left behind: {left}")
     return check("2 ranks, SIGTERM to rank 1 and Ctrl-C to mpirun, resumed == uninterrupted", problems)
+
+
+def every_kind_to_ranks(folder):
+    """2 ranks: SIGTERM to every rank, SIGINT to rank 1 and SIGHUP to rank 1, each at step ~100: one line naming the
+    signal, exit 128 + the signal, and the saved state resumes to the uninterrupted run's bytes."""
+    p = lambda name: os.path.join(folder, name)
+    mpi = [mpiexec, "-np", "2", "--oversubscribe", train, *MLP, "--steps", str(STEPS)]
+    status, lines, _ = run(mpi + ["--save", p("full")], folder)
+    problems = [f"the uninterrupted run exited {status}: {lines}"] if status != 0 else []
+
+    def to_ranks(sig, ranks):
+        def send(job):
+            pids = [rank_pid(job.pid, r) for r in ranks]
+            for pid in pids:
+                os.kill(pid, sig)
+        return send
+
+    cases = [("SIGTERM to every rank", signal.SIGTERM, (0, 1)), ("SIGINT to rank 1", signal.SIGINT, (1,)),
+             ("SIGHUP to rank 1", signal.SIGHUP, (1,))]
+    for i, (label, sig, ranks) in enumerate(cases):
+        name = signal.Signals(sig).name
+        status, lines, took = run(mpi + ["--save", p(f"cut{i}")], folder, "step 100/", to_ranks(sig, ranks))
+        if status != 128 + sig:
+            problems.append(f"{label}: exit {status}, expected {128 + sig}")
+        if len(lines) != 1 or not re.search(rf"stopped by {name}\b.* after step \d+ of {STEPS}; the training state is "
+                                            "saved", lines[0]):
+            problems.append(f"{label}: stderr {lines}, expected one 'stopped by {name}' line")
+            continue
+        if took > 10:
+            problems.append(f"{label}: ended {took:.1f} s after the signal")
+        status, lines, _ = run(mpi + ["--resume", p(f"cut{i}"), "--save", p(f"resumed{i}")], folder)
+        if status != 0 or not same_bytes(p("full"), p(f"resumed{i}")):
+            problems.append(f"{label}: the saved state does not resume to the uninterrupted bytes ({status} {lines})")
+    left = [n for n in os.listdir(folder) if not re.fullmatch(r"full|cut\d|resumed\d", n)]
+    if left:
+        problems.append(f"files left behind: {left}")
+    return check("2 ranks: SIGTERM to every rank, SIGINT and SIGHUP to one", problems)
+
+
+def mid_save(folder):
+    """2 ranks, --save-every 20: SIGTERM to rank 0 while it writes a periodic state (its temporary file exists). The
+    write completes, the run stops at a step boundary (the ranks agree on it a step later) with the state saved,
+    exit 143, and it resumes to the bytes of the uninterrupted run."""
+    p = lambda name: os.path.join(folder, name)
+    big = ["--model", "mlp", "--hidden", "2048", "--batch-size", "8", "--log-every", "1000", "--steps", "200",
+           "--save-every", "20"]
+    mpi = [mpiexec, "-np", "2", "--oversubscribe", train, *big]
+    status, lines, _ = run(mpi + ["--save", p("full")], folder)
+    problems = [f"the uninterrupted run exited {status}: {lines}"] if status != 0 else []
+    cut = p("cut")
+    job = subprocess.Popen(mpi + ["--save", cut], cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           text=True)
+    sent = []
+
+    def watch():
+        pid = None
+        while job.poll() is None and not pid:
+            pid = rank_pid(job.pid, 0)
+        while job.poll() is None:
+            if any(n.startswith("cut.tmp") and "probe" not in n for n in os.listdir(folder)):
+                os.kill(pid, signal.SIGTERM)
+                sent.append(time.monotonic())
+                return
+            time.sleep(0.0005)
+
+    threading.Thread(target=watch, daemon=True).start()
+    err = job.communicate(timeout=120)[1]
+    lines = [l for l in err.splitlines() if not MPIRUN_EXIT_REPORT.search(l)]
+    if not sent:
+        problems.append("no periodic save was seen being written")
+    if job.returncode != 128 + signal.SIGTERM:
+        problems.append(f"exit {job.returncode}, expected 143")
+    if len(lines) != 1 or not re.search(r"stopped by SIGTERM\b.* after step (\d+) of 200; the training state is saved",
+                                        lines[0]):
+        problems.append(f"stderr {lines}, expected one 'stopped by SIGTERM' line")
+    elif not 20 <= saved_step(cut) < 200:
+        problems.append(f"the file holds step {saved_step(cut)}, not one at or after the interrupted save")
+    else:
+        status, lines, _ = run(mpi + ["--resume", cut, "--save", p("resumed")], folder)
+        if status != 0 or not same_bytes(p("full"), p("resumed")):
+            problems.append(f"the state does not resume to the uninterrupted bytes ({status} {lines})")
+    left = sorted(set(os.listdir(folder)) - {"full", "cut", "resumed"})
+    if left:
+        problems.append(f"files left behind: {left}")
+    return check("2 ranks, SIGTERM to the writer mid-save: saved, resumed == uninterrupted", problems)
 
 
 def sigint_alone(folder):
@@ -224,7 +311,7 @@ def second_signal(folder):
 
 def main():
     results = []
-    for case in (stops_and_resumes, sigint_alone, sighup_alone, before_first_step, after_last_step, second_signal):
+    for case in (stops_and_resumes, every_kind_to_ranks, mid_save, sigint_alone, sighup_alone, before_first_step, after_last_step, second_signal):
         with tempfile.TemporaryDirectory() as folder:
             results.append(case(folder))
     return 0 if all(results) else 1
