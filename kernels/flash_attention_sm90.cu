@@ -157,22 +157,22 @@ __device__ __forceinline__ void fenceRegisters(uint32_t (&r)[N][4]) {
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15" \
   ", "                                                                   \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-#define MINIDP_ACC_64                                                                  \
-  MINIDP_ACC_32                                                                        \
-      ", "                                                                             \
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47" \
-      ", "                                                                             \
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define MINIDP_ACC_128                                                                             \
-  MINIDP_ACC_64                                                                                    \
-      ", "                                                                                         \
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"             \
-      ", "                                                                                         \
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"             \
-      ", "                                                                                         \
-      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111" \
-      ", "                                                                                         \
-      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define MINIDP_ACC_64                                                              \
+  MINIDP_ACC_32                                                                    \
+  ", "                                                                             \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47" \
+  ", "                                                                             \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define MINIDP_ACC_128                                                                         \
+  MINIDP_ACC_64                                                                                \
+  ", "                                                                                         \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"             \
+  ", "                                                                                         \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"             \
+  ", "                                                                                         \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111" \
+  ", "                                                                                         \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 #define MINIDP_F8(i)                                                                                          \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
       "+f"(d[i + 7])
@@ -259,7 +259,7 @@ __device__ void produce(const CUtensorMap* mapQ, const CUtensorMap* mapK, const 
 // A consumer warpgroup: query rows m0 + 64 wg .. + 63 against key tiles 0 .. tiles - 1.
 template <int D, bool kCausal>
 __device__ void consume(uint32_t sQ, uint32_t sK, uint32_t sV, uint32_t bars, __nv_bfloat16* out, float* lse, int m0,
-                        int wg, int h, int b, int tiles, int seqLen, int H, float scaleLog2) {
+                        int wg, int h, int b, int tiles, int seqLen, int H, float scaleLog2, bool pairStores) {
   using C = Config<D>;
   constexpr int kN = C::kN, kS = kN / 2, kO = C::kDPad / 2, kSteps = kN / 16;
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
@@ -356,8 +356,13 @@ __device__ void consume(uint32_t sQ, uint32_t sK, uint32_t sV, uint32_t bars, __
     for (int jc = 0; jc < kO / 4; ++jc) {
       if (8 * jc >= D) continue;  // padding columns of D = 80, 96 (compile-time)
       const int col = 8 * jc + 2 * (lane % 4);
-      *reinterpret_cast<__nv_bfloat162*>(dst + col) =
-          __floats2bfloat162_rn(o[4 * jc + 2 * r] * inv, o[4 * jc + 2 * r + 1] * inv);
+      const __nv_bfloat162 pair = __floats2bfloat162_rn(o[4 * jc + 2 * r] * inv, o[4 * jc + 2 * r + 1] * inv);
+      if (pairStores) {
+        *reinterpret_cast<__nv_bfloat162*>(dst + col) = pair;
+      } else {
+        dst[col] = pair.x;
+        dst[col + 1] = pair.y;
+      }
     }
     if (lane % 4 == 0) lse[(int64_t(b) * H + h) * seqLen + rr] = (m[r] + log2f(l[r])) * 0.6931471805599453f;
   }
@@ -365,12 +370,13 @@ __device__ void consume(uint32_t sQ, uint32_t sK, uint32_t sV, uint32_t bars, __
 
 #endif  // MINIDP_SM90A_DEVICE
 
-// Grid (query tiles, H, B); blockIdx.x counts causal tiles from the last (the longest rows first).
+// Grid (query tiles, H, B); blockIdx.x counts causal tiles from the last (the longest rows first). pairStores:
+// out is 4-byte aligned, so a thread stores its two adjacent columns at once (else one element at a time).
 template <int D, bool kCausal>
 __global__ void __launch_bounds__(kThreads, 1)
     hopperForwardKernel(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,
                         const __grid_constant__ CUtensorMap mapV, __nv_bfloat16* out, float* lse, int seqLen, int H,
-                        int group, float scaleLog2) {
+                        int group, float scaleLog2, bool pairStores) {
 #if MINIDP_SM90A_DEVICE
   using C = Config<D>;
   extern __shared__ unsigned char smemRaw[];
@@ -397,7 +403,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == 0) produce<D>(&mapQ, &mapK, &mapV, sQ, sK, sV, bars, m0, h, h / group, b, tiles);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
-    consume<D, kCausal>(sQ, sK, sV, bars, out, lse, m0, wg - 1, h, b, tiles, seqLen, H, scaleLog2);
+    consume<D, kCausal>(sQ, sK, sV, bars, out, lse, m0, wg - 1, h, b, tiles, seqLen, H, scaleLog2, pairStores);
   }
 #endif
 }
@@ -445,7 +451,8 @@ void launch(const AttentionOperands<bf16>& in, bf16* out, float* lse, int64_t B,
   const float scaleLog2 = float(1.0 / std::sqrt(double(D)) * 1.4426950408889634);
   const dim3 grid(unsigned((seqLen + kM - 1) / kM), unsigned(H), unsigned(B));
   kernel<<<grid, kThreads, C::kSharedBytes, stream>>>(mapQ, mapK, mapV, reinterpret_cast<__nv_bfloat16*>(out), lse,
-                                                      int(seqLen), int(H), int(in.group), scaleLog2);
+                                                      int(seqLen), int(H), int(in.group), scaleLog2,
+                                                      reinterpret_cast<uintptr_t>(out) % 4 == 0);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -513,7 +520,6 @@ void hopperAttentionForward(AttentionOperands<bf16> in, bf16* out, float* lse, i
   MINIDP_CHECK(hopperAttentionAvailable(d, in, B, H),
                "Hopper attention: not available for head dim " << d << " on this device and operands");
   MINIDP_CHECK(seqLen <= (int64_t(1) << 30), "Hopper attention: sequence too long");
-  MINIDP_CHECK(reinterpret_cast<uintptr_t>(out) % 4 == 0, "Hopper attention: out must be 4-byte aligned");
   if (B * seqLen * H == 0) return;
   switch (d) {
     case 64: return launch<64>(in, out, lse, B, seqLen, H, causal, stream);
