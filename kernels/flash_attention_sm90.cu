@@ -64,7 +64,7 @@ struct Config {
   static constexpr int kBoxes = kDPad / kBox;
   static constexpr int kQBytes = kM * kDPad * 2;
   static constexpr int kKVBytes = kN * kDPad * 2;  // one key (or value) tile
-  static constexpr int kBarrierBytes = 8 * (1 + 3 * kStages);
+  static constexpr int kBarrierBytes = 8 * (1 + 4 * kStages);
   // 1024 bytes of slack: the dynamic allocation is aligned up to 1024 (the swizzle pattern's period).
   static constexpr int kSharedBytes = 1024 + kQBytes + 2 * kStages * kKVBytes + kBarrierBytes;
   static_assert(kSharedBytes <= 227 * 1024, "tiles exceed the shared memory of a CTA");
@@ -230,56 +230,70 @@ __device__ __forceinline__ uint32_t packBf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// The producer: thread 0 of warpgroup 0.
+// Barriers, 8 bytes each after the tiles: q; then per stage s the keys landed (fullK), the values landed
+// (fullV), the keys read by every consumer warp (emptyK), the values read (emptyV).
+struct Barriers {
+  uint32_t base;
+  __device__ uint32_t q() const { return base; }
+  __device__ uint32_t fullK(int s) const { return base + 8 * (1 + s); }
+  __device__ uint32_t fullV(int s) const { return base + 8 * (1 + kStages + s); }
+  __device__ uint32_t emptyK(int s) const { return base + 8 * (1 + 2 * kStages + s); }
+  __device__ uint32_t emptyV(int s) const { return base + 8 * (1 + 3 * kStages + s); }
+};
+
+// The producer: thread 0 of warpgroup 0. Key tile j goes into stage j % kStages once the consumers have
+// read key tile j - kStages from it (likewise the values), so the keys of the next tile can land while the
+// values of the last are still being read.
 template <int D>
 __device__ void produce(const CUtensorMap* mapQ, const CUtensorMap* mapK, const CUtensorMap* mapV, uint32_t sQ,
-                        uint32_t sK, uint32_t sV, uint32_t bars, int m0, int h, int kvHead, int b, int tiles) {
+                        uint32_t sK, uint32_t sV, Barriers bars, int m0, int h, int kvHead, int b, int tiles) {
   using C = Config<D>;
-  const uint32_t barQ = bars;
-  barrierExpectBytes(barQ, C::kQBytes);
+  barrierExpectBytes(bars.q(), C::kQBytes);
 #pragma unroll
-  for (int x = 0; x < C::kBoxes; ++x) tmaLoad(sQ + x * kM * kBoxRowBytes, mapQ, x * kBox, h, m0, b, barQ);
+  for (int x = 0; x < C::kBoxes; ++x) tmaLoad(sQ + x * kM * kBoxRowBytes, mapQ, x * kBox, h, m0, b, bars.q());
   for (int j = 0; j < tiles; ++j) {
     const int stage = j % kStages;
-    const uint32_t fullK = bars + 8 * (1 + stage), fullV = bars + 8 * (1 + kStages + stage);
-    const uint32_t empty = bars + 8 * (1 + 2 * kStages + stage);
-    if (j >= kStages) barrierWait(empty, ((j / kStages) & 1) ^ 1);  // tile j - kStages has been read
+    const uint32_t emptyParity = ((j / kStages) & 1) ^ 1;  // the phase that tile j - kStages completed
     const uint32_t k = sK + stage * C::kKVBytes, v = sV + stage * C::kKVBytes;
-    barrierExpectBytes(fullK, C::kKVBytes);
+    if (j >= kStages) barrierWait(bars.emptyK(stage), emptyParity);
+    barrierExpectBytes(bars.fullK(stage), C::kKVBytes);
 #pragma unroll
     for (int x = 0; x < C::kBoxes; ++x)
-      tmaLoad(k + x * C::kN * kBoxRowBytes, mapK, x * kBox, kvHead, j * C::kN, b, fullK);
-    barrierExpectBytes(fullV, C::kKVBytes);
+      tmaLoad(k + x * C::kN * kBoxRowBytes, mapK, x * kBox, kvHead, j * C::kN, b, bars.fullK(stage));
+    if (j >= kStages) barrierWait(bars.emptyV(stage), emptyParity);
+    barrierExpectBytes(bars.fullV(stage), C::kKVBytes);
 #pragma unroll
     for (int x = 0; x < C::kBoxes; ++x)
-      tmaLoad(v + x * C::kN * kBoxRowBytes, mapV, x * kBox, kvHead, j * C::kN, b, fullV);
+      tmaLoad(v + x * C::kN * kBoxRowBytes, mapV, x * kBox, kvHead, j * C::kN, b, bars.fullV(stage));
   }
 }
 
-// A consumer warpgroup: query rows m0 + 64 wg .. + 63 against key tiles 0 .. tiles - 1.
+// One consumer warpgroup's state and steps: query rows m0 + 64 wg .. + 63, this thread's rows `row` and
+// `row` + 8; o (64 x kDPad), the running max m (scaled log2 units) and this thread's share l of the row sums.
 template <int D, bool kCausal>
-__device__ void consume(uint32_t sQ, uint32_t sK, uint32_t sV, uint32_t bars, __nv_bfloat16* out, float* lse, int m0,
-                        int wg, int h, int b, int tiles, int seqLen, int H, float scaleLog2, bool pairStores) {
+struct Consumer {
   using C = Config<D>;
-  constexpr int kN = C::kN, kS = kN / 2, kO = C::kDPad / 2, kSteps = kN / 16;
-  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
-  const int wgRow0 = m0 + 64 * wg;
-  const int row = wgRow0 + 16 * warp + lane / 4;  // this thread's rows: row and row + 8
-  float o[kO], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  static constexpr int kN = C::kN, kS = kN / 2, kO = C::kDPad / 2, kSteps = kN / 16;
+  uint32_t qRows;  // this warpgroup's 64 rows of q's box 0
+  int lane, row, wgRow0, seqLen;
+  float scaleLog2;
+  float o[kO], m[2], l[2];
+
+  __device__ Consumer(uint32_t sQ, int m0, int wg, int seqLen, float scaleLog2)
+      : qRows(sQ + 64 * wg * kBoxRowBytes),
+        lane(threadIdx.x % 32),
+        row(m0 + 64 * wg + 16 * (threadIdx.x % 128 / 32) + lane / 4),
+        wgRow0(m0 + 64 * wg),
+        seqLen(seqLen),
+        scaleLog2(scaleLog2) {
 #pragma unroll
-  for (int e = 0; e < kO; ++e) o[e] = 0.0f;
-  const uint32_t qRows = sQ + 64 * wg * kBoxRowBytes;  // this warpgroup's 64 rows of box 0
-  barrierWait(bars, 0);
-  for (int j = 0; j < tiles; ++j) {
-    const int stage = j % kStages;
-    const uint32_t parity = (j / kStages) & 1;
-    const uint32_t fullK = bars + 8 * (1 + stage), fullV = bars + 8 * (1 + kStages + stage);
-    const uint32_t empty = bars + 8 * (1 + 2 * kStages + stage);
-    const uint32_t k = sK + stage * C::kKVBytes, v = sV + stage * C::kKVBytes;
-    float s[kS];
-    barrierWait(fullK, parity);
-    fenceRegisters(s);
-    wgmmaFence();
+    for (int e = 0; e < kO; ++e) o[e] = 0.0f;
+    m[0] = m[1] = -INFINITY;
+    l[0] = l[1] = 0.0f;
+  }
+
+  // Issues s = q k^T of the key tile at k (not committed).
+  __device__ __forceinline__ void issueScores(float (&s)[kS], uint32_t k) const {
 #pragma unroll
     for (int x = 0; x < C::kBoxes; ++x) {
 #pragma unroll
@@ -289,10 +303,18 @@ __device__ void consume(uint32_t sQ, uint32_t sK, uint32_t sV, uint32_t bars, __
         wgmmaSS(s, a, bk, (x | kk) != 0);
       }
     }
-    wgmmaCommit();
-    wgmmaWait<0>();
-    fenceRegisters(s);
+  }
 
+  // Issues o += p v of the value tile at v (not committed).
+  __device__ __forceinline__ void issueValues(const uint32_t (&p)[kSteps][4], uint32_t v) {
+#pragma unroll
+    for (int ks = 0; ks < kSteps; ++ks)
+      wgmmaRS(o, p[ks], matrixDescriptor(v + ks * 16 * kBoxRowBytes, kN * kBoxRowBytes));
+  }
+
+  // The online softmax of key tile j: masks s, updates m and l, turns s into probabilities (fp32) and
+  // returns in `correction` the factor for the o of the tiles before.
+  __device__ __forceinline__ void softmax(float (&s)[kS], int j, float (&correction)[2]) {
     // Mask where the tile holds a key after one of this warpgroup's rows (causal) or past the end.
     const int key0 = j * kN;
     if ((kCausal && key0 + kN - 1 > wgRow0) || key0 + kN > seqLen) {
@@ -305,7 +327,6 @@ __device__ void consume(uint32_t sQ, uint32_t sK, uint32_t sV, uint32_t bars, __
     float tileMax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int e = 0; e < kS; ++e) tileMax[(e >> 1) & 1] = fmaxf(tileMax[(e >> 1) & 1], s[e]);
-    float correction[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       tileMax[r] = fmaxf(tileMax[r], __shfl_xor_sync(0xffffffffu, tileMax[r], 1));
@@ -321,58 +342,134 @@ __device__ void consume(uint32_t sQ, uint32_t sK, uint32_t sV, uint32_t bars, __
       s[e] = exp2Approx(fmaf(s[e], scaleLog2, -m[r]));
       l[r] += s[e];
     }
-    uint32_t p[kSteps][4];
+  }
+
+  __device__ __forceinline__ void rescale(const float (&correction)[2]) {
+#pragma unroll
+    for (int e = 0; e < kO; ++e) o[e] *= correction[(e >> 1) & 1];
+  }
+
+  // p: the probabilities in bf16, as the A fragments of the kSteps k16 steps of o += p v.
+  static __device__ __forceinline__ void pack(uint32_t (&p)[kSteps][4], const float (&s)[kS]) {
 #pragma unroll
     for (int ks = 0; ks < kSteps; ++ks)
 #pragma unroll
       for (int i = 0; i < 4; ++i) p[ks][i] = packBf16(s[8 * ks + 2 * i], s[8 * ks + 2 * i + 1]);
-#pragma unroll
-    for (int e = 0; e < kO; ++e) o[e] *= correction[(e >> 1) & 1];
+  }
 
-    barrierWait(fullV, parity);
-    fenceRegisters(o);
-    fenceRegisters(p);
-    wgmmaFence();
+  // The row sums over the quad of lanes sharing a row; y = o / l, lse = ln 2 (m + log2 l).
+  __device__ void store(__nv_bfloat16* out, float* lse, int h, int b, int H, bool pairStores) {
+    const int64_t width = int64_t(H) * D;
 #pragma unroll
-    for (int ks = 0; ks < kSteps; ++ks)
-      wgmmaRS(o, p[ks], matrixDescriptor(v + ks * 16 * kBoxRowBytes, kN * kBoxRowBytes));
+    for (int r = 0; r < 2; ++r) {
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+      const int rr = row + 8 * r;
+      if (rr >= seqLen) continue;
+      const float inv = 1.0f / l[r];
+      __nv_bfloat16* dst = out + (int64_t(b) * seqLen + rr) * width + int64_t(h) * D;
+#pragma unroll
+      for (int jc = 0; jc < kO / 4; ++jc) {
+        if (8 * jc >= D) continue;  // padding columns of D = 80, 96 (compile-time)
+        const int col = 8 * jc + 2 * (lane % 4);
+        const __nv_bfloat162 pair = __floats2bfloat162_rn(o[4 * jc + 2 * r] * inv, o[4 * jc + 2 * r + 1] * inv);
+        if (pairStores) {
+          *reinterpret_cast<__nv_bfloat162*>(dst + col) = pair;
+        } else {
+          dst[col] = pair.x;
+          dst[col + 1] = pair.y;
+        }
+      }
+      if (lane % 4 == 0) lse[(int64_t(b) * H + h) * seqLen + rr] = (m[r] + log2f(l[r])) * 0.6931471805599453f;
+    }
+  }
+};
+
+// A consumer warpgroup over key tiles 0 .. tiles - 1.
+// Serial: per tile, s = q k^T, wait, softmax, o += p v, wait, release the stage.
+// Overlapped (FlashAttention-3's intra-warpgroup overlap): s of tile j is issued together with o += p v of
+// tile j - 1, and the softmax of tile j runs while the tensor cores do the latter; o is rescaled once that
+// product is done. The keys of a tile are released as soon as its scores are in, its values after its product.
+template <int D, bool kCausal, bool kOverlap>
+__device__ void consume(uint32_t sQ, uint32_t sK, uint32_t sV, Barriers bars, __nv_bfloat16* out, float* lse, int m0,
+                        int wg, int h, int b, int tiles, int seqLen, int H, float scaleLog2, bool pairStores) {
+  using W = Consumer<D, kCausal>;
+  using C = Config<D>;
+  W w(sQ, m0, wg, seqLen, scaleLog2);
+  const bool leader = w.lane == 0;  // one arrival per warp on the empty barriers
+  auto keys = [&](int j) { return sK + (j % kStages) * C::kKVBytes; };
+  auto values = [&](int j) { return sV + (j % kStages) * C::kKVBytes; };
+  auto parity = [](int j) { return uint32_t((j / kStages) & 1); };
+  float s[W::kS], correction[2];
+  uint32_t p[W::kSteps][4];
+  // The products of one tile, each issued, waited for and its stage released.
+  auto scores = [&](int j) {
+    barrierWait(bars.fullK(j % kStages), parity(j));
+    fenceRegisters(s);
+    wgmmaFence();
+    w.issueScores(s, keys(j));
     wgmmaCommit();
     wgmmaWait<0>();
-    fenceRegisters(o);
-    if (lane == 0) barrierArrive(empty);  // this warp is done with the stage's key and value tiles
-  }
-
-  // The row sums over the quad of lanes sharing a row; y = O / l, lse = ln 2 (m + log2 l).
-  const int64_t width = int64_t(H) * D;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    const int rr = row + 8 * r;
-    if (rr >= seqLen) continue;
-    const float inv = 1.0f / l[r];
-    __nv_bfloat16* dst = out + (int64_t(b) * seqLen + rr) * width + int64_t(h) * D;
-#pragma unroll
-    for (int jc = 0; jc < kO / 4; ++jc) {
-      if (8 * jc >= D) continue;  // padding columns of D = 80, 96 (compile-time)
-      const int col = 8 * jc + 2 * (lane % 4);
-      const __nv_bfloat162 pair = __floats2bfloat162_rn(o[4 * jc + 2 * r] * inv, o[4 * jc + 2 * r + 1] * inv);
-      if (pairStores) {
-        *reinterpret_cast<__nv_bfloat162*>(dst + col) = pair;
-      } else {
-        dst[col] = pair.x;
-        dst[col + 1] = pair.y;
-      }
+    fenceRegisters(s);
+    if (leader) barrierArrive(bars.emptyK(j % kStages));
+  };
+  auto accumulate = [&](int j) {
+    barrierWait(bars.fullV(j % kStages), parity(j));
+    fenceRegisters(w.o);
+    fenceRegisters(p);
+    wgmmaFence();
+    w.issueValues(p, values(j));
+    wgmmaCommit();
+    wgmmaWait<0>();
+    fenceRegisters(w.o);
+    fenceRegisters(p);
+    if (leader) barrierArrive(bars.emptyV(j % kStages));
+  };
+  barrierWait(bars.q(), 0);
+  if constexpr (!kOverlap) {
+    for (int j = 0; j < tiles; ++j) {
+      scores(j);
+      w.softmax(s, j, correction);
+      W::pack(p, s);
+      w.rescale(correction);
+      accumulate(j);
     }
-    if (lane % 4 == 0) lse[(int64_t(b) * H + h) * seqLen + rr] = (m[r] + log2f(l[r])) * 0.6931471805599453f;
+  } else {
+    scores(0);  // tile 0: scores and softmax alone (o is still 0)
+    w.softmax(s, 0, correction);
+    W::pack(p, s);
+    for (int j = 1; j < tiles; ++j) {
+      barrierWait(bars.fullK(j % kStages), parity(j));
+      fenceRegisters(s);
+      fenceRegisters(w.o);
+      fenceRegisters(p);
+      wgmmaFence();
+      w.issueScores(s, keys(j));
+      wgmmaCommit();
+      barrierWait(bars.fullV((j - 1) % kStages), parity(j - 1));
+      w.issueValues(p, values(j - 1));
+      wgmmaCommit();
+      wgmmaWait<1>();  // the scores of tile j (committed first) are in
+      fenceRegisters(s);
+      if (leader) barrierArrive(bars.emptyK(j % kStages));
+      w.softmax(s, j, correction);
+      wgmmaWait<0>();  // o += p v of tile j - 1 is done: o and p are free
+      fenceRegisters(w.o);
+      fenceRegisters(p);
+      if (leader) barrierArrive(bars.emptyV((j - 1) % kStages));
+      w.rescale(correction);
+      W::pack(p, s);
+    }
+    accumulate(tiles - 1);
   }
+  w.store(out, lse, h, b, H, pairStores);
 }
 
 #endif  // MINIDP_SM90A_DEVICE
 
 // Grid (query tiles, H, B); blockIdx.x counts causal tiles from the last (the longest rows first). pairStores:
 // out is 4-byte aligned, so a thread stores its two adjacent columns at once (else one element at a time).
-template <int D, bool kCausal>
+template <int D, bool kCausal, bool kOverlap>
 __global__ void __launch_bounds__(kThreads, 1)
     hopperForwardKernel(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,
                         const __grid_constant__ CUtensorMap mapV, __nv_bfloat16* out, float* lse, int seqLen, int H,
@@ -381,17 +478,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   using C = Config<D>;
   extern __shared__ unsigned char smemRaw[];
   const uint32_t base = (sharedAddress(smemRaw) + 1023) & ~1023u;
-  const uint32_t sQ = base, sK = sQ + C::kQBytes, sV = sK + kStages * C::kKVBytes, bars = sV + kStages * C::kKVBytes;
+  const uint32_t sQ = base, sK = sQ + C::kQBytes, sV = sK + kStages * C::kKVBytes;
+  const Barriers bars{sV + kStages * C::kKVBytes};
   const int qTile = kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
   const int h = blockIdx.y, b = blockIdx.z, m0 = qTile * kM;
   const int keyTiles = (seqLen + C::kN - 1) / C::kN;
   const int tiles = kCausal ? min(keyTiles, (m0 + kM - 1) / C::kN + 1) : keyTiles;
   if (threadIdx.x == 0) {
-    barrierInit(bars, 1);  // q
+    barrierInit(bars.q(), 1);  // the producer's arrival with the byte count; the copies complete it
     for (int s = 0; s < kStages; ++s) {
-      barrierInit(bars + 8 * (1 + s), 1);                             // keys of stage s landed
-      barrierInit(bars + 8 * (1 + kStages + s), 1);                   // values of stage s landed
-      barrierInit(bars + 8 * (1 + 2 * kStages + s), kConsumerWarps);  // stage s read by every consumer warp
+      barrierInit(bars.fullK(s), 1);
+      barrierInit(bars.fullV(s), 1);
+      barrierInit(bars.emptyK(s), kConsumerWarps);
+      barrierInit(bars.emptyV(s), kConsumerWarps);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -403,7 +502,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == 0) produce<D>(&mapQ, &mapK, &mapV, sQ, sK, sV, bars, m0, h, h / group, b, tiles);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
-    consume<D, kCausal>(sQ, sK, sV, bars, out, lse, m0, wg - 1, h, b, tiles, seqLen, H, scaleLog2, pairStores);
+    consume<D, kCausal, kOverlap>(sQ, sK, sV, bars, out, lse, m0, wg - 1, h, b, tiles, seqLen, H, scaleLog2,
+                                  pairStores);
   }
 #endif
 }
@@ -438,7 +538,7 @@ CUtensorMap operandMap(const bf16* base, int64_t stride, int64_t heads, int64_t 
   return map;
 }
 
-template <int D, bool kCausal>
+template <int D, bool kCausal, bool kOverlap>
 void launch(const AttentionOperands<bf16>& in, bf16* out, float* lse, int64_t B, int64_t seqLen, int64_t H,
             cudaStream_t stream) {
   using C = Config<D>;
@@ -446,7 +546,7 @@ void launch(const AttentionOperands<bf16>& in, bf16* out, float* lse, int64_t B,
   const CUtensorMap mapQ = operandMap(in.q, in.qStride, H, B, seqLen, D, kM);
   const CUtensorMap mapK = operandMap(in.k, in.kStride, kvHeads, B, seqLen, D, C::kN);
   const CUtensorMap mapV = operandMap(in.v, in.vStride, kvHeads, B, seqLen, D, C::kN);
-  auto kernel = hopperForwardKernel<D, kCausal>;
+  auto kernel = hopperForwardKernel<D, kCausal, kOverlap>;
   allowDynamicSharedBytes(kernel, C::kSharedBytes);
   const float scaleLog2 = float(1.0 / std::sqrt(double(D)) * 1.4426950408889634);
   const dim3 grid(unsigned((seqLen + kM - 1) / kM), unsigned(H), unsigned(B));
@@ -458,12 +558,14 @@ void launch(const AttentionOperands<bf16>& in, bf16* out, float* lse, int64_t B,
 
 template <int D>
 void launch(const AttentionOperands<bf16>& in, bf16* out, float* lse, int64_t B, int64_t seqLen, int64_t H, bool causal,
-            cudaStream_t stream) {
+            HopperSchedule schedule, cudaStream_t stream) {
+  const bool overlap = schedule == HopperSchedule::Overlapped;
   if (causal) {
-    launch<D, true>(in, out, lse, B, seqLen, H, stream);
-  } else {
-    launch<D, false>(in, out, lse, B, seqLen, H, stream);
+    return overlap ? launch<D, true, true>(in, out, lse, B, seqLen, H, stream)
+                   : launch<D, true, false>(in, out, lse, B, seqLen, H, stream);
   }
+  return overlap ? launch<D, false, true>(in, out, lse, B, seqLen, H, stream)
+                 : launch<D, false, false>(in, out, lse, B, seqLen, H, stream);
 }
 
 // Whether the current device runs the sm_90a kernels: compute capability 9.0 and a loadable image (probed
@@ -484,7 +586,7 @@ bool deviceRunsSm90a() {
               cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess && major == 9 &&
               minor == 0;
     cudaFuncAttributes attributes;
-    ok = ok && cudaFuncGetAttributes(&attributes, hopperForwardKernel<128, true>) == cudaSuccess;
+    ok = ok && cudaFuncGetAttributes(&attributes, hopperForwardKernel<128, true, false>) == cudaSuccess;
     cudaGetLastError();  // a failed probe must not surface at the next launch check
     known[device] = ok ? 1 : 0;
   }
@@ -507,26 +609,28 @@ bool hopperAttentionAvailable(int64_t d, const AttentionOperands<bf16>& in, int6
   return true;
 }
 
-bool hopperAttentionRequested() {
-  static const bool requested = [] {
+bool hopperAttentionRequested(HopperSchedule* schedule) {
+  static const int requested = [] {  // 0 none, 1 serial, 2 overlapped
     const char* value = std::getenv("MINIDP_ATTENTION");
-    return value != nullptr && std::strcmp(value, "sm90") == 0;
+    if (value == nullptr) return 0;
+    return std::strcmp(value, "sm90") == 0 ? 1 : std::strcmp(value, "sm90-overlap") == 0 ? 2 : 0;
   }();
-  return requested;
+  if (schedule) *schedule = requested == 2 ? HopperSchedule::Overlapped : HopperSchedule::Serial;
+  return requested != 0;
 }
 
 void hopperAttentionForward(AttentionOperands<bf16> in, bf16* out, float* lse, int64_t B, int64_t seqLen, int64_t H,
-                            int64_t d, bool causal, cudaStream_t stream) {
+                            int64_t d, bool causal, cudaStream_t stream, HopperSchedule schedule) {
   MINIDP_CHECK(hopperAttentionAvailable(d, in, B, H),
                "Hopper attention: not available for head dim " << d << " on this device and operands");
   MINIDP_CHECK(seqLen <= (int64_t(1) << 30), "Hopper attention: sequence too long");
   if (B * seqLen * H == 0) return;
   switch (d) {
-    case 64: return launch<64>(in, out, lse, B, seqLen, H, causal, stream);
-    case 80: return launch<80>(in, out, lse, B, seqLen, H, causal, stream);
-    case 96: return launch<96>(in, out, lse, B, seqLen, H, causal, stream);
-    case 128: return launch<128>(in, out, lse, B, seqLen, H, causal, stream);
-    case 256: return launch<256>(in, out, lse, B, seqLen, H, causal, stream);
+    case 64: return launch<64>(in, out, lse, B, seqLen, H, causal, schedule, stream);
+    case 80: return launch<80>(in, out, lse, B, seqLen, H, causal, schedule, stream);
+    case 96: return launch<96>(in, out, lse, B, seqLen, H, causal, schedule, stream);
+    case 128: return launch<128>(in, out, lse, B, seqLen, H, causal, schedule, stream);
+    case 256: return launch<256>(in, out, lse, B, seqLen, H, causal, schedule, stream);
     default: MINIDP_CHECK(false, "Hopper attention: head dim " << d << " has no kernel");
   }
 }

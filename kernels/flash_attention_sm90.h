@@ -13,8 +13,9 @@
 // -gencode=arch=compute_90a,code=sm_90a alone); on any other device hopperAttentionAvailable is false.
 //
 // Opt-in: flashAttentionForward<bf16> (causal) takes this kernel where the environment variable
-// MINIDP_ATTENTION is `sm90` (read once per process) and hopperAttentionAvailable holds; otherwise, and
-// always for the backward, the cp.async kernels of kernels/flash_attention.cu run.
+// MINIDP_ATTENTION is `sm90` (serial schedule) or `sm90-overlap` (overlapped schedule), read once per process,
+// and hopperAttentionAvailable holds; otherwise, and always for the backward, the cp.async kernels of
+// kernels/flash_attention.cu run.
 #pragma once
 
 #include <cstdint>
@@ -36,13 +37,21 @@ bool hopperAttentionAvailable(int64_t d);
 /// strides multiples of 16 bytes (8 elements), group dividing H, B <= 65535, H <= 65535.
 bool hopperAttentionAvailable(int64_t d, const AttentionOperands<bf16>& in, int64_t B, int64_t H);
 
+/// How a consumer warpgroup orders its work per key tile. Serial: s = q k^T, softmax, o += p v, each
+/// product waited for. Overlapped (FlashAttention-3's intra-warpgroup overlap): the scores of tile j are
+/// issued with o += p v of tile j - 1, and the softmax of tile j runs while the tensor cores do the latter.
+enum class HopperSchedule { Serial, Overlapped };
+
 /// y = softmax(q k^T / sqrt(d) [causal mask]) v for query head h reading key/value head h / in.group;
 /// out (B, T, H d), lse (B, H, T) natural log. Requires hopperAttentionAvailable(d, in, B, H) (else an
-/// error).
+/// error). out needs no alignment (two columns are stored at once where it is 4-byte aligned).
 void hopperAttentionForward(AttentionOperands<bf16> in, bf16* out, float* lse, int64_t B, int64_t seqLen, int64_t H,
-                            int64_t d, bool causal, cudaStream_t stream);
+                            int64_t d, bool causal, cudaStream_t stream,
+                            HopperSchedule schedule = HopperSchedule::Serial);
 
-/// Whether MINIDP_ATTENTION=sm90 asks flashAttentionForward<bf16> to take the Hopper kernel (read once).
-bool hopperAttentionRequested();
+/// Whether the environment variable MINIDP_ATTENTION (read once) asks flashAttentionForward<bf16> to take
+/// the Hopper kernel: `sm90` with the serial schedule, `sm90-overlap` with the overlapped one (written to
+/// *schedule where given); false where it is unset or anything else.
+bool hopperAttentionRequested(HopperSchedule* schedule = nullptr);
 
 }  // namespace minidp::kernels::cuda

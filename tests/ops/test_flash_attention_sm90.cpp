@@ -5,7 +5,7 @@
 // G = 1 and 4; packed qkv and separate q, k, v. Every input ends in 128 rows of NaN (one query tile: a copy
 // that runs past the sequence end reads them), outputs are poisoned with NaN first (every element must be
 // written) and end in NaN rows that must stay NaN. Two runs give the same bits. Skipped without a GPU and
-// on other GPUs; on a 9.0 GPU the kernel must report itself available.
+// on other GPUs; on a 9.0 GPU the kernel must report itself available. Both schedules (serial, overlapped).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -178,14 +178,15 @@ Result twin(const Case& c, const Inputs& x) {
   return r;
 }
 
-// One CUDA forward into poisoned outputs: the Hopper kernel, or the cp.async one (hopper false, causal only).
-// Expects every output element written and nothing past the outputs' ends.
-Result runCuda(const Case& c, const DeviceOperands& ops, bool hopper) {
+// One CUDA forward into poisoned outputs: the Hopper kernel with `schedule`, or the cp.async one (hopper
+// false, causal only). Expects every output element written and nothing past the outputs' ends.
+Result runCuda(const Case& c, const DeviceOperands& ops, bool hopper,
+               kernels::cuda::HopperSchedule schedule = kernels::cuda::HopperSchedule::Serial) {
   const int64_t B = c.B(), T = c.T, H = c.H(), d = c.d;
   const DeviceRows y({}, B * T, H * d, DType::BF16), lse({}, B * H, T, DType::F32);
   if (hopper) {
     kernels::cuda::hopperAttentionForward(ops.in, y.head.data<bf16>(), lse.head.data<float>(), B, T, H, d, c.causal,
-                                          runtime::computeStream());
+                                          runtime::computeStream(), schedule);
   } else {
     kernels::cuda::flashAttentionForward<bf16>(ops.in, y.head.data<bf16>(), lse.head.data<float>(), B, T, H, d,
                                                runtime::computeStream());
@@ -279,20 +280,28 @@ TEST_P(HopperAttention, MatchesReferencesAndTheCpAsyncKernel) {
                  bf16Values(rows * c.kvHeads() * c.d, 403, -1.0, 1.0)};
   const DeviceOperands ops(c, x);
   ASSERT_TRUE(kernels::cuda::hopperAttentionAvailable(c.d, ops.in, c.B(), c.H()));
-  const Result hopper = runCuda(c, ops, true);
   const Result expected = reference(c, x);
-  expectClose(hopper, expected, "the float64 reference");
+  Result cpu, cpAsync;
   if (c.causal) {
-    const Result cpu = twin(c, x);
+    cpu = twin(c, x);
     // The reference here is the twin's computation: the same to rounding.
     EXPECT_LE(maxAbsDifference(expected.y, cpu.y), 1e-9);
     EXPECT_LE(maxAbsDifference(expected.lse, cpu.lse), 1e-9);
-    expectClose(hopper, cpu, "the CPU twin");
-    // With MINIDP_ATTENTION=sm90 the cp.async entry point runs this kernel too: the comparison is then trivial.
-    expectClose(hopper, runCuda(c, ops, false), "the cp.async kernel");
+    // With MINIDP_ATTENTION=sm90 the cp.async entry point runs a Hopper kernel too: the comparison is then weaker.
+    cpAsync = runCuda(c, ops, false);
   }
-  const Result again = runCuda(c, ops, true);
-  EXPECT_TRUE(again.y == hopper.y && again.lse == hopper.lse) << "two runs differ";
+  using kernels::cuda::HopperSchedule;
+  for (HopperSchedule schedule : {HopperSchedule::Serial, HopperSchedule::Overlapped}) {
+    SCOPED_TRACE(schedule == HopperSchedule::Serial ? "serial schedule" : "overlapped schedule");
+    const Result hopper = runCuda(c, ops, true, schedule);
+    expectClose(hopper, expected, "the float64 reference");
+    if (c.causal) {
+      expectClose(hopper, cpu, "the CPU twin");
+      expectClose(hopper, cpAsync, "the cp.async kernel");
+    }
+    const Result again = runCuda(c, ops, true, schedule);
+    EXPECT_TRUE(again.y == hopper.y && again.lse == hopper.lse) << "two runs differ";
+  }
 }
 
 // Every head dim at T = 1, 63, 64, 65, 200, 1000, causal and not; (G, layout) cycling through (1, packed),
