@@ -212,11 +212,16 @@ double relativeL2(const std::vector<double>& a, const std::vector<double>& b) {
   return std::sqrt(num / den);
 }
 
+// max |a - b|, infinite where any difference is NaN.
 double maxAbsDifference(const std::vector<double>& a, const std::vector<double>& b) {
   EXPECT_EQ(a.size(), b.size());
   double diff = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) diff = std::max(diff, std::abs(a[i] - b[i]));
-  return std::isnan(diff) ? INFINITY : diff;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    const double e = std::abs(a[i] - b[i]);
+    if (std::isnan(e)) return INFINITY;
+    diff = std::max(diff, e);
+  }
+  return diff;
 }
 
 // bf16 inputs (q in [-3, 3), so that the softmax is peaked; k, v in [-1, 1)), exact in both computations;
