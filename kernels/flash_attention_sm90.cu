@@ -99,15 +99,36 @@ __device__ __forceinline__ void barrierArrive(uint32_t bar) {
   asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar) : "memory");
 }
 
+__device__ __forceinline__ bool barrierTryWait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+               : "=r"(done)
+               : "r"(bar), "r"(parity)
+               : "memory");
+  return done != 0;
+}
+
+__device__ __forceinline__ uint64_t globalNanoseconds() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+
+// No wait of this kernel lasts longer than a tile's copies or products (microseconds). One that lasts
+// kWaitLimitNs is a protocol error: the thread then stores to address 0 on purpose, so that the launch fails
+// with an illegal-address error (sticky: the host's next CUDA call reports it) instead of hanging the GPU.
+// (__trap() would say so more plainly, but made ptxas spill the accumulators of most instantiations.)
+constexpr uint64_t kWaitLimitNs = 10'000'000'000ull;
+
 // Waits until the phase of parity `parity` has completed.
 __device__ __forceinline__ void barrierWait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done)
-                 : "r"(bar), "r"(parity)
-                 : "memory");
-  } while (!done);
+  if (barrierTryWait(bar, parity)) return;
+  const uint64_t start = globalNanoseconds();
+  while (!barrierTryWait(bar, parity)) {
+    if (globalNanoseconds() - start > kWaitLimitNs) {
+      asm volatile("st.global.u32 [%0], 0;\nexit;\n" ::"l"(0ull) : "memory");
+    }
+  }
 }
 
 // One box of a 4-D tensor map (columns, head, token, batch) into shared memory at `dst`, completing on `bar`.
