@@ -406,70 +406,100 @@ struct Consumer {
   }
 };
 
-// A consumer warpgroup over key tiles 0 .. tiles - 1.
+// Named barrier `id` (1 and 2: 0 is __syncthreads) of `threads` threads: wait for them, or only arrive.
+__device__ __forceinline__ void namedBarrierSync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void namedBarrierArrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// A consumer warpgroup (wg 0 or 1) over key tiles 0 .. tiles - 1.
 // Serial: per tile, s = q k^T, wait, softmax, o += p v, wait, release the stage.
 // Overlapped (FlashAttention-3's intra-warpgroup overlap): s of tile j is issued together with o += p v of
 // tile j - 1, and the softmax of tile j runs while the tensor cores do the latter; o is rescaled once that
 // product is done. The keys of a tile are released as soon as its scores are in, its values after its product.
-template <int D, bool kCausal, bool kOverlap>
+// PingPong: Overlapped, and the two warpgroups take turns issuing their products (FlashAttention-3's
+// warpgroup ping-pong), so that one's softmax runs under the other's products. Named barrier 1 + wg is this
+// warpgroup's turn: it waits there (bar.sync, 256 threads) and hands the turn over by arriving at the other's
+// (bar.arrive). Warpgroup 1 arrives at warpgroup 0's once at the start, so warpgroup 0 goes first, and skips
+// its last hand-over: each barrier then sees tiles + 1 syncs and as many arrivals, none left over.
+template <int D, bool kCausal, HopperSchedule kSchedule>
 __device__ void consume(uint32_t sQ, uint32_t sK, uint32_t sV, Barriers bars, __nv_bfloat16* out, float* lse, int m0,
                         int wg, int h, int b, int tiles, int seqLen, int H, float scaleLog2, bool pairStores) {
   using W = Consumer<D, kCausal>;
   using C = Config<D>;
+  constexpr bool kPingPong = kSchedule == HopperSchedule::PingPong;
+  constexpr int kTurnThreads = 256;  // both consumer warpgroups
   W w(sQ, m0, wg, seqLen, scaleLog2);
   const bool leader = w.lane == 0;  // one arrival per warp on the empty barriers
   auto keys = [&](int j) { return sK + (j % kStages) * C::kKVBytes; };
   auto values = [&](int j) { return sV + (j % kStages) * C::kKVBytes; };
   auto parity = [](int j) { return uint32_t((j / kStages) & 1); };
+  auto takeTurn = [&] {
+    if constexpr (kPingPong) namedBarrierSync(1 + wg, kTurnThreads);
+  };
+  auto passTurn = [&](bool last) {
+    if constexpr (kPingPong) {
+      if (!(last && wg == 1)) namedBarrierArrive(1 + (wg ^ 1), kTurnThreads);
+    }
+  };
   float s[W::kS], correction[2];
   uint32_t p[W::kSteps][4];
   // The products of one tile, each issued, waited for and its stage released.
   auto scores = [&](int j) {
     barrierWait(bars.fullK(j % kStages), parity(j));
+    takeTurn();
     fenceRegisters(s);
     wgmmaFence();
     w.issueScores(s, keys(j));
     wgmmaCommit();
+    passTurn(false);
     wgmmaWait<0>();
     fenceRegisters(s);
     if (leader) barrierArrive(bars.emptyK(j % kStages));
   };
-  auto accumulate = [&](int j) {
+  auto accumulate = [&](int j, bool last) {
     barrierWait(bars.fullV(j % kStages), parity(j));
+    takeTurn();
     fenceRegisters(w.o);
     fenceRegisters(p);
     wgmmaFence();
     w.issueValues(p, values(j));
     wgmmaCommit();
+    passTurn(last);
     wgmmaWait<0>();
     fenceRegisters(w.o);
     fenceRegisters(p);
     if (leader) barrierArrive(bars.emptyV(j % kStages));
   };
   barrierWait(bars.q(), 0);
-  if constexpr (!kOverlap) {
+  if constexpr (kSchedule == HopperSchedule::Serial) {
     for (int j = 0; j < tiles; ++j) {
       scores(j);
       w.softmax(s, j, correction);
       W::pack(p, s);
       w.rescale(correction);
-      accumulate(j);
+      accumulate(j, false);
     }
   } else {
-    scores(0);  // tile 0: scores and softmax alone (o is still 0)
+    if (kPingPong && wg == 1) namedBarrierArrive(1, kTurnThreads);  // warpgroup 0 takes the first turn
+    scores(0);                                                      // tile 0: scores and softmax alone (o is still 0)
     w.softmax(s, 0, correction);
     W::pack(p, s);
     for (int j = 1; j < tiles; ++j) {
       barrierWait(bars.fullK(j % kStages), parity(j));
+      barrierWait(bars.fullV((j - 1) % kStages), parity(j - 1));
+      takeTurn();
       fenceRegisters(s);
       fenceRegisters(w.o);
       fenceRegisters(p);
       wgmmaFence();
       w.issueScores(s, keys(j));
       wgmmaCommit();
-      barrierWait(bars.fullV((j - 1) % kStages), parity(j - 1));
       w.issueValues(p, values(j - 1));
       wgmmaCommit();
+      passTurn(false);
       wgmmaWait<1>();  // the scores of tile j (committed first) are in
       fenceRegisters(s);
       if (leader) barrierArrive(bars.emptyK(j % kStages));
@@ -481,7 +511,7 @@ __device__ void consume(uint32_t sQ, uint32_t sK, uint32_t sV, Barriers bars, __
       w.rescale(correction);
       W::pack(p, s);
     }
-    accumulate(tiles - 1);
+    accumulate(tiles - 1, true);
   }
   w.store(out, lse, h, b, H, pairStores);
 }
@@ -490,7 +520,7 @@ __device__ void consume(uint32_t sQ, uint32_t sK, uint32_t sV, Barriers bars, __
 
 // Grid (query tiles, H, B); blockIdx.x counts causal tiles from the last (the longest rows first). pairStores:
 // out is 4-byte aligned, so a thread stores its two adjacent columns at once (else one element at a time).
-template <int D, bool kCausal, bool kOverlap>
+template <int D, bool kCausal, HopperSchedule kSchedule>
 __global__ void __launch_bounds__(kThreads, 1)
     hopperForwardKernel(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,
                         const __grid_constant__ CUtensorMap mapV, __nv_bfloat16* out, float* lse, int seqLen, int H,
@@ -523,8 +553,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == 0) produce<D>(&mapQ, &mapK, &mapV, sQ, sK, sV, bars, m0, h, h / group, b, tiles);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
-    consume<D, kCausal, kOverlap>(sQ, sK, sV, bars, out, lse, m0, wg - 1, h, b, tiles, seqLen, H, scaleLog2,
-                                  pairStores);
+    consume<D, kCausal, kSchedule>(sQ, sK, sV, bars, out, lse, m0, wg - 1, h, b, tiles, seqLen, H, scaleLog2,
+                                   pairStores);
   }
 #endif
 }
@@ -559,7 +589,7 @@ CUtensorMap operandMap(const bf16* base, int64_t stride, int64_t heads, int64_t 
   return map;
 }
 
-template <int D, bool kCausal, bool kOverlap>
+template <int D, bool kCausal, HopperSchedule kSchedule>
 void launch(const AttentionOperands<bf16>& in, bf16* out, float* lse, int64_t B, int64_t seqLen, int64_t H,
             cudaStream_t stream) {
   using C = Config<D>;
@@ -567,7 +597,7 @@ void launch(const AttentionOperands<bf16>& in, bf16* out, float* lse, int64_t B,
   const CUtensorMap mapQ = operandMap(in.q, in.qStride, H, B, seqLen, D, kM);
   const CUtensorMap mapK = operandMap(in.k, in.kStride, kvHeads, B, seqLen, D, C::kN);
   const CUtensorMap mapV = operandMap(in.v, in.vStride, kvHeads, B, seqLen, D, C::kN);
-  auto kernel = hopperForwardKernel<D, kCausal, kOverlap>;
+  auto kernel = hopperForwardKernel<D, kCausal, kSchedule>;
   allowDynamicSharedBytes(kernel, C::kSharedBytes);
   const float scaleLog2 = float(1.0 / std::sqrt(double(D)) * 1.4426950408889634);
   const dim3 grid(unsigned((seqLen + kM - 1) / kM), unsigned(H), unsigned(B));
@@ -577,16 +607,26 @@ void launch(const AttentionOperands<bf16>& in, bf16* out, float* lse, int64_t B,
   CUDA_CHECK_LAUNCH();
 }
 
+template <int D, bool kCausal>
+void launch(const AttentionOperands<bf16>& in, bf16* out, float* lse, int64_t B, int64_t seqLen, int64_t H,
+            HopperSchedule schedule, cudaStream_t stream) {
+  switch (schedule) {
+    case HopperSchedule::Serial: return launch<D, kCausal, HopperSchedule::Serial>(in, out, lse, B, seqLen, H, stream);
+    case HopperSchedule::Overlapped:
+      return launch<D, kCausal, HopperSchedule::Overlapped>(in, out, lse, B, seqLen, H, stream);
+    case HopperSchedule::PingPong:
+      return launch<D, kCausal, HopperSchedule::PingPong>(in, out, lse, B, seqLen, H, stream);
+  }
+}
+
 template <int D>
 void launch(const AttentionOperands<bf16>& in, bf16* out, float* lse, int64_t B, int64_t seqLen, int64_t H, bool causal,
             HopperSchedule schedule, cudaStream_t stream) {
-  const bool overlap = schedule == HopperSchedule::Overlapped;
   if (causal) {
-    return overlap ? launch<D, true, true>(in, out, lse, B, seqLen, H, stream)
-                   : launch<D, true, false>(in, out, lse, B, seqLen, H, stream);
+    launch<D, true>(in, out, lse, B, seqLen, H, schedule, stream);
+  } else {
+    launch<D, false>(in, out, lse, B, seqLen, H, schedule, stream);
   }
-  return overlap ? launch<D, false, true>(in, out, lse, B, seqLen, H, stream)
-                 : launch<D, false, false>(in, out, lse, B, seqLen, H, stream);
 }
 
 // Whether the current device runs the sm_90a kernels: compute capability 9.0 and a loadable image (probed
@@ -607,7 +647,8 @@ bool deviceRunsSm90a() {
               cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess && major == 9 &&
               minor == 0;
     cudaFuncAttributes attributes;
-    ok = ok && cudaFuncGetAttributes(&attributes, hopperForwardKernel<128, true, false>) == cudaSuccess;
+    ok =
+        ok && cudaFuncGetAttributes(&attributes, hopperForwardKernel<128, true, HopperSchedule::Serial>) == cudaSuccess;
     cudaGetLastError();  // a failed probe must not surface at the next launch check
     known[device] = ok ? 1 : 0;
   }
@@ -631,12 +672,16 @@ bool hopperAttentionAvailable(int64_t d, const AttentionOperands<bf16>& in, int6
 }
 
 bool hopperAttentionRequested(HopperSchedule* schedule) {
-  static const int requested = [] {  // 0 none, 1 serial, 2 overlapped
+  static const int requested = [] {  // 0 none, else 1 + the schedule
     const char* value = std::getenv("MINIDP_ATTENTION");
     if (value == nullptr) return 0;
-    return std::strcmp(value, "sm90") == 0 ? 1 : std::strcmp(value, "sm90-overlap") == 0 ? 2 : 0;
+    const char* names[3] = {"sm90", "sm90-overlap", "sm90-pingpong"};
+    for (int i = 0; i < 3; ++i) {
+      if (std::strcmp(value, names[i]) == 0) return 1 + i;
+    }
+    return 0;
   }();
-  if (schedule) *schedule = requested == 2 ? HopperSchedule::Overlapped : HopperSchedule::Serial;
+  if (schedule) *schedule = requested > 0 ? HopperSchedule(requested - 1) : HopperSchedule::Serial;
   return requested != 0;
 }
 

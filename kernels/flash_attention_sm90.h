@@ -13,7 +13,7 @@
 // -gencode=arch=compute_90a,code=sm_90a alone); on any other device hopperAttentionAvailable is false.
 //
 // Opt-in: flashAttentionForward<bf16> (causal) takes this kernel where the environment variable
-// MINIDP_ATTENTION is `sm90` (serial schedule) or `sm90-overlap` (overlapped schedule), read once per process,
+// MINIDP_ATTENTION is `sm90`, `sm90-overlap` or `sm90-pingpong` (the schedule, below), read once per process,
 // and hopperAttentionAvailable holds; otherwise, and always for the backward, the cp.async kernels of
 // kernels/flash_attention.cu run.
 #pragma once
@@ -40,7 +40,9 @@ bool hopperAttentionAvailable(int64_t d, const AttentionOperands<bf16>& in, int6
 /// How a consumer warpgroup orders its work per key tile. Serial: s = q k^T, softmax, o += p v, each
 /// product waited for. Overlapped (FlashAttention-3's intra-warpgroup overlap): the scores of tile j are
 /// issued with o += p v of tile j - 1, and the softmax of tile j runs while the tensor cores do the latter.
-enum class HopperSchedule { Serial, Overlapped };
+/// PingPong: Overlapped, the two consumer warpgroups taking turns to issue their products (named barriers),
+/// so that one's softmax runs under the other's products.
+enum class HopperSchedule { Serial = 0, Overlapped = 1, PingPong = 2 };
 
 /// y = softmax(q k^T / sqrt(d) [causal mask]) v for query head h reading key/value head h / in.group;
 /// out (B, T, H d), lse (B, H, T) natural log. Requires hopperAttentionAvailable(d, in, B, H) (else an
@@ -50,8 +52,8 @@ void hopperAttentionForward(AttentionOperands<bf16> in, bf16* out, float* lse, i
                             HopperSchedule schedule = HopperSchedule::Serial);
 
 /// Whether the environment variable MINIDP_ATTENTION (read once) asks flashAttentionForward<bf16> to take
-/// the Hopper kernel: `sm90` with the serial schedule, `sm90-overlap` with the overlapped one (written to
-/// *schedule where given); false where it is unset or anything else.
+/// the Hopper kernel: `sm90` with the serial schedule, `sm90-overlap` the overlapped one, `sm90-pingpong` the
+/// ping-pong one (written to *schedule where given); false where it is unset or anything else.
 bool hopperAttentionRequested(HopperSchedule* schedule = nullptr);
 
 }  // namespace minidp::kernels::cuda

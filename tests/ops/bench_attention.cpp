@@ -11,7 +11,7 @@
 //                                                     attention grid, beside tools/torch_attention_bench.py
 //        minidp-bench-attention --sm90 [shape flags]  bf16 forward only: the cp.async kernel beside the Hopper
 //                                                     TMA + wgmma kernel (kernels/flash_attention_sm90.h) in
-//                                                     both schedules, causal and without the mask (its FLOPs
+//                                                     each schedule, causal and without the mask (its FLOPs
 //                                                     counted whole); one line each. On an H100:
 //                                                     --sm90 --shapes 4:16:16:4096:128 (B H = 64)
 #include <cuda_runtime_api.h>
@@ -153,7 +153,7 @@ void benchFlash(const Shape4& s, DType dtype, const std::vector<float>& qkvValue
 }
 
 // The bf16 forward alone: the cp.async kernel (causal), then the Hopper kernel in each schedule (serial,
-// overlapped), causal and without the mask, one line each; the causal Hopper outputs checked against the
+// overlapped, ping-pong), causal and without the mask, one line each; the causal Hopper outputs checked against the
 // cp.async kernel's (max |y - y'| / max |y'|).
 void benchSm90(const Shape4& s) {
   const int64_t width = (s.H + 2 * s.K) * s.d;
@@ -188,12 +188,13 @@ void benchSm90(const Shape4& s) {
   // With MINIDP_ATTENTION=sm90 (or sm90-overlap) the cp.async entry point runs a Hopper kernel: labelled so.
   print(kernels::cuda::hopperAttentionRequested() ? "cp.async=sm90" : "cp.async", medianMs(cpAsync), flop, NAN);
   const std::vector<float> yCpAsync = hostValues(y[0]);
-  for (HopperSchedule schedule : {HopperSchedule::Serial, HopperSchedule::Overlapped}) {
-    const bool overlap = schedule == HopperSchedule::Overlapped;
+  const char* names[3][2] = {
+      {"sm90", "sm90 full"}, {"sm90 overlap", "sm90 ovl full"}, {"sm90 pingpong", "sm90 pp full"}};
+  for (HopperSchedule schedule : {HopperSchedule::Serial, HopperSchedule::Overlapped, HopperSchedule::PingPong}) {
     const double ms = medianMs([&] { hopper(true, schedule); });
     CUDA_CHECK(cudaStreamSynchronize(stream));
-    print(overlap ? "sm90 overlap" : "sm90", ms, flop, relativeDifference(hostValues(y[1]), yCpAsync));
-    print(overlap ? "sm90 ovl full" : "sm90 full", medianMs([&] { hopper(false, schedule); }), 2 * flop, NAN);
+    print(names[int(schedule)][0], ms, flop, relativeDifference(hostValues(y[1]), yCpAsync));
+    print(names[int(schedule)][1], medianMs([&] { hopper(false, schedule); }), 2 * flop, NAN);
   }
 }
 
