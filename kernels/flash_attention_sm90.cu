@@ -3,13 +3,15 @@
 // registers from the producer to the consumers.
 //
 // One CTA per (128 query rows, head, batch), 384 threads = three warpgroups:
-//   warpgroup 0  producer: thread 0 copies the q tile once, then the key and value tiles 0, 1, ... into a
-//                ring of kStages stages (stage j % kStages); before refilling a stage it waits on the stage's
-//                `empty` barrier, which the 8 consumer warps arrive on once their products have read it.
-//   warpgroups 1, 2  consumers, 64 query rows each: per key tile, S = q k^T (wgmma, both operands in shared
-//                memory, k K-major), mask, online softmax (fp32, exp2 with the running max in scaled log2
-//                units), P rounded to bf16 in registers as the A operand of O += P v (v MN-major in shared
-//                memory: the transpose bit).
+//   warpgroup 0  producer (setmaxnreg down to 24): thread 0 copies the q tile once, then the key and value
+//                tiles 0, 1, ... into a ring of kStages stages (stage j % kStages), each copy completing on the
+//                stage's fullK / fullV barrier (expect_tx); before refilling a stage's keys (values) it waits
+//                on its emptyK (emptyV) barrier, which the 8 consumer warps arrive on once their products have
+//                read them.
+//   warpgroups 1, 2  consumers (up to 240 registers), 64 query rows each: per key tile, S = q k^T (wgmma,
+//                both operands in shared memory, k K-major), mask, online softmax (fp32, exp2 with the running
+//                max in scaled log2 units), P rounded to bf16 in registers as the A operand of O += P v (v
+//                MN-major in shared memory: the transpose bit); in the order of a HopperSchedule (consume).
 // Shared memory tiles are 64 columns (128 bytes) wide: a head dim of D is kDPad / 64 such boxes side by side
 // (kDPad = D rounded up to 64 or 128), each box (rows, 64) with the 128-byte swizzle, the layout wgmma reads
 // with swizzle mode 1 and a stride byte offset of 1024 (8 rows of 128 bytes).
