@@ -29,6 +29,8 @@
 // Forward: the running max is kept in scaled units, so p = exp2(s sc - m) is one FFMA and one exp2.
 // bf16 outputs are stored as column pairs (4 bytes) where the destination is 4-byte aligned and its row
 // stride even, else one element at a time.
+// bf16 forward, opt-in: with MINIDP_ATTENTION=sm90 (or sm90-overlap, sm90-pingpong), flashAttentionForward<bf16>
+// runs the TMA + wgmma kernel of kernels/flash_attention_sm90.cu where hopperAttentionAvailable holds (sm_90).
 // fp32 at a head dim whose six tiles do not fit in a CTA's shared memory (256) takes row kernels
 // instead: a warp per query or key row, the rows it meets read from global memory (L2), no tiles.
 #include <cuda_bf16.h>
@@ -41,6 +43,7 @@
 #include "base/cuda_check.h"
 #include "kernels/cuda_utils.cuh"
 #include "kernels/flash_attention.h"
+#include "kernels/flash_attention_sm90.h"
 
 namespace minidp::kernels::cuda {
 
@@ -1112,6 +1115,14 @@ void flashAttentionForward(AttentionOperands<T> in, T* out, AccumOf<T>* lse, int
                            int64_t d, cudaStream_t stream) {
   checkShape(in, B, seqLen, H, d);
   if (B * seqLen * H == 0) return;
+  if constexpr (std::is_same_v<T, bf16>) {
+    // Opt-in (MINIDP_ATTENTION=sm90, sm90-overlap, sm90-pingpong): the TMA + wgmma kernel of flash_attention_sm90.cu.
+    HopperSchedule schedule;
+    if (hopperAttentionRequested(&schedule) && hopperAttentionAvailable(d, in, B, H)) {
+      hopperAttentionForward(in, out, lse, B, seqLen, H, d, /*causal=*/true, stream, schedule);
+      return;
+    }
+  }
   using F = MathFor<T>;
   withHeadDim(d, [&](auto dim) {
     forward<typename F::type, decltype(dim)::value>(elemOperands(in), F::cast(out), lse, B, seqLen, H, stream);

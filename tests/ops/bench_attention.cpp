@@ -9,6 +9,11 @@
 //        minidp-bench-attention --shapes B:H:K:T:d[,...]  bf16 flash only at these shapes, K key/value heads
 //                                                     (grouped-query where K < H): tools/shape_grid.py's
 //                                                     attention grid, beside tools/torch_attention_bench.py
+//        minidp-bench-attention --sm90 [shape flags]  bf16 forward only: the cp.async kernel beside the Hopper
+//                                                     TMA + wgmma kernel (kernels/flash_attention_sm90.h) in
+//                                                     each schedule, causal and without the mask (its FLOPs
+//                                                     counted whole); one line each. On an H100:
+//                                                     --sm90 --shapes 4:16:16:4096:128 (B H = 64)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -25,6 +30,7 @@
 #include "framework/ops/ops.h"
 #include "framework/runtime/device.h"
 #include "kernels/flash_attention.h"
+#include "kernels/flash_attention_sm90.h"
 
 namespace {
 
@@ -146,6 +152,52 @@ void benchFlash(const Shape4& s, DType dtype, const std::vector<float>& qkvValue
            reference.empty() ? NAN : relativeDifference(hostValues(y), reference));
 }
 
+// The bf16 forward alone: the cp.async kernel (causal), then the Hopper kernel in each schedule (serial,
+// overlapped, ping-pong), causal and without the mask, one line each; the causal Hopper outputs checked against the
+// cp.async kernel's (max |y - y'| / max |y'|).
+void benchSm90(const Shape4& s) {
+  const int64_t width = (s.H + 2 * s.K) * s.d;
+  const Tensor qkv = cudaTensor(randomValues(s.B * s.T * width, 1), {s.B, s.T, width}, DType::BF16);
+  const auto in = groupedOperands<bf16>(qkv.data<bf16>(), s);
+  if (!kernels::cuda::hopperAttentionAvailable(s.d, in, s.B, s.H)) {
+    std::printf("sm90: no Hopper kernel for head dim %lld on this device\n", (long long)s.d);
+    return;
+  }
+  Tensor y[2], lse[2];
+  for (int i = 0; i < 2; ++i) {
+    y[i] = Tensor::empty({s.B, s.T, s.H * s.d}, DType::BF16, Device::CUDA);
+    lse[i] = Tensor::empty({s.B, s.H, s.T}, DType::F32, Device::CUDA);
+  }
+  cudaStream_t stream = runtime::computeStream();
+  auto cpAsync = [&] {
+    kernels::cuda::flashAttentionForward<bf16>(in, y[0].data<bf16>(), lse[0].data<float>(), s.B, s.T, s.H, s.d, stream);
+  };
+  using kernels::cuda::HopperSchedule;
+  auto hopper = [&](bool causal, HopperSchedule schedule) {
+    kernels::cuda::hopperAttentionForward(in, y[1].data<bf16>(), lse[1].data<float>(), s.B, s.T, s.H, s.d, causal,
+                                          stream, schedule);
+  };
+  const double flop = 4.0 * s.B * s.H * s.T * s.T * s.d / 2;  // causal: half the products
+  auto print = [&](const char* impl, double ms, double flops, double check) {
+    char checkText[16] = "-";
+    if (!std::isnan(check)) std::snprintf(checkText, sizeof checkText, "%.2e", check);
+    std::printf("%-13s %-5s %3lld %3lld %3lld %5lld %3lld  %9.3f %9.1f  %9s\n", impl, "bf16", (long long)s.B,
+                (long long)s.H, (long long)s.K, (long long)s.T, (long long)s.d, ms, flops / (ms * 1e9), checkText);
+    std::fflush(stdout);
+  };
+  // With MINIDP_ATTENTION=sm90 (or sm90-overlap) the cp.async entry point runs a Hopper kernel: labelled so.
+  print(kernels::cuda::hopperAttentionRequested() ? "cp.async=sm90" : "cp.async", medianMs(cpAsync), flop, NAN);
+  const std::vector<float> yCpAsync = hostValues(y[0]);
+  const char* names[3][2] = {
+      {"sm90", "sm90 full"}, {"sm90 overlap", "sm90 ovl full"}, {"sm90 pingpong", "sm90 pp full"}};
+  for (HopperSchedule schedule : {HopperSchedule::Serial, HopperSchedule::Overlapped, HopperSchedule::PingPong}) {
+    const double ms = medianMs([&] { hopper(true, schedule); });
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    print(names[int(schedule)][0], ms, flop, relativeDifference(hostValues(y[1]), yCpAsync));
+    print(names[int(schedule)][1], medianMs([&] { hopper(false, schedule); }), 2 * flop, NAN);
+  }
+}
+
 // The grid's shapes: bf16 flash alone (the materialised path would not fit at long contexts), no reference.
 void benchGridShape(const Shape4& s) {
   const std::vector<float> qkvValues = randomValues(s.B * s.T * (s.H + 2 * s.K) * s.d, 1),
@@ -182,20 +234,24 @@ void benchShape(const Shape4& s) {
   }
 }
 
-// The shapes the command line asks for (grid: --shapes was given); exits with status 2 and one line on a bad
-// argument.
-std::vector<Shape4> shapesFrom(int argc, char** argv, bool& grid) {
+// The shapes the command line asks for (grid: --shapes was given; sm90: --sm90); exits with status 2 and one line on a
+// bad argument.
+std::vector<Shape4> shapesFrom(int argc, char** argv, bool& grid, bool& sm90) {
   std::vector<int64_t> headDims;
   std::vector<Shape4> gridShapes;
   int64_t batch = 8, seq = 1024;
   auto usage = [] {
-    std::fprintf(
-        stderr,
-        "usage: minidp-bench-attention [--head-dim D[,D...]] [--batch B] [--seq T] | --shapes B:H:K:T:d[,...]\n");
+    std::fprintf(stderr,
+                 "usage: minidp-bench-attention [--sm90] [--head-dim D[,D...]] [--batch B] [--seq T] | [--sm90] "
+                 "--shapes B:H:K:T:d[,...]\n");
     std::exit(2);
   };
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
+    if (flag == "--sm90") {
+      sm90 = true;
+      continue;
+    }
     if (i + 1 >= argc) usage();
     std::istringstream value(argv[++i]);
     if (flag == "--head-dim") {
@@ -238,22 +294,29 @@ std::vector<Shape4> shapesFrom(int argc, char** argv, bool& grid) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool grid = false;
-  const std::vector<Shape4> shapes = shapesFrom(argc, argv, grid);
+  bool grid = false, sm90 = false;
+  const std::vector<Shape4> shapes = shapesFrom(argc, argv, grid, sm90);
   try {
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("%s; causal attention, median of %d runs after %d warm-up; fp32 without TF32\n", prop.name, kRepeats,
                 kWarmup);
-    std::printf("%-13s %-5s %3s %3s %3s %5s %3s  %9s %9s  %9s %9s  %9s\n", "impl", "dtype", "B", "H", "K", "T", "d",
-                "fwd ms", "TFLOP/s", "f+b ms", "TFLOP/s", "y vs mat");
+    if (sm90) {
+      std::printf("%-13s %-5s %3s %3s %3s %5s %3s  %9s %9s  %9s\n", "impl", "dtype", "B", "H", "K", "T", "d", "fwd ms",
+                  "TFLOP/s", "y vs cp");
+    } else {
+      std::printf("%-13s %-5s %3s %3s %3s %5s %3s  %9s %9s  %9s %9s  %9s\n", "impl", "dtype", "B", "H", "K", "T", "d",
+                  "fwd ms", "TFLOP/s", "f+b ms", "TFLOP/s", "y vs mat");
+    }
     for (const Shape4& s : shapes) {
       if (!kernels::flashAttentionSupportsHeadDim(s.d)) {
         std::printf("head dim %lld: no flash kernel (head dims %s)\n", (long long)s.d,
                     kernels::flashAttentionHeadDims());
         continue;
       }
-      if (grid) {
+      if (sm90) {
+        benchSm90(s);
+      } else if (grid) {
         benchGridShape(s);
       } else {
         benchShape(s);

@@ -1,0 +1,706 @@
+// Hopper flash attention forward (kernels/flash_attention_sm90.h), written from the PTX ISA: TMA copies
+// (cp.async.bulk.tensor) completing on mbarriers, wgmma.mma_async for both products, setmaxnreg to move
+// registers from the producer to the consumers.
+//
+// One CTA per (128 query rows, head, batch), 384 threads = three warpgroups:
+//   warpgroup 0  producer (setmaxnreg down to 24): thread 0 copies the q tile once, then the key and value
+//                tiles 0, 1, ... into a ring of kStages stages (stage j % kStages), each copy completing on the
+//                stage's fullK / fullV barrier (expect_tx); before refilling a stage's keys (values) it waits
+//                on its emptyK (emptyV) barrier, which the 8 consumer warps arrive on once their products have
+//                read them.
+//   warpgroups 1, 2  consumers (up to 240 registers), 64 query rows each: per key tile, S = q k^T (wgmma,
+//                both operands in shared memory, k K-major), mask, online softmax (fp32, exp2 with the running
+//                max in scaled log2 units), P rounded to bf16 in registers as the A operand of O += P v (v
+//                MN-major in shared memory: the transpose bit); in the order of a HopperSchedule (consume).
+// Shared memory tiles are 64 columns (128 bytes) wide: a head dim of D is kDPad / 64 such boxes side by side
+// (kDPad = D rounded up to 64 or 128), each box (rows, 64) with the 128-byte swizzle, the layout wgmma reads
+// with swizzle mode 1 and a stride byte offset of 1024 (8 rows of 128 bytes).
+// Descriptors (PTX ISA, "Matrix Descriptor Format"): bits 0-13 start address >> 4, 16-29 leading byte
+// offset >> 4, 32-45 stride byte offset >> 4, 49-51 base offset (0: every box starts 1024-byte aligned),
+// 62-63 swizzle (1 = 128 bytes).
+//   K-major (q as A, k as B): SBO = 1024 (the next 8 rows); LBO unused (1); the k16 step within a 64-column
+//   box moves the start address by 32 bytes, the next box by its size.
+//   MN-major (v as B, rows = keys = K, columns = head dim = N): SBO = 1024 (the next 8 keys), LBO = the box
+//   size, kN x 128 bytes (the next 64 columns of the head dim); the k16 step moves the start by 16 rows
+//   (2048 bytes).
+// Register fragments (PTX ISA, wgmma .m64nNk16): warp w of a warpgroup holds rows 16 w + lane / 4 and
+// + 8; accumulator element 4 j + i is column 8 j + 2 (lane % 4) + (i & 1) of row + 8 (i >> 1); an A fragment of
+// 16 columns is the accumulators 8 kk .. 8 kk + 7 of S paired (the mma.sync m16n8k16 layout), so P never leaves
+// registers.
+// Rows past the sequence end are zero-filled by the copy engine (the maps' token extent is T); key columns
+// >= T, and for causal keys after the query row, are masked to -inf before the max, so they add exp2(-inf) =
+// 0. Key 0 is visible to every row, so the running max is finite after the first tile.
+#include "kernels/flash_attention_sm90.h"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <type_traits>
+#include <vector>
+
+#include "base/check.h"
+#include "base/cuda_check.h"
+#include "kernels/cuda_utils.cuh"
+
+namespace minidp::kernels::cuda {
+
+namespace {
+
+constexpr int kM = 128;                 // query rows per CTA: two consumer warpgroups of 64
+constexpr int kThreads = 384;           // producer warpgroup + two consumer warpgroups
+constexpr int kConsumerWarps = 8;       // arrivals that free a stage
+constexpr int kStages = 2;              // key/value ring depth
+constexpr int kBox = 64;                // columns of one TMA box: 64 bf16 = 128 bytes, the swizzle span
+constexpr int kBoxRowBytes = kBox * 2;  // 128
+
+// Tile shapes of head dim D: kDPad columns (D rounded up to a whole box, 80 and 96 to 128), kN keys per tile.
+template <int D>
+struct Config {
+  static constexpr int kDPad = D <= 64 ? 64 : D <= 128 ? 128 : 256;
+  static constexpr int kN = D <= 128 ? 128 : 64;
+  static constexpr int kBoxes = kDPad / kBox;
+  static constexpr int kQBytes = kM * kDPad * 2;
+  static constexpr int kKVBytes = kN * kDPad * 2;  // one key (or value) tile
+  static constexpr int kBarrierBytes = 8 * (1 + 4 * kStages);
+  // 1024 bytes of slack: the dynamic allocation is aligned up to 1024 (the swizzle pattern's period).
+  static constexpr int kSharedBytes = 1024 + kQBytes + 2 * kStages * kKVBytes + kBarrierBytes;
+  static_assert(kSharedBytes <= 227 * 1024, "tiles exceed the shared memory of a CTA");
+};
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define MINIDP_SM90A_DEVICE 1
+#else
+#define MINIDP_SM90A_DEVICE 0
+#endif
+
+#if MINIDP_SM90A_DEVICE
+
+// ---- shared memory, mbarriers, TMA ----
+
+__device__ __forceinline__ uint32_t sharedAddress(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void barrierInit(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+// Arrives (count 1) and adds `bytes` to the transaction count the phase waits for.
+__device__ __forceinline__ void barrierExpectBytes(uint32_t bar, uint32_t bytes) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n" ::"r"(bar),
+               "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void barrierArrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ bool barrierTryWait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+               : "=r"(done)
+               : "r"(bar), "r"(parity)
+               : "memory");
+  return done != 0;
+}
+
+__device__ __forceinline__ uint64_t globalNanoseconds() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+
+// No wait of this kernel lasts longer than a tile's copies or products (microseconds). One that lasts
+// kWaitLimitNs is a protocol error: the thread then stores to address 0 on purpose, so that the launch fails
+// with an illegal-address error (sticky: the host's next CUDA call reports it) instead of hanging the GPU.
+// (__trap() would say so more plainly, but made ptxas spill the accumulators of most instantiations.)
+constexpr uint64_t kWaitLimitNs = 10'000'000'000ull;
+
+// Waits until the phase of parity `parity` has completed.
+__device__ __forceinline__ void barrierWait(uint32_t bar, uint32_t parity) {
+  if (barrierTryWait(bar, parity)) return;
+  const uint64_t start = globalNanoseconds();
+  while (!barrierTryWait(bar, parity)) {
+    if (globalNanoseconds() - start > kWaitLimitNs) {
+      asm volatile("st.global.u32 [%0], 0;\nexit;\n" ::"l"(0ull) : "memory");
+    }
+  }
+}
+
+// One box of a 4-D tensor map (columns, head, token, batch) into shared memory at `dst`, completing on `bar`.
+__device__ __forceinline__ void tmaLoad(uint32_t dst, const CUtensorMap* map, int col, int head, int token, int batch,
+                                        uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(head), "r"(token), "r"(batch), "r"(bar)
+      : "memory");
+}
+
+// ---- wgmma ----
+
+// A shared-memory matrix descriptor with the 128-byte swizzle and a stride byte offset of 1024.
+__device__ __forceinline__ uint64_t matrixDescriptor(uint32_t address, uint32_t leadingBytes) {
+  return uint64_t((address & 0x3FFFF) >> 4) | (uint64_t((leadingBytes & 0x3FFFF) >> 4) << 16) |
+         (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+__device__ __forceinline__ void wgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Pins register arrays in program order around the asynchronous products: the compiler may not move a read
+// or write of them across this point (the wait before, the fence after).
+template <int N>
+__device__ __forceinline__ void fenceRegisters(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fenceRegisters(uint32_t (&r)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+}
+
+// The wgmma .m64nNk16 products, bf16 in, fp32 accumulators d (N / 2 a thread, the fragment layout above).
+// The accumulators are the asm statement's operands %0 .. %(R - 1), R = N / 2; the others follow them.
+#define MINIDP_STR(x) #x
+#define MINIDP_ACC_32                                                    \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15" \
+  ", "                                                                   \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define MINIDP_ACC_64                                                              \
+  MINIDP_ACC_32                                                                    \
+  ", "                                                                             \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47" \
+  ", "                                                                             \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define MINIDP_ACC_128                                                                         \
+  MINIDP_ACC_64                                                                                \
+  ", "                                                                                         \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"             \
+  ", "                                                                                         \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"             \
+  ", "                                                                                         \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111" \
+  ", "                                                                                         \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define MINIDP_F8(i)                                                                                          \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
+      "+f"(d[i + 7])
+#define MINIDP_F32(i) MINIDP_F8(i), MINIDP_F8(i + 8), MINIDP_F8(i + 16), MINIDP_F8(i + 24)
+#define MINIDP_F_32 MINIDP_F32(0)
+#define MINIDP_F_64 MINIDP_F32(0), MINIDP_F32(32)
+#define MINIDP_F_128 MINIDP_F_64, MINIDP_F32(64), MINIDP_F32(96)
+
+// D (64 x N) = A B (scaleD 0) or D + A B (scaleD 1): A (64 x 16) and B (16 x N) in shared memory, both
+// K-major (transpose bits 0). Operands after the accumulators: a = %R, b = %R + 1, scaleD = %R + 2.
+#define MINIDP_WGMMA_SS(N, R, A, B, S)                                                                               \
+  __device__ __forceinline__ void wgmmaSS(float(&d)[R], uint64_t a, uint64_t b, int scaleD) {                        \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" MINIDP_STR(                                                    \
+                     S) ", 0;\nwgmma.mma_async.sync.aligned.m64n" MINIDP_STR(N) "k16.f32.bf16.bf16 {" MINIDP_ACC_##R \
+                 "}, %" MINIDP_STR(A) ", %" MINIDP_STR(B) ", p, 1, 1, 0, 0;\n}\n"                                    \
+                 : MINIDP_F_##R                                                                                      \
+                 : "l"(a), "l"(b), "r"(scaleD));                                                                     \
+  }
+// D (64 x N) += A B: A (64 x 16) from registers (4 x 2 bf16 a thread), B (16 x N) in shared memory MN-major
+// (transpose bit 1). Operands after the accumulators: a = %R .. %R + 3, b = %R + 4, scale-d = %R + 5 (1).
+#define MINIDP_WGMMA_RS(N, R, A0, A1, A2, A3, B, S)                                                                  \
+  __device__ __forceinline__ void wgmmaRS(float(&d)[R], const uint32_t(&a)[4], uint64_t b) {                         \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" MINIDP_STR(                                                    \
+                     S) ", 0;\nwgmma.mma_async.sync.aligned.m64n" MINIDP_STR(N) "k16.f32.bf16.bf16 {" MINIDP_ACC_##R \
+                 "}, {%" MINIDP_STR(A0) ", %" MINIDP_STR(A1) ", %" MINIDP_STR(A2) ", %" MINIDP_STR(                  \
+                     A3) "}, %" MINIDP_STR(B) ", p, 1, 1, 1;\n}\n"                                                   \
+                 : MINIDP_F_##R                                                                                      \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));                                      \
+  }
+MINIDP_WGMMA_SS(64, 32, 32, 33, 34)
+MINIDP_WGMMA_SS(128, 64, 64, 65, 66)
+MINIDP_WGMMA_RS(64, 32, 32, 33, 34, 35, 36, 37)
+MINIDP_WGMMA_RS(128, 64, 64, 65, 66, 67, 68, 69)
+MINIDP_WGMMA_RS(256, 128, 128, 129, 130, 131, 132, 133)
+#undef MINIDP_WGMMA_RS
+#undef MINIDP_WGMMA_SS
+#undef MINIDP_F_128
+#undef MINIDP_F_64
+#undef MINIDP_F_32
+#undef MINIDP_F32
+#undef MINIDP_F8
+#undef MINIDP_ACC_128
+#undef MINIDP_ACC_64
+#undef MINIDP_ACC_32
+#undef MINIDP_STR
+
+__device__ __forceinline__ float exp2Approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ uint32_t packBf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x = lo in the low half
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Barriers, 8 bytes each after the tiles: q; then per stage s the keys landed (fullK), the values landed
+// (fullV), the keys read by every consumer warp (emptyK), the values read (emptyV).
+struct Barriers {
+  uint32_t base;
+  __device__ uint32_t q() const { return base; }
+  __device__ uint32_t fullK(int s) const { return base + 8 * (1 + s); }
+  __device__ uint32_t fullV(int s) const { return base + 8 * (1 + kStages + s); }
+  __device__ uint32_t emptyK(int s) const { return base + 8 * (1 + 2 * kStages + s); }
+  __device__ uint32_t emptyV(int s) const { return base + 8 * (1 + 3 * kStages + s); }
+};
+
+// The producer: thread 0 of warpgroup 0. Key tile j goes into stage j % kStages once the consumers have
+// read key tile j - kStages from it (likewise the values), so the keys of the next tile can land while the
+// values of the last are still being read.
+template <int D>
+__device__ void produce(const CUtensorMap* mapQ, const CUtensorMap* mapK, const CUtensorMap* mapV, uint32_t sQ,
+                        uint32_t sK, uint32_t sV, Barriers bars, int m0, int h, int kvHead, int b, int tiles) {
+  using C = Config<D>;
+  barrierExpectBytes(bars.q(), C::kQBytes);
+#pragma unroll
+  for (int x = 0; x < C::kBoxes; ++x) tmaLoad(sQ + x * kM * kBoxRowBytes, mapQ, x * kBox, h, m0, b, bars.q());
+  for (int j = 0; j < tiles; ++j) {
+    const int stage = j % kStages;
+    const uint32_t emptyParity = ((j / kStages) & 1) ^ 1;  // the phase that tile j - kStages completed
+    const uint32_t k = sK + stage * C::kKVBytes, v = sV + stage * C::kKVBytes;
+    if (j >= kStages) barrierWait(bars.emptyK(stage), emptyParity);
+    barrierExpectBytes(bars.fullK(stage), C::kKVBytes);
+#pragma unroll
+    for (int x = 0; x < C::kBoxes; ++x)
+      tmaLoad(k + x * C::kN * kBoxRowBytes, mapK, x * kBox, kvHead, j * C::kN, b, bars.fullK(stage));
+    if (j >= kStages) barrierWait(bars.emptyV(stage), emptyParity);
+    barrierExpectBytes(bars.fullV(stage), C::kKVBytes);
+#pragma unroll
+    for (int x = 0; x < C::kBoxes; ++x)
+      tmaLoad(v + x * C::kN * kBoxRowBytes, mapV, x * kBox, kvHead, j * C::kN, b, bars.fullV(stage));
+  }
+}
+
+// One consumer warpgroup's state and steps: query rows m0 + 64 wg .. + 63, this thread's rows `row` and
+// `row` + 8; o (64 x kDPad), the running max m (scaled log2 units) and this thread's share l of the row sums.
+template <int D, bool kCausal>
+struct Consumer {
+  using C = Config<D>;
+  static constexpr int kN = C::kN, kS = kN / 2, kO = C::kDPad / 2, kSteps = kN / 16;
+  uint32_t qRows;  // this warpgroup's 64 rows of q's box 0
+  int lane, row, wgRow0, seqLen;
+  float scaleLog2;
+  float o[kO], m[2], l[2];
+
+  __device__ Consumer(uint32_t sQ, int m0, int wg, int seqLen, float scaleLog2)
+      : qRows(sQ + 64 * wg * kBoxRowBytes),
+        lane(threadIdx.x % 32),
+        row(m0 + 64 * wg + 16 * (threadIdx.x % 128 / 32) + lane / 4),
+        wgRow0(m0 + 64 * wg),
+        seqLen(seqLen),
+        scaleLog2(scaleLog2) {
+#pragma unroll
+    for (int e = 0; e < kO; ++e) o[e] = 0.0f;
+    m[0] = m[1] = -INFINITY;
+    l[0] = l[1] = 0.0f;
+  }
+
+  // Issues s = q k^T of the key tile at k (not committed).
+  __device__ __forceinline__ void issueScores(float (&s)[kS], uint32_t k) const {
+#pragma unroll
+    for (int x = 0; x < C::kBoxes; ++x) {
+#pragma unroll
+      for (int kk = 0; kk < kBox / 16; ++kk) {
+        const uint64_t a = matrixDescriptor(qRows + x * kM * kBoxRowBytes + kk * 32, 16);
+        const uint64_t bk = matrixDescriptor(k + x * kN * kBoxRowBytes + kk * 32, 16);
+        wgmmaSS(s, a, bk, (x | kk) != 0);
+      }
+    }
+  }
+
+  // Issues o += p v of the value tile at v (not committed).
+  __device__ __forceinline__ void issueValues(const uint32_t (&p)[kSteps][4], uint32_t v) {
+#pragma unroll
+    for (int ks = 0; ks < kSteps; ++ks)
+      wgmmaRS(o, p[ks], matrixDescriptor(v + ks * 16 * kBoxRowBytes, kN * kBoxRowBytes));
+  }
+
+  // The online softmax of key tile j: masks s, updates m and l, turns s into probabilities (fp32) and
+  // returns in `correction` the factor for the o of the tiles before.
+  __device__ __forceinline__ void softmax(float (&s)[kS], int j, float (&correction)[2]) {
+    // Mask where the tile holds a key after one of this warpgroup's rows (causal) or past the end.
+    const int key0 = j * kN;
+    if ((kCausal && key0 + kN - 1 > wgRow0) || key0 + kN > seqLen) {
+#pragma unroll
+      for (int e = 0; e < kS; ++e) {
+        const int key = key0 + 8 * (e / 4) + 2 * (lane % 4) + (e & 1), r = row + 8 * ((e >> 1) & 1);
+        if ((kCausal && key > r) || key >= seqLen) s[e] = -INFINITY;
+      }
+    }
+    float tileMax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int e = 0; e < kS; ++e) tileMax[(e >> 1) & 1] = fmaxf(tileMax[(e >> 1) & 1], s[e]);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tileMax[r] = fmaxf(tileMax[r], __shfl_xor_sync(0xffffffffu, tileMax[r], 1));
+      tileMax[r] = fmaxf(tileMax[r], __shfl_xor_sync(0xffffffffu, tileMax[r], 2));
+      const float mNew = fmaxf(m[r], tileMax[r] * scaleLog2);
+      correction[r] = exp2Approx(m[r] - mNew);  // 0 at the first tile (m = -inf, mNew finite)
+      m[r] = mNew;
+      l[r] *= correction[r];
+    }
+#pragma unroll
+    for (int e = 0; e < kS; ++e) {
+      const int r = (e >> 1) & 1;
+      s[e] = exp2Approx(fmaf(s[e], scaleLog2, -m[r]));
+      l[r] += s[e];
+    }
+  }
+
+  __device__ __forceinline__ void rescale(const float (&correction)[2]) {
+#pragma unroll
+    for (int e = 0; e < kO; ++e) o[e] *= correction[(e >> 1) & 1];
+  }
+
+  // p: the probabilities in bf16, as the A fragments of the kSteps k16 steps of o += p v.
+  static __device__ __forceinline__ void pack(uint32_t (&p)[kSteps][4], const float (&s)[kS]) {
+#pragma unroll
+    for (int ks = 0; ks < kSteps; ++ks)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) p[ks][i] = packBf16(s[8 * ks + 2 * i], s[8 * ks + 2 * i + 1]);
+  }
+
+  // The row sums over the quad of lanes sharing a row; y = o / l, lse = ln 2 (m + log2 l).
+  __device__ void store(__nv_bfloat16* out, float* lse, int h, int b, int H, bool pairStores) {
+    const int64_t width = int64_t(H) * D;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+      const int rr = row + 8 * r;
+      if (rr >= seqLen) continue;
+      const float inv = 1.0f / l[r];
+      __nv_bfloat16* dst = out + (int64_t(b) * seqLen + rr) * width + int64_t(h) * D;
+#pragma unroll
+      for (int jc = 0; jc < kO / 4; ++jc) {
+        if (8 * jc >= D) continue;  // padding columns of D = 80, 96 (compile-time)
+        const int col = 8 * jc + 2 * (lane % 4);
+        const __nv_bfloat162 pair = __floats2bfloat162_rn(o[4 * jc + 2 * r] * inv, o[4 * jc + 2 * r + 1] * inv);
+        if (pairStores) {
+          *reinterpret_cast<__nv_bfloat162*>(dst + col) = pair;
+        } else {
+          dst[col] = pair.x;
+          dst[col + 1] = pair.y;
+        }
+      }
+      if (lane % 4 == 0) lse[(int64_t(b) * H + h) * seqLen + rr] = (m[r] + log2f(l[r])) * 0.6931471805599453f;
+    }
+  }
+};
+
+// Named barrier `id` (1 and 2: 0 is __syncthreads) of `threads` threads: wait for them, or only arrive.
+__device__ __forceinline__ void namedBarrierSync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void namedBarrierArrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// A consumer warpgroup (wg 0 or 1) over key tiles 0 .. tiles - 1.
+// Serial: per tile, s = q k^T, wait, softmax, o += p v, wait, release the stage.
+// Overlapped (FlashAttention-3's intra-warpgroup overlap): s of tile j is issued together with o += p v of
+// tile j - 1, and the softmax of tile j runs while the tensor cores do the latter; o is rescaled once that
+// product is done. The keys of a tile are released as soon as its scores are in, its values after its product.
+// PingPong: Overlapped, and the two warpgroups take turns issuing their products (FlashAttention-3's
+// warpgroup ping-pong), so that one's softmax runs under the other's products. Named barrier 1 + wg is this
+// warpgroup's turn: it waits there (bar.sync, 256 threads) and hands the turn over by arriving at the other's
+// (bar.arrive). Warpgroup 1 arrives at warpgroup 0's once at the start, so warpgroup 0 goes first, and skips
+// its last hand-over: each barrier then sees tiles + 1 syncs and as many arrivals, none left over.
+template <int D, bool kCausal, HopperSchedule kSchedule>
+__device__ void consume(uint32_t sQ, uint32_t sK, uint32_t sV, Barriers bars, __nv_bfloat16* out, float* lse, int m0,
+                        int wg, int h, int b, int tiles, int seqLen, int H, float scaleLog2, bool pairStores) {
+  using W = Consumer<D, kCausal>;
+  using C = Config<D>;
+  constexpr bool kPingPong = kSchedule == HopperSchedule::PingPong;
+  constexpr int kTurnThreads = 256;  // both consumer warpgroups
+  W w(sQ, m0, wg, seqLen, scaleLog2);
+  const bool leader = w.lane == 0;  // one arrival per warp on the empty barriers
+  auto keys = [&](int j) { return sK + (j % kStages) * C::kKVBytes; };
+  auto values = [&](int j) { return sV + (j % kStages) * C::kKVBytes; };
+  auto parity = [](int j) { return uint32_t((j / kStages) & 1); };
+  auto takeTurn = [&] {
+    if constexpr (kPingPong) namedBarrierSync(1 + wg, kTurnThreads);
+  };
+  auto passTurn = [&](bool last) {
+    if constexpr (kPingPong) {
+      if (!(last && wg == 1)) namedBarrierArrive(1 + (wg ^ 1), kTurnThreads);
+    }
+  };
+  float s[W::kS], correction[2];
+  uint32_t p[W::kSteps][4];
+  // The products of one tile, each issued, waited for and its stage released.
+  auto scores = [&](int j) {
+    barrierWait(bars.fullK(j % kStages), parity(j));
+    takeTurn();
+    fenceRegisters(s);
+    wgmmaFence();
+    w.issueScores(s, keys(j));
+    wgmmaCommit();
+    passTurn(false);
+    wgmmaWait<0>();
+    fenceRegisters(s);
+    if (leader) barrierArrive(bars.emptyK(j % kStages));
+  };
+  auto accumulate = [&](int j, bool last) {
+    barrierWait(bars.fullV(j % kStages), parity(j));
+    takeTurn();
+    fenceRegisters(w.o);
+    fenceRegisters(p);
+    wgmmaFence();
+    w.issueValues(p, values(j));
+    wgmmaCommit();
+    passTurn(last);
+    wgmmaWait<0>();
+    fenceRegisters(w.o);
+    fenceRegisters(p);
+    if (leader) barrierArrive(bars.emptyV(j % kStages));
+  };
+  barrierWait(bars.q(), 0);
+  if constexpr (kSchedule == HopperSchedule::Serial) {
+    for (int j = 0; j < tiles; ++j) {
+      scores(j);
+      w.softmax(s, j, correction);
+      W::pack(p, s);
+      w.rescale(correction);
+      accumulate(j, false);
+    }
+  } else {
+    if (kPingPong && wg == 1) namedBarrierArrive(1, kTurnThreads);  // warpgroup 0 takes the first turn
+    scores(0);                                                      // tile 0: scores and softmax alone (o is still 0)
+    w.softmax(s, 0, correction);
+    W::pack(p, s);
+    for (int j = 1; j < tiles; ++j) {
+      barrierWait(bars.fullK(j % kStages), parity(j));
+      barrierWait(bars.fullV((j - 1) % kStages), parity(j - 1));
+      takeTurn();
+      fenceRegisters(s);
+      fenceRegisters(w.o);
+      fenceRegisters(p);
+      wgmmaFence();
+      w.issueScores(s, keys(j));
+      wgmmaCommit();
+      w.issueValues(p, values(j - 1));
+      wgmmaCommit();
+      passTurn(false);
+      wgmmaWait<1>();  // the scores of tile j (committed first) are in
+      fenceRegisters(s);
+      if (leader) barrierArrive(bars.emptyK(j % kStages));
+      w.softmax(s, j, correction);
+      wgmmaWait<0>();  // o += p v of tile j - 1 is done: o and p are free
+      fenceRegisters(w.o);
+      fenceRegisters(p);
+      if (leader) barrierArrive(bars.emptyV((j - 1) % kStages));
+      w.rescale(correction);
+      W::pack(p, s);
+    }
+    accumulate(tiles - 1, true);
+  }
+  w.store(out, lse, h, b, H, pairStores);
+}
+
+#endif  // MINIDP_SM90A_DEVICE
+
+// Grid (query tiles, H, B); blockIdx.x counts causal tiles from the last (the longest rows first). pairStores:
+// out is 4-byte aligned, so a thread stores its two adjacent columns at once (else one element at a time).
+template <int D, bool kCausal, HopperSchedule kSchedule>
+__global__ void __launch_bounds__(kThreads, 1)
+    hopperForwardKernel(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,
+                        const __grid_constant__ CUtensorMap mapV, __nv_bfloat16* out, float* lse, int seqLen, int H,
+                        int group, float scaleLog2, bool pairStores) {
+#if MINIDP_SM90A_DEVICE
+  using C = Config<D>;
+  extern __shared__ unsigned char smemRaw[];
+  const uint32_t base = (sharedAddress(smemRaw) + 1023) & ~1023u;
+  const uint32_t sQ = base, sK = sQ + C::kQBytes, sV = sK + kStages * C::kKVBytes;
+  const Barriers bars{sV + kStages * C::kKVBytes};
+  const int qTile = kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int h = blockIdx.y, b = blockIdx.z, m0 = qTile * kM;
+  const int keyTiles = (seqLen + C::kN - 1) / C::kN;
+  const int tiles = kCausal ? min(keyTiles, (m0 + kM - 1) / C::kN + 1) : keyTiles;
+  if (threadIdx.x == 0) {
+    barrierInit(bars.q(), 1);  // the producer's arrival with the byte count; the copies complete it
+    for (int s = 0; s < kStages; ++s) {
+      barrierInit(bars.fullK(s), 1);
+      barrierInit(bars.fullV(s), 1);
+      barrierInit(bars.emptyK(s), kConsumerWarps);
+      barrierInit(bars.emptyV(s), kConsumerWarps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  }
+  __syncthreads();
+  const int wg = threadIdx.x / 128;
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    if (threadIdx.x == 0) produce<D>(&mapQ, &mapK, &mapV, sQ, sK, sV, bars, m0, h, h / group, b, tiles);
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+    consume<D, kCausal, kSchedule>(sQ, sK, sV, bars, out, lse, m0, wg - 1, h, b, tiles, seqLen, H, scaleLog2,
+                                   pairStores);
+  }
+#endif
+}
+
+// ---- host ----
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no link against libcuda).
+PFN_cuTensorMapEncodeTiled_v12000 encodeTiled() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult status;
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &status));
+    MINIDP_CHECK(status == cudaDriverEntryPointSuccess && p, "Hopper attention: cuTensorMapEncodeTiled not found");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+// The 4-D map (d columns, heads, T tokens, B) of one operand, boxes of (64 columns, 1 head, rows tokens, 1),
+// 128-byte swizzle; reads past any extent are zero-filled.
+CUtensorMap operandMap(const bf16* base, int64_t stride, int64_t heads, int64_t B, int64_t seqLen, int64_t d,
+                       int rows) {
+  CUtensorMap map;
+  const cuuint64_t dims[4] = {cuuint64_t(d), cuuint64_t(heads), cuuint64_t(seqLen), cuuint64_t(B)};
+  const cuuint64_t strides[3] = {cuuint64_t(d) * 2, cuuint64_t(stride) * 2, cuuint64_t(stride * seqLen) * 2};
+  const cuuint32_t box[4] = {cuuint32_t(kBox), 1, cuuint32_t(rows), 1};
+  const cuuint32_t elementStrides[4] = {1, 1, 1, 1};
+  const CUresult r = encodeTiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<bf16*>(base), dims, strides,
+                                   box, elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  MINIDP_CHECK(r == CUDA_SUCCESS, "Hopper attention: cuTensorMapEncodeTiled failed with status " << int(r));
+  return map;
+}
+
+template <int D, bool kCausal, HopperSchedule kSchedule>
+void launch(const AttentionOperands<bf16>& in, bf16* out, float* lse, int64_t B, int64_t seqLen, int64_t H,
+            cudaStream_t stream) {
+  using C = Config<D>;
+  const int64_t kvHeads = H / in.group;
+  const CUtensorMap mapQ = operandMap(in.q, in.qStride, H, B, seqLen, D, kM);
+  const CUtensorMap mapK = operandMap(in.k, in.kStride, kvHeads, B, seqLen, D, C::kN);
+  const CUtensorMap mapV = operandMap(in.v, in.vStride, kvHeads, B, seqLen, D, C::kN);
+  auto kernel = hopperForwardKernel<D, kCausal, kSchedule>;
+  allowDynamicSharedBytes(kernel, C::kSharedBytes);
+  const float scaleLog2 = float(1.0 / std::sqrt(double(D)) * 1.4426950408889634);
+  const dim3 grid(unsigned((seqLen + kM - 1) / kM), unsigned(H), unsigned(B));
+  kernel<<<grid, kThreads, C::kSharedBytes, stream>>>(mapQ, mapK, mapV, reinterpret_cast<__nv_bfloat16*>(out), lse,
+                                                      int(seqLen), int(H), int(in.group), scaleLog2,
+                                                      reinterpret_cast<uintptr_t>(out) % 4 == 0);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <int D, bool kCausal>
+void launch(const AttentionOperands<bf16>& in, bf16* out, float* lse, int64_t B, int64_t seqLen, int64_t H,
+            HopperSchedule schedule, cudaStream_t stream) {
+  switch (schedule) {
+    case HopperSchedule::Serial: return launch<D, kCausal, HopperSchedule::Serial>(in, out, lse, B, seqLen, H, stream);
+    case HopperSchedule::Overlapped:
+      return launch<D, kCausal, HopperSchedule::Overlapped>(in, out, lse, B, seqLen, H, stream);
+    case HopperSchedule::PingPong:
+      return launch<D, kCausal, HopperSchedule::PingPong>(in, out, lse, B, seqLen, H, stream);
+  }
+}
+
+template <int D>
+void launch(const AttentionOperands<bf16>& in, bf16* out, float* lse, int64_t B, int64_t seqLen, int64_t H, bool causal,
+            HopperSchedule schedule, cudaStream_t stream) {
+  if (causal) {
+    launch<D, true>(in, out, lse, B, seqLen, H, schedule, stream);
+  } else {
+    launch<D, false>(in, out, lse, B, seqLen, H, schedule, stream);
+  }
+}
+
+// Whether the current device runs the sm_90a kernels: compute capability 9.0 and a loadable image (probed
+// once per device on one instantiation: all are in the same sm_90a cubin).
+bool deviceRunsSm90a() {
+  static std::mutex mutex;
+  static std::vector<int> known;  // per device: -1 unknown, 0 no, 1 yes
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  if (int(known.size()) <= device) known.resize(device + 1, -1);
+  if (known[device] < 0) {
+    int major = 0, minor = 0;
+    bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+              cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess && major == 9 &&
+              minor == 0;
+    cudaFuncAttributes attributes;
+    ok =
+        ok && cudaFuncGetAttributes(&attributes, hopperForwardKernel<128, true, HopperSchedule::Serial>) == cudaSuccess;
+    cudaGetLastError();  // a failed probe must not surface at the next launch check
+    known[device] = ok ? 1 : 0;
+  }
+  return known[device] == 1;
+}
+
+}  // namespace
+
+bool hopperAttentionSupportsHeadDim(int64_t d) { return d == 64 || d == 80 || d == 96 || d == 128 || d == 256; }
+
+bool hopperAttentionAvailable(int64_t d) { return hopperAttentionSupportsHeadDim(d) && deviceRunsSm90a(); }
+
+bool hopperAttentionAvailable(int64_t d, const AttentionOperands<bf16>& in, int64_t B, int64_t H) {
+  if (!hopperAttentionAvailable(d) || in.group < 1 || H % in.group != 0 || B > 65535 || H > 65535) return false;
+  const bf16* bases[3] = {in.q, in.k, in.v};
+  const int64_t strides[3] = {in.qStride, in.kStride, in.vStride};
+  for (int i = 0; i < 3; ++i) {
+    if (reinterpret_cast<uintptr_t>(bases[i]) % 16 != 0 || strides[i] % 8 != 0 || strides[i] <= 0) return false;
+  }
+  return true;
+}
+
+bool hopperAttentionRequested(HopperSchedule* schedule) {
+  static const int requested = [] {  // 0 none, else 1 + the schedule
+    const char* value = std::getenv("MINIDP_ATTENTION");
+    if (value == nullptr) return 0;
+    const char* names[3] = {"sm90", "sm90-overlap", "sm90-pingpong"};
+    for (int i = 0; i < 3; ++i) {
+      if (std::strcmp(value, names[i]) == 0) return 1 + i;
+    }
+    return 0;
+  }();
+  if (schedule) *schedule = requested > 0 ? HopperSchedule(requested - 1) : HopperSchedule::Serial;
+  return requested != 0;
+}
+
+void hopperAttentionForward(AttentionOperands<bf16> in, bf16* out, float* lse, int64_t B, int64_t seqLen, int64_t H,
+                            int64_t d, bool causal, cudaStream_t stream, HopperSchedule schedule) {
+  MINIDP_CHECK(hopperAttentionAvailable(d, in, B, H),
+               "Hopper attention: not available for head dim " << d << " on this device and operands");
+  MINIDP_CHECK(seqLen <= (int64_t(1) << 30), "Hopper attention: sequence too long");
+  if (B * seqLen * H == 0) return;
+  switch (d) {
+    case 64: return launch<64>(in, out, lse, B, seqLen, H, causal, schedule, stream);
+    case 80: return launch<80>(in, out, lse, B, seqLen, H, causal, schedule, stream);
+    case 96: return launch<96>(in, out, lse, B, seqLen, H, causal, schedule, stream);
+    case 128: return launch<128>(in, out, lse, B, seqLen, H, causal, schedule, stream);
+    case 256: return launch<256>(in, out, lse, B, seqLen, H, causal, schedule, stream);
+    default: MINIDP_CHECK(false, "Hopper attention: head dim " << d << " has no kernel");
+  }
+}
+
+}  // namespace minidp::kernels::cuda

@@ -1,0 +1,59 @@
+// Hopper-native (sm_90a) flash attention forward, bf16: the tiles of q, k and v copied by the tensor
+// memory accelerator (TMA) into a two-stage shared-memory ring guarded by mbarriers, one producer warp
+// issuing the copies and two consumer warpgroups (64 query rows each) multiplying with wgmma (S = q k^T with
+// both operands in shared memory, O += P v with P from registers) and keeping the online softmax in
+// registers. Same inputs and outputs as flashAttentionForward<bf16> (kernels/flash_attention.h): y (B, T,
+// H d) bf16 and the natural-log logsumexp (B, H, T) of the scaled scores; causal or not; grouped-query heads;
+// any sequence length (TMA zero-fills rows past the end; key columns >= T are masked).
+//
+// Head dims 64, 80, 96, 128 and 256: 80 and 96 run as 128, the copy engine filling the columns past d with
+// zeros (their products add nothing, and the output columns past d are not stored).
+//
+// Built only for sm_90a (kernels/CMakeLists.txt compiles kernels/flash_attention_sm90.cu with
+// -gencode=arch=compute_90a,code=sm_90a alone); on any other device hopperAttentionAvailable is false.
+//
+// Opt-in: flashAttentionForward<bf16> (causal) takes this kernel where the environment variable
+// MINIDP_ATTENTION is `sm90`, `sm90-overlap` or `sm90-pingpong` (the schedule, below), read once per process,
+// and hopperAttentionAvailable holds; otherwise, and always for the backward, the cp.async kernels of
+// kernels/flash_attention.cu run.
+#pragma once
+
+#include <cstdint>
+
+#include "base/bf16.h"
+#include "base/stream.h"
+#include "kernels/flash_attention.h"
+
+namespace minidp::kernels::cuda {
+
+/// Head dims the Hopper kernel is built for: 64, 80, 96, 128, 256.
+bool hopperAttentionSupportsHeadDim(int64_t d);
+
+/// True where hopperAttentionForward can run head dim d on the current device: a compute capability 9.0
+/// GPU whose driver loads the sm_90a kernel, and a supported head dim.
+bool hopperAttentionAvailable(int64_t d);
+
+/// hopperAttentionAvailable(d), and operands the tensor maps can describe: q, k, v 16-byte aligned, row
+/// strides multiples of 16 bytes (8 elements), group dividing H, B <= 65535, H <= 65535.
+bool hopperAttentionAvailable(int64_t d, const AttentionOperands<bf16>& in, int64_t B, int64_t H);
+
+/// How a consumer warpgroup orders its work per key tile. Serial: s = q k^T, softmax, o += p v, each
+/// product waited for. Overlapped (FlashAttention-3's intra-warpgroup overlap): the scores of tile j are
+/// issued with o += p v of tile j - 1, and the softmax of tile j runs while the tensor cores do the latter.
+/// PingPong: Overlapped, the two consumer warpgroups taking turns to issue their products (named barriers),
+/// so that one's softmax runs under the other's products.
+enum class HopperSchedule { Serial = 0, Overlapped = 1, PingPong = 2 };
+
+/// y = softmax(q k^T / sqrt(d) [causal mask]) v for query head h reading key/value head h / in.group;
+/// out (B, T, H d), lse (B, H, T) natural log. Requires hopperAttentionAvailable(d, in, B, H) (else an
+/// error). out needs no alignment (two columns are stored at once where it is 4-byte aligned).
+void hopperAttentionForward(AttentionOperands<bf16> in, bf16* out, float* lse, int64_t B, int64_t seqLen, int64_t H,
+                            int64_t d, bool causal, cudaStream_t stream,
+                            HopperSchedule schedule = HopperSchedule::Serial);
+
+/// Whether the environment variable MINIDP_ATTENTION (read once) asks flashAttentionForward<bf16> to take
+/// the Hopper kernel: `sm90` with the serial schedule, `sm90-overlap` the overlapped one, `sm90-pingpong` the
+/// ping-pong one (written to *schedule where given); false where it is unset or anything else.
+bool hopperAttentionRequested(HopperSchedule* schedule = nullptr);
+
+}  // namespace minidp::kernels::cuda
