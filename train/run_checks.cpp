@@ -243,7 +243,7 @@ void checkMemory(const Options& o, const Session& session, int64_t vocab) {
   }
   if (need.total() * sharing <= available) return;
   std::string lower = o.ddp.zeroStage < 3 && session.comm && session.world() > 1 ? "raise --zero, or lower --batch-size"
-                                                                         : "--batch-size";
+                                                                                  : "lower --batch-size";
   for (size_t i = 0; i < need.flagsToLower.size(); ++i) {
     lower += (i + 1 == need.flagsToLower.size() ? " or " : ", ") + need.flagsToLower[i];
   }
@@ -252,7 +252,7 @@ void checkMemory(const Options& o, const Session& session, int64_t vocab) {
      << " parameters: "
      << gigabytes(need.stateBytes) << " with gradients and optimizer state; activations " << gigabytes(need.activationBytes)
      << ")" << (sharing > 1 ? " x " + std::to_string(sharing) + " ranks" : std::string()) << ", more than the "
-     << gigabytes(available) << " " << where << "; lower " << lower;
+     << gigabytes(available) << " " << where << "; " << lower;
   throw Error(os.str());
 }
 

@@ -396,6 +396,11 @@ def cases(p):
          "--emulated-latency-us: must be in [0, 1e+06]"),
         ("emulated world of one", t + QUICK + ["--comm", "emulated", "--emulated-world", "1"], 2,
          "--emulated-world: must be in [2, 100000]"),
+        # A model no host holds under DDP (56 B parameters): refused before it is built, pointing at --zero.
+        ("a model too large for DDP", t + ["--model", "llama", "--layers", "320", "--heads", "32", "--kv-heads", "8",
+                                           "--embd", "4096", "--hidden", "11008", "--context", "64", "--batch-size",
+                                           "1", "--steps", "2", "--comm", "emulated", "--emulated-world", "8"], 1,
+         "of host memory available; raise --zero, or lower --batch-size, --context"),
         ("emulated link with zero 3 and a save", t + QUICK + ["--comm", "emulated", "--zero", "3", "--save", "z.st"], 2,
          "--save with --comm emulated --zero 3: the emulated gathers repeat rank 0's shard"),
         ("skip-nonfinite with cuda graph", t + QUICK + ["--skip-nonfinite", "--cuda-graph", "--device", "cuda"], 2,
@@ -442,7 +447,7 @@ def cases(p):
 
 # Cases whose mistake is another under mpirun -np 2: the training state fixture holds one rank's global batch
 # (2 ranks of --batch-size 8 are refused for that first).
-ALONE = {"resume with steps already done", "resume a terabyte of optimizer state"}
+ALONE = {"resume with steps already done", "resume a terabyte of optimizer state", "a model too large for DDP"}  # emulated: one process
 
 
 def launches(name, command, env):
