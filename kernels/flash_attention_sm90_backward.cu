@@ -194,7 +194,8 @@ struct Warpgroup {
   }
 };
 
-// The two products of step j, each warpgroup on its rows: s = X A^T and dp = Y B^T, waited for.
+// The two products of step j, each warpgroup on its rows: s = X A^T and dp = Y B^T, committed apart; returns
+// once s is in, dp still in flight (the caller turns s into probabilities meanwhile, then waitProducts).
 template <int D>
 __device__ __forceinline__ void issueStep(const Warpgroup<D>& w, const Tiles<D>& t, Barriers bars, int j,
                                           float (&s)[Warpgroup<D>::kS], float (&dp)[Warpgroup<D>::kS]) {
@@ -208,8 +209,14 @@ __device__ __forceinline__ void issueStep(const Warpgroup<D>& w, const Tiles<D>&
   wgmmaCommit();
   w.issueScores(dp, t.y, t.streamB(j));
   wgmmaCommit();
-  wgmmaWait<0>();
+  wgmmaWait<1>();  // the first group (s) is complete
   fenceRegisters(s);
+}
+
+// Waits for dp of issueStep (every product of this warpgroup complete).
+template <int N>
+__device__ __forceinline__ void waitProducts(float (&dp)[N]) {
+  wgmmaWait<0>();
   fenceRegisters(dp);
 }
 
@@ -239,6 +246,8 @@ __device__ void consumeKeys(const Tiles<D>& t, Barriers bars, const Plan& plan, 
     const float* rowDotAt = rowDot + stats;
     const bool masked = (kCausal && q0 < wgKey0 + 63) || q0 + kStream > seqLen;
     const int end = seqLen - q0 - column, visible = myKey - q0 - column;  // offsets of the first hidden column
+    // Both products waited for at once: computing p under dp in flight made ptxas spill (causal, d = 128).
+    waitProducts(dp);
 #pragma unroll
     for (int c = 0; c < W::kS / 2; ++c) {
       const int offset = 8 * (c / 2) + (c & 1);
@@ -304,16 +313,19 @@ __device__ void consumeQueries(const Tiles<D>& t, Barriers bars, const Plan& pla
     float s[W::kS], dp[W::kS];
     uint32_t ds[W::kSteps][4];
     issueStep(w, t, bars, j, s, dp);
-    if (leader) barrierArrive(bars.emptyB(j % kStages));  // v is read only by dp
     const int k0 = j * kStream;
     const bool masked = (kCausal && k0 + kStream - 1 > wgQuery0) || k0 + kStream > seqLen;
 #pragma unroll
-    for (int e = 0; e < W::kS; ++e) {
+    for (int e = 0; e < W::kS; ++e) {  // p, while dp is in flight
       const int r = (e >> 1) & 1, key = k0 + 8 * (e / 4) + 2 * (w.lane % 4) + (e & 1);
       float pe = exp2Approx(fmaf(s[e], scaleLog2, -lse2[r]));
       if (masked && (key >= seqLen || (kCausal && key > query0 + w.row + 8 * r))) pe = 0.0f;
-      dp[e] = pe * (dp[e] - rowD[r]);
+      s[e] = pe;
     }
+    waitProducts(dp);
+    if (leader) barrierArrive(bars.emptyB(j % kStages));  // v is read only by dp
+#pragma unroll
+    for (int e = 0; e < W::kS; ++e) dp[e] = s[e] * (dp[e] - rowD[(e >> 1) & 1]);
     W::pack(ds, dp);
     fenceRegisters(dqAcc);
     fenceRegisters(ds);
