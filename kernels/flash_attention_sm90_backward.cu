@@ -45,7 +45,7 @@ using namespace sm90;  // NOLINT: the shared building blocks
 
 constexpr int kThreads = 384;      // producer warpgroup + two consumer warpgroups
 constexpr int kConsumerWarps = 8;  // arrivals that free a stage
-constexpr int kStages = 2;         // ring depth of the streamed tiles
+constexpr int kStages = 3;         // ring depth of the streamed tiles: one step (~1 us at d = 128) is near a copy's latency
 constexpr int kOwn = 128;          // rows of an owned tile: 64 per consumer warpgroup
 constexpr int kStream = 64;        // rows of a streamed tile
 constexpr float kLog2e = 1.4426950408889634f;
