@@ -59,7 +59,7 @@ bool hopperAttentionRequested(HopperSchedule* schedule = nullptr);
 
 // ---- backward (kernels/flash_attention_sm90_backward.cu; untested on hardware when written) ----
 
-/// Head dims the Hopper backward is built for: 64, 80, 96, 128 (80 and 96 run as 128; not 256).
+/// Head dims the Hopper backward is built for: 64, 80, 96, 128, 256 (80 and 96 run as 128).
 bool hopperAttentionBackwardSupportsHeadDim(int64_t d);
 
 /// hopperAttentionAvailable(d, in, B, H) and a head dim of hopperAttentionBackwardSupportsHeadDim.

@@ -13,7 +13,8 @@
 //               S = q k^T, dP = dout v^T, P = exp(S scale - lse) (lse per row), dS = P (dP - D),
 //               dq += dS k (k MN-major). dq stored once.
 // Both passes are one skeleton: two "owned" tiles of 128 rows copied once (k, v or q, dout; 64 rows per
-// consumer warpgroup) and two "streamed" tiles of 64 rows (q, dout or k, v) in a ring of kStages stages
+// consumer warpgroup; d = 256: 64 rows shared, each warpgroup accumulating half of the columns) and two
+// "streamed" tiles of 64 rows (q, dout or k, v) in a ring of kStages stages
 // (fullA/fullB on landing, emptyA/emptyB when the 8 consumer warps are done with them), a producer thread
 // issuing the copies (warpgroup 0, setmaxnreg 24) and two consumer warpgroups (setmaxnreg 240). The first two
 // products of every step, X = owned streamed^T, are the forward's S = q k^T (same descriptors: K-major, 128-byte
@@ -24,8 +25,7 @@
 // Masks: rows past T are zero-filled by the copy engine; the probabilities of (query, key) pairs with the query
 // past T or the key past T, or for causal the key after the query, are set to 0 before they are rounded, so
 // they add nothing (and their lse / D, never read, cannot make a NaN). Output rows past T are not stored.
-// Head dims 64 and 128; 80 and 96 run as 128 (columns past d zero-filled, not stored). 256 is not built
-// (dk and dv of 64 x 256 in fp32 would not fit a thread's registers): hopperAttentionBackwardAvailable is false.
+// Head dims 64, 128 and 256; 80 and 96 run as 128 (columns past d zero-filled, not stored).
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -45,14 +45,20 @@ using namespace sm90;  // NOLINT: the shared building blocks
 
 constexpr int kThreads = 384;      // producer warpgroup + two consumer warpgroups
 constexpr int kConsumerWarps = 8;  // arrivals that free a stage
-constexpr int kStages = 3;         // ring depth of the streamed tiles: one step (~1 us at d = 128) is near a copy's latency
-constexpr int kOwn = 128;          // rows of an owned tile: 64 per consumer warpgroup
 constexpr int kStream = 64;        // rows of a streamed tile
 constexpr float kLog2e = 1.4426950408889634f;
 
+// Head dims up to 128: 128 owned rows, 64 per consumer warpgroup, each accumulating all kDPad columns; a ring
+// of 3 stages (one step of a CTA, about 1 us at d = 128, is near a copy's latency). 256 (kSplit): 64 owned
+// rows that both warpgroups share, each accumulating one half of the columns (the scores computed by both: dk
+// and dv of 64 x 256 in fp32 would not fit one thread's registers); 2 stages (shared memory).
 template <int D>
 struct BackwardConfig {
-  static constexpr int kDPad = D <= 64 ? 64 : 128;
+  static constexpr int kDPad = D <= 64 ? 64 : D <= 128 ? 128 : 256;
+  static constexpr bool kSplit = D > 128;
+  static constexpr int kOwn = kSplit ? 64 : 128;
+  static constexpr int kAccColumns = kSplit ? kDPad / 2 : kDPad;
+  static constexpr int kStages = kSplit ? 2 : 3;
   static constexpr int kBoxes = kDPad / kBox;
   static constexpr int kOwnBytes = kOwn * kDPad * 2;
   static constexpr int kStreamBytes = kStream * kDPad * 2;
@@ -77,7 +83,9 @@ struct Plan {
 
 // Barriers, 8 bytes each after the tiles: the owned tiles landed; per stage s the streamed A / B tiles landed
 // (fullA, fullB) and were read by every consumer warp (emptyA, emptyB).
+template <int D>
 struct Barriers {
+  static constexpr int kStages = BackwardConfig<D>::kStages;
   uint32_t base;
   __device__ uint32_t own() const { return base; }
   __device__ uint32_t fullA(int s) const { return base + 8 * (1 + s); }
@@ -90,6 +98,7 @@ struct Barriers {
 template <int D>
 struct Tiles {
   using C = BackwardConfig<D>;
+  static constexpr int kStages = C::kStages;
   uint32_t x, y, a, b;
   __device__ explicit Tiles(uint32_t base)
       : x(base), y(base + C::kOwnBytes), a(base + 2 * C::kOwnBytes), b(a + kStages * C::kStreamBytes) {}
@@ -102,8 +111,9 @@ struct Tiles {
 // once the consumers have released tile j - kStages from it (the forward's protocol, for A and B apart).
 template <int D>
 __device__ void produce(const CUtensorMap* mapX, const CUtensorMap* mapY, const CUtensorMap* mapA,
-                        const CUtensorMap* mapB, const Tiles<D>& t, Barriers bars, const Plan& plan) {
+                        const CUtensorMap* mapB, const Tiles<D>& t, Barriers<D> bars, const Plan& plan) {
   using C = BackwardConfig<D>;
+  constexpr int kStages = C::kStages, kOwn = C::kOwn;
   barrierExpectBytes(bars.own(), 2 * C::kOwnBytes);
 #pragma unroll
   for (int x = 0; x < C::kBoxes; ++x) {
@@ -131,12 +141,17 @@ template <int D>
 struct Warpgroup {
   using C = BackwardConfig<D>;
   static constexpr int kS = kStream / 2;       // accumulators of a 64 x 64 product
-  static constexpr int kO = C::kDPad / 2;      // accumulators of a 64 x kDPad product
-  static constexpr int kSteps = kStream / 16;  // k16 steps over a streamed tile
-  int wg, lane, row0, row;                     // row0: the warpgroup's first owned row (CTA-relative)
+  static constexpr int kO = C::kAccColumns / 2;  // accumulators of a 64 x kAccColumns product
+  static constexpr int kSteps = kStream / 16;    // k16 steps over a streamed tile
+  // row0: the warpgroup's first owned row (CTA-relative); column0: its first accumulated column.
+  int wg, lane, row0, row, column0;
 
   __device__ explicit Warpgroup(int wg)
-      : wg(wg), lane(threadIdx.x % 32), row0(64 * wg), row(64 * wg + 16 * (threadIdx.x % 128 / 32) + lane / 4) {}
+      : wg(wg),
+        lane(threadIdx.x % 32),
+        row0(C::kSplit ? 0 : 64 * wg),
+        row(row0 + 16 * (threadIdx.x % 128 / 32) + lane / 4),
+        column0(C::kSplit ? C::kAccColumns * wg : 0) {}
 
   // Issues s = own streamed^T: the warpgroup's rows of the owned tile `own` (A, K-major) against the streamed
   // tile at `streamed` (B, K-major), over the padded head dim (not committed).
@@ -146,20 +161,21 @@ struct Warpgroup {
     for (int x = 0; x < C::kBoxes; ++x) {
 #pragma unroll
       for (int kk = 0; kk < kBox / 16; ++kk) {
-        const uint64_t a = matrixDescriptor(rows + x * kOwn * kBoxRowBytes + kk * 32, 16);
+        const uint64_t a = matrixDescriptor(rows + x * C::kOwn * kBoxRowBytes + kk * 32, 16);
         const uint64_t b = matrixDescriptor(streamed + x * kStream * kBoxRowBytes + kk * 32, 16);
         wgmmaSS(s, a, b, (x | kk) != 0);
       }
     }
   }
 
-  // Issues acc += p streamed: p (64 x kStream, bf16 A fragments) times the streamed tile (kStream x kDPad,
-  // MN-major) (not committed).
-  static __device__ __forceinline__ void issueAccumulate(float (&acc)[kO], const uint32_t (&p)[kSteps][4],
-                                                         uint32_t streamed) {
+  // Issues acc += p streamed: p (64 x kStream, bf16 A fragments) times the warpgroup's kAccColumns columns of
+  // the streamed tile (kStream x kDPad, MN-major: from box column0 / 64 on) (not committed).
+  __device__ __forceinline__ void issueAccumulate(float (&acc)[kO], const uint32_t (&p)[kSteps][4],
+                                                  uint32_t streamed) const {
+    const uint32_t columns = streamed + column0 / kBox * kStream * kBoxRowBytes;
 #pragma unroll
     for (int ks = 0; ks < kSteps; ++ks)
-      wgmmaRS(acc, p[ks], matrixDescriptor(streamed + ks * 16 * kBoxRowBytes, kStream * kBoxRowBytes));
+      wgmmaRS(acc, p[ks], matrixDescriptor(columns + ks * 16 * kBoxRowBytes, kStream * kBoxRowBytes));
   }
 
   static __device__ __forceinline__ void pack(uint32_t (&p)[kSteps][4], const float (&s)[kS]) {
@@ -169,7 +185,7 @@ struct Warpgroup {
       for (int i = 0; i < 4; ++i) p[ks][i] = packBf16(s[8 * ks + 2 * i], s[8 * ks + 2 * i + 1]);
   }
 
-  // Stores acc * scale into rows (this thread's two) of dst: row r at dst + r stride, columns < D.
+  // Stores acc * scale into rows (this thread's two) of dst: row r at dst + r stride, columns < D (from column0).
   __device__ void store(const float (&acc)[kO], __nv_bfloat16* dst, int64_t stride, int first, int seqLen,
                         float scale, bool pairStores) const {
 #pragma unroll
@@ -179,8 +195,8 @@ struct Warpgroup {
       __nv_bfloat16* out = dst + int64_t(rr) * stride;
 #pragma unroll
       for (int jc = 0; jc < kO / 4; ++jc) {
-        if (8 * jc >= D) continue;  // padding columns of D = 80, 96 (compile-time)
-        const int col = 8 * jc + 2 * (lane % 4);
+        if (!C::kSplit && 8 * jc >= D) continue;  // padding columns of D = 80, 96 (compile-time)
+        const int col = column0 + 8 * jc + 2 * (lane % 4);
         const __nv_bfloat162 pair =
             __floats2bfloat162_rn(acc[4 * jc + 2 * r] * scale, acc[4 * jc + 2 * r + 1] * scale);
         if (pairStores) {
@@ -197,8 +213,9 @@ struct Warpgroup {
 // The two products of step j, each warpgroup on its rows: s = X A^T and dp = Y B^T, committed apart; returns
 // once s is in, dp still in flight (the caller turns s into probabilities meanwhile, then waitProducts).
 template <int D>
-__device__ __forceinline__ void issueStep(const Warpgroup<D>& w, const Tiles<D>& t, Barriers bars, int j,
+__device__ __forceinline__ void issueStep(const Warpgroup<D>& w, const Tiles<D>& t, Barriers<D> bars, int j,
                                           float (&s)[Warpgroup<D>::kS], float (&dp)[Warpgroup<D>::kS]) {
+  constexpr int kStages = BackwardConfig<D>::kStages;
   const uint32_t parity = (j / kStages) & 1;
   barrierWait(bars.fullA(j % kStages), parity);
   barrierWait(bars.fullB(j % kStages), parity);
@@ -224,10 +241,11 @@ __device__ __forceinline__ void waitProducts(float (&dp)[N]) {
 // s = k q^T (keys x queries), dp = v dout^T; p = exp2(s scaleLog2 - lse2[query]) masked; ds = p (dp - D[query]);
 // dv += p dout (B), dk += ds q (A); both tiles released after those products.
 template <int D, bool kCausal>
-__device__ void consumeKeys(const Tiles<D>& t, Barriers bars, const Plan& plan, int wg, int key0, const float* lse,
+__device__ void consumeKeys(const Tiles<D>& t, Barriers<D> bars, const Plan& plan, int wg, int key0, const float* lse,
                             const float* rowDot, __nv_bfloat16* dk, __nv_bfloat16* dv, int64_t dkStride,
                             int64_t dvStride, int seqLen, int H, float scaleLog2, float scale, bool pairStores) {
   using W = Warpgroup<D>;
+  constexpr int kStages = BackwardConfig<D>::kStages;
   W w(wg);
   float dkAcc[W::kO], dvAcc[W::kO];
 #pragma unroll
@@ -270,8 +288,8 @@ __device__ void consumeKeys(const Tiles<D>& t, Barriers bars, const Plan& plan, 
     fenceRegisters(p);
     fenceRegisters(ds);
     wgmmaFence();
-    W::issueAccumulate(dvAcc, p, t.streamB(j));
-    W::issueAccumulate(dkAcc, ds, t.streamA(j));
+    w.issueAccumulate(dvAcc, p, t.streamB(j));
+    w.issueAccumulate(dkAcc, ds, t.streamA(j));
     wgmmaCommit();
     wgmmaWait<0>();
     fenceRegisters(dvAcc);
@@ -290,10 +308,11 @@ __device__ void consumeKeys(const Tiles<D>& t, Barriers bars, const Plan& plan, 
 // Query pass consumer: owned X = q, Y = dout (its 64 queries), streamed A = k, B = v of key tile j.
 // s = q k^T, dp = dout v^T; p = exp2(s scaleLog2 - lse2[row]) masked; ds = p (dp - D[row]); dq += ds k (A).
 template <int D, bool kCausal>
-__device__ void consumeQueries(const Tiles<D>& t, Barriers bars, const Plan& plan, int wg, int query0,
+__device__ void consumeQueries(const Tiles<D>& t, Barriers<D> bars, const Plan& plan, int wg, int query0,
                                const float* lse, const float* rowDot, __nv_bfloat16* dq, int64_t dqStride, int seqLen,
                                int H, int h, float scaleLog2, float scale, bool pairStores) {
   using W = Warpgroup<D>;
+  constexpr int kStages = BackwardConfig<D>::kStages;
   W w(wg);
   float dqAcc[W::kO];
 #pragma unroll
@@ -330,7 +349,7 @@ __device__ void consumeQueries(const Tiles<D>& t, Barriers bars, const Plan& pla
     fenceRegisters(dqAcc);
     fenceRegisters(ds);
     wgmmaFence();
-    W::issueAccumulate(dqAcc, ds, t.streamA(j));
+    w.issueAccumulate(dqAcc, ds, t.streamA(j));
     wgmmaCommit();
     wgmmaWait<0>();
     fenceRegisters(dqAcc);
@@ -341,9 +360,10 @@ __device__ void consumeQueries(const Tiles<D>& t, Barriers bars, const Plan& pla
 }
 
 // Barrier set-up by thread 0, then the roles: warpgroup 0 the producer, 1 and 2 the consumers.
-__device__ __forceinline__ void initBarriers(Barriers bars) {
+template <int D>
+__device__ __forceinline__ void initBarriers(Barriers<D> bars) {
   barrierInit(bars.own(), 1);  // the producer's arrival with the byte count; the copies complete it
-  for (int s = 0; s < kStages; ++s) {
+  for (int s = 0; s < Barriers<D>::kStages; ++s) {
     barrierInit(bars.fullA(s), 1);
     barrierInit(bars.fullB(s), 1);
     barrierInit(bars.emptyA(s), kConsumerWarps);
@@ -372,8 +392,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if MINIDP_SM90A_DEVICE
   extern __shared__ unsigned char smemRaw[];
   const Tiles<D> t((sharedAddress(smemRaw) + 1023) & ~1023u);
-  const Barriers bars{t.barriers()};
-  const int kvHead = blockIdx.y, b = blockIdx.z, key0 = blockIdx.x * kOwn;
+  const Barriers<D> bars{t.barriers()};
+  const int kvHead = blockIdx.y, b = blockIdx.z, key0 = blockIdx.x * BackwardConfig<D>::kOwn;
   const int queryTiles = (seqLen + kStream - 1) / kStream;
   const int first = kCausal ? key0 / kStream : 0;
   const Plan plan{kvHead, key0, b, group * (queryTiles - first), kvHead * group, queryTiles - first, first};
@@ -403,8 +423,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if MINIDP_SM90A_DEVICE
   extern __shared__ unsigned char smemRaw[];
   const Tiles<D> t((sharedAddress(smemRaw) + 1023) & ~1023u);
-  const Barriers bars{t.barriers()};
+  const Barriers<D> bars{t.barriers()};
   const int qTile = kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  constexpr int kOwn = BackwardConfig<D>::kOwn;
   const int h = blockIdx.y, b = blockIdx.z, query0 = qTile * kOwn;
   const int keyTiles = (seqLen + kStream - 1) / kStream;
   const int tiles = kCausal ? min(keyTiles, (query0 + kOwn - 1) / kStream + 1) : keyTiles;
@@ -432,6 +453,7 @@ template <int D, bool kCausal>
 void launchBackward(const bf16* dout, const AttentionOperands<bf16>& in, const float* lse, const float* rowDot,
                     const AttentionGradients<bf16>& grads, int64_t B, int64_t seqLen, int64_t H, cudaStream_t stream) {
   using C = BackwardConfig<D>;
+  constexpr int kOwn = C::kOwn;
   const int64_t kvHeads = H / in.group;
   const float scale = float(1.0 / std::sqrt(double(D)));
   const float scaleLog2 = float(1.0 / std::sqrt(double(D)) * 1.4426950408889634);
@@ -479,7 +501,9 @@ void launchBackward(const bf16* dout, const AttentionOperands<bf16>& in, const f
 
 }  // namespace
 
-bool hopperAttentionBackwardSupportsHeadDim(int64_t d) { return d == 64 || d == 80 || d == 96 || d == 128; }
+bool hopperAttentionBackwardSupportsHeadDim(int64_t d) {
+  return d == 64 || d == 80 || d == 96 || d == 128 || d == 256;
+}
 
 bool hopperAttentionBackwardAvailable(int64_t d, const AttentionOperands<bf16>& in, int64_t B, int64_t H) {
   return hopperAttentionBackwardSupportsHeadDim(d) && hopperAttentionAvailable(d, in, B, H);
@@ -500,6 +524,7 @@ void hopperAttentionBackward(const bf16* dout, AttentionOperands<bf16> in, const
     case 80: return launchBackward<80>(dout, in, lse, rowDot, grads, B, seqLen, H, causal, stream);
     case 96: return launchBackward<96>(dout, in, lse, rowDot, grads, B, seqLen, H, causal, stream);
     case 128: return launchBackward<128>(dout, in, lse, rowDot, grads, B, seqLen, H, causal, stream);
+    case 256: return launchBackward<256>(dout, in, lse, rowDot, grads, B, seqLen, H, causal, stream);
     default: MINIDP_CHECK(false, "Hopper attention backward: head dim " << d << " has no kernel");
   }
 }

@@ -8,7 +8,7 @@
 // on other GPUs; on a 9.0 GPU the kernel must report itself available. Every schedule (serial, overlapped,
 // ping-pong: the last in tests of its own). The backward (dq, dk, dv) likewise against a float64 reference
 // backward written here (checked against finite differences, and the CPU twin where causal), the CPU twin and the
-// cp.async bf16 backward (causal), at head dims 64, 80, 96, 128, every element written, tails untouched, two runs
+// cp.async bf16 backward (causal), at head dims 64, 80, 96, 128, 256, every element written, tails untouched, two runs
 // the same bits.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -465,8 +465,11 @@ TEST(HopperAttentionDevice, BackwardAvailableOnComputeCapability90) {
     EXPECT_FALSE(kernels::cuda::hopperAttentionBackwardAvailable(128, in, 1, 1));
     return;
   }
-  EXPECT_TRUE(kernels::cuda::hopperAttentionBackwardAvailable(128, in, 1, 1));
-  EXPECT_FALSE(kernels::cuda::hopperAttentionBackwardAvailable(256, in, 1, 1));
+  for (int64_t d : {64, 80, 96, 128}) EXPECT_TRUE(kernels::cuda::hopperAttentionBackwardAvailable(d, in, 1, 1)) << d;
+  const Tensor wide = Tensor::empty({4, 3 * 256}, DType::BF16, Device::CUDA);
+  const bf16* w = wide.data<bf16>();
+  const AttentionOperands<bf16> in256{w, w + 256, w + 512, 3 * 256, 3 * 256, 3 * 256, 1};
+  EXPECT_TRUE(kernels::cuda::hopperAttentionBackwardAvailable(256, in256, 1, 1));
   EXPECT_FALSE(kernels::cuda::hopperAttentionBackwardAvailable(32, in, 1, 1));
 }
 
@@ -598,16 +601,8 @@ TEST_P(HopperAttentionBackward, MatchesReferencesAndTheCpAsyncKernel) {
   EXPECT_TRUE(again.dq == hopper.dq && again.dk == hopper.dk && again.dv == hopper.dv) << "two runs differ";
 }
 
-// Head dims 64, 80, 96, 128 at T = 1, 63, 64, 65, 200, 1000, causal and not; (G, layout) cycling as above.
-std::vector<Case> backwardCases() {
-  std::vector<Case> out;
-  for (const Case& c : cases()) {
-    if (c.d != 256) out.push_back(c);
-  }
-  return out;
-}
-
-INSTANTIATE_TEST_SUITE_P(Shapes, HopperAttentionBackward, ::testing::ValuesIn(backwardCases()),
+// The forward's cases: every head dim at T = 1, 63, 64, 65, 200, 1000, causal and not, (G, layout) cycling.
+INSTANTIATE_TEST_SUITE_P(Shapes, HopperAttentionBackward, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& info) { return describe(info.param); });
 
 }  // namespace
