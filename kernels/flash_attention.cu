@@ -29,8 +29,9 @@
 // Forward: the running max is kept in scaled units, so p = exp2(s sc - m) is one FFMA and one exp2.
 // bf16 outputs are stored as column pairs (4 bytes) where the destination is 4-byte aligned and its row
 // stride even, else one element at a time.
-// bf16 forward, opt-in: with MINIDP_ATTENTION=sm90 (or sm90-overlap, sm90-pingpong), flashAttentionForward<bf16>
-// runs the TMA + wgmma kernel of kernels/flash_attention_sm90.cu where hopperAttentionAvailable holds (sm_90).
+// bf16 forward, opt-in: with MINIDP_ATTENTION=sm90 (or sm90-overlap, sm90-pingpong, sm90-bwd), flashAttentionForward<bf16>
+// runs the TMA + wgmma kernel of kernels/flash_attention_sm90.cu where hopperAttentionAvailable holds (sm_90);
+// with sm90-bwd flashAttentionBackward<bf16> runs kernels/flash_attention_sm90_backward.cu's backward too.
 // fp32 at a head dim whose six tiles do not fit in a CTA's shared memory (256) takes row kernels
 // instead: a warp per query or key row, the rows it meets read from global memory (L2), no tiles.
 #include <cuda_bf16.h>
@@ -1138,6 +1139,21 @@ size_t flashAttentionBackwardScratchBytes(int64_t B, int64_t seqLen, int64_t H, 
   return static_cast<size_t>(B * H * perHead * tileBytes);
 }
 
+void flashAttentionRowDot(const bf16* dout, const bf16* out, float* rowDot, int64_t B, int64_t seqLen, int64_t H,
+                          int64_t d, cudaStream_t stream) {
+  MINIDP_CHECK(reinterpret_cast<uintptr_t>(dout) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0,
+               "flash attention: dout and out must be 16-byte aligned");
+  const int64_t rows = B * seqLen * H;
+  if (rows == 0) return;
+  withHeadDim(d, [&](auto dim) {
+    constexpr int D = decltype(dim)::value;
+    constexpr int kRowDotBlock = 256, kRowsPerBlock = kRowDotBlock / rowDotLanes(D * sizeof(bf16) / 16);
+    rowDotKernel<__nv_bfloat16, D><<<ceilDiv(rows, kRowsPerBlock), kRowDotBlock, 0, stream>>>(
+        MathFor<bf16>::cast(dout), MathFor<bf16>::cast(out), rowDot, rows, int(seqLen), int(H));
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
 template <typename T>
 void flashAttentionBackward(const T* dout, AttentionOperands<T> in, const T* out, const AccumOf<T>* lse,
                             AccumOf<T>* rowDot, AttentionGradients<T> grads, int64_t B, int64_t seqLen, int64_t H,
@@ -1145,6 +1161,13 @@ void flashAttentionBackward(const T* dout, AttentionOperands<T> in, const T* out
   checkShape(in, B, seqLen, H, d);
   MINIDP_CHECK(reinterpret_cast<uintptr_t>(dout) % 16 == 0, "flash attention: dout must be 16-byte aligned");
   if (B * seqLen * H == 0) return;
+  if constexpr (std::is_same_v<T, bf16>) {
+    // Opt-in (MINIDP_ATTENTION=sm90-bwd): the TMA + wgmma backward of flash_attention_sm90_backward.cu.
+    if (hopperAttentionBackwardRequested() && hopperAttentionBackwardAvailable(d, in, B, H)) {
+      hopperAttentionBackward(dout, in, out, lse, rowDot, grads, B, seqLen, H, d, /*causal=*/true, stream);
+      return;
+    }
+  }
   using F = MathFor<T>;
   using E = typename F::type::Elem;
   const size_t needed = flashAttentionBackwardScratchBytes<T>(B, seqLen, H, d);

@@ -85,6 +85,10 @@ MINIDP_FLASH_ATTENTION_DECLARATIONS(, cudaStream_t stream)
 /// recomputing S, P and dP.
 template <typename T>
 size_t flashAttentionBackwardScratchBytes(int64_t B, int64_t seqLen, int64_t H, int64_t d);
+/// rowDot (B, H, T) = rowsum(dout * out) over each head's d columns, in fp32: the backward's first step (dout and
+/// out (B, T, H d), 16-byte aligned; d of flashAttentionSupportsHeadDim). Exposed for the Hopper backward.
+void flashAttentionRowDot(const bf16* dout, const bf16* out, float* rowDot, int64_t B, int64_t seqLen, int64_t H,
+                          int64_t d, cudaStream_t stream);
 /// flashAttentionBackward with `scratchBytes` of scratch (16-byte aligned; at least
 /// flashAttentionBackwardScratchBytes, else an error; null with 0 bytes, or any at a shape that uses none:
 /// the recomputing path). Same dk and dv bits either way.

@@ -14,8 +14,9 @@
 //
 // Opt-in: flashAttentionForward<bf16> (causal) takes this kernel where the environment variable
 // MINIDP_ATTENTION is `sm90`, `sm90-overlap` or `sm90-pingpong` (the schedule, below), read once per process,
-// and hopperAttentionAvailable holds; otherwise, and always for the backward, the cp.async kernels of
-// kernels/flash_attention.cu run.
+// and hopperAttentionAvailable holds; otherwise the cp.async kernels of kernels/flash_attention.cu run. With
+// MINIDP_ATTENTION=sm90-bwd the forward takes the serial schedule and flashAttentionBackward<bf16> the Hopper
+// backward below (hopperAttentionBackwardAvailable); the cp.async backward otherwise.
 #pragma once
 
 #include <cstdint>
@@ -52,8 +53,30 @@ void hopperAttentionForward(AttentionOperands<bf16> in, bf16* out, float* lse, i
                             HopperSchedule schedule = HopperSchedule::Serial);
 
 /// Whether the environment variable MINIDP_ATTENTION (read once) asks flashAttentionForward<bf16> to take
-/// the Hopper kernel: `sm90` with the serial schedule, `sm90-overlap` the overlapped one, `sm90-pingpong` the
-/// ping-pong one (written to *schedule where given); false where it is unset or anything else.
+/// the Hopper kernel: `sm90` (and `sm90-bwd`) with the serial schedule, `sm90-overlap` the overlapped one,
+/// `sm90-pingpong` the ping-pong one (written to *schedule where given); false where it is unset or anything else.
 bool hopperAttentionRequested(HopperSchedule* schedule = nullptr);
+
+// ---- backward (kernels/flash_attention_sm90_backward.cu; untested on hardware when written) ----
+
+/// Head dims the Hopper backward is built for: 64, 80, 96, 128, 256 (80 and 96 run as 128).
+bool hopperAttentionBackwardSupportsHeadDim(int64_t d);
+
+/// hopperAttentionAvailable(d, in, B, H) and a head dim of hopperAttentionBackwardSupportsHeadDim.
+bool hopperAttentionBackwardAvailable(int64_t d, const AttentionOperands<bf16>& in, int64_t B, int64_t H);
+
+/// The gradients of hopperAttentionForward (causal or not), with flashAttentionBackward<bf16>'s contract:
+/// dout and out (B, T, H d), 16-byte aligned; lse (B, H, T) natural log; rowDot (B, H, T) scratch for
+/// D = rowsum(dout * out); dq per query head, dk and dv per key/value head summed over its group's query heads,
+/// every row < T fully written (no alignment needed), nothing else. Deterministic: a key pass (dk, dv in
+/// registers over the group's heads and all query tiles) and a query pass (dq), no atomics. Requires
+/// hopperAttentionBackwardAvailable(d, in, B, H) (else an error).
+void hopperAttentionBackward(const bf16* dout, AttentionOperands<bf16> in, const bf16* out, const float* lse,
+                             float* rowDot, AttentionGradients<bf16> grads, int64_t B, int64_t seqLen, int64_t H,
+                             int64_t d, bool causal, cudaStream_t stream);
+
+/// Whether MINIDP_ATTENTION (read once) is `sm90-bwd`: flashAttentionForward<bf16> then takes the Hopper
+/// forward (serial schedule) and flashAttentionBackward<bf16> the Hopper backward, where available.
+bool hopperAttentionBackwardRequested();
 
 }  // namespace minidp::kernels::cuda

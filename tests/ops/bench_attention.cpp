@@ -9,10 +9,11 @@
 //        minidp-bench-attention --shapes B:H:K:T:d[,...]  bf16 flash only at these shapes, K key/value heads
 //                                                     (grouped-query where K < H): tools/shape_grid.py's
 //                                                     attention grid, beside tools/torch_attention_bench.py
-//        minidp-bench-attention --sm90 [shape flags]  bf16 forward only: the cp.async kernel beside the Hopper
-//                                                     TMA + wgmma kernel (kernels/flash_attention_sm90.h) in
+//        minidp-bench-attention --sm90 [shape flags]  bf16: the cp.async forward beside the Hopper TMA +
+//                                                     wgmma forward (kernels/flash_attention_sm90.h) in
 //                                                     each schedule, causal and without the mask (its FLOPs
-//                                                     counted whole); one line each. On an H100:
+//                                                     counted whole); then forward + backward, the cp.async
+//                                                     kernels beside the Hopper ones; one line each. On an H100:
 //                                                     --sm90 --shapes 4:16:16:4096:128 (B H = 64)
 #include <cuda_runtime_api.h>
 
@@ -196,6 +197,43 @@ void benchSm90(const Shape4& s) {
     print(names[int(schedule)][0], ms, flop, relativeDifference(hostValues(y[1]), yCpAsync));
     print(names[int(schedule)][1], medianMs([&] { hopper(false, schedule); }), 2 * flop, NAN);
   }
+  // Forward + backward (FLOPs 3.5 times the forward's: the backward's 2.5): the cp.async kernels (causal; with
+  // the dS scratch where the shape takes it), then the Hopper forward (serial) and backward, causal and full;
+  // the causal Hopper gradients checked against the cp.async kernels' (max |g - g'| / max |g'|).
+  if (!kernels::cuda::hopperAttentionBackwardAvailable(s.d, in, s.B, s.H)) {
+    std::printf("sm90: no Hopper backward for head dim %lld\n", (long long)s.d);
+    return;
+  }
+  const Tensor dy = cudaTensor(randomValues(s.B * s.T * s.H * s.d, 2), {s.B, s.T, s.H * s.d}, DType::BF16);
+  const Tensor rowDot = Tensor::empty({s.B, s.H, s.T}, DType::F32, Device::CUDA);
+  Tensor dqkv[2] = {Tensor::empty(qkv.shape(), DType::BF16, Device::CUDA),
+                    Tensor::empty(qkv.shape(), DType::BF16, Device::CUDA)};
+  const size_t scratchBytes = kernels::cuda::flashAttentionBackwardScratchBytes<bf16>(s.B, s.T, s.H, s.d);
+  const Tensor scratch =
+      scratchBytes ? Tensor::empty({int64_t(scratchBytes / 2)}, DType::BF16, Device::CUDA) : Tensor();
+  auto cpAsyncBoth = [&](bool stored) {
+    cpAsync();
+    kernels::cuda::flashAttentionBackward<bf16>(
+        dy.data<bf16>(), in, y[0].data<bf16>(), lse[0].data<float>(), rowDot.data<float>(),
+        groupedGradients<bf16>(dqkv[0].data<bf16>(), s), s.B, s.T, s.H, s.d,
+        stored ? static_cast<void*>(scratch.data<bf16>()) : nullptr, stored ? scratchBytes : 0, stream);
+  };
+  auto hopperBoth = [&](bool causal) {
+    hopper(causal, HopperSchedule::Serial);
+    kernels::cuda::hopperAttentionBackward(dy.data<bf16>(), in, y[1].data<bf16>(), lse[1].data<float>(),
+                                           rowDot.data<float>(), groupedGradients<bf16>(dqkv[1].data<bf16>(), s), s.B,
+                                           s.T, s.H, s.d, causal, stream);
+  };
+  const char* cpAsyncName = kernels::cuda::hopperAttentionBackwardRequested() ? "cp.async=sm90 f+b" : "cp.async f+b";
+  print(cpAsyncName, medianMs([&] { cpAsyncBoth(false); }), 3.5 * flop, NAN);
+  if (scratchBytes > 0) print("cp.async dS f+b", medianMs([&] { cpAsyncBoth(true); }), 3.5 * flop, NAN);
+  cpAsyncBoth(false);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  const std::vector<float> gradCpAsync = hostValues(dqkv[0]);
+  const double ms = medianMs([&] { hopperBoth(true); });
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  print("sm90 f+b", ms, 3.5 * flop, relativeDifference(hostValues(dqkv[1]), gradCpAsync));
+  print("sm90 f+b full", medianMs([&] { hopperBoth(false); }), 2 * 3.5 * flop, NAN);
 }
 
 // The grid's shapes: bf16 flash alone (the materialised path would not fit at long contexts), no reference.
