@@ -4,8 +4,8 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 
+#include "base/float_bits.h"
 #include "base/host_device.h"
 
 namespace minidp {
@@ -17,17 +17,11 @@ struct bf16 {
 static_assert(sizeof(bf16) == 2, "bf16 must be two bytes");
 
 /// The float whose upper 16 bits are `b` (exact).
-inline float bf16ToFloat(bf16 b) {
-  const uint32_t u = static_cast<uint32_t>(b.bits) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
+inline float bf16ToFloat(bf16 b) { return floatFromBits(static_cast<uint32_t>(b.bits) << 16); }
 
 /// `f` rounded to the nearest bfloat16, ties to even (as __float2bfloat16_rn); NaN stays a quiet NaN.
 inline bf16 floatToBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
+  uint32_t u = floatBits(f);
   if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0) return bf16{static_cast<uint16_t>((u >> 16) | 0x40)};
   u += 0x7fffu + ((u >> 16) & 1u);
   return bf16{static_cast<uint16_t>(u >> 16)};

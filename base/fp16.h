@@ -4,7 +4,8 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
+
+#include "base/float_bits.h"
 
 namespace minidp {
 
@@ -25,20 +26,15 @@ inline float fp16ToFloat(fp16 h) {
     u = sign | ((exponent + 112) << 23) | (mantissa << 13);
   } else {
     // Subnormal or zero: mantissa * 2^-24, exact in float.
-    float f = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
-    std::memcpy(&u, &f, sizeof u);
-    u |= sign;
+    u = sign | floatBits(static_cast<float>(mantissa) * 5.9604644775390625e-8f);
   }
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
+  return floatFromBits(u);
 }
 
 /// `f` rounded to the nearest half, ties to even (as __float2half_rn); beyond 65520 it is infinite, NaN stays
 /// a quiet NaN.
 inline fp16 floatToFp16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
+  uint32_t u = floatBits(f);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   u &= 0x7fffffffu;
   if (u > 0x7f800000u) return fp16{static_cast<uint16_t>(sign | 0x7e00u)};

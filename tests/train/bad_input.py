@@ -10,13 +10,11 @@ Usage: bad_input.py MPIEXEC MINIDP_TRAIN MINIDP_BENCH [NAME_PART]  (NAME_PART: o
 import json
 import os
 import shutil
-import signal
-import stat
 import subprocess
 import sys
 import tempfile
 
-from job_tools import MPIRUN_EXIT_REPORT, write_fashion_mnist
+from job_tools import expect_one_line, report, summary, write_fashion_mnist
 
 mpiexec, train, bench = sys.argv[1:4]
 only = sys.argv[4] if len(sys.argv) > 4 else ""
@@ -466,37 +464,6 @@ def has_gpu():
         return False
 
 
-def run(command, cwd, env):
-    """(exit status, stderr) of the command, or None when it ran past 120 s (then it and what it started are
-    killed: a run that takes no signal mid-step, mpirun's ranks)."""
-    job = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           start_new_session=True)
-    try:
-        stderr = job.communicate(timeout=120)[1]
-        return job.returncode, stderr
-    except subprocess.TimeoutExpired:
-        os.killpg(job.pid, signal.SIGKILL)
-        job.communicate()
-        return None
-
-
-def snapshot(root, skip):
-    """Every fixture file under `root` (not under `skip`): its kind, size, modification time and, below 16 MB,
-    its bytes (the terabyte files are sparse: size and time only)."""
-    state = {}
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if os.path.join(folder, d) != skip]
-        for name in files:
-            path = os.path.join(folder, name)
-            st = os.lstat(path)
-            content = None
-            if stat.S_ISREG(st.st_mode) and st.st_size < (16 << 20):
-                with open(path, "rb") as f:
-                    content = f.read()
-            state[path] = (st.st_mode, st.st_size, st.st_mtime_ns, content)
-    return state
-
-
 def main():
     failures = []
     root = tempfile.mkdtemp()
@@ -511,45 +478,15 @@ def main():
             if "--device" in command and "cuda" in command and has_gpu():
                 continue  # a GPU is there: not a bad input
             run_dir = tempfile.mkdtemp(dir=root)
-            before = set(os.listdir(root)) | {os.path.basename(run_dir)}
-            inputs = snapshot(root, run_dir)
-            finished = run(command, run_dir, {**os.environ, **(env[0] if env else {})})
-            if finished is None:
-                print(f"{name:40s} FAIL: no end within 120 s (killed)")
-                failures.append(name)
-                shutil.rmtree(run_dir)
-                continue
-            returncode, stderr = finished
-            under_mpirun = command[0] == mpiexec
-            lines = [l for l in stderr.splitlines() if l.strip()]
-            ours = [l for l in lines if not MPIRUN_EXIT_REPORT.search(l)] if under_mpirun else lines
-            problems = []
-            if returncode != status:
-                problems.append(f"exit {returncode}, expected {status}")
-            if len(ours) != 1:
-                problems.append(f"{len(ours)} lines on stderr, expected one")
-            elif text not in ours[0]:
-                problems.append(f"the line does not name {text!r}")
-            elif ".cpp:" in ours[0] or ".h:" in ours[0] or len(ours[0]) > 400:
-                problems.append("the line holds a source path or is too long")
-            if "MPI_ABORT" in stderr:
-                problems.append("OpenMPI's MPI_ABORT banner")
-            left = os.listdir(run_dir) + sorted(set(os.listdir(root)) - before)
-            left += [f for f in os.listdir("/nonexistent")] if os.path.isdir("/nonexistent") else []
-            if left:
-                problems.append(f"files left behind: {left}")
-            changed = sorted(path for path, was in snapshot(root, run_dir).items() if inputs.get(path) != was)
-            if changed:
-                problems.append(f"inputs changed: {changed}")
-            verdict = "ok" if not problems else "FAIL: " + "; ".join(problems)
-            print(f"{name:40s} {verdict}\n    {ours[0] if len(ours) == 1 else stderr.strip()}")
-            if problems:
-                failures.append(name)
+            problems, shown = expect_one_line(command, run_dir, status, text, root,
+                                              {**os.environ, **(env[0] if env else {})}, command[0] == mpiexec)
+            if os.path.isdir("/nonexistent") and os.listdir("/nonexistent"):
+                problems.append(f"files left behind: {os.listdir('/nonexistent')}")
+            report(name, problems, shown, failures, 40)
             shutil.rmtree(run_dir)
     finally:
         shutil.rmtree(root)
-    print(f"{len(all_cases) - len(failures)} of {len(all_cases)} cases pass")
-    return 1 if failures else 0
+    return summary(len(all_cases), failures)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 moments, the same under ZeRO-1 on 2 ranks, PowerSGD's step, error feedback and Q, and stateless hooks) is
 mutated in a copy of a real --save file (empty, one element short, another dtype, NaN, inf, an absurd step,
 missing, an extra tensor beside it) and --resume must refuse it: exit status 1, exactly one line on stderr
-that names the tensor, no signal death, and the file byte-identical afterwards. Each untouched state resumes.
+that names the tensor, no signal death, the file byte-identical afterwards and nothing written beside it
+(job_tools.expect_one_line). Each untouched state resumes.
 
 Usage: corrupt_state.py MPIEXEC MINIDP_TRAIN [NAME_PART]
 """
@@ -17,7 +18,7 @@ import tempfile
 
 import numpy as np
 
-from job_tools import MPIRUN_EXIT_REPORT
+from job_tools import expect_one_line, report, run_job, summary
 
 mpiexec, train = sys.argv[1:3]
 only = sys.argv[3] if len(sys.argv) > 3 else ""
@@ -114,11 +115,6 @@ def launch(ranks, args):
     return command
 
 
-def run(command, cwd):
-    job = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=120)
-    return job.returncode, job.stderr
-
-
 def main():
     failures, count = [], 0
     root = tempfile.mkdtemp()
@@ -131,10 +127,12 @@ def main():
                            cwd=root)
             meta, arrays = read(state)
             resume = lambda path: launch(ranks, flags + ["--steps", "3", "--resume", path])
-            returncode, stderr = run(resume(state), root)
+            finished = run_job(resume(state), root)
             count += 1
-            print(f"{label}: the untouched state resumes: {'ok' if returncode == 0 else 'FAIL: ' + stderr.strip()}")
-            if returncode != 0:
+            resumed = finished is not None and finished[0] == 0
+            why = "no end within 120 s (killed)" if finished is None else finished[1].strip()
+            print(f"{label}: the untouched state resumes: {'ok' if resumed else 'FAIL: ' + why}")
+            if not resumed:
                 failures.append(label)
             cases = [(kind, name, *m) for kind, name in kinds(arrays).items() if kind.startswith(mutated)
                      for m in mutations(name, arrays[name]) if chosen is None or m[0] in chosen]
@@ -149,34 +147,14 @@ def main():
                 changed.update(extra)
                 path = os.path.join(root, "corrupt.safetensors")
                 write(path, meta, changed)
-                with open(path, "rb") as f:
-                    before = f.read()
-                returncode, stderr = run(resume(path), root)
-                lines = [l for l in stderr.splitlines() if l.strip()]
-                if ranks > 1:
-                    lines = [l for l in lines if not MPIRUN_EXIT_REPORT.search(l)]
                 named = (list(extra) or [name])[0] if what.startswith("extra") else name
-                problems = []
-                if returncode != 1:
-                    problems.append(f"exit {returncode}, expected 1")
-                if len(lines) != 1:
-                    problems.append(f"{len(lines)} lines, expected one")
-                elif f"'{named}'" not in lines[0]:
-                    problems.append(f"the line does not name '{named}'")
-                with open(path, "rb") as f:
-                    if f.read() != before:
-                        problems.append("the file changed")
+                problems, shown = expect_one_line(resume(path), root, 1, f"'{named}'", root, under_mpirun=ranks > 1)
                 count += 1
-                case = f"{label}: {kind} {what}"
-                print(f"{case:50s} {'ok' if not problems else 'FAIL: ' + '; '.join(problems)}\n    "
-                      f"{lines[0] if len(lines) == 1 else stderr.strip()}")
-                if problems:
-                    failures.append(case)
+                report(f"{label}: {kind} {what}", problems, shown, failures, 50)
                 os.remove(path)
     finally:
         shutil.rmtree(root)
-    print(f"{count - len(failures)} of {count} cases pass")
-    return 1 if failures else 0
+    return summary(count, failures)
 
 
 if __name__ == "__main__":

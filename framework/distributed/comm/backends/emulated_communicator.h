@@ -30,18 +30,14 @@ class EmulatedCommunicator : public Communicator {
   /// Says that this is an emulation, with N, bandwidth, latency (and CTAs on the GPU).
   std::string describe() const override;
   bool supports(Device device) const override { return (device == Device::CUDA) == cuda_; }
-  /// Identical ranks: an average, maximum or minimum is the buffer itself, a sum N times it; the ring's time.
+  /// An average, maximum or minimum leaves the buffer, a sum multiplies it by N; the ring's time.
   std::shared_ptr<Work> allReduce(Tensor buffer, ReduceOp op, const std::string& tag) override;
-  /// Rank 0's shard reduced over identical ranks (an average leaves it, a sum is N times it); the ring's
-  /// reduce-scatter time.
+  /// Rank 0's shard reduced as allReduce reduces; the ring reduce-scatter's time.
   std::shared_ptr<Work> reduceScatter(Tensor buffer, ReduceOp op, const std::string& tag) override;
   /// `input` copied into each of the N slots of `output`; the ring all-gather's time.
   std::shared_ptr<Work> allGather(Tensor input, Tensor output, const std::string& tag) override;
-  /// Rank 0's shard copied into every other rank's slot; the ring all-gather's time. This process computes
-  /// only rank 0's shard of a ZeRO update, so under ZeRO the gathered parameters are not a real run's: only
-  /// the step's time and memory are (describe() says so).
+  /// Rank 0's shard copied into every slot (under ZeRO only time and memory are a real run's: describe()).
   std::shared_ptr<Work> allGatherShards(Tensor buffer, const std::string& tag) override;
-  /// On the link's comm stream (GPU) or comm thread (CPU).
   std::shared_ptr<Work> enqueue(const std::string& tag, Tensor keep,
                                 const std::function<void(cudaStream_t)>& task) override;
   /// Identical ranks: nothing to copy.

@@ -19,7 +19,7 @@ namespace minidp::distributed {
 /// tensors travel as uint16; MPI_Reduce combines them with user-defined ops that compute in float and round
 /// each add to the type, and an average pre-multiplies every rank's values by 1/N rounded to the type: what
 /// NCCL's ncclAvg on ncclBfloat16 and ncclFloat16 computes, up to the summation order. int8 and uint8 go as
-/// MPI_INT8_T and MPI_UINT8_T.
+/// MPI_INT8_T and MPI_UINT8_T. All-gathers are MPI_Allgather (in place for allGatherShards).
 ///
 /// CUDA tensors (a CUDA build; Horovod's and PyTorch's MPI backend's way): the calling thread records a
 /// "ready" event on the compute stream; the MPI thread makes the communicator's comm stream wait on it,
@@ -44,13 +44,9 @@ class MpiCommunicator : public Communicator {
   /// The CPU, and CUDA in a CUDA build (staged through pinned host buffers).
   bool supports(Device device) const override;
   std::shared_ptr<Work> allReduce(Tensor buffer, ReduceOp op, const std::string& tag) override;
-  /// MPI_Reduce to rank 0, then MPI_Scatter of the shards.
   std::shared_ptr<Work> reduceScatter(Tensor buffer, ReduceOp op, const std::string& tag) override;
-  /// MPI_Allgather on the comm thread.
   std::shared_ptr<Work> allGather(Tensor input, Tensor output, const std::string& tag) override;
-  /// MPI_Allgather in place.
   std::shared_ptr<Work> allGatherShards(Tensor buffer, const std::string& tag) override;
-  /// Posts `task` to the comm thread.
   std::shared_ptr<Work> enqueue(const std::string& tag, Tensor keep,
                                 const std::function<void(cudaStream_t)>& task) override;
   void broadcast(Tensor& tensor, int root) override;

@@ -35,8 +35,9 @@ struct NcclBufferReleases {
 };
 
 /// One NCCL communicator per process on its GPU (--gpu, or the node-local rank modulo the visible
-/// devices). Averages with ncclAvg: ring and tree all-reduce both end with every rank holding the same
-/// reduced bits.
+/// devices). Each collective is the NCCL call of its name (ncclAllReduce, ncclReduceScatter, ncclAllGather), in
+/// place where the interface says so. Averages with ncclAvg: ring and tree all-reduce both end with every rank
+/// holding the same reduced bits.
 class NcclCommunicator : public Communicator {
  public:
   /// Collective over the ranks of `env` (world 1 when `env` is null). Selects the device of
@@ -51,16 +52,11 @@ class NcclCommunicator : public Communicator {
   std::string name() const override { return "nccl"; }
   std::string describe() const override;
   bool supports(Device device) const override { return device == Device::CUDA; }
-  /// ready event on the compute stream -> comm stream waits -> ncclAllReduce (ncclSum / ncclAvg, in place)
-  /// -> done event.
   std::shared_ptr<Work> allReduce(Tensor buffer, ReduceOp op, const std::string& tag) override;
-  /// The same with ncclReduceScatter into this rank's shard of the buffer.
   std::shared_ptr<Work> reduceScatter(Tensor buffer, ReduceOp op, const std::string& tag) override;
-  /// ncclAllGather on the comm stream (the work holds `input`; the caller keeps `output` alive).
+  /// The work holds `input`; the caller keeps `output` alive.
   std::shared_ptr<Work> allGather(Tensor input, Tensor output, const std::string& tag) override;
-  /// ncclAllGather in place on the comm stream.
   std::shared_ptr<Work> allGatherShards(Tensor buffer, const std::string& tag) override;
-  /// ready event -> comm stream waits -> `task`'s kernels -> done event.
   std::shared_ptr<Work> enqueue(const std::string& tag, Tensor keep,
                                 const std::function<void(cudaStream_t)>& task) override;
   void broadcast(Tensor& tensor, int root) override;
@@ -70,10 +66,8 @@ class NcclCommunicator : public Communicator {
   /// Watches the compute stream's progress past the replay just enqueued: a work on the comm stream that
   /// starts when the replay (and so every collective in it) is done.
   void watchReplay(const std::string& tag) override;
-  /// Plain: an ordinary tensor. Registered / symmetric (CommOptions::ncclBuffers): ncclMemAlloc, then
-  /// ncclCommRegister / ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC) (a collective: the same sizes in
-  /// the same order on every rank); when its last tensor goes, it is deregistered and freed at the next
-  /// allocation or when the communicator is destroyed (after a device synchronisation).
+  /// Registered or symmetric: deregistered and freed when its last tensor goes, at the next allocation or at
+  /// the communicator's end (after a device synchronisation).
   Tensor allocateCommBuffer(int64_t numel, DType dtype, Device device) override;
   /// The comm stream (for the benchmark's timeline).
   cudaStream_t stream() const { return stream_->stream(); }
