@@ -75,16 +75,9 @@ struct Config {
 
 #if MINIDP_SM90A_DEVICE
 
-// Barriers, 8 bytes each after the tiles: q; then per stage s the keys landed (fullK), the values landed
-// (fullV), the keys read by every consumer warp (emptyK), the values read (emptyV).
-struct Barriers {
-  uint32_t base;
-  __device__ uint32_t q() const { return base; }
-  __device__ uint32_t fullK(int s) const { return base + 8 * (1 + s); }
-  __device__ uint32_t fullV(int s) const { return base + 8 * (1 + kStages + s); }
-  __device__ uint32_t emptyK(int s) const { return base + 8 * (1 + 2 * kStages + s); }
-  __device__ uint32_t emptyV(int s) const { return base + 8 * (1 + 3 * kStages + s); }
-};
+// Barriers after the tiles: own is q's; stage s's A tile is its keys, its B tile its values (the keys read by every
+// consumer warp free emptyA(s), the values emptyB(s)).
+using Barriers = RingBarriers<kStages>;
 
 // The producer: thread 0 of warpgroup 0. Key tile j goes into stage j % kStages once the consumers have
 // read key tile j - kStages from it (likewise the values), so the keys of the next tile can land while the
@@ -93,23 +86,23 @@ template <int D>
 __device__ void produce(const CUtensorMap* mapQ, const CUtensorMap* mapK, const CUtensorMap* mapV, uint32_t sQ,
                         uint32_t sK, uint32_t sV, Barriers bars, int m0, int h, int kvHead, int b, int tiles) {
   using C = Config<D>;
-  barrierExpectBytes(bars.q(), C::kQBytes);
+  barrierExpectBytes(bars.own(), C::kQBytes);
 #pragma unroll
-  for (int x = 0; x < C::kBoxes; ++x) tmaLoad(sQ + x * kM * kBoxRowBytes, mapQ, x * kBox, h, m0, b, bars.q());
+  for (int x = 0; x < C::kBoxes; ++x) tmaLoad(sQ + x * kM * kBoxRowBytes, mapQ, x * kBox, h, m0, b, bars.own());
   for (int j = 0; j < tiles; ++j) {
     const int stage = j % kStages;
     const uint32_t emptyParity = ((j / kStages) & 1) ^ 1;  // the phase that tile j - kStages completed
     const uint32_t k = sK + stage * C::kKVBytes, v = sV + stage * C::kKVBytes;
-    if (j >= kStages) barrierWait(bars.emptyK(stage), emptyParity);
-    barrierExpectBytes(bars.fullK(stage), C::kKVBytes);
+    if (j >= kStages) barrierWait(bars.emptyA(stage), emptyParity);
+    barrierExpectBytes(bars.fullA(stage), C::kKVBytes);
 #pragma unroll
     for (int x = 0; x < C::kBoxes; ++x)
-      tmaLoad(k + x * C::kN * kBoxRowBytes, mapK, x * kBox, kvHead, j * C::kN, b, bars.fullK(stage));
-    if (j >= kStages) barrierWait(bars.emptyV(stage), emptyParity);
-    barrierExpectBytes(bars.fullV(stage), C::kKVBytes);
+      tmaLoad(k + x * C::kN * kBoxRowBytes, mapK, x * kBox, kvHead, j * C::kN, b, bars.fullA(stage));
+    if (j >= kStages) barrierWait(bars.emptyB(stage), emptyParity);
+    barrierExpectBytes(bars.fullB(stage), C::kKVBytes);
 #pragma unroll
     for (int x = 0; x < C::kBoxes; ++x)
-      tmaLoad(v + x * C::kN * kBoxRowBytes, mapV, x * kBox, kvHead, j * C::kN, b, bars.fullV(stage));
+      tmaLoad(v + x * C::kN * kBoxRowBytes, mapV, x * kBox, kvHead, j * C::kN, b, bars.fullB(stage));
   }
 }
 
@@ -263,7 +256,7 @@ __device__ void consume(uint32_t sQ, uint32_t sK, uint32_t sV, Barriers bars, __
   uint32_t p[W::kSteps][4];
   // The products of one tile, each issued, waited for and its stage released.
   auto scores = [&](int j) {
-    barrierWait(bars.fullK(j % kStages), parity(j));
+    barrierWait(bars.fullA(j % kStages), parity(j));
     takeTurn();
     fenceRegisters(s);
     wgmmaFence();
@@ -272,10 +265,10 @@ __device__ void consume(uint32_t sQ, uint32_t sK, uint32_t sV, Barriers bars, __
     passTurn(false);
     wgmmaWait<0>();
     fenceRegisters(s);
-    if (leader) barrierArrive(bars.emptyK(j % kStages));
+    if (leader) barrierArrive(bars.emptyA(j % kStages));
   };
   auto accumulate = [&](int j, bool last) {
-    barrierWait(bars.fullV(j % kStages), parity(j));
+    barrierWait(bars.fullB(j % kStages), parity(j));
     takeTurn();
     fenceRegisters(w.o);
     fenceRegisters(p);
@@ -286,9 +279,9 @@ __device__ void consume(uint32_t sQ, uint32_t sK, uint32_t sV, Barriers bars, __
     wgmmaWait<0>();
     fenceRegisters(w.o);
     fenceRegisters(p);
-    if (leader) barrierArrive(bars.emptyV(j % kStages));
+    if (leader) barrierArrive(bars.emptyB(j % kStages));
   };
-  barrierWait(bars.q(), 0);
+  barrierWait(bars.own(), 0);
   if constexpr (kSchedule == HopperSchedule::Serial) {
     for (int j = 0; j < tiles; ++j) {
       scores(j);
@@ -303,8 +296,8 @@ __device__ void consume(uint32_t sQ, uint32_t sK, uint32_t sV, Barriers bars, __
     w.softmax(s, 0, correction);
     W::pack(p, s);
     for (int j = 1; j < tiles; ++j) {
-      barrierWait(bars.fullK(j % kStages), parity(j));
-      barrierWait(bars.fullV((j - 1) % kStages), parity(j - 1));
+      barrierWait(bars.fullA(j % kStages), parity(j));
+      barrierWait(bars.fullB((j - 1) % kStages), parity(j - 1));
       takeTurn();
       fenceRegisters(s);
       fenceRegisters(w.o);
@@ -317,12 +310,12 @@ __device__ void consume(uint32_t sQ, uint32_t sK, uint32_t sV, Barriers bars, __
       passTurn(false);
       wgmmaWait<1>();  // the scores of tile j (committed first) are in
       fenceRegisters(s);
-      if (leader) barrierArrive(bars.emptyK(j % kStages));
+      if (leader) barrierArrive(bars.emptyA(j % kStages));
       w.softmax(s, j, correction);
       wgmmaWait<0>();  // o += p v of tile j - 1 is done: o and p are free
       fenceRegisters(w.o);
       fenceRegisters(p);
-      if (leader) barrierArrive(bars.emptyV((j - 1) % kStages));
+      if (leader) barrierArrive(bars.emptyB((j - 1) % kStages));
       w.rescale(correction);
       W::pack(p, s);
     }
@@ -350,17 +343,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int h = blockIdx.y, b = blockIdx.z, m0 = qTile * kM;
   const int keyTiles = (seqLen + C::kN - 1) / C::kN;
   const int tiles = kCausal ? min(keyTiles, (m0 + kM - 1) / C::kN + 1) : keyTiles;
-  if (threadIdx.x == 0) {
-    barrierInit(bars.q(), 1);  // the producer's arrival with the byte count; the copies complete it
-    for (int s = 0; s < kStages; ++s) {
-      barrierInit(bars.fullK(s), 1);
-      barrierInit(bars.fullV(s), 1);
-      barrierInit(bars.emptyK(s), kConsumerWarps);
-      barrierInit(bars.emptyV(s), kConsumerWarps);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-  }
+  if (threadIdx.x == 0) bars.init(kConsumerWarps);
   __syncthreads();
   const int wg = threadIdx.x / 128;
   if (wg == 0) {

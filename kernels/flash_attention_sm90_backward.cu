@@ -81,18 +81,9 @@ struct Plan {
 
 #if MINIDP_SM90A_DEVICE
 
-// Barriers, 8 bytes each after the tiles: the owned tiles landed; per stage s the streamed A / B tiles landed
-// (fullA, fullB) and were read by every consumer warp (emptyA, emptyB).
+// Barriers after the tiles (RingBarriers): own is the owned tiles'; stage s's A and B are the streamed tiles.
 template <int D>
-struct Barriers {
-  static constexpr int kStages = BackwardConfig<D>::kStages;
-  uint32_t base;
-  __device__ uint32_t own() const { return base; }
-  __device__ uint32_t fullA(int s) const { return base + 8 * (1 + s); }
-  __device__ uint32_t fullB(int s) const { return base + 8 * (1 + kStages + s); }
-  __device__ uint32_t emptyA(int s) const { return base + 8 * (1 + 2 * kStages + s); }
-  __device__ uint32_t emptyB(int s) const { return base + 8 * (1 + 3 * kStages + s); }
-};
+using Barriers = RingBarriers<BackwardConfig<D>::kStages>;
 
 // Shared-memory tiles: owned X, Y (kOwn rows), streamed A, B (kStream rows, kStages each), then the barriers.
 template <int D>
@@ -360,19 +351,6 @@ __device__ void consumeQueries(const Tiles<D>& t, Barriers<D> bars, const Plan& 
 }
 
 // Barrier set-up by thread 0, then the roles: warpgroup 0 the producer, 1 and 2 the consumers.
-template <int D>
-__device__ __forceinline__ void initBarriers(Barriers<D> bars) {
-  barrierInit(bars.own(), 1);  // the producer's arrival with the byte count; the copies complete it
-  for (int s = 0; s < Barriers<D>::kStages; ++s) {
-    barrierInit(bars.fullA(s), 1);
-    barrierInit(bars.fullB(s), 1);
-    barrierInit(bars.emptyA(s), kConsumerWarps);
-    barrierInit(bars.emptyB(s), kConsumerWarps);
-  }
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
 #endif  // MINIDP_SM90A_DEVICE
 
 // Output pointers and strides (elements) of the key pass; pairStores: every row of both starts 4-byte aligned.
@@ -397,7 +375,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int queryTiles = (seqLen + kStream - 1) / kStream;
   const int first = kCausal ? key0 / kStream : 0;
   const Plan plan{kvHead, key0, b, group * (queryTiles - first), kvHead * group, queryTiles - first, first};
-  if (threadIdx.x == 0) initBarriers(bars);
+  if (threadIdx.x == 0) bars.init(kConsumerWarps);
   __syncthreads();
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
@@ -430,7 +408,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int keyTiles = (seqLen + kStream - 1) / kStream;
   const int tiles = kCausal ? min(keyTiles, (query0 + kOwn - 1) / kStream + 1) : keyTiles;
   const Plan plan{h, query0, b, tiles, h / group, tiles, 0};
-  if (threadIdx.x == 0) initBarriers(bars);
+  if (threadIdx.x == 0) bars.init(kConsumerWarps);
   __syncthreads();
   const int wg = threadIdx.x / 128;
   if (wg == 0) {

@@ -208,6 +208,32 @@ __device__ __forceinline__ void namedBarrierArrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// The mbarriers of a producer/consumer ring, 8 bytes each from `base`: one for the tiles loaded once (own), then
+// per stage s the two streamed tiles landed (fullA, fullB) and were read by every consumer warp (emptyA, emptyB).
+template <int Stages>
+struct RingBarriers {
+  static constexpr int kStages = Stages;
+  uint32_t base;
+  __device__ uint32_t own() const { return base; }
+  __device__ uint32_t fullA(int s) const { return base + 8 * (1 + s); }
+  __device__ uint32_t fullB(int s) const { return base + 8 * (1 + kStages + s); }
+  __device__ uint32_t emptyA(int s) const { return base + 8 * (1 + 2 * kStages + s); }
+  __device__ uint32_t emptyB(int s) const { return base + 8 * (1 + 3 * kStages + s); }
+  // By one thread, before the block's barrier: own and full wait for the producer's arrival with the byte count
+  // (the copies complete them), empty for `consumerWarps` arrivals; fenced for the copy engine and the cluster.
+  __device__ void init(int consumerWarps) const {
+    barrierInit(own(), 1);
+    for (int s = 0; s < kStages; ++s) {
+      barrierInit(fullA(s), 1);
+      barrierInit(fullB(s), 1);
+      barrierInit(emptyA(s), consumerWarps);
+      barrierInit(emptyB(s), consumerWarps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  }
+};
+
 #endif  // MINIDP_SM90A_DEVICE
 
 // ---- host ----

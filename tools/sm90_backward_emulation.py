@@ -25,6 +25,20 @@ def frag():  # (warp, lane, e) -> local (row, col) of a 64 x 64 accumulator
     for warp in range(4):
         for lane in range(32):
             yield warp, lane
+def store(outs, first, head, col0, accCols, d, split, T):
+    """The consumers' stores: for each (out, acc, factor) of outs, accumulator row lr = 16 w + l / 4 + 8 r times
+    factor into out[first + lr, head, col0 + column]; tokens past T and padded columns (past d, unsplit) are never
+    written."""
+    for warp, lane in frag():
+        for r in range(2):
+            lr = 16*warp + lane//4 + 8*r; token = first + lr
+            if token >= T: continue
+            for jc in range(accCols//8):
+                if (not split) and 8*jc >= d: continue
+                for i in range(2):
+                    lcol = 8*jc + 2*(lane % 4) + i
+                    for out, acc, factor in outs:
+                        out[token, head, col0 + lcol] = acc[lr, lcol]*factor
 def key_pass(q, k, v, dy, lse, D, T, H, G, d, causal):
     dPad, split, kOwn, accCols = cfg(d); Hkv = H // G; scale = 1/math.sqrt(d); log2e = 1.4426950408889634
     sl2 = scale*log2e
@@ -59,17 +73,7 @@ def key_pass(q, k, v, dy, lse, D, T, H, G, d, causal):
                                 if masked and ((not inside) or (causal and offset < visible + 8*r)): pe = 0.0
                                 P[lr, lc] = pe; dS[lr, lc] = pe*(dP[lr, lc] - rowD)
                     dvAcc += P @ dO[:, col0:col0+accCols]; dkAcc += dS @ Q[:, col0:col0+accCols]
-                for warp, lane in frag():
-                    row = row0 + 16*warp + lane//4
-                    for r in range(2):
-                        rr = key0 + row + 8*r
-                        if rr >= T: continue
-                        for jc in range(accCols//8):
-                            if (not split) and 8*jc >= d: continue
-                            for i in range(2):
-                                lcol = 8*jc + 2*(lane % 4) + i; col = col0 + lcol
-                                dv[rr, kv, col] = dvAcc[16*warp + lane//4 + 8*r, lcol]
-                                dk[rr, kv, col] = dkAcc[16*warp + lane//4 + 8*r, lcol]*scale
+                store(((dv, dvAcc, 1.0), (dk, dkAcc, scale)), key0 + row0, kv, col0, accCols, d, split, T)
     return dk, dv
 def query_pass(q, k, v, dy, lse, D, T, H, G, d, causal):
     dPad, split, kOwn, accCols = cfg(d); scale = 1/math.sqrt(d); log2e = 1.4426950408889634; sl2 = scale*log2e
@@ -100,16 +104,7 @@ def query_pass(q, k, v, dy, lse, D, T, H, G, d, causal):
                             if masked and (key >= T or (causal and key > query0 + row + 8*r)): pe = 0.0
                             dS[lr, lc] = pe*(dP[lr, lc] - rowD)
                     dqAcc += dS @ K[:, col0:col0+accCols]
-                for warp, lane in frag():
-                    row = row0 + 16*warp + lane//4
-                    for r in range(2):
-                        rr = query0 + row + 8*r
-                        if rr >= T: continue
-                        for jc in range(accCols//8):
-                            if (not split) and 8*jc >= d: continue
-                            for i in range(2):
-                                lcol = 8*jc + 2*(lane % 4) + i
-                                dq[rr, h, col0 + lcol] = dqAcc[16*warp + lane//4 + 8*r, lcol]*scale
+                store(((dq, dqAcc, scale),), query0 + row0, h, col0, accCols, d, split, T)
     return dq
 def reference(q, k, v, dy, T, H, G, d, causal):
     scale = 1/math.sqrt(d); dq = np.zeros((T,H,d)); dk = np.zeros((T,H//G,d)); dv = np.zeros((T,H//G,d))
