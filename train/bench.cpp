@@ -33,6 +33,7 @@
 
 #include "train/bench.h"
 
+#include "framework/distributed/comm/backends/emulated_communicator.h"
 #include "framework/io/atomic_file.h"
 #include "framework/runtime/device.h"
 #include "models/registry.h"
@@ -369,10 +370,9 @@ int runBench(int argc, char** argv, const std::string& program) {
             static_cast<long long>(opts.steps), static_cast<long long>(bench.repeats), opts.ddp.commHook.name.c_str(), opts.ddp.zeroStage,
             opts.ddp.zeroStage ? (" (gather " + nameOf(zeroGatherNames(), opts.zeroGather) + ")").c_str() : "", communicators.back().c_str());
         if (emulated) {
-          std::printf("EMULATED: one process modelling %d ranks; comm times are the model's, not a real network's%s\n",
-                      opts.comm.emulatedWorld,
-                      opts.ddp.zeroStage ? "; ZeRO's gathers repeat rank 0's shard (time and memory count, not values)"
-                                         : "");
+          std::printf("EMULATED: one process modelling %d ranks; comm times are the model's, not a real network's%s%s\n",
+                      opts.comm.emulatedWorld, opts.ddp.zeroStage ? "; " : "",
+                      opts.ddp.zeroStage ? distributed::EmulatedCommunicator::kZeroNote : "");
         }
         std::printf("%8s %8s %9s %6s %7s %9s %9s %10s %9s %10s %7s %8s %6s %8s %11s\n", "priority", "maxCTAs",
                     "bucket_mb", "repeat", "overlap", "step_ms", "p90_ms", "compute_ms", "comm_ms", "exposed_ms", "E",

@@ -242,17 +242,17 @@ void checkMemory(const Options& o, const Session& session, int64_t vocab) {
     where = "of host memory available";
   }
   if (need.total() * sharing <= available) return;
-  std::string lower = o.ddp.zeroStage < 3 && session.comm && session.world() > 1 ? "raise --zero, or lower --batch-size"
-                                                                                  : "lower --batch-size";
+  std::string advice = o.ddp.zeroStage < 3 && session.comm && session.world() > 1 ? "raise --zero, or lower --batch-size"
+                                                                                   : "lower --batch-size";
   for (size_t i = 0; i < need.flagsToLower.size(); ++i) {
-    lower += (i + 1 == need.flagsToLower.size() ? " or " : ", ") + need.flagsToLower[i];
+    advice += (i + 1 == need.flagsToLower.size() ? " or " : ", ") + need.flagsToLower[i];
   }
   std::ostringstream os;
   os << "the run needs up to " << gigabytes(need.total()) << " per rank (" << shortNumber(need.parameters)
      << " parameters: "
      << gigabytes(need.stateBytes) << " with gradients and optimizer state; activations " << gigabytes(need.activationBytes)
      << ")" << (sharing > 1 ? " x " + std::to_string(sharing) + " ranks" : std::string()) << ", more than the "
-     << gigabytes(available) << " " << where << "; " << lower;
+     << gigabytes(available) << " " << where << "; " << advice;
   throw Error(os.str());
 }
 

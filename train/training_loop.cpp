@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "framework/distributed/comm/backends/emulated_communicator.h"
 #include "framework/nn/checkpoint.h"
 #include "framework/runtime/device.h"
 #include "models/registry.h"
@@ -59,9 +60,7 @@ int runTraining(int argc, char** argv, const std::string& program) {
                   distributed::overlapName(opts.ddp.overlap));
       std::printf("%s", trainer.ddp().describePlan().c_str());
       if (session.comm->name() == "emulated" && opts.ddp.zeroStage != 0) {
-        std::printf("EMULATED ZeRO-%d: the gathers repeat rank 0's shard, so the losses are not a real run's; the step "
-                    "times and the memory are\n",
-                    opts.ddp.zeroStage);
+        std::printf("EMULATED: %s\n", distributed::EmulatedCommunicator::kZeroNote);
       }
     }
     using Clock = std::chrono::steady_clock;

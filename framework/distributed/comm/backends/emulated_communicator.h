@@ -36,7 +36,7 @@ class EmulatedCommunicator : public Communicator {
   std::shared_ptr<Work> reduceScatter(Tensor buffer, ReduceOp op, const std::string& tag) override;
   /// `input` copied into each of the N slots of `output`; the ring all-gather's time.
   std::shared_ptr<Work> allGather(Tensor input, Tensor output, const std::string& tag) override;
-  /// Rank 0's shard copied into every slot (under ZeRO only time and memory are a real run's: describe()).
+  /// Rank 0's shard copied into every slot (under ZeRO only time and memory are a real run's: kZeroNote).
   std::shared_ptr<Work> allGatherShards(Tensor buffer, const std::string& tag) override;
   std::shared_ptr<Work> enqueue(const std::string& tag, Tensor keep,
                                 const std::function<void(cudaStream_t)>& task) override;
@@ -47,6 +47,9 @@ class EmulatedCommunicator : public Communicator {
   void abort() noexcept override {}
   /// Seconds the modelled ring all-reduce of `bytes` takes.
   double modelledSeconds(size_t bytes) const;
+  /// What a ZeRO run on this link measures, for its logs.
+  static constexpr const char* kZeroNote =
+      "ZeRO's gathers repeat rank 0's shard: the values are not a real run's, the step times and the memory are";
   /// Seconds the modelled ring reduce-scatter of `bytes` in, or all-gather of `bytes` out, takes.
   double modelledHalfRingSeconds(size_t bytes) const;
 
