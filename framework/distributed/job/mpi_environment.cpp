@@ -17,7 +17,7 @@
 #include <sstream>
 #include <thread>
 
-#include "framework/distributed/comm/comm_thread.h"
+#include "framework/distributed/job/comm_thread.h"
 #include "framework/distributed/job/launcher.h"
 #include "framework/distributed/job/watchdog.h"
 

@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "framework/distributed/comm/communicator.h"
 #include "framework/distributed/job/mailbox.h"
+#include "framework/distributed/job/work.h"
 
 namespace minidp::distributed {
 

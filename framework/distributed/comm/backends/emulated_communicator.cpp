@@ -2,7 +2,7 @@
 
 #include <sstream>
 
-#include "framework/distributed/comm/comm_thread.h"
+#include "framework/distributed/job/comm_thread.h"
 #include "framework/tensor/dispatch.h"
 #include "kernels/emulated_link.h"
 

@@ -7,7 +7,7 @@
 #include <sstream>
 #include <type_traits>
 
-#include "framework/distributed/comm/comm_thread.h"
+#include "framework/distributed/job/comm_thread.h"
 #include "framework/runtime/device.h"
 #include "framework/tensor/dispatch.h"
 #include "kernels/elementwise_kernels.h"

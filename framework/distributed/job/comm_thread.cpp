@@ -1,4 +1,4 @@
-#include "framework/distributed/comm/comm_thread.h"
+#include "framework/distributed/job/comm_thread.h"
 
 namespace minidp::distributed {
 
