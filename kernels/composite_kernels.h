@@ -12,16 +12,9 @@
 #include "base/bf16.h"
 #include "base/stream.h"
 #include "kernels/column_reduce.h"
+#include "kernels/composite_math.h"  // UnaryOp, BinaryOp, Broadcast
 
 namespace minidp::kernels {
-
-/// y = f(x; p) for one element; p is the exponent of Pow and the addend of AddScalar, unused otherwise.
-enum class UnaryOp { Neg, Exp, Sqrt, Rsqrt, Pow, AddScalar, Sigmoid, Silu, Square };
-/// out = a op b; Right returns b (a broadcast copy: `a` may be null).
-enum class BinaryOp { Add, Sub, Mul, Div, Right };
-/// How b (of a binary map) lines up with a (rows, cols): Same (rows, cols), Columns (cols) repeated over
-/// the rows (a (C) tensor), Rows (rows) repeated over the columns (a (..., 1) tensor).
-enum class Broadcast { Same, Columns, Rows };
 
 /// Accumulators sumLeadingDims needs in `scratch` for an (rows, cols) input (the CPU twin needs none).
 inline int64_t sumLeadingDimsScratchSize(int64_t rows, int64_t cols) { return columnSlices(rows, cols) * cols; }

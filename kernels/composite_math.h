@@ -1,12 +1,21 @@
-// Elementwise math of the composable ops, shared by the CUDA kernels and their CPU twins.
+// Elementwise math of the composable ops: the op codes (UnaryOp, BinaryOp, Broadcast) and what each computes,
+// shared by the CUDA kernels and their CPU twins (kernels/composite_kernels.h).
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 
 #include "base/host_device.h"
-#include "kernels/composite_kernels.h"
 
 namespace minidp::kernels {
+
+/// y = f(x; p) for one element; p is the exponent of Pow and the addend of AddScalar, unused otherwise.
+enum class UnaryOp { Neg, Exp, Sqrt, Rsqrt, Pow, AddScalar, Sigmoid, Silu, Square };
+/// out = a op b; Right returns b (a broadcast copy: `a` may be null).
+enum class BinaryOp { Add, Sub, Mul, Div, Right };
+/// How b (of a binary map) lines up with a (rows, cols): Same (rows, cols), Columns (cols) repeated over
+/// the rows (a (C) tensor), Rows (rows) repeated over the columns (a (..., 1) tensor).
+enum class Broadcast { Same, Columns, Rows };
 
 template <typename T>
 MINIDP_HOST_DEVICE inline T sigmoidValue(T x) {

@@ -13,6 +13,7 @@
 
 #include "base/bf16.h"
 #include "base/stream.h"
+#include "kernels/attention_operands.h"  // AttentionOperands, AttentionGradients
 
 namespace minidp::kernels {
 
@@ -23,42 +24,6 @@ inline bool flashAttentionSupportsHeadDim(int64_t d) {
 
 /// The head dims of flashAttentionSupportsHeadDim, as a list for messages: "32, 64, 80, 96, 128 or 256".
 inline const char* flashAttentionHeadDims() { return "32, 64, 80, 96, 128 or 256"; }
-
-/// Where the kernels read q, k and v: each points at head 0 of token 0 of batch 0, token t of batch b is
-/// (b T + t) rows of its stride (elements) further, and head j of a row is j d elements into it. Query
-/// head h reads key/value head h / group. CUDA: pointers and strides (in bytes) 16-byte aligned.
-template <typename T>
-struct AttentionOperands {
-  const T* q;
-  const T* k;
-  const T* v;
-  int64_t qStride, kStride, vStride;
-  int64_t group;  // G = H / Hkv
-};
-
-/// Where backward writes dq (H query heads of d in each row) and dk, dv (H / G key/value heads of d in each
-/// row), rows as in AttentionOperands.
-template <typename T>
-struct AttentionGradients {
-  T* dq;
-  T* dk;
-  T* dv;
-  int64_t dqStride, dkStride, dvStride;
-};
-
-/// q, k and v of the (B, T, 3C) qkv, C = H d, read in place: rows 3C apart, no grouping.
-template <typename T>
-AttentionOperands<T> packedOperands(const T* qkv, int64_t H, int64_t d) {
-  const int64_t C = H * d;
-  return {qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, 3 * C, 1};
-}
-
-/// dq, dk and dv written into the (B, T, 3C) dqkv.
-template <typename T>
-AttentionGradients<T> packedGradients(T* dqkv, int64_t H, int64_t d) {
-  const int64_t C = H * d;
-  return {dqkv, dqkv + C, dqkv + 2 * C, 3 * C, 3 * C, 3 * C};
-}
 
 #define MINIDP_FLASH_ATTENTION_DECLARATIONS(...)                                                                     \
   /* q, k, v as `in` says, H query heads of d; out (B, T, H d); lse (B, H, T): logsumexp of the scaled */            \

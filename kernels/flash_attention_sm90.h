@@ -23,7 +23,7 @@
 
 #include "base/bf16.h"
 #include "base/stream.h"
-#include "kernels/flash_attention.h"
+#include "kernels/attention_operands.h"
 
 namespace minidp::kernels::cuda {
 

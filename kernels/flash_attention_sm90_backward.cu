@@ -34,6 +34,7 @@
 #include "base/check.h"
 #include "base/cuda_check.h"
 #include "kernels/cuda_utils.cuh"
+#include "kernels/flash_attention.h"  // flashAttentionRowDot
 #include "kernels/flash_attention_sm90.h"
 #include "kernels/sm90_primitives.cuh"
 

@@ -6,6 +6,7 @@
 
 #include "kernels/accum.h"
 #include "kernels/cuda_utils.cuh"
+#include "kernels/optimizer_kernels.h"
 #include "kernels/optimizer_math.h"
 
 namespace minidp::kernels::cuda {

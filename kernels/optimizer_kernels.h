@@ -2,11 +2,11 @@
 // Adam) and the global gradient norm that feeds their clipping, without a host synchronisation.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 
 #include "base/bf16.h"
 #include "base/stream.h"
+#include "kernels/optimizer_math.h"  // SgdParams, AdamWParams
 
 namespace minidp::kernels {
 
@@ -27,30 +27,6 @@ struct ParamChunk {
 
 /// Elements per chunk: one CUDA block updates one chunk.
 constexpr int64_t kParamChunkElements = int64_t(1) << 16;
-
-/// Hyper-parameters of one SGD step as torch.optim.SGD defines them (dampening 0, no Nesterov).
-template <typename T>
-struct SgdParams {
-  T lr, momentum, weightDecay;
-  bool firstStep;  // the momentum buffer starts as the first gradient
-};
-
-/// Hyper-parameters of one AdamW step, torch.optim.AdamW's arithmetic: the bias corrections enter as
-/// stepSize = lr / (1 - beta1^t) and bias2Sqrt = sqrt(1 - beta2^t), computed in double (adamwParams).
-template <typename T>
-struct AdamWParams {
-  T lr, weightDecay, beta1, oneMinusBeta1, beta2, oneMinusBeta2, eps, stepSize, bias2Sqrt;
-};
-
-/// AdamW's per-step scalars for step `step` (from 1). Every scalar is computed in double and rounded to T
-/// once, as PyTorch does: in fp32, 1 - beta2^t computed in fp32 is off by up to ~1e-4 relative.
-template <typename T>
-inline AdamWParams<T> adamwParams(double lr, double beta1, double beta2, double eps, double weightDecay, int64_t step) {
-  const double bias1 = 1.0 - std::pow(beta1, static_cast<double>(step));
-  const double bias2 = 1.0 - std::pow(beta2, static_cast<double>(step));
-  return {T(lr),          T(weightDecay), T(beta1),      T(1.0 - beta1),     T(beta2),
-          T(1.0 - beta2), T(eps),         T(lr / bias1), T(std::sqrt(bias2))};
-}
 
 /// Partial sums of squares per bucket in the global gradient norm: a fixed count, so the summation order
 /// (and the bits) do not depend on the device.

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "kernels/accum.h"
+#include "kernels/optimizer_kernels.h"
 #include "kernels/optimizer_math.h"
 
 namespace minidp::kernels::cpu {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "train/run_checks.h"
+#include "train/errors.h"
 
 namespace minidp::train {
 
@@ -11,6 +11,14 @@ std::string nonFiniteUsageProblem(const Options& o) {
   if (o.skipNonFinite && o.cudaGraph)
     return "--skip-nonfinite decides on the host whether each step updates: not with --cuda-graph";
   return {};
+}
+
+void checkFiniteLoss(double loss, int64_t step, const Options& o) {
+  if (std::isfinite(loss)) return;
+  std::ostringstream os;
+  os << "step " << step << ": the loss is " << loss << "; training diverged: lower --lr"
+     << (o.lr > 0 ? " (" + shortNumber(o.lr) + ")" : std::string()) << " or check the data";
+  throw AgreedError(os.str());
 }
 
 void checkFiniteStep(double loss, double norm, int64_t step, const Options& o) {

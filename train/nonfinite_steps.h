@@ -6,12 +6,15 @@
 #include <cstdint>
 #include <string>
 
-#include "train/trainer.h"
+#include "train/options.h"
 
 namespace minidp::train {
 
 /// The rules of --skip-nonfinite as one line (not with --cuda-graph: the host decides per step); empty when none.
 std::string nonFiniteUsageProblem(const Options& opts);
+
+/// Throws AgreedError (every rank reads the same global loss) naming `step` when `loss` is NaN or infinite.
+void checkFiniteLoss(double loss, int64_t step, const Options& opts);
 
 /// Throws AgreedError naming `step` when `loss` or the gradient norm `norm` (both the same on every rank) is NaN
 /// or infinite, unless --skip-nonfinite (then such a step was skipped and is reported in the log).

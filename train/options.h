@@ -1,6 +1,6 @@
-// The options of a run (train::Options), their flags (addOptions, addLoopOptions, addSessionOptions,
-// addResumeOptions: each flag's range checked where it is registered) and the rules between flags
-// (usageProblem), in one place. The programs parse the command line into Options (run_checks.h's
+// The options of a run (train::Options) and their flags (addOptions, addLoopOptions, addSessionOptions,
+// addResumeOptions: each flag's range checked where it is registered); the rules between flags are
+// usage_rules.h's usageProblem. The programs parse the command line into Options (run_checks.h's
 // parseCommandLine), check the usage, then open a session (session.h) and build a Trainer (trainer.h).
 #pragma once
 
@@ -144,15 +144,6 @@ models::ModelArgs modelArgs(const Options& opts, int64_t inputs, int64_t classes
 /// modelArgs with the data's shape known before it is read: an image model's Fashion-MNIST pixels and
 /// classes, a token model's vocabulary `vocab` (0 where the text is not read yet).
 models::ModelArgs modelArgsBeforeData(const Options& opts, int64_t vocab);
-
-/// Flag combinations that are usage errors (exit status 2), as one line; empty when there is none. Every
-/// rule between flags is here, once (a single flag's range is checked where addOptions registers it);
-/// `more`: the program's own output files, which must not be one of the others.
-std::string usageProblem(const Options& opts, const std::vector<OutputFile>& more = {});
-/// After parsing: prints "<program>: usage error: <problem>" to stderr (the first rank only, under mpirun)
-/// and returns 2 when there is a problem, else 0 (train/run_checks.cpp). openSession and the Trainer refuse
-/// the same problems (an Error), for programs that build them from Options of their own.
-int checkUsage(const Options& opts, const std::string& program, const std::vector<OutputFile>& more = {});
 
 /// Registers the flags of the Trainer and the session (addSessionOptions included), with the flags of the
 /// model opts.model names, its defaults in their help (set opts.model first: modelFromCommandLine); another

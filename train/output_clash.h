@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "train/trainer.h"
+#include "train/options.h"
 
 namespace minidp::train {
 

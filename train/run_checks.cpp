@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
-#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -27,6 +26,7 @@
 #include "train/input_files.h"
 #include "train/repeated_flags.h"
 #include "train/train_state.h"
+#include "train/usage_rules.h"
 
 namespace minidp::train {
 
@@ -73,25 +73,6 @@ bool firstRank() {
 int usageExit() {
   if (usageRole() == UsageRole::Waits) std::this_thread::sleep_for(std::chrono::seconds(5));
   return kUsageExit;
-}
-
-/// Drops the " [condition]" MINIDP_CHECK appends at the end of `text`.
-std::string withoutCondition(std::string text) {
-  if (text.empty() || text.back() != ']') return text;
-  int depth = 0;
-  for (size_t i = text.size(); i-- > 0;) {
-    if (text[i] == ']') ++depth;
-    if (text[i] == '[' && --depth == 0) {
-      return i > 0 && text[i - 1] == ' ' ? text.substr(0, i - 1) : text;
-    }
-  }
-  return text;
-}
-
-/// Drops every "some/file.cpp:123: " location prefix.
-std::string withoutLocations(const std::string& text) {
-  static const std::regex location("[^\\s:]+\\.(cpp|cu|cuh|h|hpp):[0-9]+: ");
-  return std::regex_replace(text, location, "");
 }
 
 /// An output of `flag` can be written at `path` now, not only after hours of training: nothing or a regular
@@ -336,14 +317,6 @@ int checkUsage(const Options& o, const std::string& program, const std::vector<O
   return usageExit();
 }
 
-std::string userMessage(const std::string& what, bool verbose) {
-  std::string text = verbose ? what : withoutLocations(withoutCondition(what));
-  for (size_t i; (i = text.find('\n')) != std::string::npos;) {
-    text.replace(i, 1, i + 1 == text.size() ? "" : "; ");
-  }
-  return text;
-}
-
 void agreeOnChecks(distributed::Communicator& comm, const std::function<void()>& check) {
   std::string problem;
   try {
@@ -363,47 +336,6 @@ void agreeOnChecks(distributed::Communicator& comm, const std::function<void()>&
   if (failed == 0) return;
   const bool alike = failed == static_cast<int>(problems.size());
   throw AgreedError(alike ? problems[first] : "rank " + std::to_string(first) + ": " + problems[first]);
-}
-
-void agreeOnOptions(distributed::MpiEnvironment& mpi, const std::string& parsedFlags) {
-  const distributed::ExchangeLabel label("start-up options agreement");
-  const std::vector<std::string> texts = mpi.allGather(parsedFlags);
-  // "name=value" lines, in registration order; values as typed (config_to_str quotes text: "x", 'y').
-  const auto lines = [](const std::string& text) {
-    std::vector<std::pair<std::string, std::string>> out;
-    std::istringstream in(text);
-    for (std::string line; std::getline(in, line);) {
-      const size_t eq = line.find('=');
-      if (eq == std::string::npos) continue;
-      std::string value = line.substr(eq + 1);
-      if (value.size() >= 2 && (value[0] == '"' || value[0] == '\'') && value.back() == value[0])
-        value = value.substr(1, value.size() - 2);
-      out.emplace_back(line.substr(0, eq), value.empty() ? "(not given)" : value);
-    }
-    return out;
-  };
-  const auto valueIn = [](const std::vector<std::pair<std::string, std::string>>& flags, const std::string& name) {
-    for (const auto& [n, v] : flags) {
-      if (n == name) return v;
-    }
-    return std::string("(not given)");
-  };
-  for (size_t r = 1; r < texts.size(); ++r) {
-    if (texts[r] == texts[0]) continue;
-    const auto first = lines(texts[0]), other = lines(texts[r]);
-    std::vector<std::string> names;  // rank 0's flags, then the others' (a rank may have another model's)
-    for (const auto& flags : {first, other}) {
-      for (const auto& [name, value] : flags) names.push_back(name);
-    }
-    for (const std::string& name : names) {
-      const std::string mine = valueIn(first, name), theirs = valueIn(other, name);
-      if (mine == theirs) continue;
-      const std::string rank = "rank " + std::to_string(r);
-      throw AgreedError("rank 0 and " + rank + " were started with different flags: --" + name + " " + mine +
-                            " on rank 0, " + theirs + " on " + rank + "; give every rank the same flags",
-                        kUsageExit);
-    }
-  }
 }
 
 namespace {
@@ -438,14 +370,6 @@ void checkTrainingRun(const Options& o, Session& session, const std::vector<Outp
       }
     }
   });
-}
-
-void checkFiniteLoss(double loss, int64_t step, const Options& o) {
-  if (std::isfinite(loss)) return;
-  std::ostringstream os;
-  os << "step " << step << ": the loss is " << loss << "; training diverged: lower --lr"
-     << (o.lr > 0 ? " (" + shortNumber(o.lr) + ")" : std::string()) << " or check the data";
-  throw AgreedError(os.str());
 }
 
 }  // namespace minidp::train

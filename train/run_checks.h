@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "base/check.h"
+#include "train/errors.h"
 #include "train/options.h"
 #include "train/session.h"
 
@@ -16,40 +16,20 @@ class App;
 class Validator;
 }  // namespace CLI
 
-namespace minidp::distributed {
-class MpiEnvironment;
-}
-
 namespace minidp::train {
-
-/// Exit status of a usage error (a flag's value or syntax); runtime errors exit 1.
-inline constexpr int kUsageExit = 2;
-
-/// A failure every rank saw (the same message on each): every rank exits cleanly with `status`, no abort needed.
-class AgreedError : public Error {
- public:
-  explicit AgreedError(const std::string& what, int status = 1) : Error(what), status_(status) {}
-  int status() const { return status_; }
-
- private:
-  int status_;
-};
 
 /// Parses the command line into the options `app` registers on `opts` and records what it read
 /// (recordParsedFlags). Returns -1 to go on, else the exit status: 0 after --help, kUsageExit after one line
 /// on stderr (printed by the first rank only under mpirun) naming the flag.
 int parseCommandLine(CLI::App& app, Options& opts, int argc, char** argv, const char* program);
-/// `what` as one line for the user: without the source locations and check conditions the library adds
-/// (kept with `verbose`), newlines folded.
-std::string userMessage(const std::string& what, bool verbose);
+/// After parsing: prints "<program>: usage error: <problem>" (usageProblem, train/usage_rules.h) to stderr (the
+/// first rank only, under mpirun) and returns 2 when there is a problem, else 0. openSession and the Trainer
+/// refuse the same problems (an Error), for programs that build them from Options of their own.
+int checkUsage(const Options& opts, const std::string& program, const std::vector<OutputFile>& more = {});
 
 /// Runs `check` on every rank, then agrees: if it threw anywhere, every rank throws AgreedError with the
 /// first failing rank's message (prefixed with that rank when only some failed).
 void agreeOnChecks(distributed::Communicator& comm, const std::function<void()>& check);
-/// All-gathers every rank's `parsedFlags` (Options::parsedFlags); where a rank's differ from rank 0's, every
-/// rank throws AgreedError (kUsageExit) naming the first flag that differs, its values and the two ranks.
-/// Ranks that parsed other flags would issue other collectives and wait for each other until the watchdog.
-void agreeOnOptions(distributed::MpiEnvironment& mpi, const std::string& parsedFlags);
 
 /// An upper bound of the memory one rank's training run takes, by parts (bytes).
 struct MemoryEstimate {
@@ -71,8 +51,5 @@ MemoryEstimate estimateMemory(const Options& opts, int64_t vocab, Device device,
 /// estimate against the memory there is (host memory shared by the node's ranks, or the GPU's free memory).
 /// Agreed across ranks (agreeOnChecks).
 void checkTrainingRun(const Options& opts, Session& session, const std::vector<OutputFile>& more = {});
-
-/// Throws AgreedError (every rank reads the same global loss) naming `step` when `loss` is NaN or infinite.
-void checkFiniteLoss(double loss, int64_t step, const Options& opts);
 
 }  // namespace minidp::train

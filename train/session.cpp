@@ -1,12 +1,16 @@
 #include "train/session.h"
 
 #include <cstdio>
+#include <sstream>
+#include <utility>
+#include <vector>
 
 #include "framework/distributed/job/launcher.h"
 #include "framework/runtime/device.h"
 #include "framework/tensor/tensor_math.h"
 #include "models/registry.h"
-#include "train/run_checks.h"
+#include "train/errors.h"
+#include "train/usage_rules.h"
 
 namespace minidp::train {
 
@@ -34,6 +38,47 @@ void openSession(Options& opts, Session& s) {
   distributed::CommOptions comm = opts.comm;  // where it runs is --device's, not stored twice
   comm.cuda = s.device == Device::CUDA;
   s.comm = distributed::makeCommunicator(comm, s.mpi.get());
+}
+
+void agreeOnOptions(distributed::MpiEnvironment& mpi, const std::string& parsedFlags) {
+  const distributed::ExchangeLabel label("start-up options agreement");
+  const std::vector<std::string> texts = mpi.allGather(parsedFlags);
+  // "name=value" lines, in registration order; values as typed (config_to_str quotes text: "x", 'y').
+  const auto lines = [](const std::string& text) {
+    std::vector<std::pair<std::string, std::string>> out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) {
+      const size_t eq = line.find('=');
+      if (eq == std::string::npos) continue;
+      std::string value = line.substr(eq + 1);
+      if (value.size() >= 2 && (value[0] == '"' || value[0] == '\'') && value.back() == value[0])
+        value = value.substr(1, value.size() - 2);
+      out.emplace_back(line.substr(0, eq), value.empty() ? "(not given)" : value);
+    }
+    return out;
+  };
+  const auto valueIn = [](const std::vector<std::pair<std::string, std::string>>& flags, const std::string& name) {
+    for (const auto& [n, v] : flags) {
+      if (n == name) return v;
+    }
+    return std::string("(not given)");
+  };
+  for (size_t r = 1; r < texts.size(); ++r) {
+    if (texts[r] == texts[0]) continue;
+    const auto first = lines(texts[0]), other = lines(texts[r]);
+    std::vector<std::string> names;  // rank 0's flags, then the others' (a rank may have another model's)
+    for (const auto& flags : {first, other}) {
+      for (const auto& [name, value] : flags) names.push_back(name);
+    }
+    for (const std::string& name : names) {
+      const std::string mine = valueIn(first, name), theirs = valueIn(other, name);
+      if (mine == theirs) continue;
+      const std::string rank = "rank " + std::to_string(r);
+      throw AgreedError("rank 0 and " + rank + " were started with different flags: --" + name + " " + mine +
+                            " on rank 0, " + theirs + " on " + rank + "; give every rank the same flags",
+                        kUsageExit);
+    }
+  }
 }
 
 int runGuarded(const char* program, Session& session, const std::function<int()>& body) {

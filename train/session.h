@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "framework/distributed/comm/communicator.h"
 #include "framework/distributed/job/mpi_environment.h"
@@ -27,7 +28,12 @@ struct Session {
 /// can end the other ranks (which would otherwise wait in the communicator's setup).
 void openSession(Options& opts, Session& session);
 
-/// Runs `body`; on an exception, one line (train/run_checks.h's userMessage) and exit status 1. Under
+/// All-gathers every rank's `parsedFlags` (Options::parsedFlags); where a rank's differ from rank 0's, every
+/// rank throws AgreedError (kUsageExit) naming the first flag that differs, its values and the two ranks.
+/// Ranks that parsed other flags would issue other collectives and wait for each other until the watchdog.
+void agreeOnOptions(distributed::MpiEnvironment& mpi, const std::string& parsedFlags);
+
+/// Runs `body`; on an exception, one line (train/errors.h's userMessage) and exit status 1. Under
 /// mpirun with more than one rank (even when the communicator was never built), every rank ends and one
 /// rank prints the line (distributed::MpiEnvironment::endJob: no MPI_Abort banner); before MPI started,
 /// the first rank prints it. An AgreedError, which every rank threw alike, is printed by rank 0 alone and

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "framework/distributed/comm/comm_thread.h"
+#include "framework/distributed/job/comm_thread.h"
 #include "framework/distributed/job/mpi_environment.h"
 #include "train/trainer.h"
 

@@ -9,7 +9,7 @@
 #include "framework/nn/checkpoint.h"
 #include "framework/nn/state_check.h"
 #include "models/registry.h"
-#include "train/run_checks.h"
+#include "train/trainer.h"
 
 namespace minidp::train {
 

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "train/trainer.h"
+#include "train/options.h"
 
 namespace minidp::train {
 

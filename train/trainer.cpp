@@ -9,6 +9,7 @@
 #include "framework/ops/ops.h"
 #include "models/registry.h"
 #include "train/sampling.h"
+#include "train/usage_rules.h"
 
 namespace minidp::train {
 

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 
-#include "framework/ops/ops.h"
 #include "framework/tensor/dispatch.h"
 #include "framework/tensor/tensor_math.h"
 #include "kernels/composite_kernels.h"

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "framework/distributed/comm/backends/emulated_communicator.h"
-#include "framework/distributed/comm/comm_thread.h"
+#include "framework/distributed/job/comm_thread.h"
 #include "framework/distributed/job/watchdog.h"
 #include "framework/runtime/device.h"
 #include "framework/testing/gradcheck.h"

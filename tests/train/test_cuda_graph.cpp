@@ -17,6 +17,7 @@
 #include "tests/distributed/dist_test_env.h"
 #include "tests/support/cuda_skip.h"
 #include "train/trainer.h"
+#include "train/usage_rules.h"
 
 namespace minidp {
 namespace {

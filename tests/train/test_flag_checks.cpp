@@ -11,6 +11,7 @@
 #include "models/registry.h"
 #include "train/run_checks.h"
 #include "train/trainer.h"
+#include "train/usage_rules.h"
 
 namespace minidp {
 namespace {
