@@ -3,6 +3,7 @@
 # (.deps/root, made here by `apt-get download libcli11-dev nlohmann-json3-dev dataset-fashion-mnist fortunes
 # fortunes-min` and `dpkg -x` each into .deps/root), build with CUDA, then run the named steps.
 # Usage: scripts/gpu-job.sh OUTDIR STEP...   (steps: build test sanitize fast-step train-fortunes ...)
+# BUILD_TARGETS="a b": the build step builds only these targets.
 set -uo pipefail
 out=${1:?usage: gpu-job.sh OUTDIR STEP...}
 shift
@@ -23,7 +24,8 @@ py() {
 step_build() {
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMINIDP_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DCMAKE_PREFIX_PATH="$deps/usr" >"$out/cmake.log" 2>&1 &&
-    cmake --build build -j"$(nproc)" >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; return 1; }
+    cmake --build build -j"$(nproc)" ${BUILD_TARGETS:+--target $BUILD_TARGETS} >"$out/build.log" 2>&1 ||
+    { tail -40 "$out/build.log"; return 1; }
   echo "build ok"
 }
 step_test() {
