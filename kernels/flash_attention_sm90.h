@@ -57,7 +57,7 @@ void hopperAttentionForward(AttentionOperands<bf16> in, bf16* out, float* lse, i
 /// `sm90-pingpong` the ping-pong one (written to *schedule where given); false where it is unset or anything else.
 bool hopperAttentionRequested(HopperSchedule* schedule = nullptr);
 
-// ---- backward (kernels/flash_attention_sm90_backward.cu; untested on hardware when written) ----
+// ---- backward (kernels/flash_attention_sm90_backward.cu) ----
 
 /// Head dims the Hopper backward is built for: 64, 80, 96, 128, 256 (80 and 96 run as 128).
 bool hopperAttentionBackwardSupportsHeadDim(int64_t d);

@@ -1,7 +1,7 @@
 // Hopper flash attention backward (kernels/flash_attention_sm90.h), on the forward's building blocks
 // (kernels/sm90_primitives.cuh: TMA copies completing on mbarriers, wgmma with shared-memory descriptors).
-// UNTESTED ON HARDWARE when written: every product below has the form of one the forward runs (proven on an
-// H100), with the roles of the operands swapped.
+// Every product below has the form of one the forward runs, with the roles of the operands swapped
+// (tests/ops/test_flash_attention_sm90.cpp, Shapes/HopperAttentionBackward.*, pass on an H100).
 //
 // Deterministic two-pass split, no atomics: rowDot D = rowsum(dout * out) (flashAttentionRowDot), then
 //   key pass    one CTA per (128 keys, key/value head, batch): for each of the group's G query heads and each
