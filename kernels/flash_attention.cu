@@ -29,9 +29,9 @@
 // Forward: the running max is kept in scaled units, so p = exp2(s sc - m) is one FFMA and one exp2.
 // bf16 outputs are stored as column pairs (4 bytes) where the destination is 4-byte aligned and its row
 // stride even, else one element at a time.
-// bf16 forward, opt-in: with MINIDP_ATTENTION=sm90 (or sm90-overlap, sm90-pingpong, sm90-bwd), flashAttentionForward<bf16>
-// runs the TMA + wgmma kernel of kernels/flash_attention_sm90.cu where hopperAttentionAvailable holds (sm_90);
-// with sm90-bwd flashAttentionBackward<bf16> runs kernels/flash_attention_sm90_backward.cu's backward too.
+// bf16 on sm_90: flashAttentionForward<bf16> and flashAttentionBackward<bf16> run the TMA + wgmma kernels of
+// kernels/flash_attention_sm90*.cu where the attention mode asks for them (by default the forward, and the
+// backward at head dims >= 128; kernels/flash_attention_sm90.h) and they are available; these kernels otherwise.
 // fp32 at a head dim whose six tiles do not fit in a CTA's shared memory (256) takes row kernels
 // instead: a warp per query or key row, the rows it meets read from global memory (L2), no tiles.
 #include <cuda_bf16.h>
@@ -1117,7 +1117,7 @@ void flashAttentionForward(AttentionOperands<T> in, T* out, AccumOf<T>* lse, int
   checkShape(in, B, seqLen, H, d);
   if (B * seqLen * H == 0) return;
   if constexpr (std::is_same_v<T, bf16>) {
-    // Opt-in (MINIDP_ATTENTION=sm90, sm90-overlap, sm90-pingpong): the TMA + wgmma kernel of flash_attention_sm90.cu.
+    // The TMA + wgmma kernel of flash_attention_sm90.cu where the attention mode asks for it and it is available.
     HopperSchedule schedule;
     if (hopperAttentionRequested(&schedule) && hopperAttentionAvailable(d, in, B, H)) {
       hopperAttentionForward(in, out, lse, B, seqLen, H, d, /*causal=*/true, stream, schedule);
@@ -1133,6 +1133,10 @@ void flashAttentionForward(AttentionOperands<T> in, T* out, AccumOf<T>* lse, int
 template <typename T>
 size_t flashAttentionBackwardScratchBytes(int64_t B, int64_t seqLen, int64_t H, int64_t d) {
   if (!std::is_same_v<T, bf16> || !storesScores(d) || !flashAttentionSupportsHeadDim(d)) return 0;
+  // The Hopper backward stores no scores (were it to fall back for its operands, the cp.async one runs without).
+  if (hopperAttentionBackwardRequested(d) && hopperAttentionBackwardSupportsHeadDim(d) && hopperAttentionAvailable(d)) {
+    return 0;
+  }
   const int64_t tiles = ceilDiv(seqLen, kTile), tileBytes = kTile * kTile * int64_t(sizeof(bf16));
   const int64_t perHead = tiles * (tiles + 1) / 2;  // tiles < 2^25 (seqLen <= 2^30): no overflow
   if (perHead > kMaxScoreScratchBytes / tileBytes / std::max<int64_t>(1, B * H)) return 0;
@@ -1162,8 +1166,8 @@ void flashAttentionBackward(const T* dout, AttentionOperands<T> in, const T* out
   MINIDP_CHECK(reinterpret_cast<uintptr_t>(dout) % 16 == 0, "flash attention: dout must be 16-byte aligned");
   if (B * seqLen * H == 0) return;
   if constexpr (std::is_same_v<T, bf16>) {
-    // Opt-in (MINIDP_ATTENTION=sm90-bwd): the TMA + wgmma backward of flash_attention_sm90_backward.cu.
-    if (hopperAttentionBackwardRequested() && hopperAttentionBackwardAvailable(d, in, B, H)) {
+    // The TMA + wgmma backward of flash_attention_sm90_backward.cu where the attention mode asks for it.
+    if (hopperAttentionBackwardRequested(d) && hopperAttentionBackwardAvailable(d, in, B, H)) {
       hopperAttentionBackward(dout, in, out, lse, rowDot, grads, B, seqLen, H, d, /*causal=*/true, stream);
       return;
     }

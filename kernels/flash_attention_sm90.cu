@@ -36,10 +36,12 @@
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -441,31 +443,62 @@ bool hopperAttentionAvailable(int64_t d, const AttentionOperands<bf16>& in, int6
 }
 
 namespace {
-// MINIDP_ATTENTION, read once: 0 none, else 1 + its index in the names below (sm90-bwd: the serial forward).
-int requestedAttention() {
-  static const int requested = [] {
+struct ModeName {
+  const char* name;
+  AttentionMode mode;
+};
+constexpr ModeName kModeNames[] = {{"auto", AttentionMode::Auto},          {"cp.async", AttentionMode::CpAsync},
+                                   {"sm90", AttentionMode::Serial},         {"sm90-overlap", AttentionMode::Overlapped},
+                                   {"sm90-pingpong", AttentionMode::PingPong}, {"sm90-bwd", AttentionMode::HopperBackward}};
+
+// MINIDP_ATTENTION's mode, read once (unset: Auto).
+AttentionMode environmentMode() {
+  static const AttentionMode mode = [] {
     const char* value = std::getenv("MINIDP_ATTENTION");
-    if (value == nullptr) return 0;
-    const char* names[4] = {"sm90", "sm90-overlap", "sm90-pingpong", "sm90-bwd"};
-    for (int i = 0; i < 4; ++i) {
-      if (std::strcmp(value, names[i]) == 0) return 1 + i;
+    if (value == nullptr) return AttentionMode::Auto;
+    std::string accepted;
+    for (const ModeName& m : kModeNames) {
+      if (std::strcmp(value, m.name) == 0) return m.mode;
+      accepted += std::string(accepted.empty() ? "" : ", ") + m.name;
     }
-    return 0;
+    MINIDP_CHECK(false, "MINIDP_ATTENTION=" << value << ": not an attention mode (" << accepted << ")");
+    return AttentionMode::Auto;
   }();
-  return requested;
+  return mode;
 }
-constexpr int kRequestedBackward = 4;
+
+constexpr int kUnset = -1;
+std::atomic<int> gModeSet{kUnset};  // setAttentionMode's mode, or kUnset: the environment's
 }  // namespace
 
-bool hopperAttentionRequested(HopperSchedule* schedule) {
-  const int requested = requestedAttention();
-  if (schedule) {
-    *schedule = requested > 0 && requested != kRequestedBackward ? HopperSchedule(requested - 1) : HopperSchedule::Serial;
-  }
-  return requested != 0;
+AttentionMode attentionMode() {
+  const int set = gModeSet.load(std::memory_order_acquire);
+  return set == kUnset ? environmentMode() : AttentionMode(set);
 }
 
-bool hopperAttentionBackwardRequested() { return requestedAttention() == kRequestedBackward; }
+AttentionMode setAttentionMode(AttentionMode mode) {
+  const AttentionMode previous = attentionMode();
+  gModeSet.store(int(mode), std::memory_order_release);
+  return previous;
+}
+
+bool hopperAttentionRequested(HopperSchedule* schedule) {
+  const AttentionMode mode = attentionMode();
+  if (schedule) {
+    switch (mode) {
+      case AttentionMode::Overlapped: *schedule = HopperSchedule::Overlapped; break;
+      case AttentionMode::Auto:
+      case AttentionMode::PingPong: *schedule = HopperSchedule::PingPong; break;
+      default: *schedule = HopperSchedule::Serial;
+    }
+  }
+  return mode != AttentionMode::CpAsync;
+}
+
+bool hopperAttentionBackwardRequested(int64_t d) {
+  const AttentionMode mode = attentionMode();
+  return mode == AttentionMode::HopperBackward || (mode == AttentionMode::Auto && d >= 128);
+}
 
 void hopperAttentionForward(AttentionOperands<bf16> in, bf16* out, float* lse, int64_t B, int64_t seqLen, int64_t H,
                             int64_t d, bool causal, cudaStream_t stream, HopperSchedule schedule) {

@@ -12,11 +12,12 @@
 // Built only for sm_90a (kernels/CMakeLists.txt compiles kernels/flash_attention_sm90.cu with
 // -gencode=arch=compute_90a,code=sm_90a alone); on any other device hopperAttentionAvailable is false.
 //
-// Opt-in: flashAttentionForward<bf16> (causal) takes this kernel where the environment variable
-// MINIDP_ATTENTION is `sm90`, `sm90-overlap` or `sm90-pingpong` (the schedule, below), read once per process,
-// and hopperAttentionAvailable holds; otherwise the cp.async kernels of kernels/flash_attention.cu run. With
-// MINIDP_ATTENTION=sm90-bwd the forward takes the serial schedule and flashAttentionBackward<bf16> the Hopper
-// backward below (hopperAttentionBackwardAvailable); the cp.async backward otherwise.
+// Which kernels flashAttentionForward<bf16> and flashAttentionBackward<bf16> (causal) take is the process's
+// AttentionMode (below): by default, on a device where hopperAttentionAvailable holds, this forward in the
+// ping-pong schedule and, at head dims of 128 and more, the Hopper backward; the cp.async kernels of
+// kernels/flash_attention.cu otherwise (other GPUs, operands the tensor maps cannot describe, and the
+// backward at smaller head dims, where the two run at the same speed). The environment variable
+// MINIDP_ATTENTION (read once) names another mode; tests and benches set one for a scope.
 #pragma once
 
 #include <cstdint>
@@ -52,9 +53,34 @@ void hopperAttentionForward(AttentionOperands<bf16> in, bf16* out, float* lse, i
                             int64_t d, bool causal, cudaStream_t stream,
                             HopperSchedule schedule = HopperSchedule::Serial);
 
-/// Whether the environment variable MINIDP_ATTENTION (read once) asks flashAttentionForward<bf16> to take
-/// the Hopper kernel: `sm90` (and `sm90-bwd`) with the serial schedule, `sm90-overlap` the overlapped one,
-/// `sm90-pingpong` the ping-pong one (written to *schedule where given); false where it is unset or anything else.
+/// The attention kernels of flashAttentionForward<bf16> / flashAttentionBackward<bf16>, and MINIDP_ATTENTION's
+/// names for them: Auto (unset or `auto`: the Hopper forward, ping-pong, and the Hopper backward at head dims
+/// >= 128), CpAsync (`cp.async`: the cp.async kernels, the sm80 path), Serial / Overlapped / PingPong (`sm90`,
+/// `sm90-overlap`, `sm90-pingpong`: that Hopper forward schedule, the cp.async backward), HopperBackward
+/// (`sm90-bwd`: the serial Hopper forward and the Hopper backward at every head dim). Each Hopper kernel only
+/// where it is available; the cp.async kernel otherwise.
+enum class AttentionMode { Auto, CpAsync, Serial, Overlapped, PingPong, HopperBackward };
+
+/// The mode in force: the one set last (setAttentionMode), else MINIDP_ATTENTION's (read once; another value
+/// is an error naming it and the accepted names).
+AttentionMode attentionMode();
+/// Sets the mode for the process from now on and returns the previous one (tests and benches: the cp.async
+/// kernels as a reference beside the Hopper ones). Not for use while kernels are being launched on other threads.
+AttentionMode setAttentionMode(AttentionMode mode);
+/// setAttentionMode for a scope: the previous mode comes back at its end.
+class ScopedAttentionMode {
+ public:
+  explicit ScopedAttentionMode(AttentionMode mode) : previous_(setAttentionMode(mode)) {}
+  ~ScopedAttentionMode() { setAttentionMode(previous_); }
+  ScopedAttentionMode(const ScopedAttentionMode&) = delete;
+  ScopedAttentionMode& operator=(const ScopedAttentionMode&) = delete;
+
+ private:
+  AttentionMode previous_;
+};
+
+/// Whether the mode asks flashAttentionForward<bf16> for the Hopper forward, and in which schedule (written
+/// to *schedule where given: Auto's is PingPong, HopperBackward's Serial).
 bool hopperAttentionRequested(HopperSchedule* schedule = nullptr);
 
 // ---- backward (kernels/flash_attention_sm90_backward.cu) ----
@@ -75,8 +101,8 @@ void hopperAttentionBackward(const bf16* dout, AttentionOperands<bf16> in, const
                              float* rowDot, AttentionGradients<bf16> grads, int64_t B, int64_t seqLen, int64_t H,
                              int64_t d, bool causal, cudaStream_t stream);
 
-/// Whether MINIDP_ATTENTION (read once) is `sm90-bwd`: flashAttentionForward<bf16> then takes the Hopper
-/// forward (serial schedule) and flashAttentionBackward<bf16> the Hopper backward, where available.
-bool hopperAttentionBackwardRequested();
+/// Whether the mode asks flashAttentionBackward<bf16> for the Hopper backward at head dim d: HopperBackward at
+/// every head dim, Auto at d >= 128.
+bool hopperAttentionBackwardRequested(int64_t d);
 
 }  // namespace minidp::kernels::cuda

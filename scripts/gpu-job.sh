@@ -290,19 +290,61 @@ step_sm90() {
     timeout "$limit" $t --gtest_brief=1 --gtest_filter="${groups[$i]}" >"$log/test_$i.txt" 2>&1
     echo "sm90 tests '${groups[$i]}': rc $?, $(grep -E '^\[  (PASSED|FAILED) ' "$log/test_$i.txt" | tr '\n' ' ')"
   done
-  for mode in sm90 sm90-bwd; do
+  for mode in auto cp.async sm90-bwd; do
     MINIDP_ATTENTION=$mode timeout "$limit" build/tests/test_flash_attention --gtest_brief=1 >"$log/suite_$mode.txt" 2>&1 &
   done
   wait
-  for mode in sm90 sm90-bwd; do
+  for mode in auto cp.async sm90-bwd; do
     echo "test_flash_attention with MINIDP_ATTENTION=$mode: $(grep -E '^\[  (PASSED|FAILED) ' "$log/suite_$mode.txt" | tr '\n' ' ')"
     grep -E '^\[  FAILED  \]' "$log/suite_$mode.txt" | head -5
   done
   for tool in memcheck racecheck; do
     echo "$tool: $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log/$tool.txt" || echo 'no summary (timed out?)')"
   done
-  timeout 180 build/bin/minidp-bench-attention --sm90 \
+  [ "${SM90_BENCH:-1}" = 1 ] && timeout 180 build/bin/minidp-bench-attention --sm90 \
     --shapes 4:16:16:4096:128,4:32:32:4096:64,8:16:4:2048:128,4:8:8:4096:256,2:32:4:8192:128 2>&1 | tee "$log/bench.txt"
+}
+# The attention kernels in training (TOKENS: a folder with gpt2/ and llama/ llm.c token files, made by
+# scripts/make-random-tokens.py): compute-sanitizer memcheck and racecheck over short bf16 runs (llama at head dim
+# 128, GPT at 64) with the default kernels; then the step in the default mode against MINIDP_ATTENTION=cp.async,
+# alternating (ATTENTION_ROUNDS rounds, default 1), on shapes of head dim 64, 128 and 256.
+step_attention_steps() {
+  local tok=${TOKENS:-$out/tokens} log=$out/attention_steps
+  mkdir -p "$log"
+  for v in gpt2:50257 llama:32000; do
+    [ -f "$tok/${v%%:*}/train.bin" ] || py scripts/make-random-tokens.py "$tok/${v%%:*}" "${v##*:}"
+  done
+  local llama=(--model llama --data llmc --llmc-train "$tok/llama/train.bin" --llmc-val "$tok/llama/val.bin")
+  local gpt=(--model gpt --data llmc --llmc-train "$tok/gpt2/train.bin" --llmc-val "$tok/gpt2/val.bin")
+  local run=(build/bin/minidp-bench --device cuda --dtype bf16 --optimizer adamw --bucket-mb-list 25)
+  local tiny=(--layers 2 --embd 256 --context 200 --batch-size 2 --steps 2 --warmup 1)
+  for tool in memcheck racecheck; do
+    timeout 240 compute-sanitizer --tool $tool --error-exitcode 3 "${run[@]}" "${llama[@]}" "${tiny[@]}" --heads 2 \
+      --kv-heads 1 --hidden 512 >"$log/${tool}_llama.txt" 2>&1 &
+    timeout 240 compute-sanitizer --tool $tool --error-exitcode 3 "${run[@]}" "${gpt[@]}" "${tiny[@]}" --heads 4 \
+      >"$log/${tool}_gpt.txt" 2>&1 &
+  done
+  wait
+  for f in "$log"/{memcheck,racecheck}_*.txt; do
+    echo "$(basename "$f" .txt): $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$f" || echo 'no summary (timed out?)')"
+  done
+  local shapes=("llama-d128|${llama[*]} --layers 12 --heads 8 --kv-heads 4 --embd 1024 --hidden 2816 --context 1024 --batch-size 8"
+                "tinyllama-d64|${llama[*]} --layers 8 --heads 32 --kv-heads 4 --embd 2048 --hidden 5632 --context 2048 --batch-size 2"
+                "gpt-d128-ctx4k|${gpt[*]} --layers 6 --heads 12 --embd 1536 --context 4096 --batch-size 2"
+                "llama-d256|${llama[*]} --layers 6 --heads 8 --kv-heads 8 --embd 2048 --hidden 5632 --context 4096 --batch-size 1"
+                "gpt2-b16|${gpt[*]} --layers 12 --heads 12 --embd 768 --context 1024 --batch-size 16")
+  for entry in "${shapes[@]}"; do
+    local name=${entry%%|*} args
+    read -r -a args <<<"${entry#*|}"
+    for round in $(seq "${ATTENTION_ROUNDS:-1}"); do
+      for mode in auto cp.async; do
+        MINIDP_ATTENTION=$mode timeout 120 "${run[@]}" "${args[@]}" --steps 20 --warmup 5 \
+          >"$log/${name}_${mode}_$round.txt" 2>&1
+        echo "$name $mode round $round (rc $?): $(grep -E '^ +high' "$log/${name}_${mode}_$round.txt" |
+          awk '{printf "%s %s ms, peak %s MiB; ", $5, $6, $14}')"
+      done
+    done
+  done
 }
 # ZeRO on the emulated 8-rank link (scripts/zero-emulated-job.sh): DDP against ZeRO-3 for GPT-2 small and the llama
 # shape, peak memory at 443 M parameters, a 5.9 B llama under ZeRO-3.

@@ -2,7 +2,9 @@
 // kernels (fp32 FFMA and bf16 tensor cores) beside the materialised (B, H, T, T) path (fp32, through the
 // op with autograd). Median of timed repetitions, CUDA events on the compute stream. FLOPs counted causal:
 // 4 B H T^2 d / 2 forward, 2.5 times that backward. tools/torch_attention_bench.py prints the same
-// columns for PyTorch's scaled_dot_product_attention.
+// columns for PyTorch's scaled_dot_product_attention. The bf16 "flash" rows run what training runs (the
+// attention mode, kernels/flash_attention_sm90.h: on an H100 by default the Hopper forward, and the Hopper
+// backward from head dim 128; MINIDP_ATTENTION=cp.async for the cp.async kernels).
 // Usage: minidp-bench-attention                       GPT-2 small at B 8 and 16, the fortunes GPT
 //        minidp-bench-attention --head-dim 64,128,256 [--batch 8] [--seq 1024]
 //                                                     each head dim at width about 1024 (H = 1024 / d)
@@ -170,6 +172,8 @@ void benchSm90(const Shape4& s) {
     lse[i] = Tensor::empty({s.B, s.H, s.T}, DType::F32, Device::CUDA);
   }
   cudaStream_t stream = runtime::computeStream();
+  // The cp.async rows run the cp.async kernels, whatever MINIDP_ATTENTION says (the rows are the comparison).
+  const kernels::cuda::ScopedAttentionMode cpAsyncMode(kernels::cuda::AttentionMode::CpAsync);
   auto cpAsync = [&] {
     kernels::cuda::flashAttentionForward<bf16>(in, y[0].data<bf16>(), lse[0].data<float>(), s.B, s.T, s.H, s.d, stream);
   };
@@ -186,8 +190,7 @@ void benchSm90(const Shape4& s) {
                 (long long)s.H, (long long)s.K, (long long)s.T, (long long)s.d, ms, flops / (ms * 1e9), checkText);
     std::fflush(stdout);
   };
-  // With MINIDP_ATTENTION=sm90 (or sm90-overlap) the cp.async entry point runs a Hopper kernel: labelled so.
-  print(kernels::cuda::hopperAttentionRequested() ? "cp.async=sm90" : "cp.async", medianMs(cpAsync), flop, NAN);
+  print("cp.async", medianMs(cpAsync), flop, NAN);
   const std::vector<float> yCpAsync = hostValues(y[0]);
   const char* names[3][2] = {
       {"sm90", "sm90 full"}, {"sm90 overlap", "sm90 ovl full"}, {"sm90 pingpong", "sm90 pp full"}};
@@ -224,8 +227,7 @@ void benchSm90(const Shape4& s) {
                                            rowDot.data<float>(), groupedGradients<bf16>(dqkv[1].data<bf16>(), s), s.B,
                                            s.T, s.H, s.d, causal, stream);
   };
-  const char* cpAsyncName = kernels::cuda::hopperAttentionBackwardRequested() ? "cp.async=sm90 f+b" : "cp.async f+b";
-  print(cpAsyncName, medianMs([&] { cpAsyncBoth(false); }), 3.5 * flop, NAN);
+  print("cp.async f+b", medianMs([&] { cpAsyncBoth(false); }), 3.5 * flop, NAN);
   if (scratchBytes > 0) print("cp.async dS f+b", medianMs([&] { cpAsyncBoth(true); }), 3.5 * flop, NAN);
   cpAsyncBoth(false);
   CUDA_CHECK(cudaStreamSynchronize(stream));

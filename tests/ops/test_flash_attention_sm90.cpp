@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <initializer_list>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -198,7 +199,8 @@ Result runCuda(const Case& c, const DeviceOperands& ops, bool hopper,
   if (hopper) {
     kernels::cuda::hopperAttentionForward(ops.in, y.head.data<bf16>(), lse.head.data<float>(), B, T, H, d, c.causal,
                                           runtime::computeStream(), schedule);
-  } else {
+  } else {  // the cp.async kernel, whatever the process's attention mode
+    const kernels::cuda::ScopedAttentionMode cpAsync(kernels::cuda::AttentionMode::CpAsync);
     kernels::cuda::flashAttentionForward<bf16>(ops.in, y.head.data<bf16>(), lse.head.data<float>(), B, T, H, d,
                                                runtime::computeStream());
   }
@@ -304,7 +306,6 @@ void checkSchedules(const Case& c, std::initializer_list<kernels::cuda::HopperSc
     // The reference here is the twin's computation: the same to rounding.
     EXPECT_LE(maxAbsDifference(expected.y, cpu.y), 1e-9);
     EXPECT_LE(maxAbsDifference(expected.lse, cpu.lse), 1e-9);
-    // With MINIDP_ATTENTION=sm90* the cp.async entry point runs a Hopper kernel too: the comparison is then weaker.
     cpAsync = runCuda(c, ops, false);
   }
   using kernels::cuda::HopperSchedule;
@@ -473,19 +474,44 @@ TEST(HopperAttentionDevice, BackwardAvailableOnComputeCapability90) {
   EXPECT_FALSE(kernels::cuda::hopperAttentionBackwardAvailable(32, in, 1, 1));
 }
 
-TEST(HopperAttentionDevice, BackwardSwitchReadsTheEnvironment) {
-  // MINIDP_ATTENTION=sm90-bwd asks for the serial Hopper forward and the Hopper backward; the other values
-  // leave the backward to the cp.async kernels. (Run once with the variable set, once without.)
+TEST(HopperAttentionDevice, TheModeComesFromTheEnvironmentAndScopes) {
+  // MINIDP_ATTENTION unset or `auto`: the ping-pong forward and the Hopper backward from head dim 128; `cp.async`:
+  // neither; `sm90-bwd`: the serial forward and the backward at every head dim. (ctest runs test_flash_attention
+  // under several values; here whichever this process has.)
+  using kernels::cuda::AttentionMode;
+  using kernels::cuda::HopperSchedule;
   const char* value = std::getenv("MINIDP_ATTENTION");
-  const bool backward = value != nullptr && std::string(value) == "sm90-bwd";
-  EXPECT_EQ(kernels::cuda::hopperAttentionBackwardRequested(), backward);
-  kernels::cuda::HopperSchedule schedule = kernels::cuda::HopperSchedule::PingPong;
-  const bool forward = kernels::cuda::hopperAttentionRequested(&schedule);
-  if (backward) {
-    EXPECT_TRUE(forward);
-    EXPECT_EQ(int(schedule), int(kernels::cuda::HopperSchedule::Serial));
+  const std::string name = value ? value : "auto";
+  const std::map<std::string, AttentionMode> modes = {
+      {"auto", AttentionMode::Auto},       {"cp.async", AttentionMode::CpAsync},
+      {"sm90", AttentionMode::Serial},     {"sm90-overlap", AttentionMode::Overlapped},
+      {"sm90-pingpong", AttentionMode::PingPong}, {"sm90-bwd", AttentionMode::HopperBackward}};
+  ASSERT_TRUE(modes.count(name)) << name;
+  EXPECT_EQ(int(kernels::cuda::attentionMode()), int(modes.at(name)));
+  struct Expected {
+    AttentionMode mode;
+    bool forward;
+    HopperSchedule schedule;
+    bool backward64, backward128;
+  };
+  for (const Expected& e : {Expected{AttentionMode::Auto, true, HopperSchedule::PingPong, false, true},
+                            Expected{AttentionMode::CpAsync, false, HopperSchedule::Serial, false, false},
+                            Expected{AttentionMode::Serial, true, HopperSchedule::Serial, false, false},
+                            Expected{AttentionMode::Overlapped, true, HopperSchedule::Overlapped, false, false},
+                            Expected{AttentionMode::PingPong, true, HopperSchedule::PingPong, false, false},
+                            Expected{AttentionMode::HopperBackward, true, HopperSchedule::Serial, true, true}}) {
+    SCOPED_TRACE(int(e.mode));
+    {
+      const kernels::cuda::ScopedAttentionMode scope(e.mode);
+      EXPECT_EQ(int(kernels::cuda::attentionMode()), int(e.mode));
+      HopperSchedule schedule = HopperSchedule::Serial;
+      EXPECT_EQ(kernels::cuda::hopperAttentionRequested(&schedule), e.forward);
+      if (e.forward) EXPECT_EQ(int(schedule), int(e.schedule));
+      EXPECT_EQ(kernels::cuda::hopperAttentionBackwardRequested(64), e.backward64);
+      EXPECT_EQ(kernels::cuda::hopperAttentionBackwardRequested(128), e.backward128);
+    }
+    EXPECT_EQ(int(kernels::cuda::attentionMode()), int(modes.at(name))) << "the scope did not restore the mode";
   }
-  if (value == nullptr) EXPECT_FALSE(forward);
 }
 
 // The gradient buffers on the device, poisoned (NaN, tails included): packed, one (B T, (H + 2 H / G) d)
@@ -542,7 +568,8 @@ Gradients runCudaBackward(const Case& c, const DeviceOperands& ops, const Device
     kernels::cuda::hopperAttentionBackward(dy.head.data<bf16>(), ops.in, y.head.data<bf16>(), lse.head.data<float>(),
                                            rowDot.head.data<float>(), g.grads, c.B(), c.T, c.H(), c.d, c.causal,
                                            runtime::computeStream());
-  } else {
+  } else {  // the cp.async kernel, whatever the process's attention mode
+    const kernels::cuda::ScopedAttentionMode cpAsync(kernels::cuda::AttentionMode::CpAsync);
     kernels::cuda::flashAttentionBackward<bf16>(dy.head.data<bf16>(), ops.in, y.head.data<bf16>(),
                                                 lse.head.data<float>(), rowDot.head.data<float>(), g.grads, c.B(), c.T,
                                                 c.H(), c.d, runtime::computeStream());
@@ -608,7 +635,6 @@ TEST_P(HopperAttentionBackward, MatchesReferencesAndTheCpAsyncKernel) {
     const Gradients cpu = twinBackward(c, x, dyValues);
     expectGradientsClose(expected, cpu, 1e-9, "the CPU twin (reference check)");
     expectGradientsClose(hopper, cpu, 1e-2, "the CPU twin");
-    // With MINIDP_ATTENTION=sm90-bwd the cp.async entry point runs the Hopper backward too: then weaker.
     const Gradients cpAsync = runCudaBackward(c, ops, dy, y, lse, false);
     expectGradientsClose(hopper, cpAsync, 2e-2, "the cp.async kernel");
   }
