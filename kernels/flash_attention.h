@@ -46,8 +46,9 @@ namespace cuda {
 MINIDP_FLASH_ATTENTION_DECLARATIONS(, cudaStream_t stream)
 /// Bytes of scratch the backward below can use at this shape, 0 where it uses none: bf16 at head dims 80,
 /// 96 and 128 (at 64 and below recomputing was faster), while B H (T/64)(T/64 + 1)/2 tiles of 64 x 64 bf16 take at most
-/// 1 GiB. With it, the key pass stores each score gradient dS it forms and the query pass reads them back instead of
-/// recomputing S, P and dP.
+/// 1 GiB, and not where the attention mode gives the backward to the Hopper kernel (kernels/flash_attention_sm90.h).
+/// With it, the key pass stores each score gradient dS it forms and the query pass reads them back instead of
+/// recomputing S, P and dP. A size taken under one mode is safe to pass under another.
 template <typename T>
 size_t flashAttentionBackwardScratchBytes(int64_t B, int64_t seqLen, int64_t H, int64_t d);
 /// rowDot (B, H, T) = rowsum(dout * out) over each head's d columns, in fp32: the backward's first step (dout and

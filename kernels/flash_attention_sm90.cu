@@ -417,10 +417,11 @@ bool deviceRunsSm90a() {
     bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
               cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess && major == 9 &&
               minor == 0;
-    cudaFuncAttributes attributes;
-    ok =
-        ok && cudaFuncGetAttributes(&attributes, hopperForwardKernel<128, true, HopperSchedule::Serial>) == cudaSuccess;
-    cudaGetLastError();  // a failed probe must not surface at the next launch check
+    if (ok) {
+      cudaFuncAttributes attributes;
+      ok = cudaFuncGetAttributes(&attributes, hopperForwardKernel<128, true, HopperSchedule::Serial>) == cudaSuccess;
+      if (!ok) cudaGetLastError();  // the failed probe's error must not surface at the next launch check
+    }
     known[device] = ok ? 1 : 0;
   }
   return known[device] == 1;
@@ -451,25 +452,34 @@ constexpr ModeName kModeNames[] = {{"auto", AttentionMode::Auto},          {"cp.
                                    {"sm90", AttentionMode::Serial},         {"sm90-overlap", AttentionMode::Overlapped},
                                    {"sm90-pingpong", AttentionMode::PingPong}, {"sm90-bwd", AttentionMode::HopperBackward}};
 
+constexpr int kUnset = -1;
+std::atomic<int> gModeSet{kUnset};  // setAttentionMode's mode, or kUnset: the environment's
+
 // MINIDP_ATTENTION's mode, read once (unset: Auto).
 AttentionMode environmentMode() {
   static const AttentionMode mode = [] {
     const char* value = std::getenv("MINIDP_ATTENTION");
-    if (value == nullptr) return AttentionMode::Auto;
-    std::string accepted;
-    for (const ModeName& m : kModeNames) {
-      if (std::strcmp(value, m.name) == 0) return m.mode;
-      accepted += std::string(accepted.empty() ? "" : ", ") + m.name;
-    }
-    MINIDP_CHECK(false, "MINIDP_ATTENTION=" << value << ": not an attention mode (" << accepted << ")");
-    return AttentionMode::Auto;
+    return value == nullptr ? AttentionMode::Auto : parseAttentionMode(value, "MINIDP_ATTENTION");
   }();
   return mode;
 }
-
-constexpr int kUnset = -1;
-std::atomic<int> gModeSet{kUnset};  // setAttentionMode's mode, or kUnset: the environment's
 }  // namespace
+
+AttentionMode parseAttentionMode(const std::string& name, const std::string& source) {
+  std::string accepted;
+  for (const ModeName& m : kModeNames) {
+    if (name == m.name) return m.mode;
+    accepted += std::string(accepted.empty() ? "" : ", ") + m.name;
+  }
+  throwError(source + "=" + name + ": not an attention mode (" + accepted + ")", __FILE__, __LINE__);
+}
+
+const char* attentionModeName(AttentionMode mode) {
+  for (const ModeName& m : kModeNames) {
+    if (m.mode == mode) return m.name;
+  }
+  throwError("unknown attention mode " + std::to_string(int(mode)), __FILE__, __LINE__);
+}
 
 AttentionMode attentionMode() {
   const int set = gModeSet.load(std::memory_order_acquire);
@@ -477,9 +487,8 @@ AttentionMode attentionMode() {
 }
 
 AttentionMode setAttentionMode(AttentionMode mode) {
-  const AttentionMode previous = attentionMode();
-  gModeSet.store(int(mode), std::memory_order_release);
-  return previous;
+  const int previous = gModeSet.exchange(int(mode), std::memory_order_acq_rel);
+  return previous == kUnset ? environmentMode() : AttentionMode(previous);
 }
 
 bool hopperAttentionRequested(HopperSchedule* schedule) {

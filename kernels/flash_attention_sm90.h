@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "base/bf16.h"
 #include "base/stream.h"
@@ -61,8 +62,13 @@ void hopperAttentionForward(AttentionOperands<bf16> in, bf16* out, float* lse, i
 /// where it is available; the cp.async kernel otherwise.
 enum class AttentionMode { Auto, CpAsync, Serial, Overlapped, PingPong, HopperBackward };
 
+/// The mode `name` names (`auto`, `cp.async`, `sm90`, `sm90-overlap`, `sm90-pingpong`, `sm90-bwd`); another
+/// name is an error "<source>=<name>: not an attention mode (<the names>)".
+AttentionMode parseAttentionMode(const std::string& name, const std::string& source = "attention mode");
+/// The name of `mode`, as parseAttentionMode takes it.
+const char* attentionModeName(AttentionMode mode);
 /// The mode in force: the one set last (setAttentionMode), else MINIDP_ATTENTION's (read once; another value
-/// is an error naming it and the accepted names).
+/// is parseAttentionMode's error).
 AttentionMode attentionMode();
 /// Sets the mode for the process from now on and returns the previous one (tests and benches: the cp.async
 /// kernels as a reference beside the Hopper ones). Not for use while kernels are being launched on other threads.

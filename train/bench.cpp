@@ -339,6 +339,7 @@ int runBench(int argc, char** argv, const std::string& program) {
                              {"zero_gather", nameOf(zeroGatherNames(), opts.zeroGather)},
                              {"cuda_graph", opts.cudaGraph},
                              {"cast_weights", opts.castWeights},
+                             {"attention", session.attention},
                              {"nccl",
                               {{"min_ctas", opts.comm.ncclMinCtas},
                                {"cta_policy", distributed::ncclCtaPolicyName(opts.comm.ncclCtaPolicy)},
@@ -364,11 +365,12 @@ int runBench(int argc, char** argv, const std::string& program) {
       if (printer) {
         std::printf(
             "%s%s: %s, %d rank(s) on %s (%s), batch %lld per rank, warmup %lld, %lld timed step(s) "
-            "x %lld repeat(s), gradients on the wire %s, ZeRO %d%s\ncommunicator %s\n",
+            "x %lld repeat(s), gradients on the wire %s, ZeRO %d%s, attention %s\ncommunicator %s\n",
             emulated ? "EMULATED " : "", program.c_str(), opts.model.c_str(), session.world(), deviceDescription(session).c_str(),
             nameOf(precisionNames(), opts.precision).c_str(), static_cast<long long>(opts.batchSize), static_cast<long long>(bench.warmup),
             static_cast<long long>(opts.steps), static_cast<long long>(bench.repeats), opts.ddp.commHook.name.c_str(), opts.ddp.zeroStage,
-            opts.ddp.zeroStage ? (" (gather " + nameOf(zeroGatherNames(), opts.zeroGather) + ")").c_str() : "", communicators.back().c_str());
+            opts.ddp.zeroStage ? (" (gather " + nameOf(zeroGatherNames(), opts.zeroGather) + ")").c_str() : "",
+            session.attention.c_str(), communicators.back().c_str());
         if (emulated) {
           std::printf("EMULATED: one process modelling %d ranks; comm times are the model's, not a real network's%s%s\n",
                       opts.comm.emulatedWorld, opts.ddp.zeroStage ? "; " : "",

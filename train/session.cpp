@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "framework/distributed/job/launcher.h"
+#include "framework/ops/ops.h"
 #include "framework/runtime/device.h"
 #include "framework/tensor/tensor_math.h"
 #include "models/registry.h"
@@ -35,6 +36,7 @@ void openSession(Options& opts, Session& s) {
     runtime::setDevice(
         distributed::selectGpu(opts.comm.gpu, s.mpi ? s.mpi->localRank() : 0, runtime::cudaDeviceCount()));
   }
+  s.attention = ops::attentionKernels(s.device);  // a bad MINIDP_ATTENTION fails here, before any model is built
   distributed::CommOptions comm = opts.comm;  // where it runs is --device's, not stored twice
   comm.cuda = s.device == Device::CUDA;
   s.comm = distributed::makeCommunicator(comm, s.mpi.get());

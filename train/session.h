@@ -19,6 +19,7 @@ struct Session {
   DType dtype = DType::F32;    // parameters, gradient buckets, optimizer state
   DType compute = DType::F32;  // activations: dtype, or BF16 (mixed precision, CUDA only)
   bool verbose = false;        // runGuarded prints source locations
+  std::string attention;       // the attention kernels bf16 takes here (ops::attentionKernels), read at opening
   int rank() const { return comm->rank(); }
   int world() const { return comm->worldSize(); }
 };

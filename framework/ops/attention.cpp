@@ -12,6 +12,9 @@
 #include "framework/tensor/dispatch.h"
 #include "kernels/attention_kernels.h"
 #include "kernels/flash_attention.h"
+#if MINIDP_WITH_CUDA
+#include "kernels/flash_attention_sm90.h"
+#endif
 #include "kernels/matmul.h"
 
 namespace minidp::ops {
@@ -153,6 +156,19 @@ Variable causalAttentionMaterialized(const Variable& qVar, const Variable& kVar,
     groupGemm(s, true, false, seq, s.d, GT, scale, dscores, qh, dkh);
     return std::vector<Tensor>{fromHeads(s, dqh, s.H), fromHeads(s, dkh, s.Hkv), fromHeads(s, dvh, s.Hkv)};
   });
+}
+
+std::string attentionKernels(Device device) {
+  if (device == Device::CPU) return "cpu";
+#if MINIDP_WITH_CUDA
+  const kernels::cuda::AttentionMode mode = kernels::cuda::attentionMode();
+  const std::string name = kernels::cuda::attentionModeName(mode);
+  if (mode == kernels::cuda::AttentionMode::CpAsync) return name;
+  return name + (kernels::cuda::hopperAttentionAvailable(128) ? " (Hopper kernels)"
+                                                              : " (cp.async kernels: no sm_90a on this GPU)");
+#else
+  return "cp.async";
+#endif
 }
 
 }  // namespace minidp::ops

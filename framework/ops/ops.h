@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 
 #include "framework/autograd/variable.h"
 #include "framework/ops/composite.h"  // sub, div, pow, rsqrt, ..., broadcasts, last-dim sums
@@ -134,6 +135,11 @@ Variable causalSelfAttentionMaterialized(const Variable& qkv, int numHeads);
 /// the kernel's fp32 accumulators); the rest (the CPU, CUDA F64, other head dims) runs
 /// causalAttentionMaterialized.
 Variable causalAttention(const Variable& q, const Variable& k, const Variable& v);
+/// Which kernels bf16 flash attention takes on `device` (the current GPU for CUDA): "cpu"; on CUDA the attention
+/// mode's name (MINIDP_ATTENTION, kernels/flash_attention_sm90.h), then, unless it is "cp.async", "(Hopper
+/// kernels)" or "(cp.async kernels: no sm_90a on this GPU)". Reading it checks
+/// MINIDP_ATTENTION: an unknown value is an error naming it.
+std::string attentionKernels(Device device);
 /// The same op through the (B, H, T, T) probabilities, k and v never repeated (the group's heads summed
 /// inside the GEMMs); float and double, CPU and CUDA. With Hkv = H it is causalSelfAttentionMaterialized
 /// on q, k, v packed, bit for bit.

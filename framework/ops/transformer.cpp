@@ -157,8 +157,9 @@ void headGemm(const AttentionShape& s, bool transA, bool transB, int64_t M, int6
 }
 
 // Flash attention (kernels/flash_attention.h): reads q, k, v in place from qkv, keeps only y and the row
-// logsumexp (B, H, T) for backward, which recomputes the probabilities tile by tile (bf16 at head dims 80,
-// 96 and 128: the query pass reads the key pass's score gradients back from scratch).
+// logsumexp (B, H, T) for backward, which recomputes the probabilities tile by tile (the cp.async backward in
+// bf16 at head dims 80, 96 and 128: the query pass reads the key pass's score gradients back from scratch; none
+// where the Hopper backward runs).
 Variable flashSelfAttention(const Variable& qkvVar, const AttentionShape& s) {
   const Tensor& qkv = qkvVar.data();
   Tensor y = Tensor::empty({s.B, s.seqLen, s.C()}, qkv.dtype(), qkv.device());  // (B, T, C)

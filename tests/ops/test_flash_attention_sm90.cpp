@@ -476,18 +476,30 @@ TEST(HopperAttentionDevice, BackwardAvailableOnComputeCapability90) {
 
 TEST(HopperAttentionDevice, TheModeComesFromTheEnvironmentAndScopes) {
   // MINIDP_ATTENTION unset or `auto`: the ping-pong forward and the Hopper backward from head dim 128; `cp.async`:
-  // neither; `sm90-bwd`: the serial forward and the backward at every head dim. (ctest runs test_flash_attention
-  // under several values; here whichever this process has.)
+  // neither; `sm90-bwd`: the serial forward and the backward at every head dim. (ctest runs test_flash_attention,
+  // not this program, under several values; here whichever this process has.) No GPU is needed.
   using kernels::cuda::AttentionMode;
   using kernels::cuda::HopperSchedule;
   const char* value = std::getenv("MINIDP_ATTENTION");
-  const std::string name = value ? value : "auto";
-  const std::map<std::string, AttentionMode> modes = {
+  const AttentionMode fromEnvironment = kernels::cuda::parseAttentionMode(value ? value : "auto");
+  EXPECT_EQ(int(kernels::cuda::attentionMode()), int(fromEnvironment));
+  const std::map<std::string, AttentionMode> names = {
       {"auto", AttentionMode::Auto},       {"cp.async", AttentionMode::CpAsync},
       {"sm90", AttentionMode::Serial},     {"sm90-overlap", AttentionMode::Overlapped},
       {"sm90-pingpong", AttentionMode::PingPong}, {"sm90-bwd", AttentionMode::HopperBackward}};
-  ASSERT_TRUE(modes.count(name)) << name;
-  EXPECT_EQ(int(kernels::cuda::attentionMode()), int(modes.at(name)));
+  for (const auto& [name, mode] : names) {
+    EXPECT_EQ(int(kernels::cuda::parseAttentionMode(name)), int(mode)) << name;
+    EXPECT_EQ(kernels::cuda::attentionModeName(mode), name);
+  }
+  try {
+    kernels::cuda::parseAttentionMode("sm90-pingpnog", "MINIDP_ATTENTION");
+    ADD_FAILURE() << "a misspelt mode was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MINIDP_ATTENTION=sm90-pingpnog: not an attention mode (auto, cp.async, "
+                                         "sm90, sm90-overlap, sm90-pingpong, sm90-bwd)"),
+              std::string::npos)
+        << e.what();
+  }
   struct Expected {
     AttentionMode mode;
     bool forward;
@@ -510,7 +522,7 @@ TEST(HopperAttentionDevice, TheModeComesFromTheEnvironmentAndScopes) {
       EXPECT_EQ(kernels::cuda::hopperAttentionBackwardRequested(64), e.backward64);
       EXPECT_EQ(kernels::cuda::hopperAttentionBackwardRequested(128), e.backward128);
     }
-    EXPECT_EQ(int(kernels::cuda::attentionMode()), int(modes.at(name))) << "the scope did not restore the mode";
+    EXPECT_EQ(int(kernels::cuda::attentionMode()), int(fromEnvironment)) << "the scope did not restore the mode";
   }
 }
 
