@@ -1134,9 +1134,7 @@ template <typename T>
 size_t flashAttentionBackwardScratchBytes(int64_t B, int64_t seqLen, int64_t H, int64_t d) {
   if (!std::is_same_v<T, bf16> || !storesScores(d) || !flashAttentionSupportsHeadDim(d)) return 0;
   // The Hopper backward stores no scores (were it to fall back for its operands, the cp.async one runs without).
-  if (hopperAttentionBackwardRequested(d) && hopperAttentionBackwardSupportsHeadDim(d) && hopperAttentionAvailable(d)) {
-    return 0;
-  }
+  if (hopperAttentionBackwardRequested(d) && hopperAttentionBackwardAvailable(d)) return 0;
   const int64_t tiles = ceilDiv(seqLen, kTile), tileBytes = kTile * kTile * int64_t(sizeof(bf16));
   const int64_t perHead = tiles * (tiles + 1) / 2;  // tiles < 2^25 (seqLen <= 2^30): no overflow
   if (perHead > kMaxScoreScratchBytes / tileBytes / std::max<int64_t>(1, B * H)) return 0;

@@ -94,6 +94,9 @@ bool hopperAttentionRequested(HopperSchedule* schedule = nullptr);
 /// Head dims the Hopper backward is built for: 64, 80, 96, 128, 256 (80 and 96 run as 128).
 bool hopperAttentionBackwardSupportsHeadDim(int64_t d);
 
+/// hopperAttentionAvailable(d) and a head dim of hopperAttentionBackwardSupportsHeadDim: the device and head dim
+/// alone (the operands are checked by the overload below).
+bool hopperAttentionBackwardAvailable(int64_t d);
 /// hopperAttentionAvailable(d, in, B, H) and a head dim of hopperAttentionBackwardSupportsHeadDim.
 bool hopperAttentionBackwardAvailable(int64_t d, const AttentionOperands<bf16>& in, int64_t B, int64_t H);
 

@@ -484,6 +484,10 @@ bool hopperAttentionBackwardSupportsHeadDim(int64_t d) {
   return d == 64 || d == 80 || d == 96 || d == 128 || d == 256;
 }
 
+bool hopperAttentionBackwardAvailable(int64_t d) {
+  return hopperAttentionBackwardSupportsHeadDim(d) && hopperAttentionAvailable(d);
+}
+
 bool hopperAttentionBackwardAvailable(int64_t d, const AttentionOperands<bf16>& in, int64_t B, int64_t H) {
   return hopperAttentionBackwardSupportsHeadDim(d) && hopperAttentionAvailable(d, in, B, H);
 }

@@ -41,29 +41,35 @@ bench() {  # NAME ARGS...: one bench, its table's last lines printed
   grep -E "^EMULATED|step_ms|^ +(high|default) |error|refuse|needs up to" "$out/$name.txt" | tail -5
 }
 parts=" ${ZE_PARTS:-step memory big} "
+wants() { [[ $parts == *" $1 "* ]]; }  # PART: whether ZE_PARTS names it
 # 1. Step time at 25 GB/s, world 8: DDP (25 MB buckets) and ZeRO-3 (prefetch 1), batch 8.
-for m in gpt2 llama; do
-  [[ $parts == *" step "* ]] || break
-  declare -n shape=$m
-  bench "${m}_ddp" "${shape[@]}" $(data $m) --batch-size 8 "${steps[@]}" "${emu[@]}" --bucket-mb-list 25
-  bench "${m}_zero3" "${shape[@]}" $(data $m) --batch-size 8 "${steps[@]}" "${emu[@]}" --zero 3 --zero-prefetch 1
-done
+if wants step; then
+  for m in gpt2 llama; do
+    declare -n shape=$m
+    bench "${m}_ddp" "${shape[@]}" $(data $m) --batch-size 8 "${steps[@]}" "${emu[@]}" --bucket-mb-list 25
+    bench "${m}_zero3" "${shape[@]}" $(data $m) --batch-size 8 "${steps[@]}" "${emu[@]}" --zero 3 --zero-prefetch 1
+  done
+fi
 # 1b. The other ZeRO settings at the same shapes: ZeRO-3 keeping the gathered units from forward to backward
 # (one gather a step), ZeRO-3 two units ahead, ZeRO-2 (traffic of DDP's: reduce-scatter + all-gather).
-for m in gpt2 llama; do
-  [[ $parts == *" variants "* ]] || break
-  declare -n shape=$m
-  bench "${m}_zero3_keep" "${shape[@]}" $(data $m) --batch-size 8 "${steps[@]}" "${emu[@]}" --zero 3 --zero-prefetch 1 \
-    --zero-keep-gathered
-  bench "${m}_zero3_prefetch2" "${shape[@]}" $(data $m) --batch-size 8 "${steps[@]}" "${emu[@]}" --zero 3 --zero-prefetch 2
-  bench "${m}_zero2" "${shape[@]}" $(data $m) --batch-size 8 "${steps[@]}" "${emu[@]}" --zero 2 --zero-gather overlap
-done
-[[ $parts == *" memory "* ]] || exit 0
+if wants variants; then
+  for m in gpt2 llama; do
+    declare -n shape=$m
+    bench "${m}_zero3_keep" "${shape[@]}" $(data $m) --batch-size 8 "${steps[@]}" "${emu[@]}" --zero 3 \
+      --zero-prefetch 1 --zero-keep-gathered
+    bench "${m}_zero3_prefetch2" "${shape[@]}" $(data $m) --batch-size 8 "${steps[@]}" "${emu[@]}" --zero 3 \
+      --zero-prefetch 2
+    bench "${m}_zero2" "${shape[@]}" $(data $m) --batch-size 8 "${steps[@]}" "${emu[@]}" --zero 2 --zero-gather overlap
+  done
+fi
 # 2. Peak memory of rank 0, 443 M parameters, batch 1 of 256 tokens: DDP and ZeRO-3.
-bench mid_ddp "${mid[@]}" $(data llama) --batch-size 1 "${steps[@]}" "${emu[@]}"
-bench mid_zero3 "${mid[@]}" $(data llama) --batch-size 1 "${steps[@]}" "${emu[@]}" --zero 3
-[[ $parts == *" big "* ]] || exit 0
+if wants memory; then
+  bench mid_ddp "${mid[@]}" $(data llama) --batch-size 1 "${steps[@]}" "${emu[@]}"
+  bench mid_zero3 "${mid[@]}" $(data llama) --batch-size 1 "${steps[@]}" "${emu[@]}" --zero 3
+fi
 # 3. 5.9 B parameters: the estimate refuses DDP; ZeRO-3 trains.
-bench big_ddp "${big[@]}" $(data llama) --batch-size 1 --steps 2 --warmup 1 "${emu[@]}"
-ZE_TIMEOUT=${ZE_BIG_TIMEOUT:-150} bench big_zero3 "${big[@]}" $(data llama) --batch-size 1 --steps 2 --warmup 1 \
-  "${emu[@]}" --zero 3
+if wants big; then
+  bench big_ddp "${big[@]}" $(data llama) --batch-size 1 --steps 2 --warmup 1 "${emu[@]}"
+  ZE_TIMEOUT=${ZE_BIG_TIMEOUT:-150} bench big_zero3 "${big[@]}" $(data llama) --batch-size 1 --steps 2 --warmup 1 \
+    "${emu[@]}" --zero 3
+fi
