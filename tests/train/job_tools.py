@@ -31,6 +31,21 @@ def rank_pid(parent, rank):
     return None
 
 
+def writing_state(folder, name):
+    """Whether a save of `name` in `folder` is being written: a temporary "<name>.tmp.<host>.<pid>.<n>" with bytes
+    in it. The start-up check that the folder is writable makes an empty one of the same form and removes it, so
+    an empty temporary is not taken for a save."""
+    for entry in os.listdir(folder):
+        if not entry.startswith(name + ".tmp."):
+            continue
+        try:
+            if os.stat(os.path.join(folder, entry)).st_size > 0:
+                return True
+        except OSError:  # renamed or removed since it was listed
+            continue
+    return False
+
+
 def write_fashion_mnist(folder, train=(64, 64), test=(16, 16)):
     """Fashion-MNIST's four files in `folder`: (images, labels) counts of each split, 28 x 28 pixels."""
     os.makedirs(folder, exist_ok=True)

@@ -21,7 +21,7 @@ import tempfile
 import threading
 import time
 
-from job_tools import MPIRUN_EXIT_REPORT, rank_pid
+from job_tools import MPIRUN_EXIT_REPORT, rank_pid, writing_state
 
 mpiexec, train = sys.argv[1:3]
 MLP = ["--model", "mlp", "--hidden", "32", "--batch-size", "8", "--log-every", "100"]
@@ -151,7 +151,7 @@ def every_kind_to_ranks(folder):
 
 
 def mid_save(folder):
-    """2 ranks, --save-every 20: SIGTERM to rank 0 while it writes a periodic state (its temporary file exists). The
+    """2 ranks, --save-every 20: SIGTERM to rank 0 while it writes a periodic state (its temporary file has bytes in it). The
     write completes, the run stops at a step boundary (the ranks agree on it a step later) with the state saved,
     exit 143, and it resumes to the bytes of the uninterrupted run."""
     p = lambda name: os.path.join(folder, name)
@@ -170,7 +170,7 @@ def mid_save(folder):
         while job.poll() is None and not pid:
             pid = rank_pid(job.pid, 0)
         while job.poll() is None:
-            if any(n.startswith("cut.tmp") and "probe" not in n for n in os.listdir(folder)):
+            if writing_state(folder, "cut"):
                 os.kill(pid, signal.SIGTERM)
                 sent.append(time.monotonic())
                 return

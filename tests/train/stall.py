@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 
-from job_tools import rank_pid, write_fashion_mnist
+from job_tools import rank_pid, write_fashion_mnist, writing_state
 
 mpiexec, train = sys.argv[1:3]
 WATCHDOG = 3
@@ -121,7 +121,7 @@ def main():
         # complete on rank 0 when rank 1 posted its part before it stopped: then MPI_Finalize waits).
         scenario("final save", ["--model", "mlp", "--hidden", "4096", "--optimizer", "adamw", "--batch-size", "8",
                                 "--steps", "2", "--data-dir", data.name, "--save", "state"],
-                 lambda folder: any(n.startswith("state.tmp") and "probe" not in n for n in os.listdir(folder))),
+                 lambda folder: writing_state(folder, "state")),
     ]
     data.cleanup()
     return 0 if all(results) else 1
