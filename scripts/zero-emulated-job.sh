@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ZeRO on the emulated link (one process modelling 8 ranks; one GPU): the step of DDP and of ZeRO-3 with prefetch
-# at 25 GB/s (10 us) for GPT-2 small and the README's llama shape, overlap off and on in each bench table; rank 0's
+# (units gathered in fp32, and in bf16) at 25 GB/s (10 us) for GPT-2 small and the README's llama shape, overlap off and on in each bench table; rank 0's
 # peak memory of DDP and ZeRO-3 for a llama of 443 M parameters; and a llama of 5.9 B parameters, which the memory
 # estimate refuses under DDP, trained for a few steps under ZeRO-3. The emulated gathers repeat rank 0's shard:
 # only the times and the memory mean something.
@@ -42,12 +42,15 @@ bench() {  # NAME ARGS...: one bench, its table's last lines printed
 }
 parts=" ${ZE_PARTS:-step memory big} "
 wants() { [[ $parts == *" $1 "* ]]; }  # PART: whether ZE_PARTS names it
-# 1. Step time at 25 GB/s, world 8: DDP (25 MB buckets) and ZeRO-3 (prefetch 1), batch 8.
+# 1. Step time at 25 GB/s, world 8: DDP (25 MB buckets) and ZeRO-3 (prefetch 1; the units gathered in the
+# parameters' fp32, and in bf16 as FSDP2's param_dtype), batch 8.
 if wants step; then
   for m in gpt2 llama; do
     declare -n shape=$m
     bench "${m}_ddp" "${shape[@]}" $(data $m) --batch-size 8 "${steps[@]}" "${emu[@]}" --bucket-mb-list 25
     bench "${m}_zero3" "${shape[@]}" $(data $m) --batch-size 8 "${steps[@]}" "${emu[@]}" --zero 3 --zero-prefetch 1
+    bench "${m}_zero3_bf16" "${shape[@]}" $(data $m) --batch-size 8 "${steps[@]}" "${emu[@]}" --zero 3 \
+      --zero-prefetch 1 --zero-param-dtype bf16
   done
 fi
 # 1b. The other ZeRO settings at the same shapes: ZeRO-3 keeping the gathered units from forward to backward
@@ -66,6 +69,8 @@ fi
 if wants memory; then
   bench mid_ddp "${mid[@]}" $(data llama) --batch-size 1 "${steps[@]}" "${emu[@]}"
   bench mid_zero3 "${mid[@]}" $(data llama) --batch-size 1 "${steps[@]}" "${emu[@]}" --zero 3
+  bench mid_zero3_bf16 "${mid[@]}" $(data llama) --batch-size 1 "${steps[@]}" "${emu[@]}" --zero 3 \
+    --zero-param-dtype bf16
 fi
 # 3. 5.9 B parameters: the estimate refuses DDP; ZeRO-3 trains.
 if wants big; then

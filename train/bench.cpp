@@ -233,6 +233,18 @@ nlohmann::json rowJson(const Row& r) {
           {"step_ms", steps}};
 }
 
+// The ZeRO settings of the header line: ZeRO-1/2's gather, ZeRO-3's prefetch, keeping and gather dtype.
+std::string zeroSettings(const train::Options& opts) {
+  switch (opts.ddp.zeroStage) {
+    case 0: return "";
+    case 3:
+      return " (prefetch " + std::to_string(opts.zeroPrefetch) +
+             (opts.zeroKeepGathered ? ", units kept gathered" : ", units freed after forward") + ", parameters " +
+             train::nameOf(train::zeroParamDTypeNames(), opts.zeroParamDType) + ")";
+    default: return " (gather " + train::nameOf(train::zeroGatherNames(), opts.zeroGather) + ")";
+  }
+}
+
 std::string utcNow() {
   const std::time_t now = std::time(nullptr);
   char text[32];
@@ -337,6 +349,9 @@ int runBench(int argc, char** argv, const std::string& program) {
                              {"comm_hook", opts.ddp.commHook.name},
                              {"zero", opts.ddp.zeroStage},
                              {"zero_gather", nameOf(zeroGatherNames(), opts.zeroGather)},
+                             {"zero_prefetch", opts.zeroPrefetch},
+                             {"zero_keep_gathered", opts.zeroKeepGathered},
+                             {"zero_param_dtype", nameOf(zeroParamDTypeNames(), opts.zeroParamDType)},
                              {"cuda_graph", opts.cudaGraph},
                              {"cast_weights", opts.castWeights},
                              {"attention", session.attention},
@@ -369,7 +384,7 @@ int runBench(int argc, char** argv, const std::string& program) {
             emulated ? "EMULATED " : "", program.c_str(), opts.model.c_str(), session.world(), deviceDescription(session).c_str(),
             nameOf(precisionNames(), opts.precision).c_str(), static_cast<long long>(opts.batchSize), static_cast<long long>(bench.warmup),
             static_cast<long long>(opts.steps), static_cast<long long>(bench.repeats), opts.ddp.commHook.name.c_str(), opts.ddp.zeroStage,
-            opts.ddp.zeroStage ? (" (gather " + nameOf(zeroGatherNames(), opts.zeroGather) + ")").c_str() : "",
+            zeroSettings(opts).c_str(),
             session.attention.c_str(), communicators.back().c_str());
         if (emulated) {
           std::printf("EMULATED: one process modelling %d ranks; comm times are the model's, not a real network's%s%s\n",

@@ -176,6 +176,12 @@ const std::map<std::string, distributed::ZeroGather>& zeroGatherNames() {
   return names;
 }
 
+const std::map<std::string, ZeroParamDType>& zeroParamDTypeNames() {
+  static const std::map<std::string, ZeroParamDType> names = {{"param", ZeroParamDType::Parameters},
+                                                              {"bf16", ZeroParamDType::Bf16}};
+  return names;
+}
+
 DataSet Options::dataSet() const {
   if (data != DataSet::ModelDefault) return data;
   const std::string& name = models::findModel(model).defaultData;
@@ -312,6 +318,11 @@ void addOptions(CLI::App& app, Options& o) {
   app.add_flag("--zero-keep-gathered", o.zeroKeepGathered,
                "ZeRO-3: keep a unit gathered from its forward to its backward (FSDP2's reshard_after_forward=False): "
                "one gather per unit and step fewer, the memory of the gathered units");
+  addModeOption(app, "--zero-param-dtype", o.zeroParamDType, zeroParamDTypeNames(),
+                "ZeRO-3: the dtype the parameters are all-gathered in and forward and backward read them in "
+                "(FSDP2's param_dtype): param (the parameters' own: DDP's numbers) or bf16 (half fp32's gather "
+                "bytes; every parameter rounded to bf16 where it is used, the shards and their update unrounded)",
+                nameOf(zeroParamDTypeNames(), o.zeroParamDType).c_str());
   addModeOption(app, "--lr-schedule", o.lrSchedule, lrScheduleNames(),
                 "Learning rate after the warm-up: constant, cosine or linear decay", "constant");
   addNumber(app, "--warmup-steps", o.warmupSteps, "Linear warm-up from lr/N to lr over the first N steps", 0, kMaxCount,

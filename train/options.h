@@ -43,6 +43,12 @@ const std::map<std::string, Device>& deviceNames();
 /// --zero-gather's names.
 const std::map<std::string, distributed::ZeroGather>& zeroGatherNames();
 
+/// --zero-param-dtype: the dtype ZeRO-3 all-gathers the parameters in, and forward and backward read them in
+/// (FSDP2's MixedPrecisionPolicy param_dtype): the parameters' own, or bf16.
+enum class ZeroParamDType { Parameters, Bf16 };
+/// --zero-param-dtype's names.
+const std::map<std::string, ZeroParamDType>& zeroParamDTypeNames();
+
 /// The name of `mode` in a flag's table of names (precisionNames(), ...).
 template <typename Mode>
 std::string nameOf(const std::map<std::string, Mode>& names, Mode mode) {
@@ -103,6 +109,7 @@ struct Options {
   // ZeRO-3: units gathered ahead of the one computing, and keeping a unit from forward to backward.
   int zeroPrefetch = 1;
   bool zeroKeepGathered = false;
+  ZeroParamDType zeroParamDType = ZeroParamDType::Parameters;
   // Robustness (train/run_checks.h, train/train_state.h).
   int64_t saveEvery = 0;     // also write the training state to `save` every N steps
   std::string resume;        // continue the training state in this file

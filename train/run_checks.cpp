@@ -252,7 +252,8 @@ void checkMemory(const Options& o, const Session& session, int64_t vocab) {
 //                 and in the scratch buffers, at most P, and P with --zero-keep-gathered (every unit gathered
 //                 from its forward to its backward), plus one P / L of gradients in flight; the first unit
 //                 (embeddings) and the last (last block, norm, head) are not counted apart, so a model with a
-//                 large vocabulary and few blocks is underestimated;
+//                 large vocabulary and few blocks is underestimated; --zero-param-dtype bf16 adds the bf16
+//                 buffers of the gathers in flight, (--zero-prefetch + 1) P / L two-byte elements;
 //   activations = the model's count for one micro-batch (models::ModelEntry::memory: GPT's and the
 //                 MLP's formulas are in models/registry.cpp), doubled by --cuda-graph (the capture's private
 //                 pool beside the eager steps' blocks);
@@ -277,7 +278,8 @@ MemoryEstimate estimateMemory(const Options& o, int64_t vocab, Device device, DT
       break;
     case 3:
       e.stateBytes = 4 * P * s / N + std::min(P, (o.zeroPrefetch + 5) * P / layers) * s +
-                     (o.zeroKeepGathered ? P * s : 0);
+                     (o.zeroKeepGathered ? P * s : 0) +
+                     (o.zeroParamDType == ZeroParamDType::Bf16 ? std::min(P, (o.zeroPrefetch + 1) * P / layers) * 2 : 0);
       break;
     default: e.stateBytes = 6 * P * s;
   }

@@ -193,7 +193,13 @@ void checkResumeFile(const Options& o, const std::string& path, int world) {
 void Trainer::saveState(const std::string& path, int64_t step) {
   const std::vector<std::pair<std::string, Tensor>> full = optimizer_->checkpointState();  // ZeRO-1: a collective
   distributed::HookState hook = ddp_->hookState();  // per-rank state is gathered: a collective
-  if (session_.rank() != 0) return;
+  // ZeRO-3: checkpointState gathered every unit exactly; they go once the file is written, so the next step
+  // gathers them as a run that saved nothing does (in --zero-param-dtype).
+  auto* sharded = dynamic_cast<distributed::ShardedOptimizer*>(optimizer_.get());
+  if (session_.rank() != 0) {
+    if (sharded) sharded->releaseAll();
+    return;
+  }
   // By name, so the file does not depend on the bucket plan the state was kept in (a re-plan, another cap).
   std::sort(hook.begin(), hook.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<std::pair<std::string, SafeTensor>> state;
@@ -211,6 +217,7 @@ void Trainer::saveState(const std::string& path, int64_t step) {
                                {"grad_accum", opts_.gradAccum},
                                {"comm_hook", ddp_->hookSignature()}};
   nn::saveCheckpoint(*model_, path, {{"format", "pt"}, {kStateKey, meta.dump()}}, state);
+  if (sharded) sharded->releaseAll();
 }
 
 int64_t Trainer::resume(const std::string& path) {

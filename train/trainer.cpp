@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <random>
 
 #include "framework/nn/checkpoint.h"
@@ -62,8 +63,10 @@ Trainer::Trainer(const Options& o, Session& session)
   const std::string optName = o.optimizer.empty() ? entry.defaultOptimizer : o.optimizer;
   const double lr = o.lr > 0 ? o.lr : entry.defaultLr;
   if (o.ddp.zeroStage >= 1) {
+    const std::optional<DType> paramDType =
+        o.zeroParamDType == ZeroParamDType::Bf16 ? std::optional<DType>(DType::BF16) : std::nullopt;
     auto sharded = std::make_unique<distributed::ShardedOptimizer>(*ddp_, optName, lr, o.weightDecay, o.zeroGather,
-                                                                   o.zeroPrefetch, o.zeroKeepGathered);
+                                                                   o.zeroPrefetch, o.zeroKeepGathered, paramDType);
     if (session.rank() == 0) {
       const double bytes = static_cast<double>(dtypeSize(session.dtype));
       std::printf("ZeRO-%d: optimizer state %.2f MB per rank (%.2f MB unsharded), gradients %.2f MB and "

@@ -101,7 +101,7 @@ std::string unreadFlagProblem(const Options& o) {
   if (o.given("--zero-gather") && o.ddp.zeroStage != 1 && o.ddp.zeroStage != 2)
     return "--zero-gather " + nameOf(zeroGatherNames(), o.zeroGather) +
            " gathers ZeRO-1/2's parameter shards: it needs --zero 1 or 2";
-  for (const char* flag : {"--zero-prefetch", "--zero-keep-gathered"}) {
+  for (const char* flag : {"--zero-prefetch", "--zero-keep-gathered", "--zero-param-dtype"}) {
     if (o.given(flag) && o.ddp.zeroStage != 3) return std::string(flag) + " is a setting of --zero 3";
   }
   for (const char* flag : {"--bucket-mb", "--first-bucket-mb"}) {

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <optional>
 
 #include "framework/distributed/comm/backends/emulated_communicator.h"
 #include "framework/distributed/gradient/ddp.h"
@@ -348,6 +349,9 @@ struct WireRun {
   int prefetch = 1;          // ZeRO-3: units in flight
   bool keepGathered = false;  // ZeRO-3: a unit kept from forward to backward
   int microBatches = 1;       // micro-batches per step, the rank's rows split evenly
+  std::optional<DType> paramDType;  // ZeRO-3: the units gathered (and computed) in this dtype
+  bool roundedReference = false;    // plain DDP whose forward and backward read the parameters rounded to bf16
+  int checkpointEvery = 0;          // > 0: every that many steps the state is gathered as a checkpoint takes it
 };
 
 class DdpWire : public Ddp {
@@ -365,7 +369,7 @@ class DdpWire : public Ddp {
     std::unique_ptr<optim::Optimizer> optimizer;
     if (run.zero >= 1) {
       optimizer = std::make_unique<distributed::ShardedOptimizer>(ddp, run.optimizer, 1e-2, 0.01, run.gather,
-                                                                  run.prefetch, run.keepGathered);
+                                                                  run.prefetch, run.keepGathered, run.paramDType);
     } else {
       optimizer = optim::makeOptimizer(run.optimizer, m->namedParameters(), 1e-2, 0.01);
     }
@@ -375,6 +379,15 @@ class DdpWire : public Ddp {
       const Batch mine = myRows(global(world_ * kRowsPerRank, 300 + step));
       ddp.prepareStep();
       const int64_t rows = kRowsPerRank / run.microBatches;
+      // The reference of ZeRO-3's bf16 gathers: the parameters rounded for forward and backward, the update
+      // applied to the unrounded ones.
+      std::vector<Tensor> masters;
+      if (run.roundedReference) {
+        for (Variable p : m->parameters()) {
+          masters.push_back(p.data().clone());
+          p.data().copyFrom(p.data().toDType(DType::BF16).toDType(p.dtype()));
+        }
+      }
       for (int k = 0; k < run.microBatches; ++k) {
         ddp.setRequireSync(k + 1 == run.microBatches);
         const Batch part = rowsOf(mine, k * rows, rows, device());
@@ -382,8 +395,16 @@ class DdpWire : public Ddp {
         (run.microBatches > 1 ? ops::scale(loss, 1.0 / run.microBatches) : loss).backward();
       }
       ddp.finalize();
+      for (size_t i = 0; i < masters.size(); ++i) {
+        Variable p = m->parameters()[i];
+        p.data().copyFrom(masters[i]);
+      }
       if (run.clipGradNorm > 0) ddp.computeGradNorm(clipper);
       optimizer->step();
+      if (run.checkpointEvery > 0 && (step + 1) % run.checkpointEvery == 0 && step + 1 < steps) {
+        optimizer->checkpointState();  // ZeRO-3: every unit gathered, exactly
+        if (run.zero == 3) static_cast<distributed::ShardedOptimizer&>(*optimizer).releaseAll();
+      }
     }
     // ZeRO-3: between steps no unit holds memory; then the units gathered again (a collective), so that the
     // model is whole once the optimizer goes.
@@ -455,6 +476,42 @@ TEST_P(DdpWire, ZeroTwoAndThreeMatchZeroOneAndDdp) {
   auto accumulated = train(halves, kShort);
   expectRanksIdentical(*accumulated, "ZeRO-3, two micro-batches");
   EXPECT_LE(testing::maxParameterError(*accumulated, *three), 100 * tolerance());
+}
+
+// ZeRO-3 with the units gathered in bf16 (FSDP2's param_dtype): each rank rounds its shard, so forward and
+// backward read every parameter rounded to bf16, and the update goes to the unrounded shards. That is plain
+// DDP whose parameters are rounded for forward and backward (the same bits where the reduction order is the
+// same); overlap on == off, prefetch 3 kept gathered and a checkpoint every 5 steps (its exact gather freed
+// after it) the same bits; every rank the same bits; and not the run of exact gathers.
+TEST_P(DdpWire, ZeroThreeBf16GathersRoundTheParametersOnly) {
+  constexpr int kShort = 20;
+  WireRun reference;
+  reference.roundedReference = true;
+  auto rounded = train(reference, kShort);
+  WireRun run{Overlap::DuringBackward, "allreduce", 3};
+  auto exact = train(run, kShort);
+  run.paramDType = DType::BF16;
+  auto three = train(run, kShort);
+  WireRun off = run;
+  off.overlap = Overlap::AfterBackward;
+  auto threeOff = train(off, kShort);
+  WireRun deep = run;
+  deep.prefetch = 3;
+  deep.keepGathered = true;
+  deep.checkpointEvery = 5;
+  auto threeDeep = train(deep, kShort);
+  const std::string bytes = testing::parameterBytes(*three);
+  EXPECT_TRUE(bytes == testing::parameterBytes(*threeOff)) << "ZeRO-3 bf16 gathers: overlap on != off";
+  EXPECT_TRUE(bytes == testing::parameterBytes(*threeDeep))
+      << "ZeRO-3 bf16 gathers: prefetch 3, kept gathered, a checkpoint every 5 steps, differs";
+  expectRanksIdentical(*three, "ZeRO-3 bf16 gathers");
+  EXPECT_LE(testing::maxParameterError(*three, *rounded), 100 * tolerance());
+  if (device() == Device::CPU && world_ <= 2) {
+    EXPECT_TRUE(bytes == testing::parameterBytes(*rounded)) << "ZeRO-3 bf16 gathers differ from DDP on rounded "
+                                                               "parameters (a + b sums alike)";
+  }
+  // Rounding to 8 significant bits moves the gradients by about 2^-9 relative: the runs part.
+  EXPECT_GT(testing::maxParameterError(*three, *exact), 1e3 * tolerance()) << "the gathers rounded nothing";
 }
 
 // The norm grad-norm clipping needs under ZeRO-1: each rank's partial sums over its shards, all-gathered

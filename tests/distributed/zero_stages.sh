@@ -81,6 +81,28 @@ for z in "${stages[@]}"; do
   run "$np" "resumed-z$z" gpt --steps 20 --zero "$z" --resume "$dir/half-z$z.safetensors"
   same "gpt-ddp" "resumed-z$z" "gpt np$np: --zero $z 10 + resume + 10 == 20"
 done
+# --zero 3 --zero-param-dtype bf16 (units gathered in bf16, FSDP2's param_dtype): overlap on == off; a state
+# saved every 5 steps (each checkpoint gathers the units exactly, then frees them) and 10 + resume + 10 end
+# with the bytes of 20 straight; and the rounding did change the run (not DDP's bytes).
+if [[ " ${stages[*]} " == *" 3 "* ]]; then
+  for model in gpt llama; do
+    run "$np" "$model-bf16p" "$model" --steps 20 --zero 3 --zero-param-dtype bf16
+    run "$np" "$model-bf16p-off" "$model" --steps 20 --zero 3 --zero-param-dtype bf16 --overlap off
+    same "$model-bf16p" "$model-bf16p-off" "$model np$np: --zero 3 --zero-param-dtype bf16 overlap on == off"
+    run "$np" "$model-bf16p-every" "$model" --steps 20 --zero 3 --zero-param-dtype bf16 --save-every 5
+    same "$model-bf16p" "$model-bf16p-every" "$model np$np: --zero 3 --zero-param-dtype bf16 --save-every 5 == 20 straight"
+    run "$np" "$model-bf16p-half" "$model" --steps 10 --zero 3 --zero-param-dtype bf16
+    run "$np" "$model-bf16p-resumed" "$model" --steps 20 --zero 3 --zero-param-dtype bf16 \
+      --resume "$dir/$model-bf16p-half.safetensors"
+    same "$model-bf16p" "$model-bf16p-resumed" "$model np$np: --zero 3 --zero-param-dtype bf16 10 + resume + 10 == 20"
+    if cmp -s "$dir/$model-ddp.safetensors" "$dir/$model-bf16p.safetensors"; then
+      echo "FAIL $model np$np: --zero-param-dtype bf16 rounded nothing (DDP's bytes)"
+      fails=$((fails + 1))
+    else
+      echo "ok   $model np$np: --zero-param-dtype bf16 is not DDP's fp32 run"
+    fi
+  done
+fi
 # Across stages 0-3 and world sizes 1-3 (SGD: AdamW turns summation-order rounding in near-zero gradients into
 # relative differences near 1e-4): a state saved after 10 steps under stage S on NP ranks continues under stage
 # (S + 1) mod 4, and each stage continues on every rank count that keeps the global batch (NP x 2 rows).

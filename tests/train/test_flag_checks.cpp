@@ -164,6 +164,8 @@ TEST(FlagChecks, FlagsGivenWhereNothingReadsThemAreUsageProblems) {
   EXPECT_EQ(problem({"--zero-prefetch", "2", "--zero", "2"}), "--zero-prefetch is a setting of --zero 3");
   EXPECT_EQ(problem({"--zero-keep-gathered"}), "--zero-keep-gathered is a setting of --zero 3");
   EXPECT_EQ(problem({"--zero-prefetch", "2", "--zero-keep-gathered", "--zero", "3"}), "");
+  EXPECT_EQ(problem({"--zero-param-dtype", "bf16", "--zero", "2"}), "--zero-param-dtype is a setting of --zero 3");
+  EXPECT_EQ(problem({"--zero-param-dtype", "bf16", "--zero", "3"}), "");
   EXPECT_EQ(problem({"--bucket-mb", "1", "--zero", "3"}),
             "--bucket-mb caps the gradient buckets; --zero 3 has one per unit (a block), its gather's");
   EXPECT_EQ(problem({"--zero-gather", "end", "--zero", "3"}),

@@ -5,6 +5,7 @@
 
 #include "framework/autograd/variable.h"
 #include "framework/runtime/nvtx.h"
+#include "framework/tensor/tensor_math.h"
 
 namespace minidp::distributed {
 
@@ -29,7 +30,8 @@ class ShardedOptimizer::BackwardObserver : public ReducerObserver {
 };
 
 ShardedOptimizer::ShardedOptimizer(DistributedDataParallel& ddp, const std::string& name, double lr, double weightDecay,
-                                   ZeroGather gather, int prefetch, bool keepGathered)
+                                   ZeroGather gather, int prefetch, bool keepGathered,
+                                   std::optional<DType> paramDType)
     : Optimizer({}, lr),
       comm_(ddp.communicator()),
       gather_(gather),
@@ -43,6 +45,12 @@ ShardedOptimizer::ShardedOptimizer(DistributedDataParallel& ddp, const std::stri
                "ShardedOptimizer needs a reducer that reduce-scatters (DdpOptions::zeroStage 1, 2 or 3)");
   const nn::NamedParameters& params = ddp.parameters();
   const Device device = params.front().second.device();
+  if (paramDType && *paramDType != plan_.buckets.front().dtype) {
+    MINIDP_CHECK(sharded_, "ShardedOptimizer: a parameter dtype for the gathers needs ZeRO-3 (zeroStage 3)");
+    MINIDP_CHECK(*paramDType == DType::BF16, "ShardedOptimizer: parameters gathered in "
+                                                 << dtypeName(*paramDType) << "; BF16 or the parameters' own dtype");
+    paramDType_ = paramDType;
+  }
   for (size_t b = 0; b < plan_.buckets.size(); ++b) {
     flat_.push_back(Tensor::zeros({reducer.bucketBuffer(b).numel()}, plan_.buckets[b].dtype, device));
   }
@@ -81,6 +89,13 @@ ShardedOptimizer::ShardedOptimizer(DistributedDataParallel& ddp, const std::stri
   }
   gathered_.assign(flat_.size(), true);
   pending_.assign(flat_.size(), nullptr);
+  onWire_.assign(flat_.size(), false);
+  if (paramDType_) {
+    for (const Tensor& unit : flat_) {
+      wire_.push_back(Tensor::empty({unit.numel()}, *paramDType_, device));
+      wire_.back().releaseMemory();
+    }
+  }
   for (const Bucket& b : plan_.buckets) gradsPending_.push_back(b.params.size());
   for (size_t b = 0; b < flat_.size(); ++b) release(b);
   observer_ = ddp.reducer().subscribe(std::make_shared<BackwardObserver>(*this));
@@ -92,19 +107,32 @@ ShardedOptimizer::~ShardedOptimizer() {
   for (Variable& p : params_) p.setBeforeUse({});  // they call this optimizer; a released unit stays so
 }
 
-void ShardedOptimizer::gather(size_t b) {
+void ShardedOptimizer::gather(size_t b, bool exact) {
   if (gathered_[b]) return;
   const std::string tag = "gather unit " + std::to_string(b);
   runtime::NvtxRange range(tag.c_str());
   flat_[b].reacquireMemory();
   const int64_t n = shardData_[b].numel();
-  Tensor::alias(flat_[b], comm_.rank() * n, {n}).copyFrom(shardData_[b]);  // compute stream, before the gather
-  pending_[b] = comm_.allGatherShards(flat_[b], tag);
+  if (paramDType_ && !exact) {
+    // The shard rounded into the wire buffer (compute stream, before the gather); waitGathered casts back.
+    wire_[b].reacquireMemory();
+    Tensor mine = Tensor::alias(wire_[b], comm_.rank() * n, {n});
+    ops::castInto(shardData_[b], mine);
+    pending_[b] = comm_.allGatherShards(wire_[b], tag);
+    onWire_[b] = true;
+  } else {
+    Tensor::alias(flat_[b], comm_.rank() * n, {n}).copyFrom(shardData_[b]);  // compute stream, before the gather
+    pending_[b] = comm_.allGatherShards(flat_[b], tag);
+  }
   gathered_[b] = true;
 }
 
 void ShardedOptimizer::waitGathered(size_t b) {
   if (pending_[b]) std::exchange(pending_[b], nullptr)->wait();
+  if (!onWire_[b]) return;
+  onWire_[b] = false;
+  ops::castInto(wire_[b], flat_[b]);  // every rank's slice, its own too: the same rounded values everywhere
+  wire_[b].releaseMemory();      // reused in compute-stream order, after the cast
 }
 
 void ShardedOptimizer::release(size_t b) {
@@ -150,12 +178,22 @@ void ShardedOptimizer::unitGradsReady(size_t b) {
 
 void ShardedOptimizer::gatherAll() {
   if (!sharded_) return;
-  for (size_t b = 0; b < flat_.size(); ++b) gather(b);
+  // Units gathered in paramDType hold rounded values: gathered again, exactly.
+  if (paramDType_ && !holdAll_) {
+    for (size_t b = 0; b < flat_.size(); ++b) release(b);
+  }
+  for (size_t b = 0; b < flat_.size(); ++b) gather(b, true);
   for (size_t b = 0; b < flat_.size(); ++b) {
     waitGathered(b);
     for (int p : plan_.buckets[b].params) params_[p].setBeforeUse({});
   }
   holdAll_ = true;
+}
+
+void ShardedOptimizer::releaseAll() {
+  if (!sharded_) return;
+  holdAll_ = false;
+  for (size_t b = 0; b < flat_.size(); ++b) release(b);
 }
 
 int64_t ShardedOptimizer::parameterElements() const {
@@ -265,6 +303,7 @@ void ShardedOptimizer::restoreState(const SavedState& saved) {
     const int64_t n = shardData_[b].numel();
     shardData_[b].copyFrom(Tensor::alias(flat_[b], rank * n, {n}));
   }
+  releaseAll();  // the next read gathers each unit again, as a step that was never interrupted does
 }
 
 }  // namespace minidp::distributed

@@ -20,13 +20,18 @@
 // is never freed in forward: backward starts with it. Backward (a reducer observer): once every gradient of
 // unit u is ready, unit u-1 computes next: gather it if it is not, issue the gathers of the `prefetch` units
 // before it, wait for it, and free u. step() updates the shards and frees every unit; the next read gathers
-// again. Checkpoints gather every unit (a collective) and keep them until the step. A gather is a collective:
+// again. With a parameter dtype (FSDP2's MixedPrecisionPolicy param_dtype, bf16) each rank casts its shard into a
+// wire buffer of that dtype, the wire buffer is gathered (half fp32's bytes), and the wait casts it back into the
+// unit's buffer: forward and backward read every parameter rounded to bf16 on every rank, the shards and their
+// update stay in the parameter dtype. Checkpoints gather every unit exactly, in the parameter dtype (a
+// collective), and keep them until releaseAll (after the checkpoint) or the step. A gather is a collective:
 // code that reads parameter values on some ranks only (rank 0 printing, saving) must gatherAll on every rank
 // first; shapes, dtypes and counts never gather (Module::numParameters counts from the shapes).
 #pragma once
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,8 +60,10 @@ class ShardedOptimizer : public optim::Optimizer {
   /// `name` (optim::makeOptimizer) over this rank's shard of each bucket: state for 1/N of the elements.
   /// ZeRO-3 (ddp.zeroStage() == 3): `prefetch` units' gathers in flight ahead of the one computing (>= 1),
   /// `keepGathered`: a unit gathered in forward stays until its backward is done.
+  /// `paramDType`: the dtype units are gathered and computed in (BF16, or none: the parameters' own).
   ShardedOptimizer(DistributedDataParallel& ddp, const std::string& name, double lr, double weightDecay,
-                   ZeroGather gather, int prefetch = 1, bool keepGathered = false);
+                   ZeroGather gather, int prefetch = 1, bool keepGathered = false,
+                   std::optional<DType> paramDType = std::nullopt);
   /// ZeRO-3: removes its observer from the reducer (by its handle); `ddp` must still be alive.
   ~ShardedOptimizer() override;
   /// Updates this rank's shards from the averaged gradient shards, then all-gathers the parameters; the
@@ -74,11 +81,15 @@ class ShardedOptimizer : public optim::Optimizer {
     return inner_.empty() ? optim::Optimizer::stateNames() : inner_.front()->stateNames();
   }
   /// Keeps this rank's shard of the full state tensors `saved` returns (no communication). ZeRO-3: also takes
-  /// this rank's parameter shards from the full parameters (gathered by gatherAll before they were loaded).
+  /// this rank's parameter shards from the full parameters (gathered by gatherAll before they were loaded),
+  /// then frees the units (releaseAll).
   void restoreState(const SavedState& saved) override;
-  /// ZeRO-3: gathers every unit and keeps them until the next step (a collective: before a checkpoint is
-  /// written or loaded). Other stages: nothing.
+  /// ZeRO-3: gathers every unit exactly (in the parameter dtype, whatever paramDType) and keeps them until
+  /// releaseAll or the next step (a collective: before a checkpoint is written or loaded). Other stages: nothing.
   void gatherAll();
+  /// ZeRO-3: frees every unit (after gatherAll's readers are done); the next read gathers it again, in
+  /// paramDType. Other stages: nothing.
+  void releaseAll();
   /// Elements of parameters this rank holds between steps (ZeRO-3: its shards).
   int64_t parameterElements() const;
   /// ZeRO-3: the units whose memory is there now (gathered, or a gather in flight).
@@ -91,8 +102,10 @@ class ShardedOptimizer : public optim::Optimizer {
  private:
   class BackwardObserver;
   // ZeRO-3.
-  void gather(size_t b);          // issues the gather of bucket b's unit (its memory back, its shard in place)
-  void waitGathered(size_t b);    // orders the compute stream (CPU: the host) after that gather
+  void gather(size_t b, bool exact = false);  // issues the gather of bucket b's unit (its memory back, its
+                                              // shard in place; exact: in the parameter dtype)
+  void waitGathered(size_t b);    // orders the compute stream (CPU: the host) after that gather (a wire
+                                  // gather: casts the wire buffer into the unit's)
   void release(size_t b);         // frees the unit's memory; the next read of its parameters gathers again
   void armForward(size_t b);      // the before-use hooks of the unit's parameters
   void forwardUse(size_t b);      // a parameter of unit b is read (forward, evaluation, a copy)
@@ -107,6 +120,9 @@ class ShardedOptimizer : public optim::Optimizer {
   std::vector<int> forwardPosition_;     // per bucket: its place in forwardOrder_
   std::vector<bool> gathered_;           // per bucket: its memory is there (a gather issued or done)
   std::vector<Tensor> shardData_;        // ZeRO-3, per bucket: this rank's parameter shard (own memory)
+  std::optional<DType> paramDType_;      // ZeRO-3: the gathers' dtype where not the parameters'
+  std::vector<Tensor> wire_;             // per bucket (paramDType_): the gather's buffer, memory while in flight
+  std::vector<bool> onWire_;             // per bucket: its pending gather is into wire_ (cast back at the wait)
   std::vector<int> unitOfParam_;         // per parameter: its bucket
   std::vector<size_t> gradsPending_;     // per bucket: gradients not ready yet in this backward
   Communicator& comm_;
