@@ -75,6 +75,8 @@ Trainer::Trainer(const Options& o, Session& session)
                   sharded->unshardedStateElements() * bytes / 1e6, ddp_->gradientElements() * bytes / 1e6,
                   sharded->parameterElements() * bytes / 1e6);
     }
+    // ZeRO-3 gathering in bf16: the ops' bf16 copies are views of the gathered units (none made, none kept).
+    if (session.compute == DType::BF16 && !o.castWeights) copySource_ = sharded->weightCopies();
     optimizer_ = std::move(sharded);
   } else {
     optimizer_ = optim::makeOptimizer(optName, model_->namedParameters(), lr, o.weightDecay);
@@ -84,6 +86,7 @@ Trainer::Trainer(const Options& o, Session& session)
     for (const Variable& p : model_->parameters()) params.push_back(p.data());
     copies_ = std::make_unique<ops::ComputeCopies>(params);
     optimizer_->setComputeCopies([copies = copies_.get()](const Tensor& param) { return copies->find(param); });
+    copySource_ = copies_.get();
   }
   schedule_ = LrSchedule{o.lrSchedule, lr, o.warmupSteps, o.steps, o.minLrFrac};
   clipper_ = std::make_unique<optim::GradClipper>(o.clipGradNorm, model_->parameters().front().dtype(), session.device);
@@ -97,7 +100,7 @@ int64_t Trainer::samplesPerStep() const { return opts_.batchSize * opts_.gradAcc
 double Trainer::flopsPerItem() const { return entry_.flopsPerItem(args_, *model_); }
 
 Tensor Trainer::step() {
-  const ops::ComputeCopies::Installed copies(copies_.get());
+  const ops::ComputeCopies::Installed copies(copySource_);
   if (opts_.cudaGraph) {
     if (graphWarmup_ == 0) return graphStep();
     --graphWarmup_;
@@ -161,7 +164,7 @@ bool Trainer::hasValidation() const { return entry_.data != models::DataKind::To
 Evaluation Trainer::evaluate() {
   if (!hasValidation()) return {NAN, NAN};  // the same on every rank: no collective
   NoGradGuard noGrad;
-  const ops::ComputeCopies::Installed copies(copies_.get());
+  const ops::ComputeCopies::Installed copies(copySource_);
   const int rank = session_.rank(), world = session_.world();
   // Sums over this rank's shard, then averaged over the ranks: [loss sum, correct, count].
   std::vector<double> sums(3, 0.0);
@@ -210,7 +213,7 @@ Evaluation Trainer::evaluate() {
 
 std::string Trainer::sample(int64_t count) {
   NoGradGuard noGrad;
-  const ops::ComputeCopies::Installed copies(copies_.get());
+  const ops::ComputeCopies::Installed copies(copySource_);
   MINIDP_CHECK(entry_.data == models::DataKind::Tokens, "sample: --model " << opts_.model << " does not read tokens");
   const int64_t context = args_.context, vocab = std::max<int64_t>(corpus_.vocab, 1);
   const bool bytes = opts_.dataSet() != DataSet::Llmc;  // fortunes: one token per byte

@@ -97,6 +97,7 @@ class Trainer {
   // each forward of step(), evaluate() and sample() (not with ZeRO-1, whose gather writes the parameters
   // after the update).
   std::unique_ptr<ops::ComputeCopies> copies_;
+  ops::WeightCopySource* copySource_ = nullptr;  // installed around the forwards: copies_, or ZeRO-3's bf16 units
   LrSchedule schedule_;
   std::unique_ptr<optim::GradClipper> clipper_;  // the gradient norm (and clip coefficient)
   bool normMeasured_ = false;                    // clipper_ holds the norm of the last step

@@ -7,7 +7,7 @@ namespace minidp::ops {
 
 namespace {
 
-thread_local ComputeCopies* gInstalled = nullptr;
+thread_local WeightCopySource* gInstalled = nullptr;
 
 // Rows and columns of w as a matrix: its first dimension by the rest (a scalar is one row).
 int64_t rowsOf(const Tensor& w) { return w.ndim() >= 1 ? w.size(0) : 1; }
@@ -67,7 +67,7 @@ void ComputeCopies::refresh() {
   }
 }
 
-ComputeCopies::Installed::Installed(ComputeCopies* copies) : previous_(gInstalled) { gInstalled = copies; }
+ComputeCopies::Installed::Installed(WeightCopySource* copies) : previous_(gInstalled) { gInstalled = copies; }
 
 ComputeCopies::Installed::~Installed() { gInstalled = previous_; }
 

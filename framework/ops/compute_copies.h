@@ -9,6 +9,16 @@
 
 namespace minidp::ops {
 
+/// Where the ops find a parameter's bf16 compute copy (weightCopy): ComputeCopies, or ZeRO-3's units gathered
+/// in bf16 (distributed::ShardedOptimizer::weightCopies). Installed for a scope by ComputeCopies::Installed.
+class WeightCopySource {
+ public:
+  virtual ~WeightCopySource() = default;
+  /// The bf16 copy of `param` with `rows` rows (0: param's own shape), or undefined where this source has
+  /// none (weightCopy then casts).
+  virtual Tensor get(const Tensor& param, int64_t rows) = 0;
+};
+
 /// bf16 compute copies of a model's fp32 parameters. Without them a mixed-precision forward casts every
 /// weight it multiplies: a kernel per weight and per step, reading the fp32 weight once more. With a
 /// ComputeCopies installed (ComputeCopies::Installed, a scope), the ops take a parameter's copy instead
@@ -17,7 +27,7 @@ namespace minidp::ops {
 /// bits a cast would give. Whoever else writes the parameters (a checkpoint restored into them) calls
 /// refresh(); a copy is never made for a tensor that is not one of the parameters. Once frozen (a CUDA
 /// graph captured the optimizer's table of copies), no copy is made or moved: a new request is a cast.
-class ComputeCopies {
+class ComputeCopies : public WeightCopySource {
  public:
   /// Copies may be made for these parameters only (held, so their memory is never another tensor's).
   explicit ComputeCopies(const std::vector<Tensor>& params);
@@ -26,7 +36,7 @@ class ComputeCopies {
   /// them zero, as (rows, numel / param's rows)), made by a cast on first use, and made again with more rows
   /// where a request needs them (the optimizer's table follows at its next step). Undefined where `param`
   /// is not one of the parameters, and, once frozen, where that would make or move a copy.
-  Tensor get(const Tensor& param, int64_t rows);
+  Tensor get(const Tensor& param, int64_t rows) override;
   /// The whole copy of `param` (padding rows included), or undefined where none was made: what the
   /// optimizer writes the updated parameter into.
   Tensor find(const Tensor& param) const;
@@ -39,13 +49,13 @@ class ComputeCopies {
   /// comes back after. Scopes nest: the trainer installs its copies around each of its own forwards only.
   class Installed {
    public:
-    explicit Installed(ComputeCopies* copies);
+    explicit Installed(WeightCopySource* copies);
     ~Installed();
     Installed(const Installed&) = delete;
     Installed& operator=(const Installed&) = delete;
 
    private:
-    ComputeCopies* previous_;
+    WeightCopySource* previous_;
   };
 
  private:
@@ -59,8 +69,8 @@ class ComputeCopies {
   bool frozen_ = false;
 };
 
-/// The bf16 compute copy of weight w with `rows` rows as ComputeCopies::get: the installed copies' where
-/// w is one of their parameters, else a fresh cast (padding rows zero).
+/// The bf16 compute copy of weight w with `rows` rows as ComputeCopies::get: the installed source's where it
+/// has one for w, else a fresh cast (padding rows zero).
 Tensor weightCopy(const Tensor& w, int64_t rows = 0);
 
 }  // namespace minidp::ops

@@ -514,6 +514,53 @@ TEST_P(DdpWire, ZeroThreeBf16GathersRoundTheParametersOnly) {
   EXPECT_GT(testing::maxParameterError(*three, *exact), 1e3 * tolerance()) << "the gathers rounded nothing";
 }
 
+// The ops' bf16 copy of a weight of a unit gathered in bf16 is a view of the gathered bf16 buffer: the same
+// bits as a cast of the (rounded) fp32 parameter, the same memory at every call (no cast made, none to keep);
+// a padded copy (more rows) is a cast; exact gathers (gatherAll, a checkpoint's) and fp32 gathers have none.
+TEST_P(DdpWire, ZeroThreeBf16WeightCopiesViewTheGatheredBuffer) {
+  if (GetParam().dtype != DType::F32) GTEST_SKIP() << "bf16 compute copies are of fp32 weights";
+  auto m = model(11);
+  DdpOptions opts;
+  opts.zeroStage = 3;
+  DistributedDataParallel ddp(m->namedParameters(), comm_, opts);
+  {
+    auto other = model(11);
+    DistributedDataParallel plain(other->namedParameters(), comm_, opts);
+    distributed::ShardedOptimizer fp32(plain, "sgd", 0.1, 0, distributed::ZeroGather::End);
+    EXPECT_EQ(fp32.weightCopies(), nullptr) << "units gathered in fp32 have no bf16 buffer to view";
+  }
+  distributed::ShardedOptimizer sharded(ddp, "sgd", 0.1, 0, distributed::ZeroGather::End, 1, false, DType::BF16);
+  ASSERT_NE(sharded.weightCopies(), nullptr);
+  const auto bytesOf = [](const Tensor& t) {
+    const Tensor host = t.to(Device::CPU);
+    return std::string(static_cast<const char*>(host.raw()), host.nbytes());
+  };
+  const ops::ComputeCopies::Installed installed(sharded.weightCopies());
+  int checked = 0;
+  for (const Variable& p : m->parameters()) {
+    if (p.shape().size() != 2) continue;
+    const Tensor w = p.data();  // the read gathers its unit (the before-use hook) and waits for it
+    const Tensor a = ops::weightCopy(w), b = ops::weightCopy(w);
+    ASSERT_TRUE(a.defined());
+    EXPECT_EQ(a.dtype(), DType::BF16);
+    EXPECT_EQ(a.shape(), w.shape());
+    EXPECT_EQ(a.raw(), b.raw()) << "a view of the gathered buffer is the same memory at every call";
+    EXPECT_NE(a.raw(), w.raw());
+    EXPECT_TRUE(bytesOf(a) == bytesOf(w.toDType(DType::BF16))) << "not the bits of a cast";
+    EXPECT_TRUE(bytesOf(w) == bytesOf(w.toDType(DType::BF16).toDType(DType::F32)))
+        << "the gathered fp32 parameter holds the rounded values";
+    const Tensor padded = ops::weightCopy(w, w.size(0) + 8), again = ops::weightCopy(w, w.size(0) + 8);
+    EXPECT_NE(padded.raw(), again.raw()) << "a padded copy is a cast of its own";
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+  sharded.gatherAll();  // exact: no bf16 buffer, so no view; the copy is a cast of the unrounded parameter
+  const std::vector<Variable> params = m->parameters();
+  const Variable& p = *std::find_if(params.begin(), params.end(), [](const Variable& v) { return v.shape().size() == 2; });
+  const Tensor w = p.data();
+  EXPECT_NE(ops::weightCopy(w).raw(), ops::weightCopy(w).raw()) << "an exact gather has no bf16 buffer to view";
+}
+
 // The norm grad-norm clipping needs under ZeRO-1: each rank's partial sums over its shards, all-gathered
 // and added in rank order, equal the norm of the whole averaged gradient that plain DDP holds, to the same
 // bits on every rank.

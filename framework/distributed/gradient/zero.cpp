@@ -29,6 +29,16 @@ class ShardedOptimizer::BackwardObserver : public ReducerObserver {
   ShardedOptimizer& owner_;
 };
 
+/// The ops' bf16 copies of the parameters: views of the units' gathered bf16 buffers.
+class ShardedOptimizer::GatheredCopies : public ops::WeightCopySource {
+ public:
+  explicit GatheredCopies(const ShardedOptimizer& owner) : owner_(owner) {}
+  Tensor get(const Tensor& param, int64_t rows) override { return owner_.gatheredCopy(param, rows); }
+
+ private:
+  const ShardedOptimizer& owner_;
+};
+
 ShardedOptimizer::ShardedOptimizer(DistributedDataParallel& ddp, const std::string& name, double lr, double weightDecay,
                                    ZeroGather gather, int prefetch, bool keepGathered,
                                    std::optional<DType> paramDType)
@@ -95,6 +105,7 @@ ShardedOptimizer::ShardedOptimizer(DistributedDataParallel& ddp, const std::stri
       wire_.push_back(Tensor::empty({unit.numel()}, *paramDType_, device));
       wire_.back().releaseMemory();
     }
+    copies_ = std::make_unique<GatheredCopies>(*this);
   }
   for (const Bucket& b : plan_.buckets) gradsPending_.push_back(b.params.size());
   for (size_t b = 0; b < flat_.size(); ++b) release(b);
@@ -132,7 +143,6 @@ void ShardedOptimizer::waitGathered(size_t b) {
   if (!onWire_[b]) return;
   onWire_[b] = false;
   ops::castInto(wire_[b], flat_[b]);  // every rank's slice, its own too: the same rounded values everywhere
-  wire_[b].releaseMemory();      // reused in compute-stream order, after the cast
 }
 
 void ShardedOptimizer::release(size_t b) {
@@ -141,6 +151,7 @@ void ShardedOptimizer::release(size_t b) {
   // block in compute-stream order, after every kernel enqueued so far that reads it).
   waitGathered(b);
   flat_[b].releaseMemory();
+  if (!wire_.empty() && wire_[b].memoryResident()) wire_[b].releaseMemory();
   gathered_[b] = false;
   armForward(b);
 }
@@ -188,6 +199,27 @@ void ShardedOptimizer::gatherAll() {
     for (int p : plan_.buckets[b].params) params_[p].setBeforeUse({});
   }
   holdAll_ = true;
+}
+
+Tensor ShardedOptimizer::gatheredCopy(const Tensor& param, int64_t rows) const {
+  if (!param.defined() || param.dtype() == DType::BF16) return {};
+  const auto* at = static_cast<const char*>(param.raw());
+  for (size_t b = 0; b < wire_.size(); ++b) {
+    // A unit gathered in bf16 and waited on (an exact gather, gatherAll's, leaves the wire buffer empty).
+    if (!gathered_[b] || onWire_[b] || !wire_[b].memoryResident() || !flat_[b].memoryResident()) continue;
+    const auto* base = static_cast<const char*>(flat_[b].raw());
+    if (at < base || at >= base + flat_[b].nbytes()) continue;
+    const int64_t offset = (at - base) / static_cast<int64_t>(dtypeSize(flat_[b].dtype()));
+    for (int p : plan_.buckets[b].params) {
+      const ParamSlot& slot = plan_.slots[p];
+      if (slot.offset != offset || slot.numel != param.numel()) continue;
+      const Shape& shape = shapes_[p];
+      if (rows != 0 && (shape.empty() || rows != shape[0] || shape.size() != 2)) return {};
+      return Tensor::alias(wire_[b], offset, shape);
+    }
+    return {};
+  }
+  return {};
 }
 
 void ShardedOptimizer::releaseAll() {

@@ -23,7 +23,9 @@
 // again. With a parameter dtype (FSDP2's MixedPrecisionPolicy param_dtype, bf16) each rank casts its shard into a
 // wire buffer of that dtype, the wire buffer is gathered (half fp32's bytes), and the wait casts it back into the
 // unit's buffer: forward and backward read every parameter rounded to bf16 on every rank, the shards and their
-// update stay in the parameter dtype. Checkpoints gather every unit exactly, in the parameter dtype (a
+// update stay in the parameter dtype. The wire buffer stays while the unit is gathered: the ops' bf16 copies of
+// its weights (weightCopies) are views of it, so no cast is made and none is kept from forward to backward
+// (autograd keeps the view; backward gathers the unit again before it reads it). Checkpoints gather every unit exactly, in the parameter dtype (a
 // collective), and keep them until releaseAll (after the checkpoint) or the step. A gather is a collective:
 // code that reads parameter values on some ranks only (rank 0 printing, saving) must gatherAll on every rank
 // first; shapes, dtypes and counts never gather (Module::numParameters counts from the shapes).
@@ -36,6 +38,7 @@
 #include <vector>
 
 #include "framework/distributed/gradient/ddp.h"
+#include "framework/ops/compute_copies.h"
 #include "framework/optim/optimizer.h"
 
 namespace minidp::distributed {
@@ -92,6 +95,9 @@ class ShardedOptimizer : public optim::Optimizer {
   void releaseAll();
   /// Elements of parameters this rank holds between steps (ZeRO-3: its shards).
   int64_t parameterElements() const;
+  /// ZeRO-3 with a bf16 parameter dtype: the bf16 compute copies of the parameters (ops::weightCopy, installed
+  /// by ops::ComputeCopies::Installed) are views of the gathered bf16 buffers, no cast; else null.
+  ops::WeightCopySource* weightCopies() { return copies_.get(); }
   /// ZeRO-3: the units whose memory is there now (gathered, or a gather in flight).
   size_t gatheredUnits() const { return static_cast<size_t>(std::count(gathered_.begin(), gathered_.end(), true)); }
 
@@ -101,6 +107,10 @@ class ShardedOptimizer : public optim::Optimizer {
 
  private:
   class BackwardObserver;
+  class GatheredCopies;
+  // The bf16 view of `param` in its unit's gathered bf16 buffer (`rows` as ops::weightCopy: 0 or param's own),
+  // or undefined where there is none (not a parameter, a unit gathered exactly, another row count).
+  Tensor gatheredCopy(const Tensor& param, int64_t rows) const;
   // ZeRO-3.
   void gather(size_t b, bool exact = false);  // issues the gather of bucket b's unit (its memory back, its
                                               // shard in place; exact: in the parameter dtype)
@@ -121,8 +131,9 @@ class ShardedOptimizer : public optim::Optimizer {
   std::vector<bool> gathered_;           // per bucket: its memory is there (a gather issued or done)
   std::vector<Tensor> shardData_;        // ZeRO-3, per bucket: this rank's parameter shard (own memory)
   std::optional<DType> paramDType_;      // ZeRO-3: the gathers' dtype where not the parameters'
-  std::vector<Tensor> wire_;             // per bucket (paramDType_): the gather's buffer, memory while in flight
+  std::vector<Tensor> wire_;             // per bucket (paramDType_): the gather's buffer, memory while gathered
   std::vector<bool> onWire_;             // per bucket: its pending gather is into wire_ (cast back at the wait)
+  std::unique_ptr<ops::WeightCopySource> copies_;  // bf16 paramDType_: gatheredCopy for the ops
   std::vector<int> unitOfParam_;         // per parameter: its bucket
   std::vector<size_t> gradsPending_;     // per bucket: gradients not ready yet in this backward
   Communicator& comm_;
