@@ -2,7 +2,8 @@
 # Real replicas on one GPU: the GPU data-parallel suite with 2 and 3 MPI ranks sharing the machine's GPU
 # (--comm mpi --device cuda: CUDA tensors staged through pinned host buffers on the comm thread). Checks, for
 # GPT and llama in fp32 and bf16 (tiny sizes, 10 steps): DDP overlap on == off to the byte; ZeRO 1, 2 and 3
-# write DDP's bytes; each comm hook (allreduce, bf16, powersgd) trains and keeps overlap on == off; N ranks
+# write DDP's bytes; ZeRO-3 gathering in bf16 (--zero-param-dtype bf16) keeps overlap on == off and 5 + --resume
+# + 5 == 10; each comm hook (allreduce, bf16, powersgd) trains and keeps overlap on == off; N ranks
 # are near 1 rank on the full batch (fp32); 5 + --resume + 5 == 10 (DDP, ZeRO-2, ZeRO-3); SIGTERM to rank 1
 # stops both ranks with the state saved (exit 143) and the resumed run ends with the uninterrupted bytes; a
 # stopped rank (SIGSTOP) ends the job through the watchdog. Also the CUDA cases of test_ddp under mpirun -np 2
@@ -93,6 +94,19 @@ for np in 2 3; do
           fail "$c: --zero $z did not run"
         fi
       done
+      # ZeRO-3 gathering in bf16: overlap on == off, and 5 + resume + 5 == 10 (the checkpoint gathers exactly).
+      z3b=(--zero 3 --zero-param-dtype bf16)
+      if run "$np" z3b "$model" "$dtype" --steps 10 "${z3b[@]}" &&
+         run "$np" z3b_off "$model" "$dtype" --steps 10 "${z3b[@]}" --overlap off &&
+         run "$np" z3b_half "$model" "$dtype" --steps 5 "${z3b[@]}" &&
+         run "$np" z3b_resumed "$model" "$dtype" --steps 10 "${z3b[@]}" --resume "$work/z3b_half.safetensors"; then
+        same z3b z3b_off && ok "$c: --zero 3 --zero-param-dtype bf16 overlap on == off" ||
+          fail "$c: --zero 3 --zero-param-dtype bf16 overlap on != off"
+        same z3b z3b_resumed && ok "$c: --zero 3 --zero-param-dtype bf16 5 + resume + 5 == 10" ||
+          fail "$c: --zero 3 --zero-param-dtype bf16 5 + resume + 5 != 10"
+      else
+        fail "$c: --zero 3 --zero-param-dtype bf16 did not run"
+      fi
       for hook in bf16 powersgd; do
         flags=(--comm-hook "$hook")
         [ "$hook" = powersgd ] && flags+=(--powersgd-rank 2 --powersgd-start-iter 3)
