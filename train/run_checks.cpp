@@ -253,7 +253,8 @@ void checkMemory(const Options& o, const Session& session, int64_t vocab) {
 //                 from its forward to its backward), plus one P / L of gradients in flight; the first unit
 //                 (embeddings) and the last (last block, norm, head) are not counted apart, so a model with a
 //                 large vocabulary and few blocks is underestimated; --zero-param-dtype bf16 adds each
-//                 gathered unit's bf16 buffer, two bytes an element of the units counted;
+//                 gathered unit's bf16 buffer, two bytes an element of the units counted (bf16 compute, whose
+//                 ops view it) or of the (--zero-prefetch + 1) P / L in flight (otherwise);
 //   activations = the model's count for one micro-batch (models::ModelEntry::memory: GPT's and the
 //                 MLP's formulas are in models/registry.cpp), doubled by --cuda-graph (the capture's private
 //                 pool beside the eager steps' blocks);
@@ -279,9 +280,10 @@ MemoryEstimate estimateMemory(const Options& o, int64_t vocab, Device device, DT
     case 3:
       e.stateBytes = 4 * P * s / N + std::min(P, (o.zeroPrefetch + 5) * P / layers) * s +
                      (o.zeroKeepGathered ? P * s : 0) +
-                     (o.zeroParamDType == ZeroParamDType::Bf16
+                     (o.zeroParamDType != ZeroParamDType::Bf16 ? 0
+                      : compute == DType::BF16 && !o.castWeights
                           ? (std::min(P, (o.zeroPrefetch + 5) * P / layers) + (o.zeroKeepGathered ? P : 0)) * 2
-                          : 0);
+                          : std::min(P, (o.zeroPrefetch + 1) * P / layers) * 2);
       break;
     default: e.stateBytes = 6 * P * s;
   }

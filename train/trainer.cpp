@@ -132,6 +132,7 @@ Tensor Trainer::step() {
   // parameters, the optimizer's state and its step count.
   if (opts_.skipNonFinite && !std::isfinite(clipper_->norm())) {
     ++skippedSteps_;
+    optimizer_->skipStep();
   } else {
     lr_ = schedule_.at(optimizer_->stepCount());
     optimizer_->setLr(lr_);

@@ -42,6 +42,9 @@ class Optimizer {
   /// One update from the current gradients (which must exist), with the current learning rate.
   /// Virtual for optimizers that delegate (ZeRO-1's ShardedOptimizer updates shards, then gathers).
   virtual void step();
+  /// A step whose update is skipped (--skip-nonfinite): the parameters, the state and the step count stay;
+  /// whatever else a step does happens (ZeRO-3's ShardedOptimizer frees the gathered units).
+  virtual void skipStep() {}
 
   double lr() const { return lr_; }
   /// The learning rate of the following steps (a scalar kernel argument: no copy to the device).

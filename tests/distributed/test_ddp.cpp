@@ -536,8 +536,13 @@ TEST_P(DdpWire, ZeroThreeBf16WeightCopiesViewTheGatheredBuffer) {
     return std::string(static_cast<const char*>(host.raw()), host.nbytes());
   };
   const ops::ComputeCopies::Installed installed(sharded.weightCopies());
+  const std::vector<Variable> params = m->parameters();
+  const Variable& first = *std::find_if(params.begin(), params.end(), [](const Variable& v) { return v.shape().size() == 2; });
+  // The first weight's copy, held as autograd holds it from forward to backward.
+  const Tensor held = ops::weightCopy(first.data());
+  const std::string heldBytes = bytesOf(held);
   int checked = 0;
-  for (const Variable& p : m->parameters()) {
+  for (const Variable& p : params) {  // in registration order, as a forward reads them: units gathered and freed
     if (p.shape().size() != 2) continue;
     const Tensor w = p.data();  // the read gathers its unit (the before-use hook) and waits for it
     const Tensor a = ops::weightCopy(w), b = ops::weightCopy(w);
@@ -549,15 +554,24 @@ TEST_P(DdpWire, ZeroThreeBf16WeightCopiesViewTheGatheredBuffer) {
     EXPECT_TRUE(bytesOf(a) == bytesOf(w.toDType(DType::BF16))) << "not the bits of a cast";
     EXPECT_TRUE(bytesOf(w) == bytesOf(w.toDType(DType::BF16).toDType(DType::F32)))
         << "the gathered fp32 parameter holds the rounded values";
+    const Tensor rows = ops::weightCopy(w, w.size(0));  // the head's copy where the vocabulary needs no padding
+    EXPECT_EQ(rows.raw(), a.raw()) << "a copy of the weight's own rows is the same view";
+    EXPECT_EQ(rows.shape(), w.shape());
     const Tensor padded = ops::weightCopy(w, w.size(0) + 8), again = ops::weightCopy(w, w.size(0) + 8);
     EXPECT_NE(padded.raw(), again.raw()) << "a padded copy is a cast of its own";
     ++checked;
   }
   EXPECT_GT(checked, 0);
+  // GPT's units are its blocks: reading the later ones freed the first unit, and the held copy with it. Reading
+  // its weight again (as backward's gather does) brings the memory back under the held view, with the same bits.
+  if (GetParam().model == "gpt") {
+    EXPECT_FALSE(held.memoryResident()) << "the first unit was not freed: nothing below tests a gather again";
+  }
+  EXPECT_TRUE(first.data().defined());
+  EXPECT_TRUE(held.memoryResident());
+  EXPECT_TRUE(bytesOf(held) == heldBytes) << "the held view reads other bits after the unit was gathered again";
   sharded.gatherAll();  // exact: no bf16 buffer, so no view; the copy is a cast of the unrounded parameter
-  const std::vector<Variable> params = m->parameters();
-  const Variable& p = *std::find_if(params.begin(), params.end(), [](const Variable& v) { return v.shape().size() == 2; });
-  const Tensor w = p.data();
+  const Tensor w = first.data();
   EXPECT_NE(ops::weightCopy(w).raw(), ops::weightCopy(w).raw()) << "an exact gather has no bf16 buffer to view";
 }
 

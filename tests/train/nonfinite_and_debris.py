@@ -3,7 +3,8 @@
 - a diverging run with --save-every 1 logged every 1000 steps stops at the first non-finite step with exit 1 and
   one line naming it, and the state file holds the step before it, every tensor finite;
 - the same run with --skip-nonfinite ends (exit 0), its log and metrics name the skipped steps and the non-finite
-  values (null in JSON, listed under "nonfinite"), and the saved parameters are finite;
+  values (null in JSON, listed under "nonfinite"), and the saved parameters are finite; so does a GPT under
+  --zero 3 (a skipped step frees the gathered units as an update does);
 - temporaries "<file>.tmp.<host>.<pid>.<n>" of a writer that is gone are removed by the next run that resumes from
   that file (without --save) or starts in that folder; a live writer's and another host's are kept.
 
@@ -85,6 +86,18 @@ def nonfinite_cases(problems, folder, ranks):
     os.remove(metrics)
 
 
+def zero3_skip_cases(problems, folder, ranks):
+    """--skip-nonfinite under --zero 3 (a GPT of two blocks: three units): a skipped step frees the gathered units
+    as an update would, so the next forward and backward gather them again; the run ends with exit 0."""
+    label = f"{ranks} rank(s), --zero 3"
+    gpt = ["--model", "gpt", "--data", "fortunes", "--layers", "2", "--heads", "2", "--embd", "16", "--context", "16",
+           "--batch-size", "2", "--eval-batches", "1", "--steps", "20", "--lr", "1e6", "--weight-decay", "1e6",
+           "--log-every", "5", "--zero", "3", "--skip-nonfinite"]
+    code, lines, out = run(launch(ranks, gpt), folder)
+    check(problems, label, code == 0 and "skipped" in out,
+          f"--skip-nonfinite skips steps and ends (exit {code}, {lines[-1:] if lines else 'no error'})")
+
+
 def debris_cases(problems, folder):
     host = socket.gethostname()
     gone = subprocess.Popen(["true"])
@@ -112,6 +125,7 @@ def main():
     try:
         for ranks in (1, 2):
             nonfinite_cases(problems, folder, ranks)
+            zero3_skip_cases(problems, folder, ranks)
         debris_cases(problems, folder)
     finally:
         shutil.rmtree(folder)

@@ -143,12 +143,15 @@ void ShardedOptimizer::waitGathered(size_t b) {
   if (!onWire_[b]) return;
   onWire_[b] = false;
   ops::castInto(wire_[b], flat_[b]);  // every rank's slice, its own too: the same rounded values everywhere
+  if (!keepWire_) wire_[b].releaseMemory();  // no op views it: reused in compute-stream order, after the cast
 }
 
 void ShardedOptimizer::release(size_t b) {
   if (!gathered_[b]) return;
   // A gather still writing into it finishes first (CUDA: the compute stream waits; the allocator reuses the
-  // block in compute-stream order, after every kernel enqueued so far that reads it).
+  // block in compute-stream order, after every kernel enqueued so far that reads it); a bf16 gather's values are
+  // not cast back: nothing reads them.
+  onWire_[b] = false;
   waitGathered(b);
   flat_[b].releaseMemory();
   if (!wire_.empty() && wire_[b].memoryResident()) wire_[b].releaseMemory();
@@ -214,12 +217,22 @@ Tensor ShardedOptimizer::gatheredCopy(const Tensor& param, int64_t rows) const {
       const ParamSlot& slot = plan_.slots[p];
       if (slot.offset != offset || slot.numel != param.numel()) continue;
       const Shape& shape = shapes_[p];
-      if (rows != 0 && (shape.empty() || rows != shape[0] || shape.size() != 2)) return {};
-      return Tensor::alias(wire_[b], offset, shape);
+      if (rows == 0) return Tensor::alias(wire_[b], offset, param.shape());  // the caller's shape, as a cast's
+      if (shape.size() != 2 || rows != shape[0]) return {};                 // padding rows: a cast
+      return Tensor::alias(wire_[b], offset, {rows, shape[1]});
     }
     return {};
   }
   return {};
+}
+
+void ShardedOptimizer::skipStep() {
+  if (!sharded_) return;
+  holdAll_ = false;
+  for (size_t b = 0; b < flat_.size(); ++b) {
+    release(b);
+    gradsPending_[b] = plan_.buckets[b].params.size();
+  }
 }
 
 void ShardedOptimizer::releaseAll() {

@@ -23,10 +23,12 @@
 // again. With a parameter dtype (FSDP2's MixedPrecisionPolicy param_dtype, bf16) each rank casts its shard into a
 // wire buffer of that dtype, the wire buffer is gathered (half fp32's bytes), and the wait casts it back into the
 // unit's buffer: forward and backward read every parameter rounded to bf16 on every rank, the shards and their
-// update stay in the parameter dtype. The wire buffer stays while the unit is gathered: the ops' bf16 copies of
-// its weights (weightCopies) are views of it, so no cast is made and none is kept from forward to backward
-// (autograd keeps the view; backward gathers the unit again before it reads it). Checkpoints gather every unit exactly, in the parameter dtype (a
-// collective), and keep them until releaseAll (after the checkpoint) or the step. A gather is a collective:
+// update stay in the parameter dtype. Where the ops' bf16 copies of the weights come from weightCopies, they are
+// views of the wire buffer, which then stays while the unit is gathered: no cast is made and none is kept from
+// forward to backward (autograd keeps the view; backward gathers the unit again before it reads it); a copy with
+// padding rows (the head's, at a vocabulary not a multiple of 64) is still a cast. Checkpoints gather every unit
+// exactly, in the parameter dtype (a collective), and keep them until releaseAll (after the checkpoint) or the
+// step. A gather is a collective:
 // code that reads parameter values on some ranks only (rank 0 printing, saving) must gatherAll on every rank
 // first; shapes, dtypes and counts never gather (Module::numParameters counts from the shapes).
 #pragma once
@@ -73,6 +75,8 @@ class ShardedOptimizer : public optim::Optimizer {
   /// compute stream (CPU: the host) waits for every gather before returning (ZeroGather::Forward: at the
   /// parameters' next use).
   void step() override;
+  /// ZeRO-3: frees every unit and counts the next backward's gradients afresh, as step() does.
+  void skipStep() override;
   /// Elements of optimizer state this rank holds, and what one unsharded optimizer would hold.
   int64_t stateElements() const { return stateElements_; }
   int64_t unshardedStateElements() const { return unshardedStateElements_; }
@@ -95,9 +99,14 @@ class ShardedOptimizer : public optim::Optimizer {
   void releaseAll();
   /// Elements of parameters this rank holds between steps (ZeRO-3: its shards).
   int64_t parameterElements() const;
-  /// ZeRO-3 with a bf16 parameter dtype: the bf16 compute copies of the parameters (ops::weightCopy, installed
-  /// by ops::ComputeCopies::Installed) are views of the gathered bf16 buffers, no cast; else null.
-  ops::WeightCopySource* weightCopies() { return copies_.get(); }
+  /// ZeRO-3 with a bf16 parameter dtype: the source of the ops' bf16 weight copies (ops::weightCopy), views of
+  /// the gathered bf16 buffers, no cast; else null. From this call on a unit's bf16 buffer stays while the unit is
+  /// gathered (without it the buffer goes once cast back): install the source (ops::ComputeCopies::Installed)
+  /// around the forwards.
+  ops::WeightCopySource* weightCopies() {
+    keepWire_ = copies_ != nullptr;
+    return copies_.get();
+  }
   /// ZeRO-3: the units whose memory is there now (gathered, or a gather in flight).
   size_t gatheredUnits() const { return static_cast<size_t>(std::count(gathered_.begin(), gathered_.end(), true)); }
 
@@ -131,9 +140,10 @@ class ShardedOptimizer : public optim::Optimizer {
   std::vector<bool> gathered_;           // per bucket: its memory is there (a gather issued or done)
   std::vector<Tensor> shardData_;        // ZeRO-3, per bucket: this rank's parameter shard (own memory)
   std::optional<DType> paramDType_;      // ZeRO-3: the gathers' dtype where not the parameters'
-  std::vector<Tensor> wire_;             // per bucket (paramDType_): the gather's buffer, memory while gathered
+  std::vector<Tensor> wire_;             // per bucket (paramDType_): the gather's buffer (memory: see keepWire_)
   std::vector<bool> onWire_;             // per bucket: its pending gather is into wire_ (cast back at the wait)
   std::unique_ptr<ops::WeightCopySource> copies_;  // bf16 paramDType_: gatheredCopy for the ops
+  bool keepWire_ = false;                          // weightCopies() was asked for: wire_ stays while gathered
   std::vector<int> unitOfParam_;         // per parameter: its bucket
   std::vector<size_t> gradsPending_;     // per bucket: gradients not ready yet in this backward
   Communicator& comm_;
