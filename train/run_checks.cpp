@@ -277,14 +277,15 @@ MemoryEstimate estimateMemory(const Options& o, int64_t vocab, Device device, DT
     case 2:
       e.stateBytes = (3 + 3 / N) * P * s + 2 * bucket + (o.ddp.overlap == distributed::Overlap::AfterBackward ? P * s : 0);
       break;
-    case 3:
-      e.stateBytes = 4 * P * s / N + std::min(P, (o.zeroPrefetch + 5) * P / layers) * s +
-                     (o.zeroKeepGathered ? P * s : 0) +
-                     (o.zeroParamDType != ZeroParamDType::Bf16 ? 0
-                      : compute == DType::BF16 && !o.castWeights
-                          ? (std::min(P, (o.zeroPrefetch + 5) * P / layers) + (o.zeroKeepGathered ? P : 0)) * 2
-                          : std::min(P, (o.zeroPrefetch + 1) * P / layers) * 2);
+    case 3: {
+      const double gathered = std::min(P, (o.zeroPrefetch + 5) * P / layers) + (o.zeroKeepGathered ? P : 0);
+      double wire = 0;  // --zero-param-dtype bf16: the units' bf16 buffers
+      if (o.zeroParamDType == ZeroParamDType::Bf16) {
+        wire = compute == DType::BF16 && !o.castWeights ? gathered : std::min(P, (o.zeroPrefetch + 1) * P / layers);
+      }
+      e.stateBytes = 4 * P * s / N + gathered * s + wire * 2;
       break;
+    }
     default: e.stateBytes = 6 * P * s;
   }
   e.activationBytes = need.activations * a * (o.cudaGraph ? 2 : 1) + (device == Device::CUDA ? 256.0 * (1 << 20) : 0);

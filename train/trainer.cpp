@@ -100,7 +100,7 @@ int64_t Trainer::samplesPerStep() const { return opts_.batchSize * opts_.gradAcc
 double Trainer::flopsPerItem() const { return entry_.flopsPerItem(args_, *model_); }
 
 Tensor Trainer::step() {
-  const ops::ComputeCopies::Installed copies(copySource_);
+  const ops::WeightCopySource::Installed copies(copySource_);
   if (opts_.cudaGraph) {
     if (graphWarmup_ == 0) return graphStep();
     --graphWarmup_;
@@ -165,7 +165,7 @@ bool Trainer::hasValidation() const { return entry_.data != models::DataKind::To
 Evaluation Trainer::evaluate() {
   if (!hasValidation()) return {NAN, NAN};  // the same on every rank: no collective
   NoGradGuard noGrad;
-  const ops::ComputeCopies::Installed copies(copySource_);
+  const ops::WeightCopySource::Installed copies(copySource_);
   const int rank = session_.rank(), world = session_.world();
   // Sums over this rank's shard, then averaged over the ranks: [loss sum, correct, count].
   std::vector<double> sums(3, 0.0);
@@ -214,7 +214,7 @@ Evaluation Trainer::evaluate() {
 
 std::string Trainer::sample(int64_t count) {
   NoGradGuard noGrad;
-  const ops::ComputeCopies::Installed copies(copySource_);
+  const ops::WeightCopySource::Installed copies(copySource_);
   MINIDP_CHECK(entry_.data == models::DataKind::Tokens, "sample: --model " << opts_.model << " does not read tokens");
   const int64_t context = args_.context, vocab = std::max<int64_t>(corpus_.vocab, 1);
   const bool bytes = opts_.dataSet() != DataSet::Llmc;  // fortunes: one token per byte

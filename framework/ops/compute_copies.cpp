@@ -67,9 +67,9 @@ void ComputeCopies::refresh() {
   }
 }
 
-ComputeCopies::Installed::Installed(WeightCopySource* copies) : previous_(gInstalled) { gInstalled = copies; }
+WeightCopySource::Installed::Installed(WeightCopySource* source) : previous_(gInstalled) { gInstalled = source; }
 
-ComputeCopies::Installed::~Installed() { gInstalled = previous_; }
+WeightCopySource::Installed::~Installed() { gInstalled = previous_; }
 
 Tensor weightCopy(const Tensor& w, int64_t rows) {
   if (gInstalled != nullptr) {

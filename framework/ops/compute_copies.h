@@ -10,18 +10,31 @@
 namespace minidp::ops {
 
 /// Where the ops find a parameter's bf16 compute copy (weightCopy): ComputeCopies, or ZeRO-3's units gathered
-/// in bf16 (distributed::ShardedOptimizer::weightCopies). Installed for a scope by ComputeCopies::Installed.
+/// in bf16 (distributed::ShardedOptimizer::weightCopies). Installed for a scope by WeightCopySource::Installed.
 class WeightCopySource {
  public:
   virtual ~WeightCopySource() = default;
   /// The bf16 copy of `param` with `rows` rows (0: param's own shape), or undefined where this source has
   /// none (weightCopy then casts).
   virtual Tensor get(const Tensor& param, int64_t rows) = 0;
+
+  /// Installs `source` (null: none) for the ops of this thread for its scope; the previous installation
+  /// comes back after. Scopes nest: the trainer installs its source around each of its own forwards only.
+  class Installed {
+   public:
+    explicit Installed(WeightCopySource* source);
+    ~Installed();
+    Installed(const Installed&) = delete;
+    Installed& operator=(const Installed&) = delete;
+
+   private:
+    WeightCopySource* previous_;
+  };
 };
 
 /// bf16 compute copies of a model's fp32 parameters. Without them a mixed-precision forward casts every
 /// weight it multiplies: a kernel per weight and per step, reading the fp32 weight once more. With a
-/// ComputeCopies installed (ComputeCopies::Installed, a scope), the ops take a parameter's copy instead
+/// ComputeCopies installed (WeightCopySource::Installed, a scope), the ops take a parameter's copy instead
 /// (weightCopy): the first forward that asks for one makes it by a cast, and the optimizer the copies are
 /// given to (Optimizer::setComputeCopies with find) writes each one in the same kernel as its update, the
 /// bits a cast would give. Whoever else writes the parameters (a checkpoint restored into them) calls
@@ -44,19 +57,6 @@ class ComputeCopies : public WeightCopySource {
   void refresh();
   /// From now on no copy is made or moved (the copies' addresses are captured in a CUDA graph).
   void freeze() { frozen_ = true; }
-
-  /// Installs `copies` (null: none) for the ops of this thread for its scope; the previous installation
-  /// comes back after. Scopes nest: the trainer installs its copies around each of its own forwards only.
-  class Installed {
-   public:
-    explicit Installed(WeightCopySource* copies);
-    ~Installed();
-    Installed(const Installed&) = delete;
-    Installed& operator=(const Installed&) = delete;
-
-   private:
-    WeightCopySource* previous_;
-  };
 
  private:
   struct Entry {

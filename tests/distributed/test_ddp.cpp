@@ -535,7 +535,7 @@ TEST_P(DdpWire, ZeroThreeBf16WeightCopiesViewTheGatheredBuffer) {
     const Tensor host = t.to(Device::CPU);
     return std::string(static_cast<const char*>(host.raw()), host.nbytes());
   };
-  const ops::ComputeCopies::Installed installed(sharded.weightCopies());
+  const ops::WeightCopySource::Installed installed(sharded.weightCopies());
   const std::vector<Variable> params = m->parameters();
   const Variable& first = *std::find_if(params.begin(), params.end(), [](const Variable& v) { return v.shape().size() == 2; });
   // The first weight's copy, held as autograd holds it from forward to backward.

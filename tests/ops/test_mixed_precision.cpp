@@ -497,7 +497,7 @@ TEST(ComputeCopies, MadeOnFirstUseGrownForMoreRowsFrozenAndScoped) {
   EXPECT_EQ(values(ops::weightCopy(w)), values(ops::cast(w, DType::BF16)));
   EXPECT_FALSE(copies.find(w).defined()) << "a copy made without an installed scope";
   {
-    const ops::ComputeCopies::Installed scope(&copies);
+    const ops::WeightCopySource::Installed scope(&copies);
     const Tensor first = ops::weightCopy(w);
     EXPECT_EQ(first.shape(), w.shape());
     EXPECT_EQ(values(first), values(ops::cast(w, DType::BF16)));
@@ -514,7 +514,7 @@ TEST(ComputeCopies, MadeOnFirstUseGrownForMoreRowsFrozenAndScoped) {
     EXPECT_EQ(values(ops::weightCopy(other)), values(ops::cast(other, DType::BF16)));
     EXPECT_FALSE(copies.find(other).defined());
     {
-      const ops::ComputeCopies::Installed none(nullptr);
+      const ops::WeightCopySource::Installed none(nullptr);
       EXPECT_NE(ops::weightCopy(w).raw(), copies.find(w).raw()) << "a scope of none still took the copy";
     }
     EXPECT_EQ(ops::weightCopy(w).raw(), copies.find(w).raw()) << "the outer scope did not come back";
@@ -538,7 +538,7 @@ TEST(ComputeCopies, MadeOnFirstUseGrownForMoreRowsFrozenAndScoped) {
   EXPECT_EQ(ops::weightCopy(half).raw(), half.raw());
   ops::ComputeCopies frozen({w});
   frozen.freeze();
-  const ops::ComputeCopies::Installed scope(&frozen);
+  const ops::WeightCopySource::Installed scope(&frozen);
   EXPECT_EQ(values(ops::weightCopy(w)), values(ops::cast(w, DType::BF16)));
   EXPECT_FALSE(frozen.find(w).defined()) << "a frozen ComputeCopies made a copy";
 }
@@ -575,7 +575,7 @@ TEST(ComputeCopies, StepsGiveTheBitsOfCastingEveryForward) {
     std::vector<Tensor> tensors;
     for (const Variable& p : params) tensors.push_back(p.data());
     ops::ComputeCopies copies(tensors);
-    const ops::ComputeCopies::Installed installed(withCopies ? &copies : nullptr);
+    const ops::WeightCopySource::Installed installed(withCopies ? &copies : nullptr);
     auto adamw = optim::makeOptimizer("adamw", params, 0.01, 0.1);
     if (withCopies) adamw->setComputeCopies([&copies](const Tensor& p) { return copies.find(p); });
     Run run;

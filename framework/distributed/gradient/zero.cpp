@@ -192,10 +192,7 @@ void ShardedOptimizer::unitGradsReady(size_t b) {
 
 void ShardedOptimizer::gatherAll() {
   if (!sharded_) return;
-  // Units gathered in paramDType hold rounded values: gathered again, exactly.
-  if (paramDType_ && !holdAll_) {
-    for (size_t b = 0; b < flat_.size(); ++b) release(b);
-  }
+  if (paramDType_ && !holdAll_) releaseAll();  // units gathered in paramDType hold rounded values
   for (size_t b = 0; b < flat_.size(); ++b) gather(b, true);
   for (size_t b = 0; b < flat_.size(); ++b) {
     waitGathered(b);
@@ -228,11 +225,8 @@ Tensor ShardedOptimizer::gatheredCopy(const Tensor& param, int64_t rows) const {
 
 void ShardedOptimizer::skipStep() {
   if (!sharded_) return;
-  holdAll_ = false;
-  for (size_t b = 0; b < flat_.size(); ++b) {
-    release(b);
-    gradsPending_[b] = plan_.buckets[b].params.size();
-  }
+  releaseAll();
+  for (size_t b = 0; b < flat_.size(); ++b) gradsPending_[b] = plan_.buckets[b].params.size();
 }
 
 void ShardedOptimizer::releaseAll() {
@@ -267,11 +261,7 @@ void ShardedOptimizer::step() {
   if (sharded_) {
     // ZeRO-3: the shards are the parameters; every unit's buffer goes, the next read gathers it again.
     for (size_t b = 0; b < n; ++b) update(b);
-    holdAll_ = false;
-    for (size_t b = 0; b < n; ++b) {
-      release(b);
-      gradsPending_[b] = plan_.buckets[b].params.size();
-    }
+    skipStep();  // what a step does besides the update
     return;
   }
   const bool forward = gather_ == ZeroGather::Forward;

@@ -101,7 +101,7 @@ class ShardedOptimizer : public optim::Optimizer {
   int64_t parameterElements() const;
   /// ZeRO-3 with a bf16 parameter dtype: the source of the ops' bf16 weight copies (ops::weightCopy), views of
   /// the gathered bf16 buffers, no cast; else null. From this call on a unit's bf16 buffer stays while the unit is
-  /// gathered (without it the buffer goes once cast back): install the source (ops::ComputeCopies::Installed)
+  /// gathered (without it the buffer goes once cast back): install the source (ops::WeightCopySource::Installed)
   /// around the forwards.
   ops::WeightCopySource* weightCopies() {
     keepWire_ = copies_ != nullptr;
